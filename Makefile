@@ -1,0 +1,35 @@
+# `make test` and `make demo` set everything up on a fresh machine, then run.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(STAMP)
+
+# torch goes in first where no CUDA is present, pinned to a CPU build available here, so
+# that the loose `torch>=2.2` of the extras is already satisfied and pip never pulls a
+# multi-GB CUDA build onto a CPU-only machine. With CUDA, the extras resolve torch.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if ! $(PY) -c "import torch" 2>/dev/null && ! command -v nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -m pip install -q torch==2.13.0; fi
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+demo: $(STAMP)
+	$(VENV)/bin/batch-env demo
+
+bench: $(STAMP)
+	$(VENV)/bin/batch-env bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check batch_env baselines agents experiments tests
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,39 @@
+"""Batching policies that act through the same env interface as agents.
+
+Every policy has ``reset()`` and ``act(obs, info) -> action`` and is built with
+:func:`make`. A policy may read the env's configuration at construction (profile,
+workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from .heuristics import GreedyPolicy
+
+_REGISTRY: dict[str, Callable[..., Any]] = {
+    "greedy": GreedyPolicy,
+}
+
+
+def available() -> list[str]:
+    """Names accepted by :func:`make`."""
+    return sorted(_REGISTRY)
+
+
+def make(name: str, env: gym.Env | None = None, **params: Any) -> Any:
+    """Build the policy ``name`` for ``env``.
+
+    :param name: one of :func:`available`.
+    :param env: the env the policy will act in (wrappers are looked through).
+    :param params: the policy's own parameters.
+    """
+    if name not in _REGISTRY:
+        raise ValueError(f"policy name={name!r} is unknown: available policies are {available()}")
+    return _REGISTRY[name](env=env, **params)
+
+
+__all__ = ["GreedyPolicy", "available", "make"]

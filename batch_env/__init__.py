@@ -1,0 +1,48 @@
+"""batch-env: dynamic batching for ML inference serving as Gymnasium environments.
+
+Importing the package registers the environment ids (idempotently)::
+
+    import gymnasium as gym
+    import batch_env  # noqa: F401
+
+    env = gym.make("batch_env/DynamicBatching-v0", profile="resnet50-v100",
+                   workload={"kind": "poisson", "load": 0.6})
+
+Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+__version__ = "0.1.0"
+
+#: Safety net only: episodes end on a budget of work (DESIGN: Episodes).
+MAX_EPISODE_STEPS = 1_000_000
+
+ENV_IDS: tuple[str, ...] = ("batch_env/DynamicBatching-v0",)
+
+
+def register_envs() -> None:
+    """Register every ``batch_env/`` id with Gymnasium (idempotent)."""
+    if "batch_env/DynamicBatching-v0" not in registry:
+        register(
+            id="batch_env/DynamicBatching-v0",
+            entry_point="batch_env.envs.dynamic_batching:DynamicBatchingEnv",
+            max_episode_steps=MAX_EPISODE_STEPS,
+        )
+
+
+register_envs()
+
+from .envs import DynamicBatchingEnv  # noqa: E402
+from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
+
+__all__ = [
+    "ENV_IDS",
+    "DynamicBatchingEnv",
+    "EvaluationResult",
+    "evaluate",
+    "paired_difference",
+    "register_envs",
+]

@@ -1,0 +1,188 @@
+"""Frozen, validated configuration for the environments.
+
+Every field names its unit (``sla_ms``, ``rate_per_s``, ``idle_power_w``). A config is
+validated once, at construction; an invalid field raises :class:`ValueError` naming the
+field, the bad value and what is allowed, so nothing is silently coerced or lost.
+
+Defaults (and why):
+
+* ``reward_weights``: latency 1.0 per request-second, energy 0.5 per joule, SLA 0.01 per
+  miss, drop 1.0 per drop. Latency and energy are of the same order on the default
+  ResNet-50/V100 profile (about 10-20 request-seconds and 80-130 joules per simulated
+  second at moderate load), so the optimal policy genuinely trades them off (it is not
+  simply greedy) and per-step rewards are O(0.01-1), a scale PPO's default
+  hyperparameters handle. An SLA miss costs as much as 10 ms of extra latency; set it to 0
+  for the SMDP-exact subset. A drop costs 1.0, about 40x the cheapest energy cost of
+  serving a request (0.5 x 0.045 J) and far above any latency a request can save by being
+  dropped at the default queue capacity, so dropping never pays (DESIGN: "Dropping must
+  not pay").
+* ``sla_ms`` 15: MLPerf Inference server-scenario p99 target for ResNet-50.
+* ``max_batch_size`` 32, ``queue_capacity`` 2000, ``horizon_requests`` 2000.
+* ``horizon_s``: ``None`` means 10 x (warm-up + horizon requests) / mean arrival rate, a
+  generous multiple that still ends an always-wait episode.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SERVICE_LAWS = ("deterministic", "lognormal")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_inclusive: bool = True,
+    integer: bool = False,
+) -> None:
+    """Raise ``ValueError`` naming ``name`` and ``value`` unless it is an allowed number.
+
+    :param name: the field name used in the message.
+    :param value: the value to check.
+    :param low: lower bound (``None``: unbounded).
+    :param high: upper bound, inclusive (``None``: unbounded).
+    :param low_inclusive: whether ``low`` itself is allowed.
+    :param integer: require an integer.
+    """
+    kind = "an integer" if integer else "a finite number"
+    if integer:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        if not ok and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
+            ok = value.dtype.kind in "iu"
+    else:
+        ok = _is_number(value) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0)
+    if ok and not integer:
+        ok = math.isfinite(float(value))
+    rng = []
+    if low is not None:
+        rng.append(f"{'>=' if low_inclusive else '>'} {low:g}")
+    if high is not None:
+        rng.append(f"<= {high:g}")
+    allowed = kind + (" " + " and ".join(rng) if rng else "")
+    if not ok:
+        raise ValueError(f"{name}={value!r} is invalid: expected {allowed}")
+    v = float(value)
+    if low is not None and (v < low or (not low_inclusive and v == low)):
+        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
+    if high is not None and v > high:
+        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """Weights of the reward components: ``r = -(latency*L + energy*E + sla*M + drop*D)``.
+
+    :param latency: cost per request-second in the system (L is the integral of the number
+        of requests in the system over the step, in seconds).
+    :param energy: cost per joule consumed (busy and idle).
+    :param sla: cost per SLA miss, charged when the deadline passes.
+    :param drop: cost per request rejected by a full queue.
+    """
+
+    latency: float = 1.0
+    energy: float = 0.5
+    sla: float = 0.01
+    drop: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check_number(f"reward_weights.{f.name}", getattr(self, f.name), low=0.0)
+
+    @classmethod
+    def from_any(cls, value: RewardWeights | dict | None) -> RewardWeights:
+        """Build from a ``RewardWeights``, a dict of overrides, or ``None`` (defaults).
+
+        :param value: weights or a partial dict such as ``{"energy": 0.1}``.
+        """
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(
+                    f"reward_weights has unknown key(s) {unknown}: allowed keys are {sorted(known)}"
+                )
+            return cls(**value)
+        raise ValueError(
+            f"reward_weights={value!r} is invalid: expected a dict with keys "
+            f"{[f.name for f in fields(cls)]} or a RewardWeights"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        """Plain dict of the weights."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ServingConfig:
+    """Configuration shared by every batching environment.
+
+    :param max_batch_size: largest batch the server runs (B).
+    :param sla_ms: latency target per request; a request misses it when its latency
+        exceeds it (equal meets it).
+    :param reward_weights: see :class:`RewardWeights`.
+    :param service: ``"deterministic"`` (profile mean) or ``"lognormal"``.
+    :param service_cv: coefficient of variation of lognormal service times; ``None`` takes
+        the profile's ``latency_cv`` (an error if the profile has none).
+    :param queue_capacity: most requests that may wait (not counting those in service);
+        an arrival to a full queue is dropped.
+    :param horizon_requests: number of summary requests per episode.
+    :param warmup_requests: arrivals before the summary requests (they still take part).
+    :param horizon_s: episode time limit in simulated seconds; ``None`` derives a generous
+        default from the workload's mean rate.
+    :param decision_interval_ms: relative tick interval (``None``: ticks off).
+    :param idle_power_w: override of the profile's idle power.
+    :param rate_window_s: time constant of the observation's arrival-rate estimate;
+        ``None`` means 200 mean inter-arrival times.
+    """
+
+    max_batch_size: int = 32
+    sla_ms: float = 15.0
+    reward_weights: RewardWeights = field(default_factory=RewardWeights)
+    service: str = "deterministic"
+    service_cv: float | None = None
+    queue_capacity: int = 2000
+    horizon_requests: int = 2000
+    warmup_requests: int = 0
+    horizon_s: float | None = None
+    decision_interval_ms: float | None = None
+    idle_power_w: float | None = None
+    rate_window_s: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reward_weights", RewardWeights.from_any(self.reward_weights))
+        check_number("max_batch_size", self.max_batch_size, low=1, integer=True)
+        check_number("sla_ms", self.sla_ms, low=0.0, low_inclusive=False)
+        if self.service not in SERVICE_LAWS:
+            raise ValueError(f"service={self.service!r} is invalid: allowed values are {SERVICE_LAWS}")
+        if self.service_cv is not None:
+            check_number("service_cv", self.service_cv, low=0.0)
+        check_number("queue_capacity", self.queue_capacity, low=1, integer=True)
+        check_number("horizon_requests", self.horizon_requests, low=1, integer=True)
+        check_number("warmup_requests", self.warmup_requests, low=0, integer=True)
+        if self.horizon_s is not None:
+            check_number("horizon_s", self.horizon_s, low=0.0, low_inclusive=False)
+        if self.decision_interval_ms is not None:
+            check_number("decision_interval_ms", self.decision_interval_ms, low=0.0, low_inclusive=False)
+        if self.idle_power_w is not None:
+            check_number("idle_power_w", self.idle_power_w, low=0.0)
+        if self.rate_window_s is not None:
+            check_number("rate_window_s", self.rate_window_s, low=0.0, low_inclusive=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-friendly dict of the configuration."""
+        d = asdict(self)
+        d["reward_weights"] = self.reward_weights.to_dict()
+        return d

@@ -1,0 +1,307 @@
+"""The one event loop shared by every batching environment.
+
+:class:`ServingCore` owns the simulated clock, the arrival stream, the FIFO queue, the
+counters that make up the reward (latency integral, energy, SLA misses, drops) and the
+summary window, and implements the normative event semantics of ``DESIGN.md``. Concrete
+environments (``envs/``) subclass it and only decide what a step does: wait until the
+next epoch (:meth:`ServingCore._advance`), start a batch (:meth:`_start_batch`), finish
+it (:meth:`_finish_batch`).
+
+Data layout (chosen for speed: the hot path is C-level list operations, no per-request
+Python loop):
+
+* ``_buf``: arrival times of every arrival generated so far (global arrival index);
+  ``_i`` is the next arrival not yet processed.
+* ``_arr``: arrival times of *admitted* requests ("entries", in arrival order);
+  ``_ns`` entries have started service, so the waiting queue is ``_arr[_ns:]``.
+* ``_comp``: completion time of each started entry (known when the batch starts: the
+  executor returns the duration before the clock moves).
+
+SLA misses. A request misses when ``completion - arrival > sla`` (latency equal to the
+SLA meets it), and the miss is counted when its deadline passes. Served entries' misses
+are known when their batch starts; since deadlines are monotone in arrival order, the
+cumulative number of misses whose deadline has passed at an idle epoch ``t`` is
+``served_missed + #(waiting entries with t - arrival > sla)``.
+
+Summary window (DESIGN: Episodes). Arrival numbers ``warmup`` .. ``warmup + horizon - 1``
+are the summary requests. The loop snapshots its cumulative totals at the exact instant
+the first summary request arrives (splitting a step if need be) and the admitted-entry
+count just after the last one, so window totals are exact differences.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from .config import ServingConfig
+from .metrics import WindowStart, summarize
+from .profile import Profile
+from .workload import ArrivalStream, Workload
+
+_INF = math.inf
+
+
+class ServingCore(gym.Env):
+    """Base class: clock, arrivals, FIFO queue, reward counters, summary window.
+
+    Subclasses call :meth:`_setup_core` in ``__init__`` and :meth:`_reset_core` in
+    ``reset``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`.
+    """
+
+    # -- construction -------------------------------------------------------------------
+    def _setup_core(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:
+        self.profile = profile
+        self.workload = workload
+        self.config = config
+        w = config.reward_weights
+        self._wl, self._we, self._ws, self._wd = w.latency, w.energy, w.sla, w.drop
+        self._sla = config.sla_ms / 1000.0
+        self._cap = config.queue_capacity
+        self.idle_power_w = (
+            float(config.idle_power_w) if config.idle_power_w is not None else profile.idle_power_w
+        )
+        self._tick = (
+            config.decision_interval_ms / 1000.0 if config.decision_interval_ms is not None else None
+        )
+        self.mean_rate_per_s = float(workload.mean_rate_per_s)
+        n_sum = config.warmup_requests + config.horizon_requests
+        self.horizon_s = (
+            float(config.horizon_s)
+            if config.horizon_s is not None
+            else 10.0 * n_sum / self.mean_rate_per_s
+        )
+        self._rate_tau = (
+            config.rate_window_s
+            if config.rate_window_s is not None
+            else 200.0 / self.mean_rate_per_s
+        )
+        self._first_summary = config.warmup_requests
+        self._end_summary = n_sum
+
+    # -- episode start --------------------------------------------------------------------
+    def _reset_core(self, seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
+        """Seed the streams and advance to the first arrival.
+
+        :returns: the service-time and request-size generators (the arrival stream is
+            consumed here).
+        """
+        if seed is None:
+            seed = int(self.np_random.integers(0, 2**63 - 1))
+        arrivals, service, sizes = (
+            np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
+        )
+        self._stream: ArrivalStream = self.workload.stream(arrivals)
+        self._buf: list[float] = []
+        self._ended = False
+        self._i = 0
+        self._arr: list[float] = []
+        self._comp: list[float] = []
+        self._ns = 0
+        self._n_done = 0
+        self._n_sys = 0
+        self._now = 0.0
+        self._L = 0.0
+        self._E = 0.0
+        self._drops = 0
+        self._served_missed = 0
+        self._kd = 0  # entries [0, _kd) have passed their deadline
+        self._n_batches = 0
+        self._sum_b = 0
+        self._arrived = 0  # arrivals processed, for the rate estimate
+        self._rate = self.mean_rate_per_s
+        self._marks = [self._first_summary, self._end_summary]
+        self._mark = self._marks[0]
+        self._window: WindowStart | None = None
+        self._entry_hi: int | None = None
+        self._drops_at_end_mark: int | None = None
+        self._more()
+        self._advance(self._next_arrival(), self.idle_power_w)
+        self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
+        return service, sizes
+
+    # -- arrivals -------------------------------------------------------------------------
+    def _more(self) -> bool:
+        """Append the next chunk of arrivals to the buffer; False when the stream ended."""
+        if self._ended:
+            return False
+        times = self._stream.next_chunk().times
+        if len(times) == 0:
+            self._ended = True
+            return False
+        self._buf.extend(times.tolist())
+        return True
+
+    def _next_arrival(self) -> float:
+        """Time of the next unprocessed arrival (``inf`` when a finite trace ended)."""
+        if self._i >= len(self._buf) and not self._more():
+            return _INF
+        return self._buf[self._i]
+
+    # -- the clock ------------------------------------------------------------------------
+    def _advance(self, t_end: float, power_w: float) -> None:
+        """Move the clock to ``t_end`` at ``power_w``, admitting or dropping arrivals.
+
+        Arrivals at exactly ``t_end`` are processed (they join before the decision). The
+        queue does not drain inside the interval (service is non-preemptive and batches
+        start only at epochs), so arrivals are admitted while there is room, in bulk.
+        """
+        buf = self._buf
+        j = bisect_right(buf, t_end, self._i)
+        while j == len(buf) and self._more():
+            j = bisect_right(buf, t_end, self._i)
+        while self._mark < j:
+            self._absorb(buf[self._mark], self._mark, power_w)
+            self._on_mark()
+        self._absorb(t_end, j, power_w)
+
+    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
+        i = self._i
+        now = self._now
+        L = self._n_sys * (t_end - now)
+        k = j - i
+        if k:
+            arr = self._arr
+            room = self._cap - (len(arr) - self._ns)
+            adm = k if k <= room else (room if room > 0 else 0)
+            if adm:
+                seg = self._buf[i : i + adm]
+                L += adm * t_end - math.fsum(seg)
+                arr += seg
+                self._n_sys += adm
+            if k > adm:
+                self._drops += k - adm
+            self._i = j
+            self._arrived += k
+        self._L += L
+        self._E += power_w * (t_end - now)
+        self._now = t_end
+
+    def _on_mark(self) -> None:
+        """Snapshot at the instant arrival number ``_mark`` is about to be processed."""
+        if self._window is None:
+            self._window = WindowStart(
+                time_s=self._now,
+                latency_integral_s=self._L,
+                energy_j=self._E,
+                misses=self._misses_exact(self._now),
+                drops=self._drops,
+                entry=len(self._arr),
+                n_batches=self._n_batches,
+                sum_batch=self._sum_b,
+            )
+            self._mark = self._marks[1]
+        else:
+            self._entry_hi = len(self._arr)
+            self._drops_at_end_mark = self._drops
+            self._mark = 1 << 62
+
+    # -- batches --------------------------------------------------------------------------
+    def _start_batch(self, b: int, completion_s: float) -> None:
+        """Start the ``b`` oldest waiting requests; they complete at ``completion_s``."""
+        arr = self._arr
+        s = self._ns
+        e = s + b
+        sla = self._sla
+        # misses form a prefix of the batch: the oldest requests
+        k = bisect_left(arr, completion_s - sla, s, e)
+        while k > s and not completion_s - arr[k - 1] > sla:
+            k -= 1
+        while k < e and completion_s - arr[k] > sla:
+            k += 1
+        self._served_missed += k - s
+        self._comp += [completion_s] * b
+        self._ns = e
+        self._n_batches += 1
+        self._sum_b += b
+
+    def _finish_batch(self, b: int) -> None:
+        """The ``b`` requests of the running batch complete now."""
+        self._n_sys -= b
+        self._n_done += b
+
+    # -- SLA bookkeeping ------------------------------------------------------------------
+    def _deadline_prefix(self, t: float) -> int:
+        """Number of entries whose deadline has passed at ``t`` (``t - arrival > sla``)."""
+        arr = self._arr
+        sla = self._sla
+        k = bisect_left(arr, t - sla, self._kd)
+        n = len(arr)
+        while k > self._kd and not t - arr[k - 1] > sla:
+            k -= 1
+        while k < n and t - arr[k] > sla:
+            k += 1
+        self._kd = k
+        return k
+
+    def _misses(self) -> int:
+        """Cumulative SLA misses counted so far, valid at an idle epoch."""
+        k = self._deadline_prefix(self._now)
+        return self._served_missed + (k - self._ns if k > self._ns else 0)
+
+    def _misses_exact(self, t: float) -> int:
+        """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""
+        arr, comp, sla = self._arr, self._comp, self._sla
+        n = 0
+        for idx, a in enumerate(arr):
+            if not t - a > sla:
+                break
+            if idx >= len(comp) or comp[idx] - a > sla:
+                n += 1
+        return n
+
+    # -- step accounting ------------------------------------------------------------------
+    def _step_accounting(self) -> tuple[float, dict[str, float], float, int]:
+        """Reward components since the last epoch.
+
+        :returns: ``(reward, components, dt_s, arrivals_in_step)``
+        """
+        L0, E0, M0, D0, t0, n0 = self._base
+        misses = self._misses()
+        L, E, D, now, n = self._L, self._E, self._drops, self._now, self._arrived
+        self._base = (L, E, misses, D, now, n)
+        dL, dE, dM, dD = L - L0, E - E0, misses - M0, D - D0
+        reward = -(self._wl * dL + self._we * dE + self._ws * dM + self._wd * dD)
+        dt = now - t0
+        # time-decayed arrival count: an unbiased rate estimate in steady state
+        if dt > 0.0:
+            decay = math.exp(-dt / self._rate_tau)
+            self._rate = self._rate * decay + (n - n0) / self._rate_tau
+        elif n > n0:
+            self._rate += (n - n0) / self._rate_tau
+        return reward, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}, dt, n - n0
+
+    def _summary_done(self) -> bool:
+        """All summary requests have arrived and are completed or dropped."""
+        return self._entry_hi is not None and self._n_done >= self._entry_hi
+
+    def _episode_over(self) -> bool:
+        return self._now >= self.horizon_s or self._summary_done()
+
+    def _serving_summary(self) -> dict[str, Any]:
+        """The episode summary (``info["serving"]``), from the one metrics recorder."""
+        return summarize(
+            arrivals=self._arr,
+            completions=self._comp,
+            n_done=self._n_done,
+            window=self._window,
+            entry_hi=self._entry_hi if self._entry_hi is not None else len(self._arr),
+            drops_summary=(
+                (self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops)
+                - (self._window.drops if self._window is not None else self._drops)
+            ),
+            now_s=self._now,
+            latency_integral_s=self._L,
+            energy_j=self._E,
+            misses=self._misses(),
+            drops=self._drops,
+            n_batches=self._n_batches,
+            sum_batch=self._sum_b,
+            in_system=self._n_sys,
+            sla_s=self._sla,
+            weights=(self._wl, self._we, self._ws, self._wd),
+        )

@@ -1,0 +1,332 @@
+"""``batch_env/DynamicBatching-v0``: whole-model dynamic batching on one accelerator."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..config import ServingConfig
+from ..core import ServingCore
+from ..executor import ProfileExecutor
+from ..profile import Profile
+from ..profile import load as load_profile
+from ..workload import Workload, make_workload
+
+OBS_FEATURES: tuple[str, ...] = (
+    "queue_len_over_max_batch",
+    "oldest_wait_over_sla",
+    "arrival_rate_over_max_throughput",
+    "past_deadline_fraction",
+    "last_batch_over_max_batch",
+)
+_CLIP = 100.0
+
+
+class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
+    """Graph-level dynamic batching: when to run a batch, and how large.
+
+    ## Description
+
+    One server (one accelerator) runs whole-model batches non-preemptively. Requests
+    arrive from a workload (Poisson, MMPP, gamma renewal or a trace), wait in a FIFO queue
+    of finite capacity, and are served in batches whose duration and energy come from a
+    latency/power profile (published figures or measurements). This is exactly the
+    decision process of the SMDP model of Xu et al. (ICC 2023): the agent decides at
+    every epoch where the server is idle and requests wait.
+
+    Decision epochs (DESIGN: Event semantics): after a batch completes with a non-empty
+    queue, at an arrival while idle, and, with ``decision_interval_ms`` set, at relative
+    ticks (after a wait the next epoch is ``min(next arrival, now + interval)``). A batch
+    that completes with an empty queue is followed, inside the same step, by idling to the
+    next arrival; ``reset`` likewise advances to the first arrival. So every epoch has at
+    least one waiting request and the server idle.
+
+    ## Action Space
+
+    ``Discrete(max_batch_size + 1)``. ``0`` waits until the next epoch; ``b >= 1`` runs the
+    ``b`` oldest requests now. Valid actions are ``0`` and ``1..min(queue, max_batch_size)``:
+    ``action_masks()`` and ``info["action_mask"]`` give them (sb3-contrib convention). A
+    ``b`` larger than the queue runs the whole queue and sets ``info["clipped_action"]``.
+    An action outside the space raises ``ValueError``.
+
+    ## Observation Space
+
+    ``Box(float32)`` with finite bounds, feature by feature (``OBS_FEATURES``):
+
+    | index | feature | range |
+    |-------|---------|-------|
+    | 0 | queue length / max_batch_size | [0, queue_capacity / max_batch_size] |
+    | 1 | oldest request's wait / SLA (clipped) | [0, 100] |
+    | 2 | arrival-rate estimate / max throughput (clipped) | [0, 100] |
+    | 3 | fraction of waiting requests already past their deadline | [0, 1] |
+    | 4 | last batch size / max_batch_size (0 after a wait) | [0, 1] |
+
+    The rate estimate is a time-decayed count of arrivals with time constant
+    ``rate_window_s`` (default 200 mean inter-arrival times), started at the workload's
+    nominal mean rate; max throughput is ``max_b b / latency(b)`` over ``1..max_batch_size``.
+
+    ## Rewards
+
+    ``r = -(w_latency * L + w_energy * E + w_sla * M + w_drop * D)`` over exactly the
+    simulated time from this decision to the next (``info["dt_s"]``): L is the integral of
+    the number of requests in the system (waiting + in service, arrivals during the step
+    included), E the joules consumed (busy power ``energy(b) / latency(b)`` for the batch's
+    actual duration, idle power otherwise), M the SLA misses whose deadline passed in the
+    step (latency > SLA; equal meets it), D the arrivals rejected by a full queue. The raw
+    L, E, M, D are in ``info["reward_components"]``. The long-run average reward per second
+    is minus (w_latency x arrival rate x mean latency + w_energy x mean power + ...), the
+    SMDP objective.
+
+    ## Starting State
+
+    Empty system at time 0; ``reset`` advances to the first arrival, so the first
+    observation has one request waiting. ``reset(seed)`` derives three independent
+    streams (arrivals, service noise, request sizes) with ``SeedSequence(seed).spawn(3)``:
+    two policies on the same seed see the same arrivals.
+
+    ## Episode End
+
+    Never terminates. Truncates at the first decision epoch at which the summary requests
+    (arrivals ``warmup_requests + 1 .. warmup_requests + horizon_requests``) are all
+    completed or dropped, or at the first epoch at or after ``horizon_s``. The episode
+    summary is then in ``info["serving"]`` (see :mod:`batch_env.metrics`).
+
+    ## Arguments
+
+    ``gymnasium.make("batch_env/DynamicBatching-v0", **kwargs)`` with:
+
+    * ``profile``: shipped profile name (default ``"resnet50-v100"``), path, dict or Profile.
+    * ``workload``: dict (``{"kind": "poisson", "rate_per_s": 300}``; a ``"load"`` key
+      instead of a rate means that fraction of the max throughput) or Workload; default
+      Poisson at load 0.6.
+    * ``max_batch_size`` (32), ``sla_ms`` (15), ``reward_weights`` (dict of overrides),
+      ``service`` (``"deterministic"`` | ``"lognormal"``), ``service_cv``,
+      ``queue_capacity`` (2000), ``horizon_requests`` (2000), ``warmup_requests`` (0),
+      ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
+      ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
+    * ``render_mode``: ``None`` or ``"ansi"``.
+
+    ## Vectorized environment
+
+    Not yet: use Gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv``. A NumPy-native twin is
+    planned.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        profile: str | dict | Profile = "resnet50-v100",
+        workload: dict | Workload | None = None,
+        max_batch_size: int = 32,
+        sla_ms: float = 15.0,
+        reward_weights: dict | None = None,
+        service: str = "deterministic",
+        service_cv: float | None = None,
+        queue_capacity: int = 2000,
+        horizon_requests: int = 2000,
+        warmup_requests: int = 0,
+        horizon_s: float | None = None,
+        decision_interval_ms: float | None = None,
+        idle_power_w: float | None = None,
+        rate_window_s: float | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        config = ServingConfig(
+            max_batch_size=max_batch_size,
+            sla_ms=sla_ms,
+            reward_weights=reward_weights,
+            service=service,
+            service_cv=service_cv,
+            queue_capacity=queue_capacity,
+            horizon_requests=horizon_requests,
+            warmup_requests=warmup_requests,
+            horizon_s=horizon_s,
+            decision_interval_ms=decision_interval_ms,
+            idle_power_w=idle_power_w,
+            rate_window_s=rate_window_s,
+        )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is invalid: allowed values are "
+                f"{[None] + self.metadata['render_modes']}"
+            )
+        self.render_mode = render_mode
+        prof = load_profile(profile)
+        prof.check_max_batch_size(config.max_batch_size)
+        B = config.max_batch_size
+        self.max_throughput_rps = prof.max_throughput_rps(B)
+        if workload is None:
+            workload = {"kind": "poisson", "load": 0.6}
+        wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
+        self._setup_core(prof, wl, config)
+        self.executor = ProfileExecutor(prof, B, config.service, config.service_cv)
+        self.load = self.mean_rate_per_s / self.max_throughput_rps
+        self._B = B
+        self._check_drop_weight()
+
+        self.action_space = spaces.Discrete(B + 1)
+        high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
+        self.observation_space = spaces.Box(np.zeros(5, dtype=np.float32), high, dtype=np.float32)
+        self._obs_high = high
+        masks = np.tril(np.ones((B + 1, B + 1), dtype=bool))  # row m: actions 0..m valid
+        masks.setflags(write=False)
+        self._mask_table = masks
+        self._last_b = 0
+        self._last_lat = 0.0
+        self._clipped = False
+
+    # -- helpers ----------------------------------------------------------------------
+    def _check_drop_weight(self) -> None:
+        lat, energy = self.profile.tables(self._B)
+        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
+        w = self.config.reward_weights
+        if w.drop < w.energy * cheapest:
+            warnings.warn(
+                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
+                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
+                stacklevel=3,
+            )
+
+    def _coerce_action(self, action: Any) -> int:
+        try:
+            a = np.asarray(action)
+            if a.shape != () or a.dtype.kind not in "iub" and not (
+                a.dtype.kind == "f" and math.isfinite(float(a)) and float(a).is_integer()
+            ):
+                raise TypeError
+            return int(a)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"action={action!r} is invalid: expected an integer in 0..{self._B}"
+            ) from None
+
+    def _obs(self) -> np.ndarray:
+        B = self._B
+        q = len(self._arr) - self._ns
+        past = self._kd - self._ns
+        return np.array(
+            [
+                q / B,
+                min((self._now - self._arr[self._ns]) / self._sla, _CLIP) if q else 0.0,
+                min(self._rate / self.max_throughput_rps, _CLIP),
+                past / q if past > 0 else 0.0,
+                self._last_b / B,
+            ],
+            dtype=np.float32,
+        )
+
+    def _info(self, q: int, dt: float, comps: dict[str, float]) -> dict[str, Any]:
+        return {
+            "queue_len": q,
+            "oldest_wait_s": self._now - self._arr[self._ns] if q else 0.0,
+            "now_s": self._now,
+            "dt_s": dt,
+            "last_batch_size": self._last_b,
+            "last_batch_latency_s": self._last_lat,
+            "reward_components": comps,
+            "action_mask": self._mask_table[q if q < self._B else self._B],
+            "clipped_action": self._clipped,
+            "dropped_total": self._drops,
+            "energy_source": "profile",
+        }
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a copy)."""
+        q = len(self._arr) - self._ns
+        return self._mask_table[min(q, self._B)].copy()
+
+    # -- Gymnasium API ----------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode: seed the streams and advance to the first arrival.
+
+        :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
+        :param options: unused.
+        """
+        super().reset(seed=seed)
+        service_rng, _sizes = self._reset_core(seed)
+        self.executor.reset(service_rng)
+        self._last_b = 0
+        self._last_lat = 0.0
+        self._clipped = False
+        q = len(self._arr) - self._ns
+        self._deadline_prefix(self._now)
+        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        return self._obs(), self._info(q, 0.0, comps)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Apply ``action`` at the current epoch and run to the next one.
+
+        :param action: 0 = wait, b >= 1 = run the b oldest requests.
+        """
+        if type(action) is not int:
+            action = self._coerce_action(action)
+        if action < 0 or action > self._B:
+            raise ValueError(f"action={action!r} is out of range: expected an integer in 0..{self._B}")
+        idle = self.idle_power_w
+        if action == 0:
+            t = self._next_arrival()
+            if self._tick is not None and self._now + self._tick < t:
+                t = self._now + self._tick
+            if t == math.inf:  # a finite trace ended: idle until the horizon
+                t = max(self.horizon_s, self._now)
+            self._advance(t, idle)
+            self._last_b = 0
+            self._last_lat = 0.0
+            self._clipped = False
+        else:
+            q = len(self._arr) - self._ns
+            self._clipped = action > q
+            b = q if self._clipped else action
+            d, e = self.executor.run(b)
+            c = self._now + d
+            self._start_batch(b, c)
+            self._advance(c, e / d if d > 0.0 else 0.0)
+            self._finish_batch(b)
+            self._last_b = b
+            self._last_lat = d
+            while self._ns == len(self._arr):  # empty queue: idle to the next arrival
+                t = self._next_arrival()
+                if t == math.inf:
+                    self._advance(max(self.horizon_s, self._now), idle)
+                    break
+                self._advance(t, idle)
+        reward, comps, dt, _ = self._step_accounting()
+        q = len(self._arr) - self._ns
+        info = self._info(q, dt, comps)
+        truncated = self._episode_over()
+        if truncated:
+            info["serving"] = self._serving_summary()
+        return self._obs(), reward, False, truncated, info
+
+    def render(self) -> str | None:
+        """Text view of the queue (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        q = len(self._arr) - self._ns
+        bar = "#" * min(q, 40) + ("+" if q > 40 else "")
+        return (
+            f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
+            f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self._drops}"
+        )
+
+    def get_config(self) -> dict[str, Any]:
+        """The env's resolved configuration (profile name, workload, config fields)."""
+        return {
+            "profile": self.profile.name,
+            "workload": self.workload.to_dict(),
+            **self.config.to_dict(),
+            "horizon_s": self.horizon_s,
+            "load": self.load,
+        }

@@ -1,0 +1,161 @@
+"""The one evaluation harness: any policy on any env, N seeded episodes, with 95% CIs.
+
+A policy is anything with ``reset()`` and ``act(obs, info) -> action`` (baselines and
+trained agents alike; duck typing keeps ``batch_env`` free of imports from
+``baselines``/``agents``). Episode ``k`` is seeded with ``seed + k``, so two policies
+evaluated with the same ``seed`` see the same arrivals (common random numbers) and
+:func:`paired_difference` gives a paired confidence interval.
+
+Confidence intervals are Student-t 95% intervals over episodes (each episode's summary
+is one observation); with a single episode the half-width is NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+from scipy import stats
+
+
+class Policy(Protocol):
+    """What ``evaluate`` needs from a policy."""
+
+    def reset(self) -> None:
+        """Forget any state from a previous episode."""
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """Choose an action from the observation and the info dict."""
+
+
+def ci95_half_width(values: Sequence[float]) -> float:
+    """Half-width of the Student-t 95% confidence interval of the mean.
+
+    :param values: independent observations (NaNs are ignored).
+    """
+    x = np.asarray(values, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n < 2:
+        return math.nan
+    return float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
+
+
+@dataclass
+class EvaluationResult:
+    """Per-episode summaries of one policy on one env, with aggregate statistics.
+
+    :param policy: the policy's name.
+    :param seeds: the episode seeds.
+    :param episodes: one dict per episode: ``info["serving"]`` plus ``return``, ``steps``
+        and ``seed``.
+    """
+
+    policy: str
+    seeds: list[int]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def values(self, key: str) -> np.ndarray:
+        """Per-episode values of ``key`` (a ``serving`` key, ``return`` or ``steps``)."""
+        if self.episodes and key not in self.episodes[0]:
+            raise KeyError(f"unknown summary key {key!r}: available keys are {sorted(self.episodes[0])}")
+        return np.array([float(ep[key]) for ep in self.episodes], dtype=np.float64)
+
+    def mean(self, key: str) -> float:
+        """Mean over episodes of ``key`` (NaN episodes ignored)."""
+        v = self.values(key)
+        v = v[~np.isnan(v)]
+        return float(v.mean()) if v.size else math.nan
+
+    def ci95(self, key: str) -> float:
+        """95% confidence half-width of the mean of ``key``."""
+        return ci95_half_width(self.values(key))
+
+    def summary(self) -> dict[str, tuple[float, float]]:
+        """``{key: (mean, ci95 half-width)}`` for every numeric key."""
+        keys = [k for k in self.episodes[0] if k != "seed"] if self.episodes else []
+        return {k: (self.mean(k), self.ci95(k)) for k in keys}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form: policy, seeds, episodes and the aggregate summary."""
+        return {
+            "policy": self.policy,
+            "seeds": self.seeds,
+            "episodes": self.episodes,
+            "summary": {k: {"mean": m, "ci95": h} for k, (m, h) in self.summary().items()},
+        }
+
+
+def evaluate(
+    policy: Policy,
+    env: gym.Env | str | Callable[[], gym.Env],
+    n_episodes: int = 10,
+    seed: int = 0,
+    *,
+    name: str | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> EvaluationResult:
+    """Run ``policy`` on ``env`` for ``n_episodes`` seeded episodes.
+
+    :param policy: an object with ``reset()`` and ``act(obs, info)``.
+    :param env: an env instance, a registered id (made with ``env_kwargs``) or a factory.
+    :param n_episodes: number of episodes (>= 1).
+    :param seed: episode ``k`` is reset with ``seed + k``.
+    :param name: label for the result (default: the policy's ``name`` attribute or class).
+    :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id.
+    :param progress: called with the number of finished episodes after each episode.
+    :returns: the per-episode summaries with confidence intervals.
+    """
+    if not isinstance(n_episodes, int) or n_episodes < 1:
+        raise ValueError(f"n_episodes={n_episodes!r} is invalid: expected an integer >= 1")
+    if isinstance(env, str):
+        env = gym.make(env, **(env_kwargs or {}))
+    elif not isinstance(env, gym.Env) and callable(env):
+        env = env()
+    label = name or getattr(policy, "name", None) or type(policy).__name__
+    seeds = [seed + k for k in range(n_episodes)]
+    result = EvaluationResult(policy=label, seeds=seeds)
+    for k, s in enumerate(seeds):
+        policy.reset()
+        obs, info = env.reset(seed=s)
+        total = 0.0
+        steps = 0
+        while True:
+            obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
+            total += float(reward)
+            steps += 1
+            if terminated or truncated:
+                break
+        if "serving" not in info:
+            raise RuntimeError(
+                f"episode with seed {s} ended after {steps} steps without info['serving']: "
+                "the registration's max_episode_steps safety net cut it; raise it or lower "
+                "horizon_requests"
+            )
+        result.episodes.append({**info["serving"], "return": total, "steps": steps, "seed": s})
+        if progress is not None:
+            progress(k + 1)
+    return result
+
+
+def paired_difference(a: EvaluationResult, b: EvaluationResult, key: str) -> tuple[float, float]:
+    """Mean and 95% CI half-width of ``a[key] - b[key]`` over their common seeds.
+
+    Pairing by seed removes the variance the two runs share through common arrivals.
+
+    :param a: first result.
+    :param b: second result (same seeds).
+    :param key: summary key, e.g. ``"reward_rate_per_s"``.
+    """
+    common = sorted(set(a.seeds) & set(b.seeds))
+    if not common:
+        raise ValueError(f"results {a.policy!r} and {b.policy!r} share no seed: cannot pair them")
+    va = {ep["seed"]: float(ep[key]) for ep in a.episodes}
+    vb = {ep["seed"]: float(ep[key]) for ep in b.episodes}
+    d = np.array([va[s] - vb[s] for s in common])
+    return float(np.nanmean(d)), ci95_half_width(d)

@@ -1,0 +1,94 @@
+"""Executors: how a batch is executed and what it costs.
+
+:class:`ProfileExecutor` simulates a batch from a profile: its duration is the profile's
+mean latency (``service="deterministic"``) or a lognormal draw with that mean and a
+coefficient of variation (``service="lognormal"``), and its energy is the batch's busy
+power (``energy(b) / latency(b)``, DESIGN: Energy) times the actual duration. Draws come
+only from the env's service-time stream (DESIGN: Random streams), in blocks, so that the
+hot path is a list lookup.
+
+The real PyTorch executor (``TorchExecutor``) arrives with the real-execution issue; it
+will expose the same ``run(b) -> (duration_s, energy_j)`` interface.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .profile import Profile
+
+_BLOCK = 4096
+
+
+class ProfileExecutor:
+    """Profile-backed simulated execution of whole-model batches.
+
+    :param profile: the latency/energy profile.
+    :param max_batch_size: largest batch size that will be requested.
+    :param service: ``"deterministic"`` or ``"lognormal"``.
+    :param service_cv: coefficient of variation for lognormal service (``None``: the
+        profile's ``latency_cv``).
+    """
+
+    energy_source = "profile"
+
+    def __init__(
+        self,
+        profile: Profile,
+        max_batch_size: int,
+        service: str = "deterministic",
+        service_cv: float | None = None,
+    ) -> None:
+        self.profile = profile
+        self.max_batch_size = int(max_batch_size)
+        self.service = service
+        lat, energy = profile.tables(self.max_batch_size)
+        self.latency_s: list[float] = lat.tolist()
+        self.energy_j: list[float] = energy.tolist()
+        self.power_w: list[float] = [0.0] + [e / t for e, t in zip(energy[1:], lat[1:], strict=True)]
+        if service == "lognormal":
+            cv = service_cv if service_cv is not None else profile.latency_cv
+            if cv is None:
+                raise ValueError(
+                    f"service='lognormal' needs service_cv: profile {profile.name!r} has no "
+                    "latency_cv, so pass service_cv=<coefficient of variation >= 0>"
+                )
+            self.cv = float(cv)
+        else:
+            self.cv = 0.0
+        self._sigma = math.sqrt(math.log1p(self.cv * self.cv))
+        self._rng: np.random.Generator | None = None
+        self._factors: list[float] = []
+        self._k = 0
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start a new episode drawing service noise from ``rng``.
+
+        :param rng: the env's service-time stream.
+        """
+        self._rng = rng
+        self._factors = []
+        self._k = 0
+
+    def _refill(self) -> None:
+        s = self._sigma
+        z = self._rng.standard_normal(_BLOCK)
+        # multiplicative factor with mean exactly 1: exp(s z - s^2 / 2)
+        self._factors = np.exp(s * z - 0.5 * s * s).tolist()
+        self._k = 0
+
+    def run(self, b: int) -> tuple[float, float]:
+        """Execute a batch of ``b`` requests.
+
+        :param b: batch size, 1 <= b <= max_batch_size.
+        :returns: ``(duration_s, energy_j)``.
+        """
+        if self._sigma == 0.0:
+            return self.latency_s[b], self.energy_j[b]
+        if self._k >= len(self._factors):
+            self._refill()
+        d = self.latency_s[b] * self._factors[self._k]
+        self._k += 1
+        return d, self.power_w[b] * d

@@ -1,0 +1,191 @@
+"""The ``batch-env`` command: the top layer, the only one that imports all others.
+
+Subcommands: ``demo`` (greedy on the default env, summary table), ``evaluate`` (any
+baseline on any env configuration), ``bench`` (speed against CartPole). Later issues add
+``compare``, ``train``, ``solve-smdp`` and ``profile``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+import yaml
+
+SHOWN_KEYS = (
+    "latency_mean_ms",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "sla_attainment",
+    "throughput_rps",
+    "power_mean_w",
+    "energy_per_request_j",
+    "batch_size_mean",
+    "drop_rate",
+    "reward_rate_per_s",
+)
+
+
+def _fmt(x: float) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return f"{x:.4g}"
+
+
+def format_table(results: list[Any], keys: tuple[str, ...] = SHOWN_KEYS) -> str:
+    """Plain-text table: one row per summary key, one column per policy (mean ± 95% CI)."""
+    cols = [r.policy for r in results]
+    rows = [["metric", *cols]]
+    for k in keys:
+        rows.append([k] + [f"{_fmt(r.mean(k))} ± {_fmt(r.ci95(k))}" for r in results])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _parse_mapping(text: str | None, field: str) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SystemExit(f"error: {field}={text!r} is not valid YAML/JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"error: {field}={text!r} must be a mapping such as '{{kind: poisson, load: 0.6}}'")
+    return value
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kw: dict[str, Any] = {"profile": args.profile, "max_batch_size": args.max_batch_size}
+    workload = _parse_mapping(args.workload, "--workload")
+    kw["workload"] = workload if workload is not None else {"kind": "poisson", "load": args.load}
+    weights = _parse_mapping(args.reward_weights, "--reward-weights")
+    if weights is not None:
+        kw["reward_weights"] = weights
+    for name in ("sla_ms", "horizon_requests", "decision_interval_ms", "service"):
+        value = getattr(args, name)
+        if value is not None:
+            kw[name] = value
+    return kw
+
+
+def _add_env_args(p: argparse.ArgumentParser) -> None:
+    from batch_env.profile import available
+
+    p.add_argument("--profile", default="resnet50-v100", help=f"profile name or JSON path; shipped: {', '.join(available())}")
+    p.add_argument("--load", type=float, default=0.6, help="Poisson load rho = rate / max throughput (default 0.6)")
+    p.add_argument("--workload", default=None, help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], switch_rates_per_s: [2, 2]}' (overrides --load)")
+    p.add_argument("--max-batch-size", type=int, default=32, help="largest batch (default 32)")
+    p.add_argument("--sla-ms", type=float, default=None, help="latency SLA in ms (default 15)")
+    p.add_argument("--horizon-requests", type=int, default=None, help="summary requests per episode (default 2000)")
+    p.add_argument("--decision-interval-ms", type=float, default=None, help="relative tick interval (default: ticks off)")
+    p.add_argument("--service", choices=["deterministic", "lognormal"], default=None, help="service-time law")
+    p.add_argument("--reward-weights", default=None, help="weights mapping, e.g. '{energy: 0.1}'")
+    p.add_argument("--episodes", type=int, default=5, help="seeded episodes (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
+    import gymnasium as gym
+
+    import baselines
+    import batch_env
+
+    env = gym.make("batch_env/DynamicBatching-v0", **_env_kwargs(args))
+    results = []
+    for name in names:
+        policy = baselines.make(name, env=env)
+        results.append(batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed))
+    return results
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run greedy batching on the default env and print its summary."""
+    results = _run_policies(args, ["greedy"])
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+        return 0
+    from batch_env.profile import load
+
+    prof = load(args.profile)
+    print(f"batch-env demo: {prof.name} ({prof.device}), Poisson load {args.load}, "
+          f"max batch {args.max_batch_size}, {args.episodes} episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
+    print(format_table(results))
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate baselines on one env configuration."""
+    results = _run_policies(args, args.policy)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Measure env speed against CartPole in the same process."""
+    from experiments.bench import run_bench, write_results
+
+    result = run_bench(n_steps=args.steps, repeats=args.repeats)
+    path = write_results(result, args.out)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
+        print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
+        print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
+              f"(floor: <= {result['floor_step_cost_ratio']:.0f})")
+        print(f"written to {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``batch-env`` (every subcommand has ``--help``)."""
+    parser = argparse.ArgumentParser(
+        prog="batch-env",
+        description="Dynamic batching for ML inference serving as RL environments.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("demo", help="run greedy batching on the default env and print the summary",
+                       description=cmd_demo.__doc__)
+    _add_env_args(p)
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("evaluate", help="evaluate baselines on one env configuration",
+                       description=cmd_evaluate.__doc__)
+    _add_env_args(p)
+    from baselines import available
+
+    p.add_argument("--policy", nargs="+", default=["greedy"], choices=available(), help="policies to evaluate")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
+                       description=cmd_bench.__doc__)
+    p.add_argument("--steps", type=int, default=200_000, help="steps per timed round (default 200000)")
+    p.add_argument("--repeats", type=int, default=3, help="timed rounds; the best counts (default 3)")
+    p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``batch-env`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
