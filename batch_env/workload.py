@@ -131,7 +131,7 @@ def _strictly_increasing(times: np.ndarray, prev: float) -> np.ndarray:
 # ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ArrivalChunk:
     """A batch of consecutive arrivals.
 
@@ -231,7 +231,11 @@ class _MMPPStream(ArrivalStream):
         self._m = m
         jump = np.where(np.eye(m, dtype=bool), 0.0, q) / self._leave[:, None]
         self._uniform_jumps = not isinstance(wl.switch_rates_per_s[0], (tuple, list))
-        self._cum_jump = [list(np.cumsum(row)[:-1]) for row in jump]
+        cum_jump = np.cumsum(jump, axis=1)
+        # a target after which only impossible jumps follow can never be passed
+        tail_zero = np.cumsum(jump[:, ::-1], axis=1)[:, ::-1][:, 1:] == 0
+        cum_jump[:, :-1][tail_zero] = np.inf
+        self._cum_jump = [list(row[:-1]) for row in cum_jump]
         pi = wl.stationary_distribution
         if wl.initial_state is None:
             self._state = int(min(np.searchsorted(np.cumsum(pi), rng.random(), "right"), m - 1))

@@ -234,7 +234,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "last_batch_size": self._last_b,
             "last_batch_latency_s": self._last_lat,
             "reward_components": comps,
-            "action_mask": self._mask_table[q if q < self._B else self._B],
+            "action_mask": self._mask_table[q if q < self._B else self._B].copy(),
             "clipped_action": self._clipped,
             "dropped_total": self._drops,
             "energy_source": "profile",
