@@ -1,0 +1,74 @@
+"""The ``batch-env`` command and the package's import hygiene."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from experiments.bench import run_bench, write_results
+from experiments.cli import build_parser, main
+
+SUBCOMMANDS = ["demo", "evaluate", "bench"]
+
+
+@pytest.mark.parametrize("cmd", SUBCOMMANDS)
+def test_every_subcommand_has_help(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert f"batch-env {cmd}" in out
+    assert "--json" in out
+
+
+def test_top_level_help_lists_subcommands():
+    text = build_parser().format_help()
+    for cmd in SUBCOMMANDS:
+        assert cmd in text
+
+
+def test_demo_prints_the_greedy_summary(capsys):
+    assert main(["demo", "--episodes", "2", "--horizon-requests", "300"]) == 0
+    out = capsys.readouterr().out
+    assert "greedy" in out and "latency_p99_ms" in out and "reward_rate_per_s" in out
+
+
+def test_evaluate_json(capsys):
+    assert main(["evaluate", "--episodes", "2", "--horizon-requests", "200", "--load", "0.3", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data[0]["policy"] == "greedy"
+    assert data[0]["seeds"] == [0, 1]
+    assert data[0]["summary"]["completed"]["mean"] == 200
+
+
+def test_cli_reports_bad_input_cleanly(capsys):
+    assert main(["demo", "--episodes", "1", "--max-batch-size", "0"]) == 2
+    assert "max_batch_size=0" in capsys.readouterr().err
+    assert main(["demo", "--episodes", "1", "--profile", "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["demo", "--workload", "[1, 2]"])
+
+
+def test_bench_reports_ratio(tmp_path):
+    result = run_bench(n_steps=2000, repeats=1)
+    assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
+    assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
+        result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]
+    )
+    path = write_results(result, tmp_path)
+    assert json.loads(path.read_text())["machine"]["cpu_count"] >= 1
+
+
+def test_import_does_not_load_torch_or_training_stack():
+    code = (
+        "import sys, gymnasium as gym, batch_env; "
+        "env = gym.make('batch_env/DynamicBatching-v0'); env.reset(seed=0); env.step(1); "
+        "bad = [m for m in ('torch', 'stable_baselines3', 'baselines', 'agents', 'experiments') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
