@@ -335,6 +335,7 @@ def test_always_wait_ends(cfg):
         ({"workload": {"kind": "uniform"}}, "uniform"),
     ],
 )
+@pytest.mark.filterwarnings("ignore:.*render_mode")
 def test_bad_config(kwargs, needle):
     with pytest.raises((ValueError, FileNotFoundError)) as exc:
         gym.make(ENV_ID, **kwargs)
