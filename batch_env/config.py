@@ -25,14 +25,21 @@ Defaults (and why):
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+import numpy as np
 
 SERVICE_LAWS = ("deterministic", "lognormal")
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+def is_real_number(value: Any) -> bool:
+    """Whether ``value`` is a real number: ints, floats, NumPy real scalars (not bools).
+
+    :param value: any object.
+    """
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
 def check_number(
@@ -59,7 +66,7 @@ def check_number(
         if not ok and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
             ok = value.dtype.kind in "iu"
     else:
-        ok = _is_number(value) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0)
+        ok = is_real_number(value) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0)
     if ok and not integer:
         ok = math.isfinite(float(value))
     rng = []

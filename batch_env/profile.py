@@ -57,6 +57,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .config import is_real_number
+
 __all__ = ["Profile", "available", "load"]
 
 Kind = Literal["table", "linear"]
@@ -69,10 +71,6 @@ _TABLE_ONLY = ("batch_sizes", "latency_ms", "power_w", "energy_j")
 _LINEAR_ONLY = ("alpha_ms", "tau0_ms", "beta_j", "c0_j")
 _OPTIONAL = ("kind", "idle_power_source", "latency_cv", "extrapolation", "nodes", "notes", "citations")
 _PROFILE_DIR = "profiles"
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
 class Profile:
@@ -165,7 +163,7 @@ class Profile:
 
         cv = d.get("latency_cv")
         if cv is not None:
-            if not _is_number(cv) or not math.isfinite(cv) or cv < 0:
+            if not is_real_number(cv) or not math.isfinite(cv) or cv < 0:
                 raise self._err("latency_cv", cv, "null or a finite number >= 0")
             cv = float(cv)
         self.latency_cv = cv
@@ -190,7 +188,7 @@ class Profile:
     def _scalar(self, field: str) -> float:
         """A finite number >= 0 from ``raw[field]``."""
         v = self.raw[field]
-        if not _is_number(v) or not math.isfinite(v) or v < 0:
+        if not is_real_number(v) or not math.isfinite(v) or v < 0:
             raise self._err(field, v, "a finite number >= 0")
         return float(v)
 
@@ -204,7 +202,7 @@ class Profile:
                 "they must have the same length"
             )
         for i, x in enumerate(v):
-            if not _is_number(x) or not math.isfinite(x) or x <= 0:
+            if not is_real_number(x) or not math.isfinite(x) or x <= 0:
                 raise ValueError(
                     f"{self.origin}: field '{field}'[{i}] = {x!r} is invalid: "
                     "must be a finite number > 0"
@@ -295,7 +293,7 @@ class Profile:
 
     def _check_b(self, b: Any, field: str) -> int:
         ok = isinstance(b, numbers.Integral) and not isinstance(b, bool)
-        if not ok and _is_number(b) and math.isfinite(b) and float(b).is_integer():
+        if not ok and is_real_number(b) and math.isfinite(b) and float(b).is_integer():
             ok = True
         if not ok or int(b) < 1:
             raise ValueError(

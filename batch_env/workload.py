@@ -35,7 +35,6 @@ import csv
 import dataclasses
 import functools
 import math
-import numbers
 import os
 import re
 from abc import ABC, abstractmethod
@@ -44,6 +43,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+
+from .config import is_real_number
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -67,15 +68,6 @@ DEFAULT_CHUNK_SIZE = 4096
 # ----------------------------------------------------------------------------------
 
 
-def _is_number(value: Any) -> bool:
-    """Return whether ``value`` is a real number (bools excluded).
-
-    :param value: any object.
-    :return: True for ints, floats and NumPy real scalars, False otherwise.
-    """
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
 def _positive(value: Any, name: str, owner: str) -> float:
     """Validate a finite, strictly positive number and return it as float.
 
@@ -85,7 +77,7 @@ def _positive(value: Any, name: str, owner: str) -> float:
     :return: ``float(value)``.
     :raises ValueError: if ``value`` is not a finite number > 0.
     """
-    if not _is_number(value) or not math.isfinite(float(value)) or float(value) <= 0:
+    if not is_real_number(value) or not math.isfinite(float(value)) or float(value) <= 0:
         raise ValueError(f"{owner}: {name}={value!r} is invalid; expected a finite number > 0")
     return float(value)
 
@@ -99,7 +91,7 @@ def _nonnegative(value: Any, name: str, owner: str) -> float:
     :return: ``float(value)``.
     :raises ValueError: if ``value`` is not a finite number >= 0.
     """
-    if not _is_number(value) or not math.isfinite(float(value)) or float(value) < 0:
+    if not is_real_number(value) or not math.isfinite(float(value)) or float(value) < 0:
         raise ValueError(f"{owner}: {name}={value!r} is invalid; expected a finite number >= 0")
     return float(value)
 
@@ -762,7 +754,7 @@ def _check_matrix_entry(v: Any, i: int, j: int, sw: Any) -> float:
     :return: ``float(v)``.
     :raises ValueError: if ``v`` is not a finite number (>= 0 off the diagonal).
     """
-    ok = _is_number(v) and math.isfinite(float(v)) and (i == j or float(v) >= 0)
+    ok = is_real_number(v) and math.isfinite(float(v)) and (i == j or float(v) >= 0)
     if not ok:
         raise ValueError(
             f"MMPP: switch_rates_per_s[{i}][{j}]={v!r} is invalid; expected a finite number "
