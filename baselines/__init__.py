@@ -3,6 +3,10 @@
 Every policy has ``reset()`` and ``act(obs, info) -> action`` and is built with
 :func:`make`. A policy may read the env's configuration at construction (profile,
 workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
+
+One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
+batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
+rate-adaptive variant); shared pieces in ``common``.
 """
 
 from __future__ import annotations
@@ -12,16 +16,25 @@ from typing import Any
 
 import gymnasium as gym
 
-from .heuristics import GreedyPolicy
+from .aimd import AIMDPolicy
+from .heuristics import GreedyPolicy, StaticPolicy
+from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
+from .timeouts import TFServingPolicy, TritonTimeoutPolicy
 
 _REGISTRY: dict[str, Callable[..., Any]] = {
     "greedy": GreedyPolicy,
+    "static": StaticPolicy,
+    "timeout": TritonTimeoutPolicy,
+    "tfserving": TFServingPolicy,
+    "aimd": AIMDPolicy,
+    "smdp": SMDPPolicy,
+    "smdp-adaptive": AdaptiveSMDPPolicy,
 }
 
 
 def available() -> list[str]:
     """Names accepted by :func:`make`."""
-    return sorted(_REGISTRY)
+    return list(_REGISTRY)
 
 
 def make(name: str, env: gym.Env | None = None, **params: Any) -> Any:
@@ -29,11 +42,21 @@ def make(name: str, env: gym.Env | None = None, **params: Any) -> Any:
 
     :param name: one of :func:`available`.
     :param env: the env the policy will act in (wrappers are looked through).
-    :param params: the policy's own parameters.
+    :param params: the policy's own parameters (see each class).
     """
     if name not in _REGISTRY:
         raise ValueError(f"policy name={name!r} is unknown: available policies are {available()}")
     return _REGISTRY[name](env=env, **params)
 
 
-__all__ = ["GreedyPolicy", "available", "make"]
+__all__ = [
+    "AIMDPolicy",
+    "AdaptiveSMDPPolicy",
+    "GreedyPolicy",
+    "SMDPPolicy",
+    "StaticPolicy",
+    "TFServingPolicy",
+    "TritonTimeoutPolicy",
+    "available",
+    "make",
+]
