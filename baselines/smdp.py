@@ -253,7 +253,9 @@ def _build(pb: SMDPProblem) -> _Arrays:
     L_arr = f @ g.T  # (S, B): latency integral of admitted arrivals, by room
     over = np.maximum(n[None, :] - R, 0) @ p[:, : K + 1].T  # (S, B): expected overflow
     kernel = p[:, : K + 1].copy()
-    kernel[:, K] += 1.0 - kernel.sum(axis=1)  # fold the (< 1e-15) tail: rows sum to 1
+    # fold the (< 1e-15) tail into n = K, so that every row sums to 1 and stays >= 0
+    kernel[:, K] = np.maximum(1.0 - kernel[:, :K].sum(axis=1), 0.0)
+    kernel /= kernel.sum(axis=1, keepdims=True)
 
     s = np.arange(S + 1)[:, None]
     b = np.arange(1, B + 1)[None, :]

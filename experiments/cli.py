@@ -1,8 +1,9 @@
 """The ``batch-env`` command: the top layer, the only one that imports all others.
 
-Subcommands: ``demo`` (greedy on the default env, summary table), ``evaluate`` (any
-baseline on any env configuration), ``bench`` (speed against CartPole). Later issues add
-``compare``, ``train``, ``solve-smdp`` and ``profile``.
+Subcommands: ``demo`` (a small comparison of every baseline on the default env),
+``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines on one
+env configuration), ``solve-smdp`` (the SMDP-optimal policy of an env), ``bench`` (speed
+against CartPole and pymdptoolbox). Later issues add ``train`` and ``profile``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
 
 
 def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
+    """Evaluate baselines (default parameters) on the env the arguments describe."""
     import gymnasium as gym
 
     import baselines
@@ -105,18 +107,21 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run greedy batching on the default env and print its summary."""
-    results = _run_policies(args, ["greedy"])
-    if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
-        return 0
-    from batch_env.profile import load
+    """Run a small comparison of every baseline on the default env and print its table."""
+    from experiments.compare import run_compare
 
-    prof = load(args.profile)
-    print(f"batch-env demo: {prof.name} ({prof.device}), Poisson load {args.load}, "
-          f"max batch {args.max_batch_size}, {args.episodes} episodes (seeds {args.seed}..{args.seed + args.episodes - 1})")
-    print(format_table(results))
+    result = run_compare(args.config, results_dir=args.results_dir, progress=not args.json)
+    if args.json:
+        print(json.dumps({"dir": str(result["dir"]), "records": result["records"]}, default=str))
+    else:
+        print(result["markdown"])
+        print(f"tables, CSV and plots in {result['dir']}/")
     return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run (or resume) a comparison experiment from a YAML config."""
+    return cmd_demo(args)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -130,19 +135,53 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Measure env speed against CartPole in the same process."""
+    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox."""
     from experiments.bench import run_bench, write_results
 
-    result = run_bench(n_steps=args.steps, repeats=args.repeats)
+    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp)
     path = write_results(result, args.out)
     if args.json:
         print(json.dumps(result, indent=2))
-    else:
-        print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
-        print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
-        print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
-              f"(floor: <= {result['floor_step_cost_ratio']:.0f})")
-        print(f"written to {path}")
+        return 0
+    print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
+    print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
+    print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
+          f"(floor: <= {result['floor_step_cost_ratio']:.0f})")
+    sm = result.get("smdp")
+    if sm:
+        print(f"SMDP solve, {sm['n_states']} states, B={sm['max_batch_size']}, rho={sm['load']}: "
+              f"policy iteration {sm['pi_s']:.3f} s, our RVI {sm['rvi_s']:.2f} s, "
+              f"pymdptoolbox RVI {sm['pymdptoolbox_s']:.2f} s -> {sm['speedup_pi_vs_pymdptoolbox']:.0f}x "
+              f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}")
+    print(f"written to {path}")
+    return 0
+
+
+def cmd_solve_smdp(args: argparse.Namespace) -> int:
+    """Solve the SMDP-optimal batching policy of an env configuration."""
+    import gymnasium as gym
+
+    import batch_env  # noqa: F401
+    from baselines.smdp import SMDPProblem, solve
+
+    kw = _env_kwargs(args)
+    if args.rate_per_s is not None:
+        kw["workload"] = {"kind": "poisson", "rate_per_s": args.rate_per_s}
+    if args.queue_capacity is not None:
+        kw["queue_capacity"] = args.queue_capacity
+    env = gym.make("batch_env/DynamicBatching-v0", **kw)
+    sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
+    out = sol.to_dict()
+    out["load"] = env.unwrapped.load
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"gain (cost per second): {sol.gain:.6g}   reward rate: {-sol.gain:.6g}/s")
+    print(f"threshold: {sol.threshold}   iterations: {sol.iterations}   solve time: {sol.solve_time_s:.3f} s   "
+          f"states: {sol.problem.n_states}{' (truncated)' if sol.problem.truncated else ''}")
+    B = sol.problem.max_batch_size
+    shown = sol.policy[: 3 * B + 1].tolist()
+    print(f"policy (queue length 0..{len(shown) - 1} -> batch size, 0 = wait): {shown}")
     return 0
 
 
@@ -154,10 +193,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", help="run greedy batching on the default env and print the summary",
+    p = sub.add_parser("demo", help="compare every baseline on the default env (small) and print the table",
                        description=cmd_demo.__doc__)
-    _add_env_args(p)
+    p.add_argument("--config", default="demo", help="comparison config name or YAML path (default: demo)")
+    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("compare", help="run (or resume) a comparison experiment from a YAML config",
+                       description=cmd_compare.__doc__)
+    p.add_argument("--config", default="default", help="config name in experiments/configs or a YAML path (default: default)")
+    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--json", action="store_true", help="print the records as JSON")
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("solve-smdp", help="solve the SMDP-optimal policy of an env configuration",
+                       description=cmd_solve_smdp.__doc__)
+    _add_env_args(p)
+    p.add_argument("--rate-per-s", type=float, default=None, help="Poisson arrival rate (overrides --load/--workload)")
+    p.add_argument("--queue-capacity", type=int, default=None, help="queue capacity (default 2000)")
+    p.add_argument("--max-states", type=int, default=None, help="truncation level (default: the queue capacity, exact)")
+    p.add_argument("--method", choices=["pi", "rvi"], default="pi", help="policy iteration (default) or relative value iteration")
+    p.set_defaults(func=cmd_solve_smdp)
 
     p = sub.add_parser("evaluate", help="evaluate baselines on one env configuration",
                        description=cmd_evaluate.__doc__)
@@ -172,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=200_000, help="steps per timed round (default 200000)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds; the best counts (default 3)")
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
+    p.add_argument("--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
     return parser

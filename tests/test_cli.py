@@ -11,7 +11,7 @@ import pytest
 from experiments.bench import run_bench, write_results
 from experiments.cli import build_parser, main
 
-SUBCOMMANDS = ["demo", "evaluate", "bench"]
+SUBCOMMANDS = ["demo", "compare", "evaluate", "solve-smdp", "bench"]
 
 
 @pytest.mark.parametrize("cmd", SUBCOMMANDS)
@@ -30,10 +30,20 @@ def test_top_level_help_lists_subcommands():
         assert cmd in text
 
 
-def test_demo_prints_the_greedy_summary(capsys):
-    assert main(["demo", "--episodes", "2", "--horizon-requests", "300"]) == 0
+def test_demo_prints_the_comparison(capsys, tmp_path):
+    assert main(["demo", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "greedy" in out and "latency_p99_ms" in out and "reward_rate_per_s" in out
+    for policy in ("greedy", "static-8", "timeout", "tfserving", "aimd", "smdp"):
+        assert f"| {policy} |" in out
+    assert (tmp_path / "demo" / "summary.csv").exists()
+
+
+def test_solve_smdp_json(capsys):
+    assert main(["solve-smdp", "--rate-per-s", "3000", "--reward-weights", "{sla: 0}", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["threshold"] == 8 and data["n_states"] == 2001 and not data["truncated"]
+    assert data["policy"][:9] == [0] * 8 + [8]
+    assert data["gain_cost_per_s"] > 0
 
 
 def test_evaluate_json(capsys):
@@ -45,16 +55,20 @@ def test_evaluate_json(capsys):
 
 
 def test_cli_reports_bad_input_cleanly(capsys):
-    assert main(["demo", "--episodes", "1", "--max-batch-size", "0"]) == 2
+    assert main(["evaluate", "--episodes", "1", "--max-batch-size", "0"]) == 2
     assert "max_batch_size=0" in capsys.readouterr().err
-    assert main(["demo", "--episodes", "1", "--profile", "nope"]) == 2
+    assert main(["evaluate", "--episodes", "1", "--profile", "nope"]) == 2
     assert "nope" in capsys.readouterr().err
+    assert main(["evaluate", "--episodes", "1", "--policy", "timeout"]) == 2
+    assert "decision_interval_ms" in capsys.readouterr().err
+    assert main(["compare", "--config", "no-such-config"]) == 2
+    assert "no-such-config" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        main(["demo", "--workload", "[1, 2]"])
+        main(["evaluate", "--workload", "[1, 2]"])
 
 
 def test_bench_reports_ratio(tmp_path):
-    result = run_bench(n_steps=2000, repeats=1)
+    result = run_bench(n_steps=2000, repeats=1, smdp=False)
     assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]

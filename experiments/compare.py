@@ -1,0 +1,396 @@
+"""The comparison experiment: policies x workloads x loads x seeds, paired.
+
+Configured by a YAML file (see ``experiments/configs/default.yaml``)::
+
+    name: default                  # results go to results/<name>/
+    env: {profile: resnet50-v100, decision_interval_ms: 0.5, ...}   # DynamicBatching-v0 kwargs
+    workloads: {poisson: {kind: poisson}, mmpp: {kind: mmpp, ...}}  # scaled to each load
+    loads: [0.2, 0.4, 0.6, 0.8, 0.95]
+    seeds: 5                       # episodes seeded 0..4 (or a list of seeds)
+    reference: smdp                # paired differences are taken against this policy
+    policies: {greedy: {}, static-8: {name: static, batch_size: 8}, smdp: {}, ...}
+    pareto: {workload: poisson, load: 0.3, energy_weights: [0, 0.1, 0.5, 2]}
+    structure: {loads: [0.3, 0.6, 0.9], energy_weights: [0.1, 0.5, 2.0]}
+
+Every cell (workload, load, policy) is evaluated with the same seeds through
+:func:`batch_env.evaluate`, so policies are compared on common random numbers. The
+comparison enables ticks for every policy alike (``env.decision_interval_ms``). Each
+finished cell is written to ``results/<name>/cells/`` under a key that hashes everything
+it depends on; a rerun skips cells already there (resumable, and a changed config never
+reuses stale cells). Outputs: ``summary.csv`` (one row per cell), ``summary.md`` (tables
+with 95% CIs and paired differences against the reference), and PNG plots: mean and p99
+latency vs load, mean power vs load, SLA attainment vs load, the latency-power trade-off
+(the SMDP policy swept over the energy weight as a Pareto curve, the others as points)
+and the SMDP policy structure (batch size vs queue length for several loads and weights).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import yaml
+
+import baselines
+import batch_env
+from batch_env.evaluate import EvaluationResult, paired_difference
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+METRICS = (
+    "reward_rate_per_s",
+    "latency_mean_ms",
+    "latency_p99_ms",
+    "power_mean_w",
+    "sla_attainment",
+    "batch_size_mean",
+    "drop_rate",
+    "throughput_rps",
+)
+_KEYS = {"name", "env", "workloads", "loads", "seeds", "policies", "reference", "pareto", "structure"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One unit of work: a policy on one workload at one load (all seeds)."""
+
+    group: str  # "main" or "pareto"
+    workload: str
+    load: float
+    policy: str
+    policy_params: dict[str, Any]
+    env_kwargs: dict[str, Any]
+    seeds: tuple[int, ...]
+
+    @property
+    def key(self) -> str:
+        """Stable file name: readable prefix plus a hash of everything the cell depends on."""
+        blob = json.dumps(
+            [self.group, self.workload, self.load, self.policy, self.policy_params, self.env_kwargs, self.seeds],
+            sort_keys=True,
+            default=str,
+        )
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
+        return f"{self.group}-{self.workload}-{self.load:g}-{self.policy}-{digest}"
+
+
+def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a comparison config (a path or a name in ``experiments/configs``).
+
+    :param path_or_name: ``"default"``, ``"demo"`` or a YAML path.
+    """
+    path = Path(path_or_name)
+    if not path.exists():
+        path = CONFIG_DIR / f"{path_or_name}.yaml"
+    if not path.exists():
+        shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}")
+    try:
+        cfg = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config {path}: invalid YAML: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}")
+    unknown = sorted(set(cfg) - _KEYS)
+    if unknown:
+        raise ValueError(f"config {path}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
+    for key in ("name", "workloads", "loads", "policies"):
+        if key not in cfg:
+            raise ValueError(f"config {path}: missing required key {key!r}")
+    loads = cfg["loads"]
+    if not isinstance(loads, list) or not loads or not all(isinstance(x, (int, float)) and x > 0 for x in loads):
+        raise ValueError(f"config {path}: loads={loads!r} must be a non-empty list of positive numbers")
+    seeds = cfg.get("seeds", 5)
+    if isinstance(seeds, int) and seeds >= 1:
+        cfg["seeds"] = list(range(seeds))
+    elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
+        raise ValueError(f"config {path}: seeds={seeds!r} must be a count >= 1 or a list of integers")
+    for label, params in cfg["policies"].items():
+        params = params or {}
+        name = params.get("name", label)
+        if name not in baselines.available():
+            raise ValueError(
+                f"config {path}: policies.{label}: name={name!r} is unknown; available: {baselines.available()}"
+            )
+    ref = cfg.get("reference", "smdp")
+    if ref not in cfg["policies"]:
+        raise ValueError(f"config {path}: reference={ref!r} is not one of the policies {list(cfg['policies'])}")
+    cfg["reference"] = ref
+    cfg.setdefault("env", {})
+    cfg["_path"] = str(path)
+    return cfg
+
+
+def _with_weights(env_kwargs: dict[str, Any], energy: float) -> dict[str, Any]:
+    kw = json.loads(json.dumps(env_kwargs))
+    kw["reward_weights"] = {**kw.get("reward_weights", {}), "energy": energy}
+    return kw
+
+
+def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
+    """Every cell of the config, main grid first, then the Pareto sweep."""
+    seeds = tuple(cfg["seeds"])
+    for wname, wspec in cfg["workloads"].items():
+        for load in cfg["loads"]:
+            kw = {**cfg["env"], "workload": {**wspec, "load": load}}
+            for label, params in cfg["policies"].items():
+                yield Cell("main", wname, float(load), label, dict(params or {}), kw, seeds)
+    pareto = cfg.get("pareto")
+    if pareto:
+        wname = pareto.get("workload", next(iter(cfg["workloads"])))
+        load = float(pareto.get("load", 0.6))
+        kw = {**cfg["env"], "workload": {**cfg["workloads"][wname], "load": load}}
+        for w in pareto.get("energy_weights", []):
+            yield Cell("pareto", wname, load, f"smdp-we{w:g}", {"name": "smdp"}, _with_weights(kw, float(w)), seeds)
+        for label, params in cfg["policies"].items():  # the other policies as points
+            yield Cell("pareto-point", wname, load, label, dict(params or {}), kw, seeds)
+
+
+def run_cell(cell: Cell) -> dict[str, Any]:
+    """Evaluate one cell and return its JSON-friendly record."""
+    env = gym.make("batch_env/DynamicBatching-v0", **cell.env_kwargs)
+    params = dict(cell.policy_params)
+    name = params.pop("name", cell.policy)
+    policy = baselines.make(name, env=env, **params)
+    s0 = cell.seeds[0]
+    if list(cell.seeds) == list(range(s0, s0 + len(cell.seeds))):
+        res = batch_env.evaluate(policy, env, n_episodes=len(cell.seeds), seed=s0, name=cell.policy)
+    else:
+        res = _evaluate_seeds(policy, env, cell)
+    record = {
+        "group": cell.group,
+        "workload": cell.workload,
+        "load": cell.load,
+        "policy": cell.policy,
+        "policy_params": cell.policy_params,
+        "env_kwargs": cell.env_kwargs,
+        "result": res.to_dict(),
+    }
+    solution = getattr(policy, "solution", None)
+    if solution is not None:
+        record["smdp"] = {"gain_cost_per_s": solution.gain, "threshold": solution.threshold}
+    return record
+
+
+def _evaluate_seeds(policy: Any, env: gym.Env, cell: Cell) -> EvaluationResult:
+    out = EvaluationResult(policy=cell.policy, seeds=list(cell.seeds))
+    for s in cell.seeds:
+        one = batch_env.evaluate(policy, env, n_episodes=1, seed=s, name=cell.policy)
+        out.episodes.extend(one.episodes)
+    return out
+
+
+def _result(record: dict[str, Any]) -> EvaluationResult:
+    r = record["result"]
+    return EvaluationResult(policy=r["policy"], seeds=r["seeds"], episodes=r["episodes"])
+
+
+def run_compare(
+    config: str | os.PathLike[str] | dict[str, Any],
+    results_dir: str | os.PathLike[str] = "results",
+    progress: bool = True,
+    on_cell: Callable[[Cell, bool], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) a comparison and write its tables and plots.
+
+    :param config: config name, path or an already loaded config dict.
+    :param results_dir: parent folder; outputs go to ``<results_dir>/<name>/``.
+    :param progress: show a progress bar (tqdm, when installed).
+    :param on_cell: called with ``(cell, computed)`` after each cell (``computed`` is False
+        when the cell was already on disk).
+    :returns: ``{"dir", "records", "computed", "reused", "markdown"}``.
+    """
+    cfg = config if isinstance(config, dict) else load_config(config)
+    out = Path(results_dir) / cfg["name"]
+    cell_dir = out / "cells"
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    todo = list(cells(cfg))
+    bar = _progress(len(todo), f"compare {cfg['name']}") if progress else None
+    records, computed, reused = [], 0, 0
+    for cell in todo:
+        path = cell_dir / f"{cell.key}.json"
+        if path.exists():
+            record = json.loads(path.read_text())
+            reused += 1
+            fresh = False
+        else:
+            record = run_cell(cell)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(record))
+            tmp.replace(path)  # atomic: an interrupted run never leaves half a cell
+            computed += 1
+            fresh = True
+        records.append(record)
+        if bar is not None:
+            bar.update(1)
+        if on_cell is not None:
+            on_cell(cell, fresh)
+    if bar is not None:
+        bar.close()
+    markdown = write_outputs(cfg, records, out)
+    return {"dir": out, "records": records, "computed": computed, "reused": reused, "markdown": markdown}
+
+
+def _progress(total: int, desc: str) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # core install: no progress bar
+        return None
+    return tqdm(total=total, desc=desc, unit="cell")
+
+
+def _fmt(m: float, h: float) -> str:
+    if np.isnan(m):
+        return "nan"
+    return f"{m:.4g} ± {h:.2g}" if not np.isnan(h) else f"{m:.4g}"
+
+
+def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path) -> str:
+    """Write ``summary.csv``, ``summary.md`` and the plots; return the Markdown."""
+    main = [r for r in records if r["group"] == "main"]
+    ref = cfg["reference"]
+    by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
+    rows = []
+    for r in main:
+        res = by[(r["workload"], r["load"], r["policy"])]
+        row: dict[str, Any] = {"workload": r["workload"], "load": r["load"], "policy": r["policy"]}
+        for k in METRICS:
+            row[k] = res.mean(k)
+            row[f"{k}_ci95"] = res.ci95(k)
+        base = by.get((r["workload"], r["load"], ref))
+        d, h = paired_difference(res, base, "reward_rate_per_s") if base is not None else (np.nan, np.nan)
+        row[f"reward_rate_vs_{ref}"] = d
+        row[f"reward_rate_vs_{ref}_ci95"] = h
+        row["episodes"] = len(res.episodes)
+        rows.append(row)
+    with open(out / "summary.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    lines = [
+        f"# Comparison `{cfg['name']}`",
+        "",
+        f"Env: `{json.dumps(cfg['env'], sort_keys=True)}`; seeds {cfg['seeds']} (paired: every policy "
+        f"sees the same arrivals). Mean ± 95% CI over episodes; Δ = paired difference of the "
+        f"reward rate against `{ref}` (positive = better than `{ref}`).",
+    ]
+    for wname in cfg["workloads"]:
+        for load in cfg["loads"]:
+            lines += [
+                "",
+                f"## {wname}, load {load:g}",
+                "",
+                f"| policy | reward/s | Δ vs {ref} | latency mean ms | p99 ms | power W | SLA att. | batch |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for row in rows:
+                if row["workload"] != wname or row["load"] != float(load):
+                    continue
+                lines.append(
+                    f"| {row['policy']} | {_fmt(row['reward_rate_per_s'], row['reward_rate_per_s_ci95'])} "
+                    f"| {_fmt(row[f'reward_rate_vs_{ref}'], row[f'reward_rate_vs_{ref}_ci95'])} "
+                    f"| {_fmt(row['latency_mean_ms'], row['latency_mean_ms_ci95'])} "
+                    f"| {_fmt(row['latency_p99_ms'], row['latency_p99_ms_ci95'])} "
+                    f"| {_fmt(row['power_mean_w'], row['power_mean_w_ci95'])} "
+                    f"| {row['sla_attainment']:.4f} | {row['batch_size_mean']:.2f} |"
+                )
+    markdown = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(markdown)
+    _plots(cfg, rows, records, out)
+    return markdown
+
+
+def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[str, Any]], out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # core install: tables only
+        return
+    policies = list(cfg["policies"])
+    workloads = list(cfg["workloads"])
+    panels = [
+        ("latency_mean_ms", "mean latency (ms)", "latency_mean_vs_load.png"),
+        ("latency_p99_ms", "p99 latency (ms)", "latency_p99_vs_load.png"),
+        ("power_mean_w", "mean power (W)", "power_vs_load.png"),
+        ("sla_attainment", "SLA attainment", "sla_attainment_vs_load.png"),
+    ]
+    for key, ylabel, fname in panels:
+        fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
+        for ax, wname in zip(axes[0], workloads, strict=True):
+            for pol in policies:
+                pts = sorted((r["load"], r[key], r[f"{key}_ci95"]) for r in rows if r["workload"] == wname and r["policy"] == pol)
+                if pts:
+                    x, y, e = map(np.array, zip(*pts, strict=True))
+                    ax.errorbar(x, y, yerr=np.nan_to_num(e), marker="o", capsize=2, label=pol)
+            ax.set_title(wname)
+            ax.set_xlabel("load rho")
+            ax.set_ylabel(ylabel)
+            if key.startswith("latency"):
+                ax.set_yscale("log")
+            ax.grid(alpha=0.3)
+        axes[0][-1].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / fname, dpi=120)
+        plt.close(fig)
+
+    pareto = [r for r in records if r["group"] == "pareto"]
+    if pareto:
+        p = cfg["pareto"]
+        wname = p.get("workload", workloads[0])
+        load = float(p.get("load", 0.6))
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        pts = sorted(
+            (float(r["env_kwargs"]["reward_weights"]["energy"]), _result(r).mean("power_mean_w"), _result(r).mean("latency_mean_ms"))
+            for r in pareto
+        )
+        _, pw, lat = zip(*pts, strict=True)
+        ax.plot(pw, lat, "-o", color="black", label="smdp, energy weight swept")
+        for w, x, y in pts:
+            ax.annotate(f"{w:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+        for r in records:
+            if r["group"] == "pareto-point":
+                res = _result(r)
+                ax.plot(res.mean("power_mean_w"), res.mean("latency_mean_ms"), "s", label=r["policy"])
+        ax.set_xlabel("mean power (W)")
+        ax.set_ylabel("mean latency (ms)")
+        ax.set_yscale("log")
+        ax.set_title(f"latency-power trade-off ({wname}, load {load:g})")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "pareto_latency_power.png", dpi=120)
+        plt.close(fig)
+
+    st = cfg.get("structure")
+    if st:
+        from baselines.smdp import SMDPProblem, solve
+
+        loads = st.get("loads", [0.3, 0.6, 0.9])
+        weights = st.get("energy_weights", [0.5])
+        fig, axes = plt.subplots(1, len(weights), figsize=(5 * len(weights), 4), squeeze=False)
+        for ax, w in zip(axes[0], weights, strict=True):
+            for load in loads:
+                kw = _with_weights({**cfg["env"], "workload": {"kind": "poisson", "load": load}}, float(w))
+                env = gym.make("batch_env/DynamicBatching-v0", **kw)
+                sol = solve(SMDPProblem.from_env(env))
+                B = env.unwrapped.config.max_batch_size
+                qmax = min(len(sol.policy), 3 * B)
+                ax.step(np.arange(qmax), sol.policy[:qmax], where="post", label=f"load {load:g} (threshold {sol.threshold})")
+            ax.set_title(f"SMDP policy, energy weight {w:g}")
+            ax.set_xlabel("queue length")
+            ax.set_ylabel("batch size served (0 = wait)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "smdp_policy_structure.png", dpi=120)
+        plt.close(fig)

@@ -1,0 +1,111 @@
+"""The comparison experiment: outputs, pairing, resumability, config errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import yaml
+
+from experiments.compare import load_config, run_compare
+
+SMALL = {
+    "name": "small",
+    "env": {
+        "profile": "resnet50-v100",
+        "decision_interval_ms": 0.5,
+        "horizon_requests": 400,
+        "reward_weights": {"sla": 0.0},
+    },
+    "workloads": {"poisson": {"kind": "poisson"}},
+    "loads": [0.3, 0.7],
+    "seeds": 2,
+    "reference": "smdp",
+    "policies": {"greedy": {}, "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0}, "smdp": {}},
+    "pareto": {"workload": "poisson", "load": 0.3, "energy_weights": [0.0, 2.0]},
+    "structure": {"loads": [0.3], "energy_weights": [0.5]},
+}
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    return path
+
+
+def test_outputs_and_resume(config_file, tmp_path):
+    out_root = tmp_path / "results"
+    first = run_compare(config_file, results_dir=out_root, progress=False)
+    n_cells = 2 * 3 + 2 + 3  # main grid, Pareto sweep, Pareto points
+    assert first["computed"] == n_cells and first["reused"] == 0
+    out = first["dir"]
+    rows = list(csv.DictReader(open(out / "summary.csv")))
+    assert len(rows) == 6
+    assert {r["policy"] for r in rows} == {"greedy", "tf-1ms", "smdp"}
+    for r in rows:
+        assert int(r["episodes"]) == 2
+        if r["policy"] == "smdp":
+            assert float(r["reward_rate_vs_smdp"]) == 0.0
+    md = (out / "summary.md").read_text()
+    assert "## poisson, load 0.3" in md and "Δ vs smdp" in md
+    for png in (
+        "latency_mean_vs_load.png", "latency_p99_vs_load.png", "power_vs_load.png",
+        "sla_attainment_vs_load.png", "pareto_latency_power.png", "smdp_policy_structure.png",
+    ):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+    # resume: nothing recomputed, identical numbers
+    second = run_compare(config_file, results_dir=out_root, progress=False)
+    assert second["computed"] == 0 and second["reused"] == n_cells
+    assert list(csv.DictReader(open(out / "summary.csv"))) == rows
+
+    # an interrupted sweep: a missing cell is recomputed, and only that one, identically
+    victim = sorted((out / "cells").glob("main-poisson-0.7-greedy-*.json"))[0]
+    before = json.loads(victim.read_text())
+    victim.unlink()
+    third = run_compare(config_file, results_dir=out_root, progress=False)
+    assert third["computed"] == 1
+    assert json.loads(victim.read_text())["result"] == before["result"]
+
+    # a changed config never reuses stale cells
+    changed = dict(SMALL, env={**SMALL["env"], "horizon_requests": 300})
+    fourth = run_compare(changed | {"_path": "x", "seeds": [0, 1]}, results_dir=out_root, progress=False)
+    assert fourth["computed"] == n_cells
+
+
+def test_policies_are_paired_on_the_same_seeds(config_file, tmp_path):
+    res = run_compare(config_file, results_dir=tmp_path, progress=False)
+    seeds = {json.dumps(r["result"]["seeds"]) for r in res["records"]}
+    assert seeds == {json.dumps([0, 1])}
+
+
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        ({"colour": 1}, "colour"),
+        ({"loads": []}, "loads"),
+        ({"loads": [0.5, -1]}, "loads"),
+        ({"seeds": 0}, "seeds=0"),
+        ({"policies": {"magic": {}}}, "magic"),
+        ({"reference": "oracle"}, "reference='oracle'"),
+    ],
+)
+def test_bad_config(tmp_path, patch, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**SMALL, **patch}))
+    with pytest.raises(ValueError) as exc:
+        load_config(path)
+    assert needle in str(exc.value)
+
+
+def test_missing_config_lists_shipped(tmp_path):
+    with pytest.raises(FileNotFoundError, match="default"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_shipped_configs_load():
+    for name in ("default", "demo"):
+        cfg = load_config(name)
+        assert cfg["reference"] in cfg["policies"]
