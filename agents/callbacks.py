@@ -1,0 +1,153 @@
+"""SB3 callbacks: serving metrics, optimality gap and periodic evaluation in TensorBoard.
+
+Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
+
+* ``serving/<key>``: every numeric key of ``info["serving"]`` of the training episodes
+  that ended since the last dump (mean), e.g. ``serving/latency_p99_ms``,
+  ``serving/power_mean_w``, ``serving/sla_attainment``, ``serving/reward_rate_per_s``.
+* ``reward_components/<latency|energy|sla|drop>``: mean raw component per step.
+* ``train/centering_gain``: the g of average-reward centring in use.
+* ``optimality/smdp_gain`` and ``optimality/gap`` (percent above the SMDP optimum's cost
+  rate), in the SMDP-exact subset (Poisson arrivals, SLA weight 0).
+* ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
+  separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``.
+* hyperparameters as TensorBoard HParams.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import HParam
+
+from batch_env import evaluate
+
+from .common import AgentPolicy
+
+EVAL_KEYS = (
+    "reward_rate_per_s",
+    "latency_mean_ms",
+    "latency_p99_ms",
+    "power_mean_w",
+    "sla_attainment",
+    "batch_size_mean",
+    "drop_rate",
+)
+COMPONENTS = ("latency", "energy", "sla", "drop")
+
+
+def gap_percent(reward_rate_per_s: float, smdp_gain: float) -> float:
+    """How far a policy's cost rate is above the SMDP optimum, in percent."""
+    return 100.0 * (-reward_rate_per_s - smdp_gain) / smdp_gain
+
+
+class ServingMetricsCallback(BaseCallback):
+    """Log ``serving/``, ``reward_components/``, ``optimality/`` tags and hyperparameters.
+
+    :param smdp_gain: the SMDP optimum's cost per second, or ``None`` outside the exact subset.
+    :param hparams: hyperparameters to log as HParams.
+    """
+
+    def __init__(self, smdp_gain: float | None = None, hparams: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.smdp_gain = smdp_gain
+        self.hparams = hparams or {}
+        self.episodes = 0
+
+    def _on_training_start(self) -> None:
+        flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in self.hparams.items()}
+        metrics = {"serving/reward_rate_per_s": 0.0}
+        if self.smdp_gain is not None:
+            metrics["optimality/gap"] = 0.0
+        self.logger.record("hparams", HParam(flat, metrics), exclude=("stdout", "log", "json", "csv"))
+
+    def _on_step(self) -> bool:
+        for info in self.locals.get("infos", []):
+            comps = info.get("reward_components")
+            if comps:
+                for k in COMPONENTS:
+                    self.logger.record_mean(f"reward_components/{k}", float(comps[k]))
+            if "centering_gain" in info:
+                self.logger.record("train/centering_gain", float(info["centering_gain"]))
+            serving = info.get("serving")
+            if serving:
+                self.episodes += 1
+                for k, v in serving.items():
+                    if isinstance(v, (int, float)) and math.isfinite(v):
+                        self.logger.record_mean(f"serving/{k}", float(v))
+                if self.smdp_gain is not None:
+                    self.logger.record("optimality/smdp_gain", self.smdp_gain)
+                    self.logger.record_mean("optimality/gap", gap_percent(serving["reward_rate_per_s"], self.smdp_gain))
+        return True
+
+
+class PeriodicEvaluation(BaseCallback):
+    """Evaluate the current model every ``eval_freq`` steps on fixed seeds.
+
+    Both the deterministic and the stochastic policy are evaluated on a separate raw env
+    through :func:`batch_env.evaluate`, with the training run's current observation
+    statistics. Results are logged and appended to ``<run_dir>/evaluations.json``.
+
+    :param env_id: env id.
+    :param env_kwargs: env kwargs of the evaluation env (the training ones).
+    :param specs: the run's wrapper specs.
+    :param eval_freq: evaluate every this many environment steps (all envs together).
+    :param n_episodes: episodes per evaluation.
+    :param seed: first evaluation seed (held out from training seeds).
+    :param run_dir: where ``evaluations.json`` goes.
+    :param smdp_gain: SMDP optimum's cost rate, for the gap.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: dict[str, Any],
+        specs: list[tuple[str, dict[str, Any]]],
+        eval_freq: int,
+        n_episodes: int,
+        seed: int,
+        run_dir: Path,
+        smdp_gain: float | None = None,
+    ) -> None:
+        super().__init__()
+        import gymnasium as gym
+
+        self.env = gym.make(env_id, **env_kwargs)
+        self.env_id, self.env_kwargs, self.specs = env_id, env_kwargs, specs
+        self.eval_freq, self.n_episodes, self.seed = eval_freq, n_episodes, seed
+        self.path = Path(run_dir) / "evaluations.json"
+        self.smdp_gain = smdp_gain
+        self.history: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
+        self._next = None
+
+    def _policy(self, deterministic: bool) -> AgentPolicy:
+        vn = self.model.get_vec_normalize_env()
+        return AgentPolicy(self.model, self.env_id, self.env_kwargs, self.specs, obs_normalizer=vn, deterministic=deterministic)
+
+    def evaluate_now(self) -> dict[str, Any]:
+        """Run the evaluation, log it and return the record."""
+        record: dict[str, Any] = {"timesteps": int(self.num_timesteps)}
+        for mode, det in (("deterministic", True), ("stochastic", False)):
+            res = evaluate(self._policy(det), self.env, n_episodes=self.n_episodes, seed=self.seed)
+            record[mode] = {k: (res.mean(k), res.ci95(k)) for k in EVAL_KEYS}
+            for k in EVAL_KEYS:
+                self.logger.record(f"eval/{mode}/{k}", res.mean(k))
+            if self.smdp_gain is not None:
+                gap = gap_percent(res.mean("reward_rate_per_s"), self.smdp_gain)
+                record[mode]["gap_percent"] = gap
+                self.logger.record(f"optimality/gap_eval_{mode}", gap)
+        self.history.append(record)
+        self.path.write_text(json.dumps(self.history, indent=1))
+        return record
+
+    def _on_step(self) -> bool:
+        if self._next is None:
+            self._next = (self.num_timesteps // self.eval_freq + 1) * self.eval_freq
+        if self.num_timesteps >= self._next:
+            self._next += self.eval_freq
+            self.evaluate_now()
+        return True
