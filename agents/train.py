@@ -210,12 +210,12 @@ def train(args: TrainArgs) -> Path:
         model = cls(
             cfg["policy"],
             venv,
-            policy_kwargs=cfg["policy_kwargs"] or None,
+            policy_kwargs=dict(cfg["policy_kwargs"]) or None,  # a copy: A2C adds its optimizer to it
             tensorboard_log=str(run / "tb"),
             seed=cfg["seed"],
             device=args.device,
             verbose=args.verbose,
-            **cfg["algo_kwargs"],
+            **dict(cfg["algo_kwargs"]),
         )
 
     # 4. callbacks: checkpoints, serving metrics, periodic evaluation
@@ -247,6 +247,7 @@ def train(args: TrainArgs) -> Path:
             total_timesteps=remaining,
             callback=CallbackList(callbacks),
             tb_log_name="run",
+            log_interval=1,  # dump every rollout (A2C's default, 100, would hide short runs)
             reset_num_timesteps=not args.resume,
             progress_bar=args.progress,
         )

@@ -36,7 +36,7 @@ from gymnasium import spaces
 from .config import check_number
 
 
-class AverageRewardCentering(gym.Wrapper):
+class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Add ``gain x info["dt_s"]`` to each reward (average-reward centring for an SMDP).
 
     :param env: a batching env (its ``info`` must carry ``dt_s``).
@@ -50,7 +50,8 @@ class AverageRewardCentering(gym.Wrapper):
     """
 
     def __init__(self, env: gym.Env, gain: float | None = None, initial_gain: float | None = None) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self, gain=gain, initial_gain=initial_gain)
+        gym.Wrapper.__init__(self, env)
         if gain is not None:
             check_number("gain", gain)
         if initial_gain is not None:
@@ -77,14 +78,15 @@ class AverageRewardCentering(gym.Wrapper):
         return obs, float(reward) + self.gain * dt, terminated, truncated, info
 
 
-class BinaryAction(gym.ActionWrapper):
+class BinaryAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     """Two actions: ``0`` = wait, ``1`` = serve ``min(queue, max_batch_size)``.
 
     :param env: a ``DynamicBatching-v0`` env.
     """
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ActionWrapper.__init__(self, env)
         self._B = int(env.unwrapped.config.max_batch_size)
         self.action_space = spaces.Discrete(2)
 
@@ -100,7 +102,7 @@ class BinaryAction(gym.ActionWrapper):
         return np.ones(2, dtype=bool)
 
 
-class QueueFeatures(gym.ObservationWrapper):
+class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Append ``log(1 + queue) / log(1 + capacity)`` and ``min(queue, B) / B``.
 
     :param env: a ``DynamicBatching-v0`` env (feature 0 of its observation is
@@ -108,7 +110,8 @@ class QueueFeatures(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
         core = env.unwrapped
         self._B = int(core.config.max_batch_size)
         self._log_cap = math.log1p(core.config.queue_capacity)

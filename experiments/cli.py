@@ -1,9 +1,10 @@
 """The ``batch-env`` command: the top layer, the only one that imports all others.
 
 Subcommands: ``demo`` (a small comparison of every baseline on the default env),
-``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines on one
-env configuration), ``solve-smdp`` (the SMDP-optimal policy of an env), ``bench`` (speed
-against CartPole and pymdptoolbox). Later issues add ``train`` and ``profile``.
+``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines or
+trained agents on one env configuration), ``train`` (SB3 agents with TensorBoard),
+``solve-smdp`` (the SMDP-optimal policy of an env), ``bench`` (speed against CartPole and
+pymdptoolbox). A later issue adds ``profile``.
 """
 
 from __future__ import annotations
@@ -101,27 +102,56 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     env = gym.make("batch_env/DynamicBatching-v0", **_env_kwargs(args))
     results = []
     for name in names:
-        policy = baselines.make(name, env=env)
-        results.append(batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed))
+        if ":" in name:  # a trained agent: <algo>:<run_dir>
+            from agents import load_policy, parse_policy_spec
+
+            _, run_dir = parse_policy_spec(name)
+            policy = load_policy(run_dir, name=name)
+        else:
+            policy = baselines.make(name, env=env)
+        results.append(batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed, name=name))
     return results
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Run a small comparison of every baseline on the default env and print its table."""
-    from experiments.compare import run_compare
+    """Train a short PPO run, then compare it with every baseline on a small config."""
+    from pathlib import Path
 
-    result = run_compare(args.config, results_dir=args.results_dir, progress=not args.json)
-    if args.json:
-        print(json.dumps({"dir": str(result["dir"]), "records": result["records"]}, default=str))
-    else:
-        print(result["markdown"])
-        print(f"tables, CSV and plots in {result['dir']}/")
-    return 0
+    from experiments.compare import load_config, run_compare
+
+    cfg = load_config(args.config)
+    run = Path(args.runs_dir) / f"{cfg['name']}-ppo"
+    if args.train_steps > 0:
+        if not (run / "model.zip").exists():
+            from agents.train import TrainArgs, train
+
+            load = float(cfg["loads"][0])
+            env_kwargs = {**cfg["env"], "workload": {**next(iter(cfg["workloads"].values())), "load": load}}
+            print(f"training PPO for {args.train_steps} steps on load {load:g} -> {run}/", file=sys.stderr)
+            train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=args.train_steps, run_dir=str(run),
+                            eval_freq=0, checkpoint_freq=args.train_steps, progress=not args.json))
+        cfg = load_config(args.config)
+        cfg["policies"]["ppo-demo"] = {"agent": str(run), "_model_mtime": (run / "model.zip").stat().st_mtime}
+    return _print_compare(run_compare(cfg, results_dir=args.results_dir, progress=not args.json), args,
+                          tensorboard=run / "tb" if args.train_steps > 0 else None)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Run (or resume) a comparison experiment from a YAML config."""
-    return cmd_demo(args)
+    from experiments.compare import run_compare
+
+    return _print_compare(run_compare(args.config, results_dir=args.results_dir, progress=not args.json), args)
+
+
+def _print_compare(result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None) -> int:
+    if args.json:
+        print(json.dumps({"dir": str(result["dir"]), "records": result["records"]}, default=str))
+        return 0
+    print(result["markdown"])
+    print(f"tables, CSV and plots in {result['dir']}/")
+    if tensorboard is not None:
+        print(f"watch the agent's training: tensorboard --logdir {tensorboard}")
+    return 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -155,6 +185,60 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}")
     print(f"written to {path}")
     return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO) and print where its logs are."""
+    from agents.train import TrainArgs, train
+
+    env_kwargs: dict[str, Any] = {}
+    if args.env_config is not None:
+        env_kwargs.update(_load_yaml_mapping(args.env_config, "--env-config"))
+    env_kwargs.update(_parse_mapping(args.env_kwargs, "--env-kwargs") or {})
+    targs = TrainArgs(
+        algo=args.algo,
+        env_id=args.env_id,
+        env_kwargs=env_kwargs,
+        hyperparams=args.hyperparams,
+        n_timesteps=args.n_timesteps,
+        seed=args.seed,
+        run_dir=args.run_dir,
+        centering_gain=args.centering_gain,
+        device=args.device,
+        threads=args.threads,
+        checkpoint_freq=args.checkpoint_freq,
+        eval_freq=args.eval_freq,
+        eval_episodes=args.eval_episodes,
+        resume=args.resume,
+        progress=not args.no_progress and not args.json,
+    )
+    run = train(targs)
+    final = run / "final_evaluation.json"
+    result = {"run_dir": str(run), "final_evaluation": json.loads(final.read_text()) if final.exists() else None}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        ev = result["final_evaluation"]
+        if ev:
+            det = ev["deterministic"]
+            m, h = det["reward_rate_per_s"]
+            gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
+            print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
+        print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
+        print(f"watch it: tensorboard --logdir {run / 'tb'}")
+    return 0
+
+
+def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{field}={path!r}: file not found")
+    value = yaml.safe_load(p.read_text())
+    if not isinstance(value, dict):
+        raise ValueError(f"{field}={path!r} must hold a mapping of env kwargs")
+    return value
 
 
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
@@ -197,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_demo.__doc__)
     p.add_argument("--config", default="demo", help="comparison config name or YAML path (default: demo)")
     p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--runs-dir", default="runs", help="parent folder of the training run (default runs)")
+    p.add_argument("--train-steps", type=int, default=30_000, help="PPO steps to train first (0: no agent; default 30000)")
     p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_demo)
 
@@ -221,8 +307,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_env_args(p)
     from baselines import available
 
-    p.add_argument("--policy", nargs="+", default=["greedy"], choices=available(), help="policies to evaluate")
+    p.add_argument("--policy", nargs="+", default=["greedy"],
+                   help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as <algo>:<run_dir>")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("train", help="train an SB3 agent and log it to TensorBoard",
+                       description=cmd_train.__doc__)
+    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "ppo_mask"], default="ppo", help="algorithm (default ppo)")
+    p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", help="registered env id")
+    p.add_argument("--env-kwargs", default=None, help="env kwargs mapping, e.g. '{workload: {kind: poisson, load: 0.6}}'")
+    p.add_argument("--env-config", default=None, help="YAML file of env kwargs (--env-kwargs override it)")
+    p.add_argument("--hyperparams", default=None, help="rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml)")
+    p.add_argument("--n-timesteps", type=int, default=None, help="total env steps (default: the hyperparameter file's)")
+    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)")
+    p.add_argument("--centering-gain", default="greedy", help="g of average-reward centring: greedy, smdp, online or a number")
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--checkpoint-freq", type=int, default=50_000, help="checkpoint every N steps")
+    p.add_argument("--eval-freq", type=int, default=50_000, help="evaluate every N steps (0: never)")
+    p.add_argument("--eval-episodes", type=int, default=3, help="episodes per evaluation")
+    p.add_argument("--resume", action="store_true", help="continue --run-dir from its latest checkpoint")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
                        description=cmd_bench.__doc__)
@@ -240,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

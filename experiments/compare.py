@@ -9,6 +9,7 @@ Configured by a YAML file (see ``experiments/configs/default.yaml``)::
     seeds: 5                       # episodes seeded 0..4 (or a list of seeds)
     reference: smdp                # paired differences are taken against this policy
     policies: {greedy: {}, static-8: {name: static, batch_size: 8}, smdp: {}, ...}
+                                   # a trained agent: my-ppo: {agent: runs/my-ppo}
     pareto: {workload: poisson, load: 0.3, energy_weights: [0, 0.1, 0.5, 2]}
     structure: {loads: [0.3, 0.6, 0.9], energy_weights: [0.1, 0.5, 2.0]}
 
@@ -114,6 +115,14 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"config {path}: seeds={seeds!r} must be a count >= 1 or a list of integers")
     for label, params in cfg["policies"].items():
         params = params or {}
+        if "agent" in params:
+            model = Path(params["agent"]) / "model.zip"
+            if not model.exists():
+                raise FileNotFoundError(f"config {path}: policies.{label}: agent run {params['agent']!r} has no model.zip")
+            # the cell key must change when the model is retrained
+            params["_model_mtime"] = model.stat().st_mtime
+            cfg["policies"][label] = params
+            continue
         name = params.get("name", label)
         if name not in baselines.available():
             raise ValueError(
@@ -156,9 +165,14 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Evaluate one cell and return its JSON-friendly record."""
     env = gym.make("batch_env/DynamicBatching-v0", **cell.env_kwargs)
-    params = dict(cell.policy_params)
-    name = params.pop("name", cell.policy)
-    policy = baselines.make(name, env=env, **params)
+    params = {k: v for k, v in cell.policy_params.items() if not k.startswith("_")}
+    if "agent" in params:  # a trained run: {agent: runs/<name>}
+        from agents import load_policy
+
+        policy = load_policy(params["agent"], name=cell.policy)
+    else:
+        name = params.pop("name", cell.policy)
+        policy = baselines.make(name, env=env, **params)
     s0 = cell.seeds[0]
     if list(cell.seeds) == list(range(s0, s0 + len(cell.seeds))):
         res = batch_env.evaluate(policy, env, n_episodes=len(cell.seeds), seed=s0, name=cell.policy)

@@ -1,0 +1,210 @@
+"""Training stack: wrappers, SB3 runs, TensorBoard tags, resume, reload, rl-zoo3."""
+
+from __future__ import annotations
+
+import glob
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import yaml
+
+import batch_env  # noqa: F401
+from agents import load_policy, parse_policy_spec
+from agents.common import literal, load_hyperparams, wrapper_specs
+from agents.train import TrainArgs, train
+from batch_env import evaluate
+from batch_env.wrappers import AverageRewardCentering, BinaryAction, QueueFeatures
+
+ENV_ID = "batch_env/DynamicBatching-v0"
+SMALL_ENV = {
+    "profile": "resnet50-v100-linear",
+    "workload": {"kind": "poisson", "load": 0.6},
+    "idle_power_w": 0.0,
+    "reward_weights": {"sla": 0.0, "drop": 1.0},
+    "horizon_requests": 300,
+}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True):
+        ea = EventAccumulator(f)
+        ea.Reload()
+        for tag in ea.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in ea.Scalars(tag))
+    return out
+
+
+# -- wrappers ---------------------------------------------------------------------------
+
+
+def test_wrappers_pass_env_checkers():
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    base = gym.make(ENV_ID, horizon_requests=100).unwrapped
+    env = AverageRewardCentering(QueueFeatures(BinaryAction(base)), gain=100.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", message=".*is different from the unwrapped version")
+        check_env(env, skip_render_check=True)
+        sb3_check_env(env)
+
+
+def test_centering_adds_gain_times_dt_and_estimates_online():
+    env = AverageRewardCentering(gym.make(ENV_ID), gain=50.0)
+    raw = gym.make(ENV_ID)
+    env.reset(seed=1)
+    raw.reset(seed=1)
+    for a in (0, 3, 0, 5):
+        _, r, *_, info = env.step(a)
+        _, r0, *_ = raw.step(a)
+        assert r == pytest.approx(r0 + 50.0 * info["dt_s"])
+    online = AverageRewardCentering(gym.make(ENV_ID))
+    online.reset(seed=2)
+    cost = time = 0.0
+    for _ in range(300):
+        _, r, _, trunc, info = online.step(1)
+        cost -= r - info["centering_gain"] * info["dt_s"]
+        time += info["dt_s"]
+        if trunc:
+            break
+    assert online.gain == pytest.approx(cost / time, rel=1e-9)
+    online.freeze()
+    g = online.gain
+    online.step(1)
+    assert online.gain == g
+
+
+def test_binary_action_and_queue_features():
+    env = QueueFeatures(BinaryAction(gym.make(ENV_ID, max_batch_size=8)))
+    obs, _ = env.reset(seed=0)
+    assert env.action_space.n == 2 and obs.shape == (7,)
+    for _ in range(20):
+        obs, *_, info = env.step(0)
+    q = info["queue_len"]
+    assert obs[5] == pytest.approx(np.log1p(q) / np.log1p(2000), rel=1e-5)
+    assert obs[6] == pytest.approx(min(q, 8) / 8)
+    obs, *_, info = env.step(1)
+    assert info["last_batch_size"] == min(q, 8)
+    with pytest.raises(ValueError, match="action=2"):
+        env.step(2)
+
+
+# -- hyperparameter files -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "ppo_mask"])
+def test_hyperparameter_files_parse(algo):
+    hp = load_hyperparams(algo, ENV_ID)
+    assert {"n_envs", "n_timesteps", "policy", "env_wrapper", "policy_kwargs"} <= set(hp)
+    assert isinstance(literal(hp["policy_kwargs"], "policy_kwargs"), dict)
+    assert any(p == "batch_env.wrappers.AverageRewardCentering" for p, _ in wrapper_specs(hp["env_wrapper"]))
+
+
+def test_literal_refuses_code():
+    with pytest.raises(ValueError, match="policy_kwargs"):
+        literal("__import__('os').system('true')", "policy_kwargs")
+
+
+# -- training runs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)])
+def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
+    run = train(
+        TrainArgs(
+            algo=algo, env_kwargs=SMALL_ENV, n_timesteps=steps, run_dir=str(tmp_path / algo),
+            centering_gain="online", eval_freq=1000, eval_episodes=2, checkpoint_freq=1000, progress=False,
+        )
+    )
+    tags = _scalars(run)
+    for tag in ("serving/latency_p99_ms", "serving/power_mean_w", "serving/sla_attainment",
+                "serving/reward_rate_per_s", "reward_components/energy", "optimality/gap",
+                "optimality/smdp_gain", "eval/deterministic/reward_rate_per_s", "eval/stochastic/latency_mean_ms"):
+        assert tag in tags, tag
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["algo"] == algo and cfg["smdp_gain"] > 0 and cfg["threads"] == 1
+    # the reloaded run acts exactly like the in-memory model did at its final evaluation
+    import json
+
+    final = json.loads((run / "final_evaluation.json").read_text())
+    env = gym.make(ENV_ID, **SMALL_ENV)
+    res = evaluate(load_policy(run), env, n_episodes=2, seed=100_000)
+    assert res.mean("reward_rate_per_s") == final["deterministic"]["reward_rate_per_s"][0]
+
+
+def test_resume_continues_the_step_count(tmp_path):
+    run = tmp_path / "ppo"
+    args = TrainArgs(algo="ppo", env_kwargs=SMALL_ENV, n_timesteps=2048, run_dir=str(run),
+                     centering_gain="100", eval_freq=0, checkpoint_freq=2048, progress=False)
+    train(args)
+    assert (run / "checkpoints" / "model_2048_steps.zip").exists()
+    train(TrainArgs(**{**args.__dict__, "n_timesteps": 4096, "resume": True}))
+    from stable_baselines3 import PPO
+
+    assert PPO.load(run / "model.zip").num_timesteps == 4096
+    steps = [s for s, _ in _scalars(run)["time/fps"]]
+    assert max(steps) == 4096 and min(steps) <= 2048
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        train(args)
+
+
+def test_binary_ppo_beats_random_policy(tmp_path):
+    """On a fixed seed and one thread, a short binary-mode PPO run clearly beats random."""
+    env_kwargs = {**SMALL_ENV, "horizon_requests": 2000}
+    run = train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=30_000, run_dir=str(tmp_path / "ppo"),
+                          seed=3, eval_freq=0, progress=False, centering_gain="greedy"))
+    env = gym.make(ENV_ID, **env_kwargs)
+
+    class RandomValid:
+        def reset(self):
+            self.rng = np.random.default_rng(0)
+
+        def act(self, obs, info):
+            return int(self.rng.choice(np.flatnonzero(info["action_mask"])))
+
+    agent = evaluate(load_policy(run), env, n_episodes=3, seed=900)
+    rand = evaluate(RandomValid(), env, n_episodes=3, seed=900)
+    greedy_cost = yaml.safe_load((run / "config.yaml").read_text())["centering_gain"]
+    assert agent.mean("reward_rate_per_s") > 1.5 * rand.mean("reward_rate_per_s")  # rewards are negative
+    assert -agent.mean("reward_rate_per_s") < 1.05 * greedy_cost
+
+
+def test_missing_and_corrupt_runs(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_policy(tmp_path / "nope")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    with pytest.raises(FileNotFoundError, match="config.yaml"):
+        load_policy(bad)
+    (bad / "config.yaml").write_text(yaml.safe_dump({"algo": "ppo", "env_id": ENV_ID, "env_kwargs": {}, "wrappers": []}))
+    with pytest.raises(FileNotFoundError, match="model.zip"):
+        load_policy(bad)
+    (bad / "model.zip").write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_policy(bad)
+    (bad / "config.yaml").write_text("algo: [unclosed")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_policy(bad)
+    with pytest.raises(ValueError, match="agent spec"):
+        parse_policy_spec("ppo")
+
+
+def test_rl_zoo3_trains_with_our_hyperparameters(tmp_path):
+    cmd = [
+        sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--gym-packages", "batch_env",
+        "--env", ENV_ID, "--conf-file", str(ROOT / "agents/hyperparams/ppo.yml"), "-n", "600",
+        "--log-folder", str(tmp_path), "--eval-freq", "-1", "--env-kwargs", "horizon_requests:100",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert list(tmp_path.glob("ppo/*/batch_env-DynamicBatching-v0.zip"))
