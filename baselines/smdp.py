@@ -548,7 +548,7 @@ class SMDPPolicy:
         env = _env_of(env, "smdp")
         self.problem = SMDPProblem.from_env(env, rate_per_s=rate_per_s, max_states=max_states)
         self.solution = solve(self.problem, method=method)
-        self.exact = is_exact_for(env)
+        self.exact = is_exact_for(env) and not self.problem.truncated
         self._table = self.solution.policy.tolist()
         self._top = self.problem.top_state
         self._B = self.problem.max_batch_size
@@ -600,7 +600,12 @@ class AdaptiveSMDPPolicy:
         table = self._cache.get(bucket)
         if table is None:
             rate = self._mu * math.exp(bucket * self._log_ratio)
-            sol = solve(SMDPProblem.from_env(self._env, rate_per_s=rate, max_states=self._max_states))
+            problem = SMDPProblem.from_env(self._env, rate_per_s=rate, max_states=self._max_states)
+            if problem.truncated:  # the abstract cost needs full batches to keep up
+                B = problem.max_batch_size
+                rate = min(rate, 0.99 * B / problem.latency_s[B])
+                problem = SMDPProblem.from_env(self._env, rate_per_s=rate, max_states=self._max_states)
+            sol = solve(problem)
             self.solutions[bucket] = sol
             table = self._cache[bucket] = sol.policy.tolist()
         return table

@@ -137,8 +137,17 @@ class ServingCore(gym.Env):
         return True
 
     def _next_arrival(self) -> float:
-        """Time of the next unprocessed arrival (``inf`` when a finite trace ended)."""
+        """Time of the next unprocessed arrival (``inf`` when a finite trace ended).
+
+        When a finite trace has delivered its last arrival, every summary request that
+        will ever arrive has arrived: the end mark is taken then, so the episode can end
+        as soon as they are served.
+        """
         if self._i >= len(self._buf) and not self._more():
+            if self._entry_hi is None:
+                self._entry_hi = len(self._arr)
+                self._drops_at_end_mark = self._drops
+                self._mark = 1 << 62
             return _INF
         return self._buf[self._i]
 

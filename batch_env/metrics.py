@@ -19,7 +19,8 @@ Definitions: the window runs from the first summary arrival to the end of the ep
 SLA figures use the summary requests; ``sla_attainment`` = completed within SLA /
 (completed + dropped). Percentiles use linear interpolation (NumPy's default). With no
 completed summary request the latency figures are NaN (nothing was measured) and
-``energy_per_request_j`` is NaN.
+``energy_per_request_j`` is NaN; if the window never started (``horizon_s`` ended the
+episode before the first summary arrival) the rates are NaN too.
 """
 
 from __future__ import annotations
@@ -139,12 +140,12 @@ def summarize(
         "latency_p95_ms": float(p95),
         "latency_p99_ms": float(p99),
         "sla_attainment": within / denom if denom else nan,
-        "throughput_rps": completed / elapsed if elapsed > 0 else 0.0,
-        "power_mean_w": E / elapsed if elapsed > 0 else 0.0,
+        "throughput_rps": completed / elapsed if elapsed > 0 else nan,
+        "power_mean_w": E / elapsed if elapsed > 0 else nan,
         "energy_per_request_j": E / completed if completed else nan,
         "batch_size_mean": (sum_batch - window.sum_batch) / nb if nb else 0.0,
         "drop_rate": drops_summary / n_summary if n_summary else 0.0,
-        "reward_rate_per_s": reward / elapsed if elapsed > 0 else 0.0,
+        "reward_rate_per_s": reward / elapsed if elapsed > 0 else nan,
         "elapsed_s": elapsed,
         "latency_integral_s": L,
         "energy_j": E,

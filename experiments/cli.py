@@ -31,6 +31,22 @@ SHOWN_KEYS = (
 )
 
 
+def _finite(obj: Any) -> Any:
+    """Replace NaN and infinities by None, recursively, for strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` that writes NaN as ``null`` (strict JSON, readable by any parser)."""
+    return json.dumps(_finite(obj), allow_nan=False, default=str, **kwargs)
+
+
 def _fmt(x: float) -> str:
     if isinstance(x, float) and math.isnan(x):
         return "nan"
@@ -68,7 +84,8 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     weights = _parse_mapping(args.reward_weights, "--reward-weights")
     if weights is not None:
         kw["reward_weights"] = weights
-    for name in ("sla_ms", "horizon_requests", "decision_interval_ms", "service"):
+    for name in ("sla_ms", "horizon_requests", "warmup_requests", "queue_capacity", "decision_interval_ms",
+                 "service", "service_cv"):
         value = getattr(args, name)
         if value is not None:
             kw[name] = value
@@ -86,6 +103,9 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-requests", type=int, default=None, help="summary requests per episode (default 2000)")
     p.add_argument("--decision-interval-ms", type=float, default=None, help="relative tick interval (default: ticks off)")
     p.add_argument("--service", choices=["deterministic", "lognormal"], default=None, help="service-time law")
+    p.add_argument("--service-cv", type=float, default=None, help="coefficient of variation of lognormal service")
+    p.add_argument("--queue-capacity", type=int, default=None, help="waiting requests admitted (default 2000)")
+    p.add_argument("--warmup-requests", type=int, default=None, help="arrivals before the summary requests (default 0)")
     p.add_argument("--reward-weights", default=None, help="weights mapping, e.g. '{energy: 0.1}'")
     p.add_argument("--episodes", type=int, default=5, help="seeded episodes (default 5)")
     p.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
@@ -131,7 +151,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=args.train_steps, run_dir=str(run),
                             eval_freq=0, checkpoint_freq=args.train_steps, progress=not args.json))
         cfg = load_config(args.config)
-        cfg["policies"]["ppo-demo"] = {"agent": str(run), "_model_mtime": (run / "model.zip").stat().st_mtime}
+        cfg["policies"]["ppo-demo"] = {"agent": str(run)}
     return _print_compare(run_compare(cfg, results_dir=args.results_dir, progress=not args.json), args,
                           tensorboard=run / "tb" if args.train_steps > 0 else None)
 
@@ -145,7 +165,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def _print_compare(result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None) -> int:
     if args.json:
-        print(json.dumps({"dir": str(result["dir"]), "records": result["records"]}, default=str))
+        print(dumps({"dir": str(result["dir"]), "records": result["records"]}))
         return 0
     print(result["markdown"])
     print(f"tables, CSV and plots in {result['dir']}/")
@@ -158,7 +178,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """Evaluate baselines on one env configuration."""
     results = _run_policies(args, args.policy)
     if args.json:
-        print(json.dumps([r.to_dict() for r in results], indent=2))
+        print(dumps([r.to_dict() for r in results], indent=2))
     else:
         print(format_table(results))
     return 0
@@ -171,7 +191,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp)
     path = write_results(result, args.out)
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(dumps(result, indent=2))
         return 0
     print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
     print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
@@ -216,7 +236,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     final = run / "final_evaluation.json"
     result = {"run_dir": str(run), "final_evaluation": json.loads(final.read_text()) if final.exists() else None}
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(dumps(result, indent=2))
     else:
         ev = result["final_evaluation"]
         if ev:
@@ -251,14 +271,12 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
     kw = _env_kwargs(args)
     if args.rate_per_s is not None:
         kw["workload"] = {"kind": "poisson", "rate_per_s": args.rate_per_s}
-    if args.queue_capacity is not None:
-        kw["queue_capacity"] = args.queue_capacity
     env = gym.make("batch_env/DynamicBatching-v0", **kw)
     sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
     out = sol.to_dict()
     out["load"] = env.unwrapped.load
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(dumps(out, indent=2))
         return 0
     print(f"gain (cost per second): {sol.gain:.6g}   reward rate: {-sol.gain:.6g}/s")
     print(f"threshold: {sol.threshold}   iterations: {sol.iterations}   solve time: {sol.solve_time_s:.3f} s   "
@@ -297,7 +315,6 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_solve_smdp.__doc__)
     _add_env_args(p)
     p.add_argument("--rate-per-s", type=float, default=None, help="Poisson arrival rate (overrides --load/--workload)")
-    p.add_argument("--queue-capacity", type=int, default=None, help="queue capacity (default 2000)")
     p.add_argument("--max-states", type=int, default=None, help="truncation level (default: the queue capacity, exact)")
     p.add_argument("--method", choices=["pi", "rvi"], default="pi", help="policy iteration (default) or relative value iteration")
     p.set_defaults(func=cmd_solve_smdp)

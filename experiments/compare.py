@@ -17,8 +17,9 @@ Every cell (workload, load, policy) is evaluated with the same seeds through
 :func:`batch_env.evaluate`, so policies are compared on common random numbers. The
 comparison enables ticks for every policy alike (``env.decision_interval_ms``). Each
 finished cell is written to ``results/<name>/cells/`` under a key that hashes everything
-it depends on; a rerun skips cells already there (resumable, and a changed config never
-reuses stale cells). Outputs: ``summary.csv`` (one row per cell), ``summary.md`` (tables
+it depends on (config and package version); a rerun skips cells already there
+(resumable, and a changed config never reuses stale cells). After changing the simulator
+without bumping ``batch_env.__version__``, delete ``results/<name>/cells/``. Outputs: ``summary.csv`` (one row per cell), ``summary.md`` (tables
 with 95% CIs and paired differences against the reference), and PNG plots: mean and p99
 latency vs load, mean power vs load, SLA attainment vs load, the latency-power trade-off
 (the SMDP policy swept over the energy weight as a Pareto curve, the others as points)
@@ -74,7 +75,8 @@ class Cell:
     def key(self) -> str:
         """Stable file name: readable prefix plus a hash of everything the cell depends on."""
         blob = json.dumps(
-            [self.group, self.workload, self.load, self.policy, self.policy_params, self.env_kwargs, self.seeds],
+            [self.group, self.workload, self.load, self.policy, self.policy_params, self.env_kwargs, self.seeds,
+             batch_env.__version__],
             sort_keys=True,
             default=str,
         )
@@ -97,43 +99,67 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
         cfg = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ValueError(f"config {path}: invalid YAML: {exc}") from None
+    return validate_config(cfg, str(path))
+
+
+def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
+    """Check a comparison config and fill its defaults; raise ``ValueError`` naming the field.
+
+    Idempotent: a validated config passes again unchanged.
+
+    :param cfg: the parsed YAML mapping.
+    :param source: where it came from, for messages.
+    """
+    where = f"config {source}"
     if not isinstance(cfg, dict):
-        raise ValueError(f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}")
-    unknown = sorted(set(cfg) - _KEYS)
+        raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
+    cfg = dict(cfg)
+    unknown = sorted(set(cfg) - _KEYS - {"_path"})
     if unknown:
-        raise ValueError(f"config {path}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
     for key in ("name", "workloads", "loads", "policies"):
         if key not in cfg:
-            raise ValueError(f"config {path}: missing required key {key!r}")
+            raise ValueError(f"{where}: missing required key {key!r}")
+    if not isinstance(cfg["workloads"], dict) or not cfg["workloads"]:
+        raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload")
+    if not isinstance(cfg["policies"], dict) or not cfg["policies"]:
+        raise ValueError(f"{where}: policies={cfg['policies']!r} must be a non-empty mapping of label -> parameters")
     loads = cfg["loads"]
     if not isinstance(loads, list) or not loads or not all(isinstance(x, (int, float)) and x > 0 for x in loads):
-        raise ValueError(f"config {path}: loads={loads!r} must be a non-empty list of positive numbers")
+        raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of positive numbers")
     seeds = cfg.get("seeds", 5)
-    if isinstance(seeds, int) and seeds >= 1:
+    if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
         cfg["seeds"] = list(range(seeds))
     elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
-        raise ValueError(f"config {path}: seeds={seeds!r} must be a count >= 1 or a list of integers")
+        raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers")
+    policies = {}
     for label, params in cfg["policies"].items():
-        params = params or {}
+        params = dict(params or {})
         if "agent" in params:
             model = Path(params["agent"]) / "model.zip"
             if not model.exists():
-                raise FileNotFoundError(f"config {path}: policies.{label}: agent run {params['agent']!r} has no model.zip")
+                raise FileNotFoundError(f"{where}: policies.{label}: agent run {params['agent']!r} has no model.zip")
             # the cell key must change when the model is retrained
             params["_model_mtime"] = model.stat().st_mtime
-            cfg["policies"][label] = params
-            continue
-        name = params.get("name", label)
-        if name not in baselines.available():
-            raise ValueError(
-                f"config {path}: policies.{label}: name={name!r} is unknown; available: {baselines.available()}"
-            )
+        else:
+            name = params.get("name", label)
+            if name not in baselines.available():
+                raise ValueError(
+                    f"{where}: policies.{label}: name={name!r} is unknown; available: {baselines.available()}"
+                )
+        policies[label] = params
+    cfg["policies"] = policies
     ref = cfg.get("reference", "smdp")
-    if ref not in cfg["policies"]:
-        raise ValueError(f"config {path}: reference={ref!r} is not one of the policies {list(cfg['policies'])}")
+    if ref not in policies:
+        raise ValueError(f"{where}: reference={ref!r} is not one of the policies {list(policies)}")
     cfg["reference"] = ref
+    pareto = cfg.get("pareto")
+    if pareto:
+        wname = pareto.get("workload", next(iter(cfg["workloads"])))
+        if wname not in cfg["workloads"]:
+            raise ValueError(f"{where}: pareto.workload={wname!r} is not one of the workloads {list(cfg['workloads'])}")
     cfg.setdefault("env", {})
-    cfg["_path"] = str(path)
+    cfg.setdefault("_path", source)
     return cfg
 
 
@@ -221,7 +247,7 @@ def run_compare(
         when the cell was already on disk).
     :returns: ``{"dir", "records", "computed", "reused", "markdown"}``.
     """
-    cfg = config if isinstance(config, dict) else load_config(config)
+    cfg = validate_config(config) if isinstance(config, dict) else load_config(config)
     out = Path(results_dir) / cfg["name"]
     cell_dir = out / "cells"
     cell_dir.mkdir(parents=True, exist_ok=True)

@@ -86,3 +86,17 @@ def test_import_does_not_load_torch_or_training_stack():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_json_output_is_strict(capsys):
+    assert main(["evaluate", "--episodes", "1", "--horizon-requests", "100", "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "NaN" not in text
+    data = json.loads(text)
+    assert data[0]["summary"]["completed"]["ci95"] is None  # one episode: no CI
+
+
+def test_lognormal_from_the_cli(capsys):
+    assert main(["evaluate", "--episodes", "1", "--horizon-requests", "100", "--service", "lognormal",
+                 "--service-cv", "0.3", "--queue-capacity", "50", "--warmup-requests", "10"]) == 0
+    assert "greedy" in capsys.readouterr().out

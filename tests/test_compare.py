@@ -109,3 +109,18 @@ def test_shipped_configs_load():
     for name in ("default", "demo"):
         cfg = load_config(name)
         assert cfg["reference"] in cfg["policies"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "needle"),
+    [
+        ({"seeds": "two"}, "seeds"),
+        ({"workloads": {}}, "workloads"),
+        ({"policies": ["greedy"]}, "policies"),
+        ({"pareto": {"workload": "nope", "energy_weights": [0.1]}}, "pareto.workload='nope'"),
+    ],
+)
+def test_dict_configs_are_validated_too(tmp_path, patch, needle):
+    with pytest.raises(ValueError) as exc:
+        run_compare({**SMALL, **patch}, results_dir=tmp_path, progress=False)
+    assert needle in str(exc.value)

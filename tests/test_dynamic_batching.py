@@ -422,3 +422,26 @@ def test_evaluate_summary_and_paired_difference():
     assert math.isfinite(hw)
     with pytest.raises(ValueError, match="n_episodes=0"):
         evaluate(GreedyPolicy(env), env, n_episodes=0)
+
+
+@pytest.mark.parametrize("n_records", [200, 201])
+def test_finite_trace_ends_when_summary_requests_are_served(tmp_path, n_records):
+    path = tmp_path / "short.csv"
+    times = np.cumsum(np.random.default_rng(0).exponential(1 / 300.0, n_records))
+    path.write_text("t\n" + "\n".join(repr(float(t)) for t in times) + "\n")
+    env = gym.make(ENV_ID, workload={"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": False},
+                   max_batch_size=8, horizon_requests=200)
+    res = evaluate(GreedyPolicy(env), env, n_episodes=1, seed=0)
+    ep = res.episodes[0]
+    assert ep["completed"] == 200
+    # the episode ends right after the last summary request, not at the 10x horizon
+    assert ep["elapsed_s"] < times[-1] + 0.05
+    assert ep["throughput_rps"] > 200
+
+
+def test_window_never_started_gives_nan_rates():
+    env = gym.make(ENV_ID, warmup_requests=5000, horizon_requests=10, horizon_s=0.05)
+    res = evaluate(GreedyPolicy(env), env, n_episodes=1, seed=0)
+    ep = res.episodes[0]
+    assert ep["completed"] == 0
+    assert math.isnan(ep["reward_rate_per_s"]) and math.isnan(ep["power_mean_w"])

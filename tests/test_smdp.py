@@ -164,3 +164,14 @@ def test_bad_problem_fields():
         solve(tiny(), method="newton")
     with pytest.raises(ValueError, match="needs env"):
         SMDPPolicy(None)
+
+
+def test_adaptive_with_truncation_survives_high_load_estimates():
+    env = gym.make(
+        ENV_ID, max_batch_size=8, queue_capacity=5000,
+        workload={"kind": "mmpp", "load": 0.9, "rates_per_s": [1.0, 3.0], "switch_rates_per_s": [5.0, 5.0]},
+        reward_weights={"sla": 0.0}, horizon_requests=3000,
+    )
+    pol = make("smdp-adaptive", env=env, max_states=100)
+    res = evaluate(pol, env, n_episodes=1, seed=0)
+    assert res.mean("completed") > 0

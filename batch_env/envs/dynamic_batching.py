@@ -279,8 +279,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             t = self._next_arrival()
             if self._tick is not None and self._now + self._tick < t:
                 t = self._now + self._tick
-            if t == math.inf:  # a finite trace ended: idle until the horizon
-                t = max(self.horizon_s, self._now)
+            if t == math.inf:  # a finite trace ended: idle until the horizon, unless all is done
+                t = self._now if self._summary_done() else max(self.horizon_s, self._now)
             self._advance(t, idle)
             self._last_b = 0
             self._last_lat = 0.0
@@ -298,8 +298,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._last_lat = d
             while self._ns == len(self._arr):  # empty queue: idle to the next arrival
                 t = self._next_arrival()
-                if t == math.inf:
-                    self._advance(max(self.horizon_s, self._now), idle)
+                if t == math.inf:  # a finite trace ended
+                    if not self._summary_done():
+                        self._advance(max(self.horizon_s, self._now), idle)
                     break
                 self._advance(t, idle)
         reward, comps, dt, _ = self._step_accounting()
