@@ -16,7 +16,8 @@ It also times the SMDP solver (``baselines.smdp``) on S = 500 states, B = 64, rh
 the identical Tijms-transformed MDP at the same span tolerance (1e-6 x gain): our
 policy iteration (exact), our vectorized RVI at that tolerance, and pymdptoolbox, with
 the speed-up of policy iteration over pymdptoolbox (floor 10x) and whether all three
-return the same policy. Results go to ``results/bench/bench.json`` with a description of
+return the same policy. And PPO training steps/s on DynamicBatching-v0 against
+CartPole-v1 with the same settings (floor: ratio 0.8). Results go to ``results/bench/bench.json`` with a description of
 the machine.
 """
 
@@ -140,13 +141,63 @@ def bench_smdp(tol: float = 1e-6) -> dict[str, Any]:
     }
 
 
-def run_bench(n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True) -> dict[str, Any]:
+def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
+    """PPO training steps/s on DynamicBatching-v0 and on CartPole-v1 with the same settings.
+
+    Both use ``agents/hyperparams/ppo.yml``'s algorithm settings (4 envs in a
+    ``DummyVecEnv``, 512-step rollouts, 10 epochs, 64x64 MLP), one torch thread, and
+    ``VecNormalize``; DynamicBatching-v0 also carries its training wrappers (binary
+    actions, queue features, centring with a fixed gain).
+
+    :param total_steps: environment steps per run.
+    :param seed: seed of both runs.
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from agents.common import ZOO_KEYS, literal, load_hyperparams, make_env, wrapper_specs
+
+    torch.set_num_threads(1)
+    env_id = "batch_env/DynamicBatching-v0"
+    hp = load_hyperparams("ppo", env_id)
+    specs = [
+        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
+        for p, kw in wrapper_specs(hp["env_wrapper"])
+    ]
+    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
+    policy_kwargs = literal(hp["policy_kwargs"], "policy_kwargs")
+
+    def timed(env_fn: Any) -> float:
+        venv = VecNormalize(make_vec_env(env_fn, n_envs=int(hp["n_envs"]), seed=seed, vec_env_cls=DummyVecEnv))
+        model = PPO("MlpPolicy", venv, policy_kwargs=dict(policy_kwargs), seed=seed, device="cpu", **algo_kwargs)
+        t0 = time.perf_counter()
+        model.learn(total_timesteps=total_steps)
+        return total_steps / (time.perf_counter() - t0)
+
+    ours = timed(lambda: make_env(env_id, {"workload": {"kind": "poisson", "load": 0.6}}, specs))
+    cart = timed(lambda: gym.make("CartPole-v1"))
+    return {
+        "total_steps": total_steps,
+        "dynamic_batching_ppo_steps_per_s": ours,
+        "cartpole_ppo_steps_per_s": cart,
+        "ratio": ours / cart,
+        "floor_ratio": 0.8,
+        "settings": {"n_envs": hp["n_envs"], **algo_kwargs, "policy_kwargs": str(policy_kwargs), "threads": 1},
+    }
+
+
+def run_bench(
+    n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True
+) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
     :param n_steps: env steps per timed round.
     :param repeats: timed rounds per env; the best round counts.
     :param seed: seed for envs and actions.
     :param smdp: also time the SMDP solver against pymdptoolbox (about 20 s).
+    :param ppo: also time PPO training against CartPole (needs the train extra; about 40 s).
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -166,6 +217,8 @@ def run_bench(n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: boo
     }
     if smdp:
         result["smdp"] = bench_smdp()
+    if ppo:
+        result["ppo"] = bench_ppo(seed=seed)
     return result
 
 

@@ -188,7 +188,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Measure env speed against CartPole and the SMDP solver against pymdptoolbox."""
     from experiments.bench import run_bench, write_results
 
-    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp)
+    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo)
     path = write_results(result, args.out)
     if args.json:
         print(dumps(result, indent=2))
@@ -203,6 +203,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
               f"policy iteration {sm['pi_s']:.3f} s, our RVI {sm['rvi_s']:.2f} s, "
               f"pymdptoolbox RVI {sm['pymdptoolbox_s']:.2f} s -> {sm['speedup_pi_vs_pymdptoolbox']:.0f}x "
               f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}")
+    pp = result.get("ppo")
+    if pp:
+        print(f"PPO training: {pp['dynamic_batching_ppo_steps_per_s']:,.0f} steps/s vs CartPole-v1 "
+              f"{pp['cartpole_ppo_steps_per_s']:,.0f} steps/s -> ratio {pp['ratio']:.2f} (floor: >= {pp['floor_ratio']})")
     print(f"written to {path}")
     return 0
 
@@ -259,6 +263,20 @@ def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ValueError(f"{field}={path!r} must hold a mapping of env kwargs")
     return value
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """Train agents per setting and compare them with the SMDP optimum and the baselines."""
+    from experiments.agents import run_agents_experiment
+
+    result = run_agents_experiment(args.config, runs_dir=args.runs_dir, results_dir=args.results_dir,
+                                   workers=args.workers, settings=args.settings)
+    if args.json:
+        print(dumps(result["results"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables and plot in {result['dir']}/")
+    return 0
 
 
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
@@ -349,12 +367,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_train)
 
+    p = sub.add_parser("agents", help="train agents and compare them with the SMDP optimum and baselines",
+                       description=cmd_agents.__doc__)
+    p.add_argument("--config", default="agents", help="config name in experiments/configs or a YAML path")
+    p.add_argument("--settings", nargs="+", default=None, help="only these settings of the config")
+    p.add_argument("--runs-dir", default="runs", help="parent folder of the training runs (default runs)")
+    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--workers", type=int, default=2, help="training processes in parallel (default 2)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.set_defaults(func=cmd_agents)
+
     p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
                        description=cmd_bench.__doc__)
     p.add_argument("--steps", type=int, default=200_000, help="steps per timed round (default 200000)")
     p.add_argument("--repeats", type=int, default=3, help="timed rounds; the best counts (default 3)")
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
     p.add_argument("--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part")
+    p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
     return parser

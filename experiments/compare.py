@@ -90,7 +90,7 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     :param path_or_name: ``"default"``, ``"demo"`` or a YAML path.
     """
     path = Path(path_or_name)
-    if not path.exists():
+    if not path.is_file():
         path = CONFIG_DIR / f"{path_or_name}.yaml"
     if not path.exists():
         shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))

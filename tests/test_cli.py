@@ -68,7 +68,7 @@ def test_cli_reports_bad_input_cleanly(capsys):
 
 
 def test_bench_reports_ratio(tmp_path):
-    result = run_bench(n_steps=2000, repeats=1, smdp=False)
+    result = run_bench(n_steps=2000, repeats=1, smdp=False, ppo=False)
     assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]

@@ -1,0 +1,232 @@
+"""Learned agents against the SMDP optimum and the baselines (``batch-env agents``).
+
+For every setting of the config (``experiments/configs/agents.yml``): train the agent
+once per training seed (runs in parallel, one torch thread each; finished runs are
+reused), evaluate each run deterministically on held-out seeds, evaluate greedy, the
+SMDP policy (solved for the mean arrival rate) and, where ticks are on, a grid of Triton
+dynamic-batcher settings on the same seeds, and write ``results/<name>/summary.md``,
+``summary.json`` and ``gaps.png``.
+
+Statistics: each training run's cost rate is its mean over the evaluation seeds; the
+agent's figure is the mean over training seeds with a Student-t 95% CI over those runs.
+Baselines get a CI over evaluation seeds. In the SMDP-exact subset (Poisson, SLA weight
+0) the gap is relative to the solver's gain; elsewhere the comparison is against the
+best baseline measured on the same seeds, with a paired CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import yaml
+
+import baselines
+import batch_env
+from batch_env.evaluate import ci95_half_width
+
+from .compare import CONFIG_DIR
+
+
+def load_agents_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read the agents experiment config (a name in ``experiments/configs`` or a path)."""
+    path = Path(path_or_name)
+    if not path.is_file():
+        path = CONFIG_DIR / f"{path_or_name}.yml"
+    if not path.exists():
+        raise FileNotFoundError(f"agents config {str(path_or_name)!r} not found")
+    cfg = yaml.safe_load(path.read_text())
+    for key in ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings"):
+        if key not in cfg:
+            raise ValueError(f"agents config {path}: missing key {key!r}")
+    return cfg
+
+
+def setting_env(cfg: dict[str, Any], setting: str) -> dict[str, Any]:
+    """Env kwargs of one setting (the shared env plus the setting's overrides)."""
+    return {**cfg["env"], **cfg["settings"][setting]}
+
+
+def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
+    cfg, setting, seed, run_dir = job
+    from agents.train import TrainArgs, train
+
+    if (Path(run_dir) / "model.zip").exists():
+        return run_dir
+    train(
+        TrainArgs(
+            algo=cfg["algo"], env_kwargs=setting_env(cfg, setting), n_timesteps=int(cfg["n_timesteps"]),
+            seed=seed, run_dir=run_dir, centering_gain=str(cfg.get("centering_gain", "greedy")),
+            eval_freq=int(cfg["n_timesteps"]) // 3, progress=False,
+        )
+    )
+    return run_dir
+
+
+def _eval(policy: Any, env: gym.Env, seeds: list[int]) -> np.ndarray:
+    """Per-seed cost rates (positive = cost per second)."""
+    out = []
+    for s in seeds:
+        res = batch_env.evaluate(policy, env, n_episodes=1, seed=s)
+        out.append(-res.episodes[0]["reward_rate_per_s"])
+    return np.array(out)
+
+
+def run_agents_experiment(
+    config: str | os.PathLike[str] = "agents",
+    runs_dir: str | os.PathLike[str] = "runs",
+    results_dir: str | os.PathLike[str] = "results",
+    workers: int = 2,
+    settings: list[str] | None = None,
+) -> dict[str, Any]:
+    """Train, evaluate and tabulate (see the module docstring).
+
+    :param config: config name or path.
+    :param runs_dir: parent of the training runs (``<runs_dir>/<name>/<setting>-s<seed>``).
+    :param results_dir: parent of the outputs.
+    :param workers: training processes in parallel.
+    :param settings: only these settings (default: all).
+    """
+    cfg = load_agents_config(config)
+    names = settings or list(cfg["settings"])
+    unknown = sorted(set(names) - set(cfg["settings"]))
+    if unknown:
+        raise ValueError(f"settings {unknown} are not in the config: {list(cfg['settings'])}")
+    skipped = {}
+    for s in list(names):
+        wl = cfg["settings"][s]["workload"]
+        if wl.get("kind") == "trace" and not Path(wl["path"]).exists():
+            skipped[s] = f"trace {wl['path']} not found"
+            names.remove(s)
+    root = Path(runs_dir) / cfg["name"]
+    jobs = [(cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(_train_job, jobs))
+
+    from agents import load_policy
+    from baselines.smdp import SMDPPolicy
+
+    eval_seeds = list(cfg["eval_seeds"])
+    results: dict[str, Any] = {"config": cfg, "settings": {}, "skipped": skipped}
+    for s in names:
+        env_kwargs = {**setting_env(cfg, s), "horizon_requests": int(cfg.get("eval_horizon_requests", 20_000))}
+        env = gym.make("batch_env/DynamicBatching-v0", **env_kwargs)
+        row: dict[str, Any] = {"env_kwargs": env_kwargs}
+        agent_runs = [_eval(load_policy(root / f"{s}-s{seed}"), env, eval_seeds) for seed in cfg["train_seeds"]]
+        per_run = np.array([r.mean() for r in agent_runs])
+        row["agent"] = {"per_training_seed": per_run.tolist(), "mean": float(per_run.mean()),
+                        "ci95": ci95_half_width(per_run), "per_eval_seed": np.mean(agent_runs, axis=0).tolist()}
+        base: dict[str, np.ndarray] = {
+            "greedy": _eval(baselines.make("greedy", env=env), env, eval_seeds),
+        }
+        smdp = SMDPPolicy(env)
+        base["smdp"] = _eval(smdp, env, eval_seeds)
+        if smdp.exact:
+            row["smdp_gain"] = smdp.solution.gain
+        if env.unwrapped.config.decision_interval_ms is not None and cfg.get("triton_grid"):
+            grid = cfg["triton_grid"]
+            best = None
+            for delay in grid["max_queue_delay_ms"]:
+                for bmax in grid["max_batch_size"]:
+                    v = _eval(baselines.make("timeout", env=env, max_batch_size=bmax, max_queue_delay_ms=delay), env, eval_seeds)
+                    if best is None or v.mean() < best[0].mean():
+                        best = (v, {"max_queue_delay_ms": delay, "max_batch_size": bmax})
+            base["triton-best"] = best[0]
+            row["triton_best_params"] = best[1]
+        row["baselines"] = {k: {"mean": float(v.mean()), "ci95": ci95_half_width(v), "per_eval_seed": v.tolist()}
+                            for k, v in base.items()}
+        agent_eval = np.mean(agent_runs, axis=0)
+        ref_name = min(base, key=lambda k: base[k].mean())
+        row["best_baseline"] = ref_name
+        d = base[ref_name] - agent_eval  # positive: agent cheaper
+        row["agent_vs_best_baseline_percent"] = {
+            "mean": float(100 * d.mean() / base[ref_name].mean()),
+            "ci95": float(100 * ci95_half_width(d) / base[ref_name].mean()),
+        }
+        if "smdp_gain" in row:
+            g = row["smdp_gain"]
+            row["agent_gap_percent"] = {"mean": float(100 * (per_run.mean() / g - 1)),
+                                        "ci95": float(100 * ci95_half_width(per_run) / g)}
+            row["greedy_gap_percent"] = float(100 * (base["greedy"].mean() / g - 1))
+        results["settings"][s] = row
+    out = Path(results_dir) / cfg["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+    md = _markdown(results)
+    (out / "summary.md").write_text(md)
+    _plot(results, out / "gaps.png")
+    return {"dir": out, "results": results, "markdown": md}
+
+
+def _pm(m: float, h: float) -> str:
+    return f"{m:.2f} ± {h:.2f}" if np.isfinite(h) else f"{m:.2f}"
+
+
+def _markdown(results: dict[str, Any]) -> str:
+    cfg = results["config"]
+    lines = [
+        f"# Learned agents (`{cfg['name']}`)",
+        "",
+        f"{cfg['algo'].upper()}, {int(cfg['n_timesteps']):,} steps per run, training seeds {cfg['train_seeds']}, "
+        f"evaluated deterministically on held-out seeds {cfg['eval_seeds']} "
+        f"({cfg.get('eval_horizon_requests', 20000)} requests each). Cost = minus the reward rate "
+        "(per second; lower is better). Agent: mean over training seeds ± 95% CI over them; "
+        "baselines: mean ± 95% CI over evaluation seeds.",
+        "",
+        "| setting | SMDP gain | agent | agent gap | greedy | greedy gap | smdp policy | best Triton | agent vs best baseline |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for s, row in results["settings"].items():
+        b = row["baselines"]
+        gain = f"{row['smdp_gain']:.2f}" if "smdp_gain" in row else "n/a"
+        agap = _pm(row["agent_gap_percent"]["mean"], row["agent_gap_percent"]["ci95"]) + "%" if "agent_gap_percent" in row else "n/a"
+        ggap = f"{row['greedy_gap_percent']:.2f}%" if "greedy_gap_percent" in row else "n/a"
+        tri = (f"{_pm(b['triton-best']['mean'], b['triton-best']['ci95'])} {row['triton_best_params']}"
+               if "triton-best" in b else "n/a")
+        vs = row["agent_vs_best_baseline_percent"]
+        lines.append(
+            f"| {s} | {gain} | {_pm(row['agent']['mean'], row['agent']['ci95'])} | {agap} "
+            f"| {_pm(b['greedy']['mean'], b['greedy']['ci95'])} | {ggap} | {_pm(b['smdp']['mean'], b['smdp']['ci95'])} "
+            f"| {tri} | {_pm(vs['mean'], vs['ci95'])}% cheaper than {row['best_baseline']} |"
+        )
+    for s, why in results.get("skipped", {}).items():
+        lines.append(f"| {s} | skipped: {why} | | | | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def _plot(results: dict[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    rows = results["settings"]
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2, 4))
+    x = np.arange(len(names))
+    series = [("agent", lambda r: (r["agent"]["mean"], r["agent"]["ci95"]))]
+    for key in ("greedy", "smdp", "triton-best"):
+        series.append((key, lambda r, k=key: (r["baselines"][k]["mean"], r["baselines"][k]["ci95"]) if k in r["baselines"] else (np.nan, 0)))
+    width = 0.8 / len(series)
+    for i, (label, fn) in enumerate(series):
+        vals = [fn(rows[n]) for n in names]
+        ref = [min(b["mean"] for b in rows[n]["baselines"].values()) for n in names]
+        rel = [100 * (v[0] / r - 1) for v, r in zip(vals, ref, strict=True)]
+        err = [100 * (v[1] if np.isfinite(v[1]) else 0) / r for v, r in zip(vals, ref, strict=True)]
+        ax.bar(x + (i - len(series) / 2 + 0.5) * width, rel, width, yerr=err, capsize=2, label=label)
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(x, names, rotation=20, fontsize=8)
+    ax.set_ylabel("cost vs best baseline (%)")
+    ax.set_title("learned agent vs baselines (lower is better)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
