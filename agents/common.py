@@ -155,7 +155,12 @@ class AgentPolicy:
             env = env.env
         chain.reverse()  # innermost first
         self._obs_fns = [w.observation for w in chain if isinstance(w, gym.ObservationWrapper)]
-        self._act_fns = [w.action for w in reversed(chain) if isinstance(w, gym.ActionWrapper)]
+        # action wrappers that need the state map from the acting env's info instead
+        self._act_fns = [
+            getattr(w, "action_from_info", None) or (lambda a, info, w=w: w.action(a))
+            for w in reversed(chain)
+            if isinstance(w, gym.ActionWrapper)
+        ]
         self._maskable = type(model).__name__ == "MaskablePPO"
         self._binary = any(type(w).__name__ == "BinaryAction" for w in chain)
 
@@ -176,7 +181,7 @@ class AgentPolicy:
             a, _ = self.model.predict(o, deterministic=self.deterministic)
         a = int(a)
         for fn in self._act_fns:
-            a = int(fn(a))
+            a = int(fn(a, info))
         return a
 
 

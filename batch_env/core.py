@@ -124,6 +124,11 @@ class ServingCore(gym.Env):
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
         return service, sizes
 
+    @property
+    def queue_len(self) -> int:
+        """Requests waiting now (not counting those in service)."""
+        return len(self._arr) - self._ns
+
     # -- arrivals -------------------------------------------------------------------------
     def _more(self) -> bool:
         """Append the next chunk of arrivals to the buffer; False when the stream ended."""

@@ -16,7 +16,12 @@ RL (Tijms; Das, Gosavi et al. 1999, "SMART"):
   within 1% of the SMDP optimum in 300k steps.
 * :class:`BinaryAction` reduces the choice to wait / serve ``min(queue, B)``, which is
   enough to express the control-limit policies that are optimal in the SMDP-exact
-  subset and removes the split-probability problem.
+  subset and removes the split-probability problem. By default it also serves whenever
+  a full batch waits (``serve_full=True``): the optimal policies are control limits at
+  or below B (Deb and Serfozo 1973 for batch-service queues; every instance our solver
+  has solved, tested in ``tests/test_smdp.py``), and without the rule a deterministic
+  network can pick "wait" in the long-queue states training rarely visits, and keep
+  waiting while a full queue drops arrivals (seen on bursty MMPP traffic).
 * :class:`QueueFeatures` appends ``log(1 + queue)`` (scaled) and ``min(queue, B) / B`` to
   the observation: the queue length spans four orders of magnitude (1 .. capacity), and
   thresholds at small queue lengths are hard to represent with the raw ratio alone.
@@ -78,24 +83,41 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, float(reward) + self.gain * dt, terminated, truncated, info
 
 
+def binary_to_batch(action: Any, queue_len: int, max_batch_size: int, serve_full: bool) -> int:
+    """The env action for a binary action: 0 = wait, 1 = serve ``min(queue, B)``.
+
+    With ``serve_full``, a wait while at least ``max_batch_size`` requests wait serves a
+    full batch instead.
+    """
+    a = int(action)
+    if a not in (0, 1):
+        raise ValueError(f"action={action!r} is out of range: expected 0 (wait) or 1 (serve)")
+    if a or (serve_full and queue_len >= max_batch_size):
+        return max_batch_size  # the env runs min(queue, B) and flags the clip
+    return 0
+
+
 class BinaryAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     """Two actions: ``0`` = wait, ``1`` = serve ``min(queue, max_batch_size)``.
 
     :param env: a ``DynamicBatching-v0`` env.
+    :param serve_full: serve a full batch whenever one waits, whatever the action.
     """
 
-    def __init__(self, env: gym.Env) -> None:
-        gym.utils.RecordConstructorArgs.__init__(self)
+    def __init__(self, env: gym.Env, serve_full: bool = True) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, serve_full=serve_full)
         gym.ActionWrapper.__init__(self, env)
         self._B = int(env.unwrapped.config.max_batch_size)
+        self.serve_full = bool(serve_full)
         self.action_space = spaces.Discrete(2)
 
     def action(self, action: Any) -> int:
-        """Map wait/serve to the env's batch-size action."""
-        a = int(action)
-        if a not in (0, 1):
-            raise ValueError(f"action={action!r} is out of range: expected 0 (wait) or 1 (serve)")
-        return self._B if a else 0  # the env runs min(queue, B) and flags the clip
+        """Map wait/serve to the env's batch-size action (using the env's queue)."""
+        return binary_to_batch(action, self.unwrapped.queue_len, self._B, self.serve_full)
+
+    def action_from_info(self, action: Any, info: dict[str, Any]) -> int:
+        """The same mapping for a policy acting on another env, from its ``info``."""
+        return binary_to_batch(action, info["queue_len"], self._B, self.serve_full)
 
     def action_masks(self) -> np.ndarray:
         """Both actions are always valid (every epoch has a waiting request)."""

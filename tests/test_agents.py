@@ -208,3 +208,17 @@ def test_rl_zoo3_trains_with_our_hyperparameters(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert list(tmp_path.glob("ppo/*/batch_env-DynamicBatching-v0.zip"))
+
+
+def test_binary_action_serves_full_batches():
+    env = BinaryAction(gym.make(ENV_ID, max_batch_size=4, decision_interval_ms=0.2))
+    _, info = env.reset(seed=0)
+    while info["queue_len"] < 4:
+        _, _, _, _, info = env.step(0)
+    _, _, _, _, info = env.step(0)  # a wait with a full batch waiting serves it
+    assert info["last_batch_size"] == 4
+    raw = BinaryAction(gym.make(ENV_ID, max_batch_size=4, decision_interval_ms=0.2), serve_full=False)
+    _, info = raw.reset(seed=0)
+    for _ in range(50):
+        _, _, _, _, info = raw.step(0)
+    assert info["queue_len"] > 4 and info["last_batch_size"] == 0

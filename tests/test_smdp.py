@@ -175,3 +175,14 @@ def test_adaptive_with_truncation_survives_high_load_estimates():
     pol = make("smdp-adaptive", env=env, max_states=100)
     res = evaluate(pol, env, n_episodes=1, seed=0)
     assert res.mean("completed") > 0
+
+
+@pytest.mark.parametrize("rho", [0.3, 0.6, 0.9, 1.2])
+@pytest.mark.parametrize("we", [0.0, 0.5, 4.0])
+@pytest.mark.parametrize("profile", ["resnet50-v100-linear", "resnet50-p4", "resnet50-t4-trt"])
+def test_optimal_policy_serves_whenever_a_full_batch_waits(rho, we, profile):
+    """The fact behind BinaryAction(serve_full=True): the control limit is at most B."""
+    env = gym.make(ENV_ID, profile=profile, workload={"kind": "poisson", "load": rho}, max_batch_size=32,
+                   reward_weights={"energy": we, "sla": 0.0}, queue_capacity=400, decision_interval_ms=0.5)
+    sol = solve(SMDPProblem.from_env(env))
+    assert np.all(sol.policy[32:] > 0)
