@@ -25,18 +25,11 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam
 
 from batch_env import evaluate
+from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
 
-EVAL_KEYS = (
-    "reward_rate_per_s",
-    "latency_mean_ms",
-    "latency_p99_ms",
-    "power_mean_w",
-    "sla_attainment",
-    "batch_size_mean",
-    "drop_rate",
-)
+EVAL_KEYS = HEADLINE_KEYS
 COMPONENTS = ("latency", "energy", "sla", "drop")
 
 

@@ -53,6 +53,21 @@ SERVING_KEYS: tuple[str, ...] = (
 )
 
 
+#: the summary keys that tables, TensorBoard evaluations and comparisons show
+HEADLINE_KEYS: tuple[str, ...] = (
+    "reward_rate_per_s",
+    "latency_mean_ms",
+    "latency_p50_ms",
+    "latency_p99_ms",
+    "power_mean_w",
+    "energy_per_request_j",
+    "sla_attainment",
+    "throughput_rps",
+    "batch_size_mean",
+    "drop_rate",
+)
+
+
 @dataclass(frozen=True)
 class WindowStart:
     """Cumulative totals at the instant the first summary request arrives."""

@@ -17,18 +17,9 @@ from typing import Any
 
 import yaml
 
-SHOWN_KEYS = (
-    "latency_mean_ms",
-    "latency_p50_ms",
-    "latency_p99_ms",
-    "sla_attainment",
-    "throughput_rps",
-    "power_mean_w",
-    "energy_per_request_j",
-    "batch_size_mean",
-    "drop_rate",
-    "reward_rate_per_s",
-)
+from batch_env.metrics import HEADLINE_KEYS
+
+SHOWN_KEYS = HEADLINE_KEYS
 
 
 def _finite(obj: Any) -> Any:

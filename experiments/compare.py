@@ -44,18 +44,10 @@ import yaml
 import baselines
 import batch_env
 from batch_env.evaluate import EvaluationResult, paired_difference
+from batch_env.metrics import HEADLINE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-METRICS = (
-    "reward_rate_per_s",
-    "latency_mean_ms",
-    "latency_p99_ms",
-    "power_mean_w",
-    "sla_attainment",
-    "batch_size_mean",
-    "drop_rate",
-    "throughput_rps",
-)
+METRICS = HEADLINE_KEYS
 _KEYS = {"name", "env", "workloads", "loads", "seeds", "policies", "reference", "pareto", "structure"}
 
 
