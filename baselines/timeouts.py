@@ -102,7 +102,7 @@ class TritonTimeoutPolicy:
         return 0
 
 
-class TFServingPolicy:
+class TFServingPolicy(TritonTimeoutPolicy):
     """TensorFlow Serving's batcher: a full batch at once, else everything after a timeout.
 
     Source: TensorFlow Serving Batching Guide ("Batch Scheduling Parameters and Tuning"):
@@ -138,22 +138,7 @@ class TFServingPolicy:
         self.max_batch_size = resolve_max_batch_size(env, max_batch_size)
         self.batch_timeout_ms = check_duration_ms("batch_timeout_ms", batch_timeout_ms)
         require_ticks(env, self.name, "batch_timeout_ms", batch_timeout_ms)
-
-    def reset(self) -> None:
-        """The batcher is stateless."""
-
-    def act(self, obs: Any, info: dict[str, Any]) -> int:
-        """Full batch, else everything once the oldest has waited the timeout, else wait.
-
-        :param obs: unused.
-        :param info: reads ``queue_len`` and ``oldest_wait_s``.
-        """
-        q = info["queue_len"]
-        if q >= self.max_batch_size:
-            return self.max_batch_size
-        if q > 0 and waited_at_least(info["oldest_wait_s"], self.batch_timeout_ms):
-            return q
-        return 0
-
-
-__all__ = ["TFServingPolicy", "TritonTimeoutPolicy"]
+        # Triton's rule without preferred sizes, with the timeout as the queue delay
+        self.preferred_batch_sizes = ()
+        self._preferred_for = [0] * self.max_batch_size
+        self.max_queue_delay_ms = self.batch_timeout_ms
