@@ -29,7 +29,7 @@ bench: $(STAMP)
 	$(VENV)/bin/batch-env bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check batch_env baselines agents experiments tests
+	$(VENV)/bin/ruff check batch_env baselines agents experiments tests scripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -6,7 +6,8 @@ workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
 
 One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
 batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
-rate-adaptive variant); shared pieces in ``common``.
+rate-adaptive variant), ``node`` (graph batching and LazyBatching for
+``NodeBatching-v0``); shared pieces in ``common``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import gymnasium as gym
 
 from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
+from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
 
@@ -29,6 +31,8 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "aimd": AIMDPolicy,
     "smdp": SMDPPolicy,
     "smdp-adaptive": AdaptiveSMDPPolicy,
+    "graph": GraphBatchingPolicy,
+    "lazy": LazyBatchingPolicy,
 }
 
 
@@ -52,7 +56,9 @@ def make(name: str, env: gym.Env | None = None, **params: Any) -> Any:
 __all__ = [
     "AIMDPolicy",
     "AdaptiveSMDPPolicy",
+    "GraphBatchingPolicy",
     "GreedyPolicy",
+    "LazyBatchingPolicy",
     "SMDPPolicy",
     "StaticPolicy",
     "TFServingPolicy",

@@ -32,6 +32,10 @@ from .common import (
 class GreedyPolicy:
     """Serve ``min(queue_len, max_batch_size)`` at every epoch.
 
+    In ``NodeBatching-v0`` (``info["in_flight"]`` present) it admits every waiting request
+    that fits (``min(queue_len, max_batch_size - in_flight)``) at every node boundary and
+    advances the least-advanced group: LazyBatching without its SLA check.
+
     :param env: the env (for ``max_batch_size``).
     :param max_batch_size: override (required when ``env`` is ``None``).
     """
@@ -51,9 +55,10 @@ class GreedyPolicy:
         """Greedy is stateless."""
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
-        """Serve everything waiting, up to the max batch size."""
+        """Serve everything waiting, up to the max batch size (minus requests in flight)."""
         q = info["queue_len"]
-        return q if q < self.max_batch_size else self.max_batch_size
+        room = self.max_batch_size - info.get("in_flight", 0)
+        return q if q < room else (room if room > 0 else 0)
 
 
 class StaticPolicy:

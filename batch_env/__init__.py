@@ -20,27 +20,30 @@ __version__ = "0.1.0"
 #: Safety net only: episodes end on a budget of work (DESIGN: Episodes).
 MAX_EPISODE_STEPS = 1_000_000
 
-ENV_IDS: tuple[str, ...] = ("batch_env/DynamicBatching-v0",)
+ENV_IDS: tuple[str, ...] = ("batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0")
+
+_ENTRY_POINTS = {
+    "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching:DynamicBatchingEnv",
+    "batch_env/NodeBatching-v0": "batch_env.envs.node_batching:NodeBatchingEnv",
+}
 
 
 def register_envs() -> None:
     """Register every ``batch_env/`` id with Gymnasium (idempotent)."""
-    if "batch_env/DynamicBatching-v0" not in registry:
-        register(
-            id="batch_env/DynamicBatching-v0",
-            entry_point="batch_env.envs.dynamic_batching:DynamicBatchingEnv",
-            max_episode_steps=MAX_EPISODE_STEPS,
-        )
+    for env_id, entry_point in _ENTRY_POINTS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=entry_point, max_episode_steps=MAX_EPISODE_STEPS)
 
 
 register_envs()
 
-from .envs import DynamicBatchingEnv  # noqa: E402
+from .envs import DynamicBatchingEnv, NodeBatchingEnv  # noqa: E402
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
 
 __all__ = [
     "ENV_IDS",
     "DynamicBatchingEnv",
+    "NodeBatchingEnv",
     "EvaluationResult",
     "evaluate",
     "paired_difference",

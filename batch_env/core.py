@@ -14,14 +14,18 @@ Python loop):
   ``_i`` is the next arrival not yet processed.
 * ``_arr``: arrival times of *admitted* requests ("entries", in arrival order);
   ``_ns`` entries have started service, so the waiting queue is ``_arr[_ns:]``.
-* ``_comp``: completion time of each started entry (known when the batch starts: the
-  executor returns the duration before the clock moves).
+* ``_comp``: completion time of the first ``_nk`` entries, the ones whose completion time
+  is known. Whole-model batches know it when they start (the executor returns the
+  duration before the clock moves), so ``_nk == _ns`` at every epoch of
+  ``DynamicBatching-v0``; node-level groups learn it when their last node finishes, so
+  there ``_nk`` trails ``_ns`` by the requests in flight. Completion is FIFO in both.
 
 SLA misses. A request misses when ``completion - arrival > sla`` (latency equal to the
-SLA meets it), and the miss is counted when its deadline passes. Served entries' misses
-are known when their batch starts; since deadlines are monotone in arrival order, the
-cumulative number of misses whose deadline has passed at an idle epoch ``t`` is
-``served_missed + #(waiting entries with t - arrival > sla)``.
+SLA meets it), and the miss is counted when its deadline passes. Misses of the ``_nk``
+entries with known completion are in ``_served_missed``; since deadlines are monotone in
+arrival order, the cumulative number of misses whose deadline has passed at an epoch
+``t`` is ``served_missed + #(entries past _nk with t - arrival > sla)``: an entry whose
+completion is unknown at ``t`` and whose deadline has passed has missed.
 
 Summary window (DESIGN: Episodes). Arrival numbers ``warmup`` .. ``warmup + horizon - 1``
 are the summary requests. The loop snapshots its cumulative totals at the exact instant
@@ -32,6 +36,7 @@ count just after the last one, so window totals are exact differences.
 from __future__ import annotations
 
 import math
+import warnings
 from bisect import bisect_left, bisect_right
 from typing import Any
 
@@ -41,7 +46,8 @@ import numpy as np
 from .config import ServingConfig
 from .metrics import WindowStart, summarize
 from .profile import Profile
-from .workload import ArrivalStream, Workload
+from .profile import load as load_profile
+from .workload import ArrivalStream, Workload, make_workload
 
 _INF = math.inf
 
@@ -54,6 +60,75 @@ class ServingCore(gym.Env):
     """
 
     # -- construction -------------------------------------------------------------------
+    def _init_env(
+        self,
+        profile: str | dict | Profile,
+        workload: dict | Workload | None,
+        config: ServingConfig,
+        render_mode: str | None,
+    ) -> Profile:
+        """Shared construction of every env: render mode, profile, workload, load, weights.
+
+        :returns: the loaded profile (checked against ``max_batch_size``).
+        """
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is invalid: allowed values are "
+                f"{[None] + self.metadata['render_modes']}"
+            )
+        self.render_mode = render_mode
+        prof = load_profile(profile)
+        prof.check_max_batch_size(config.max_batch_size)
+        self.max_throughput_rps = prof.max_throughput_rps(config.max_batch_size)
+        if workload is None:
+            workload = {"kind": "poisson", "load": 0.6}
+        wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
+        self._setup_core(prof, wl, config)
+        self.load = self.mean_rate_per_s / self.max_throughput_rps
+        self._B = config.max_batch_size
+        self._check_drop_weight()
+        return prof
+
+    def _check_drop_weight(self) -> None:
+        """Warn when dropping a request costs less than serving it (DESIGN: Dropping)."""
+        lat, energy = self.profile.tables(self._B)
+        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
+        w = self.config.reward_weights
+        if w.drop < w.energy * cheapest:
+            warnings.warn(
+                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
+                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
+                stacklevel=4,
+            )
+
+    def _coerce_action(self, action: Any) -> int:
+        """An integer action in the action space, or ``ValueError`` naming the value."""
+        high = int(self.action_space.n) - 1
+        try:
+            a = np.asarray(action)
+            if a.shape != () or a.dtype.kind not in "iub" and not (
+                a.dtype.kind == "f" and math.isfinite(float(a)) and float(a).is_integer()
+            ):
+                raise TypeError
+            a = int(a)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"action={action!r} is invalid: expected an integer in 0..{high}"
+            ) from None
+        if a < 0 or a > high:
+            raise ValueError(f"action={action!r} is out of range: expected an integer in 0..{high}")
+        return a
+
+    def get_config(self) -> dict[str, Any]:
+        """The env's resolved configuration (profile name, workload, config fields)."""
+        return {
+            "profile": self.profile.name,
+            "workload": self.workload.to_dict(),
+            **self.config.to_dict(),
+            "horizon_s": self.horizon_s,
+            "load": self.load,
+        }
+
     def _setup_core(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:
         self.profile = profile
         self.workload = workload
@@ -102,6 +177,7 @@ class ServingCore(gym.Env):
         self._arr: list[float] = []
         self._comp: list[float] = []
         self._ns = 0
+        self._nk = 0
         self._n_done = 0
         self._n_sys = 0
         self._now = 0.0
@@ -217,21 +293,30 @@ class ServingCore(gym.Env):
     # -- batches --------------------------------------------------------------------------
     def _start_batch(self, b: int, completion_s: float) -> None:
         """Start the ``b`` oldest waiting requests; they complete at ``completion_s``."""
+        self._ns += b
+        self._record_completions(b, completion_s)
+        self._n_batches += 1
+        self._sum_b += b
+
+    def _admit(self, k: int) -> None:
+        """The ``k`` oldest waiting requests leave the queue (their completion is unknown)."""
+        self._ns += k
+
+    def _record_completions(self, n: int, completion_s: float) -> None:
+        """The next ``n`` entries of unknown completion complete at ``completion_s``."""
         arr = self._arr
-        s = self._ns
-        e = s + b
+        s = self._nk
+        e = s + n
         sla = self._sla
-        # misses form a prefix of the batch: the oldest requests
+        # misses form a prefix: the oldest requests
         k = bisect_left(arr, completion_s - sla, s, e)
         while k > s and not completion_s - arr[k - 1] > sla:
             k -= 1
         while k < e and completion_s - arr[k] > sla:
             k += 1
         self._served_missed += k - s
-        self._comp += [completion_s] * b
-        self._ns = e
-        self._n_batches += 1
-        self._sum_b += b
+        self._comp += [completion_s] * n
+        self._nk = e
 
     def _finish_batch(self, b: int) -> None:
         """The ``b`` requests of the running batch complete now."""
@@ -253,9 +338,9 @@ class ServingCore(gym.Env):
         return k
 
     def _misses(self) -> int:
-        """Cumulative SLA misses counted so far, valid at an idle epoch."""
+        """Cumulative SLA misses whose deadline has passed by now, valid at any epoch."""
         k = self._deadline_prefix(self._now)
-        return self._served_missed + (k - self._ns if k > self._ns else 0)
+        return self._served_missed + (k - self._nk if k > self._nk else 0)
 
     def _misses_exact(self, t: float) -> int:
         """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""

@@ -7,8 +7,15 @@ power (``energy(b) / latency(b)``, DESIGN: Energy) times the actual duration. Dr
 only from the env's service-time stream (DESIGN: Random streams), in blocks, so that the
 hot path is a list lookup.
 
-The real PyTorch executor (``TorchExecutor``) arrives with the real-execution issue; it
-will expose the same ``run(b) -> (duration_s, energy_j)`` interface.
+Node-level execution (``NodeBatching-v0``) uses the same executor through three more
+methods: ``new_group(b)`` returns a handle for ``b`` newly admitted requests at node 0,
+``run_node(node, b, group)`` runs one node on a group of ``b`` requests and returns
+``(duration_s, energy_j)``, and ``merge_groups(older, newer)`` returns the handle of two
+groups that met at the same node. The profile executor needs no state (its handles are
+``None``) and draws one service factor per node execution from the same stream as whole
+batches, so with a one-node profile the node-level env sees exactly the graph-level
+env's draws. The real PyTorch executor (:mod:`batch_env.torch_executor`) keeps each
+group's activations in its handle and concatenates them on a merge.
 """
 
 from __future__ import annotations
@@ -48,6 +55,11 @@ class ProfileExecutor:
         self.latency_s: list[float] = lat.tolist()
         self.energy_j: list[float] = energy.tolist()
         self.power_w: list[float] = [0.0] + [e / t for e, t in zip(energy[1:], lat[1:], strict=True)]
+        nlat, nen = profile.node_tables(self.max_batch_size)
+        self.node_names: tuple[str, ...] = profile.node_names
+        self.n_nodes = len(self.node_names)
+        self.node_latency_s: list[list[float]] = nlat.tolist()
+        self.node_energy_j: list[list[float]] = nen.tolist()
         if service == "lognormal":
             cv = service_cv if service_cv is not None else profile.latency_cv
             if cv is None:
@@ -92,3 +104,29 @@ class ProfileExecutor:
         d = self.latency_s[b] * self._factors[self._k]
         self._k += 1
         return d, self.power_w[b] * d
+
+    def new_group(self, b: int) -> None:
+        """Handle for ``b`` requests admitted at node 0 (the profile executor keeps none)."""
+        return None
+
+    def merge_groups(self, older: None, newer: None) -> None:
+        """Handle of two groups merged at a node (the profile executor keeps none)."""
+        return None
+
+    def run_node(self, node: int, b: int, group: None = None) -> tuple[float, float]:
+        """Execute node ``node`` for a group of ``b`` requests.
+
+        :param node: node index, ``0 <= node < n_nodes``.
+        :param b: group size, 1 <= b <= max_batch_size.
+        :param group: the group's handle (unused here).
+        :returns: ``(duration_s, energy_j)``: the node table's mean (deterministic service)
+            or a lognormal draw with that mean, at the node's busy power.
+        """
+        lat = self.node_latency_s[node][b]
+        if self._sigma == 0.0:
+            return lat, self.node_energy_j[node][b]
+        if self._k >= len(self._factors):
+            self._refill()
+        d = lat * self._factors[self._k]
+        self._k += 1
+        return d, self.node_energy_j[node][b] / lat * d

@@ -19,8 +19,23 @@ cites its source in the file's ``citations``.
 Both kinds also need ``name``, ``model``, ``device`` and ``source`` (a citation, or
 "measured on ... with ..."), and may carry ``idle_power_source`` (where the idle figure
 comes from; "assumed ..." where nothing publishes one). Fields that start with ``_`` and
-the fields ``notes`` and ``citations`` are free-form documentation; ``nodes`` is kept
-(in ``raw``) for the node-level env; any other field is ignored with a warning.
+the fields ``notes`` and ``citations`` are free-form documentation; any other field is
+ignored with a warning.
+
+``nodes`` (optional, table kind only): per-node tables for ``NodeBatching-v0``::
+
+    "nodes": {"names": ["stem", "layer1.0", ...],
+              "latency_ms": [[...], ...],     # one row per node, one entry per batch size
+              "power_w": [[...], ...],        # or "energy_j"; same shape
+              "rule": "how the split was made or measured",
+              "tolerance": 0.01}              # optional, default 0.01
+
+The rows use the profile's ``batch_sizes`` and are interpolated by the same rule as the
+end-to-end table (so a node table is valid exactly where the profile is). At every listed
+batch size the node latencies must sum to the end-to-end ``latency_ms`` within
+``tolerance`` (relative), else loading fails: the node-level env and the graph-level env
+must describe the same model. A profile without ``nodes`` is one node named ``"model"``
+(its end-to-end table), which makes ``NodeBatching-v0`` reproduce ``DynamicBatching-v0``.
 
 Interpolation rule (table kind)
     Latency and energy are interpolated piecewise-linearly in ``b`` between listed sizes;
@@ -177,6 +192,7 @@ class Profile:
             self._init_table()
         else:
             self._init_linear()
+        self._init_nodes()
 
     # ----------------------------------------------------------------- validation
 
@@ -288,6 +304,92 @@ class Profile:
             )
         self.extrapolation = "linear"
         self.max_table_batch = None
+
+    def _init_nodes(self) -> None:
+        """Validate the optional per-node tables (see the module docstring)."""
+        self.node_rule = None
+        self.node_tolerance = None
+        self._node_profiles: list[Profile] | None = None
+        nodes = self.raw.get("nodes")
+        if nodes is None:
+            self.node_names = ("model",)
+            return
+        if self.kind != "table":
+            raise self._err("nodes", "...", "absent: per-node tables need a profile of kind 'table'")
+        if not isinstance(nodes, Mapping):
+            raise self._err("nodes", nodes, "an object with names, latency_ms, power_w or energy_j, rule")
+        names = nodes.get("names")
+        if (
+            not isinstance(names, (list, tuple))
+            or not names
+            or not all(isinstance(x, str) and x.strip() for x in names)
+            or len(set(names)) != len(names)
+        ):
+            raise self._err("nodes.names", names, "a non-empty list of distinct non-empty strings")
+        rule = nodes.get("rule")
+        if not isinstance(rule, str) or not rule.strip():
+            raise self._err("nodes.rule", rule, "a non-empty string saying how the split was made")
+        tol = nodes.get("tolerance", 0.01)
+        if not is_real_number(tol) or not math.isfinite(tol) or not 0 < tol < 1:
+            raise self._err("nodes.tolerance", tol, "a number in (0, 1)")
+        has_p, has_e = "power_w" in nodes, "energy_j" in nodes
+        if has_p == has_e:
+            raise ValueError(
+                f"{self.origin}: give exactly one of 'nodes.power_w' or 'nodes.energy_j' "
+                f"(found {'both' if has_p else 'neither'})"
+            )
+        ekey = "power_w" if has_p else "energy_j"
+        n = len(names)
+        for key in ("latency_ms", ekey):
+            rows = nodes.get(key)
+            if not isinstance(rows, (list, tuple)) or len(rows) != n:
+                raise self._err(
+                    f"nodes.{key}", rows, f"a list of {n} rows (one per node in nodes.names)"
+                )
+        subs = []
+        for i, name in enumerate(names):
+            sub = {
+                "name": f"{self.name}/{name}", "model": self.model, "device": self.device,
+                "source": self.source, "idle_power_w": 0.0,
+                "batch_sizes": list(self.batch_sizes),
+                "latency_ms": nodes["latency_ms"][i], ekey: nodes[ekey][i],
+                "extrapolation": self.extrapolation,
+            }
+            subs.append(Profile(sub, origin=f"{self.origin}, node {i} ({name!r})"))
+        total = np.sum([p._lat for p in subs], axis=0)
+        rel = np.abs(total - self._lat) / self._lat
+        worst = int(np.argmax(rel))
+        if rel[worst] > tol:
+            raise ValueError(
+                f"{self.origin}: field 'nodes.latency_ms' disagrees with 'latency_ms': at batch "
+                f"size {self.batch_sizes[worst]} the nodes sum to {total[worst] * 1e3:.6g} ms but "
+                f"the end-to-end latency is {self._lat[worst] * 1e3:.6g} ms ({rel[worst]:.2%} "
+                f"off, allowed nodes.tolerance = {tol:.2%})"
+            )
+        self.node_names = tuple(names)
+        self.node_rule = rule
+        self.node_tolerance = float(tol)
+        self._node_profiles = subs
+
+    @property
+    def n_nodes(self) -> int:
+        """Number of nodes in the model's chain (1 when the profile has no ``nodes``)."""
+        return len(self.node_names)
+
+    def node_tables(self, max_batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-node lookup tables for the node-level env's hot path.
+
+        :param max_batch_size: the largest batch size B (checked as in :meth:`tables`).
+        :returns: ``(latency_s, energy_j)``: float64 arrays of shape ``(n_nodes, B + 1)``;
+            entry ``[i, b]`` is node ``i``'s mean latency / busy energy at batch ``b``
+            (column 0 is 0.0). Without ``nodes`` the one row is the end-to-end table.
+        """
+        if self._node_profiles is None:
+            lat, en = self.tables(max_batch_size)
+            return lat[None, :], en[None, :]
+        self.check_max_batch_size(max_batch_size)
+        pairs = [p.tables(max_batch_size) for p in self._node_profiles]
+        return np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
 
     # ----------------------------------------------------------------- evaluation
 

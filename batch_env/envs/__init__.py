@@ -1,5 +1,6 @@
-"""The environments, one module per environment (scalar env and, later, its vector twin)."""
+"""The environments: graph-level (``DynamicBatching-v0``) and node-level (``NodeBatching-v0``)."""
 
 from .dynamic_batching import DynamicBatchingEnv
+from .node_batching import NodeBatchingEnv
 
-__all__ = ["DynamicBatchingEnv"]
+__all__ = ["DynamicBatchingEnv", "NodeBatchingEnv"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -14,8 +13,7 @@ from ..config import ServingConfig
 from ..core import ServingCore
 from ..executor import ProfileExecutor
 from ..profile import Profile
-from ..profile import load as load_profile
-from ..workload import Workload, make_workload
+from ..workload import Workload
 
 OBS_FEATURES: tuple[str, ...] = (
     "queue_len_over_max_batch",
@@ -155,24 +153,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             idle_power_w=idle_power_w,
             rate_window_s=rate_window_s,
         )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode={render_mode!r} is invalid: allowed values are "
-                f"{[None] + self.metadata['render_modes']}"
-            )
-        self.render_mode = render_mode
-        prof = load_profile(profile)
-        prof.check_max_batch_size(config.max_batch_size)
+        prof = self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
-        self.max_throughput_rps = prof.max_throughput_rps(B)
-        if workload is None:
-            workload = {"kind": "poisson", "load": 0.6}
-        wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
-        self._setup_core(prof, wl, config)
         self.executor = ProfileExecutor(prof, B, config.service, config.service_cv)
-        self.load = self.mean_rate_per_s / self.max_throughput_rps
-        self._B = B
-        self._check_drop_weight()
 
         self.action_space = spaces.Discrete(B + 1)
         high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
@@ -186,30 +169,6 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._clipped = False
 
     # -- helpers ----------------------------------------------------------------------
-    def _check_drop_weight(self) -> None:
-        lat, energy = self.profile.tables(self._B)
-        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
-        w = self.config.reward_weights
-        if w.drop < w.energy * cheapest:
-            warnings.warn(
-                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
-                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
-                stacklevel=3,
-            )
-
-    def _coerce_action(self, action: Any) -> int:
-        try:
-            a = np.asarray(action)
-            if a.shape != () or a.dtype.kind not in "iub" and not (
-                a.dtype.kind == "f" and math.isfinite(float(a)) and float(a).is_integer()
-            ):
-                raise TypeError
-            return int(a)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"action={action!r} is invalid: expected an integer in 0..{self._B}"
-            ) from None
-
     def _obs(self) -> np.ndarray:
         B = self._B
         q = len(self._arr) - self._ns
@@ -270,10 +229,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         :param action: 0 = wait, b >= 1 = run the b oldest requests.
         """
-        if type(action) is not int:
+        if type(action) is not int or action < 0 or action > self._B:
             action = self._coerce_action(action)
-        if action < 0 or action > self._B:
-            raise ValueError(f"action={action!r} is out of range: expected an integer in 0..{self._B}")
         idle = self.idle_power_w
         if action == 0:
             t = self._next_arrival()
@@ -321,13 +278,3 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
             f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self._drops}"
         )
-
-    def get_config(self) -> dict[str, Any]:
-        """The env's resolved configuration (profile name, workload, config fields)."""
-        return {
-            "profile": self.profile.name,
-            "workload": self.workload.to_dict(),
-            **self.config.to_dict(),
-            "horizon_s": self.horizon_s,
-            "load": self.load,
-        }

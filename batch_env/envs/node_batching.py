@@ -1,0 +1,400 @@
+"""``batch_env/NodeBatching-v0``: node-level batching (LazyBatching's decision process)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..config import ServingConfig
+from ..core import ServingCore
+from ..executor import ProfileExecutor
+from ..profile import Profile
+from ..workload import Workload
+
+OBS_FEATURES: tuple[str, ...] = (
+    "queue_len_over_max_batch",
+    "oldest_wait_over_sla",
+    "arrival_rate_over_max_throughput",
+    "past_deadline_fraction",
+    "in_flight_over_max_batch",
+    "groups_over_max_groups",
+    "least_advanced_progress",
+    "least_advanced_size_over_max_batch",
+    "most_advanced_progress",
+    "most_advanced_size_over_max_batch",
+    "oldest_in_flight_age_over_sla",
+    "oldest_in_flight_slack_over_sla",
+)
+_CLIP = 100.0
+
+
+class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
+    """Node-level batching: admit waiting requests as groups, advance one node at a time.
+
+    ## Description
+
+    The model is a chain of nodes (layers or stages; the profile's ``nodes`` tables, or one
+    node for the whole model when it has none), each with its own latency and power per
+    batch size. Admitted requests form *groups*; a group sits at one node index; two groups
+    at the same node merge. The device runs one node of one group at a time, so groups
+    interleave at node boundaries: a newcomer admitted while an older group is half-way
+    through the model can run the first nodes alone, catch up with the older group and
+    merge with it (LazyBatching, Choi, Kim and Rhu, HPCA 2021, arXiv 2010.13103). Graph
+    batching (Triton) is the special case that admits only when nothing is in flight.
+
+    Everything else (workloads, reward, metrics, event semantics, episode end) is
+    ``DynamicBatching-v0``'s: both are thin layers over the one event loop
+    (:class:`batch_env.core.ServingCore`). With a one-node profile and the same seed this
+    env reproduces ``DynamicBatching-v0``'s trajectory action for action (``k`` = b).
+
+    Groups are kept oldest first; an older group is always strictly further along the
+    chain than a newer one (a newcomer starts at node 0 and merges when it reaches the
+    node of the group ahead), so requests complete in arrival order and every request
+    runs every node exactly once, in order.
+
+    Decision epochs: node completions, arrivals while the device is idle, and (with
+    ``decision_interval_ms``) relative ticks while idle with requests waiting; except where
+    only one action is valid, which the env takes inside the step: one group in flight and
+    nothing admissible (nobody waiting, or ``max_batch_size`` in flight) advances that
+    group; an idle device with an empty queue waits for the next arrival.
+
+    ## Action Space
+
+    ``Discrete(2 * (max_batch_size + 1))``, flattened so DQN and MaskablePPO work:
+    ``a = d * (B + 1) + k``.
+
+    * ``k`` in ``0..min(queue, B - in_flight)``: the ``k`` oldest waiting requests are
+      admitted as a new group at node 0 (merging with a group already at node 0). A
+      larger ``k`` admits what is admissible and sets ``info["clipped_action"]``.
+    * ``d``: which group then runs its next node: ``0`` = the least-advanced group,
+      ``1`` = the most-advanced one. With at most one group after admission only ``d = 0``
+      is valid (``d = 1`` would duplicate it; it is run as ``d = 0`` and flagged as
+      clipped).
+    * Nothing in flight and ``k = 0`` waits (until the next arrival or tick). While groups
+      are in flight the device never idles.
+
+    ``action_masks()`` and ``info["action_mask"]`` give the valid actions. An action
+    outside the space raises ``ValueError``.
+
+    ## Observation Space
+
+    ``Box(float32)`` with finite bounds, feature by feature (``OBS_FEATURES``):
+
+    | index | feature | range |
+    |-------|---------|-------|
+    | 0 | waiting requests / max_batch_size | [0, queue_capacity / max_batch_size] |
+    | 1 | oldest waiting request's wait / SLA (clipped) | [0, 100] |
+    | 2 | arrival-rate estimate / max throughput (clipped) | [0, 100] |
+    | 3 | fraction of waiting requests already past their deadline | [0, 1] |
+    | 4 | requests in flight / max_batch_size | [0, 1] |
+    | 5 | groups in flight / min(nodes, max_batch_size) | [0, 1] |
+    | 6 | least-advanced group's next node / nodes (0 when none) | [0, 1] |
+    | 7 | least-advanced group's size / max_batch_size | [0, 1] |
+    | 8 | most-advanced group's next node / nodes (0 when none) | [0, 1] |
+    | 9 | most-advanced group's size / max_batch_size | [0, 1] |
+    | 10 | oldest in-flight request's age / SLA (clipped; 0 when none) | [0, 100] |
+    | 11 | its slack / SLA: (SLA - age - mean time of its group's remaining nodes at its size) / SLA, clipped; 1 when nothing is in flight | [-100, 100] |
+
+    ## Rewards
+
+    As ``DynamicBatching-v0``: ``r = -(w_latency * L + w_energy * E + w_sla * M + w_drop *
+    D)`` over exactly the simulated time from this decision to the next; each node runs at
+    its busy power (node energy / node latency) for its actual duration, idle power
+    otherwise. A request's latency is its completion (end of its last node) minus arrival.
+
+    ## Starting State
+
+    Empty system at time 0; ``reset`` advances to the first arrival. Streams as
+    ``DynamicBatching-v0`` (arrivals, service noise, request sizes); service noise is drawn
+    per node execution.
+
+    ## Episode End
+
+    As ``DynamicBatching-v0`` (truncation on the summary requests' completion or at
+    ``horizon_s``; ``info["serving"]`` then holds the summary). ``batch_size_mean`` there
+    is the mean group size per node execution.
+
+    ## Arguments
+
+    ``gymnasium.make("batch_env/NodeBatching-v0", **kwargs)`` with the arguments of
+    ``DynamicBatching-v0`` (``profile``, ``workload``, ``max_batch_size``, ``sla_ms``,
+    ``reward_weights``, ``service``, ``service_cv``, ``queue_capacity``,
+    ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``decision_interval_ms``,
+    ``idle_power_w``, ``rate_window_s``, ``render_mode``). The profile's ``nodes`` tables
+    define the chain (see :mod:`batch_env.profile`).
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        profile: str | dict | Profile = "resnet50-v100",
+        workload: dict | Workload | None = None,
+        max_batch_size: int = 32,
+        sla_ms: float = 15.0,
+        reward_weights: dict | None = None,
+        service: str = "deterministic",
+        service_cv: float | None = None,
+        queue_capacity: int = 2000,
+        horizon_requests: int = 2000,
+        warmup_requests: int = 0,
+        horizon_s: float | None = None,
+        decision_interval_ms: float | None = None,
+        idle_power_w: float | None = None,
+        rate_window_s: float | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        config = ServingConfig(
+            max_batch_size=max_batch_size,
+            sla_ms=sla_ms,
+            reward_weights=reward_weights,
+            service=service,
+            service_cv=service_cv,
+            queue_capacity=queue_capacity,
+            horizon_requests=horizon_requests,
+            warmup_requests=warmup_requests,
+            horizon_s=horizon_s,
+            decision_interval_ms=decision_interval_ms,
+            idle_power_w=idle_power_w,
+            rate_window_s=rate_window_s,
+        )
+        prof = self._init_env(profile, workload, config, render_mode)
+        B = config.max_batch_size
+        self.executor = ProfileExecutor(prof, B, config.service, config.service_cv)
+        self.node_names = self.executor.node_names
+        N = self._N = len(self.node_names)
+        self._max_groups = min(N, B)
+        # mean remaining time of a group of size s from node n to the end: rem[s][n]
+        lat = np.asarray(self.executor.node_latency_s)  # (N, B + 1)
+        rem = np.zeros((B + 1, N + 1))
+        rem[:, :N] = np.cumsum(lat[::-1], axis=0)[::-1].T
+        self._rem: list[list[float]] = rem.tolist()
+
+        self.action_space = spaces.Discrete(2 * (B + 1))
+        n = len(OBS_FEATURES)
+        low = np.zeros(n, dtype=np.float32)
+        low[11] = -_CLIP
+        high = np.ones(n, dtype=np.float32)
+        high[0] = config.queue_capacity / B
+        high[[1, 2, 10, 11]] = _CLIP
+        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self._groups: list[list[Any]] = []  # [node, size, handle], oldest (most advanced) first
+        self._last_node = -1
+        self._last_size = 0
+        self._last_lat = 0.0
+        self._clipped = False
+
+    # -- state views --------------------------------------------------------------------
+    def _group_waits(self) -> list[float]:
+        """Age of each group's oldest request, oldest group first."""
+        arr, now = self._arr, self._now
+        i = self._nk
+        out = []
+        for g in self._groups:
+            out.append(now - arr[i])
+            i += g[1]
+        return out
+
+    def _kmax(self) -> int:
+        q = len(self._arr) - self._ns
+        room = self._B - (self._ns - self._nk)
+        return q if q < room else room
+
+    def _mask(self) -> np.ndarray:
+        B = self._B
+        kmax = self._kmax()
+        m = np.zeros(2 * (B + 1), dtype=bool)
+        m[: kmax + 1] = True
+        G = len(self._groups)
+        if G >= 2:
+            m[B + 1 : B + 2 + kmax] = True
+        elif G == 1 and self._groups[-1][0] != 0:
+            m[B + 2 : B + 2 + kmax] = True  # k >= 1 starts a second group
+        return m
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions now (``a = d * (B + 1) + k``), as a new boolean array."""
+        return self._mask()
+
+    def _obs(self) -> np.ndarray:
+        B, N, sla = self._B, self._N, self._sla
+        q = len(self._arr) - self._ns
+        past = self._kd - self._ns
+        groups = self._groups
+        obs = np.zeros(len(OBS_FEATURES), dtype=np.float32)
+        obs[0] = q / B
+        if q:
+            obs[1] = min((self._now - self._arr[self._ns]) / sla, _CLIP)
+        obs[2] = min(self._rate / self.max_throughput_rps, _CLIP)
+        obs[3] = past / q if past > 0 else 0.0
+        obs[4] = (self._ns - self._nk) / B
+        obs[11] = 1.0
+        if groups:
+            least, most = groups[-1], groups[0]
+            obs[5] = len(groups) / self._max_groups
+            obs[6] = least[0] / N
+            obs[7] = least[1] / B
+            obs[8] = most[0] / N
+            obs[9] = most[1] / B
+            age = self._now - self._arr[self._nk]
+            obs[10] = min(age / sla, _CLIP)
+            slack = (sla - age - self._rem[most[1]][most[0]]) / sla
+            obs[11] = min(max(slack, -_CLIP), _CLIP)
+        return obs
+
+    def _info(self, dt: float, comps: dict[str, float]) -> dict[str, Any]:
+        q = len(self._arr) - self._ns
+        waits = self._group_waits()
+        return {
+            "queue_len": q,
+            "oldest_wait_s": self._now - self._arr[self._ns] if q else 0.0,
+            "now_s": self._now,
+            "dt_s": dt,
+            "in_flight": self._ns - self._nk,
+            # (next node, size, oldest request's age in s), least-advanced group first
+            "groups": tuple(
+                (g[0], g[1], w) for g, w in zip(reversed(self._groups), reversed(waits), strict=True)
+            ),
+            "last_node": self._last_node,
+            "last_batch_size": self._last_size,
+            "last_batch_latency_s": self._last_lat,
+            "reward_components": comps,
+            "action_mask": self._mask(),
+            "clipped_action": self._clipped,
+            "dropped_total": self._drops,
+            "energy_source": self.executor.energy_source,
+        }
+
+    # -- dynamics -----------------------------------------------------------------------
+    def _admit_group(self, k: int) -> None:
+        self._admit(k)
+        handle = self.executor.new_group(k)
+        groups = self._groups
+        if groups and groups[-1][0] == 0:
+            g = groups[-1]
+            g[1] += k
+            g[2] = self.executor.merge_groups(g[2], handle)
+        else:
+            groups.append([0, k, handle])
+
+    def _run_node(self, i: int) -> None:
+        """Run the next node of group ``i`` (0 = oldest) to completion."""
+        groups = self._groups
+        g = groups[i]
+        node, size = g[0], g[1]
+        d, e = self.executor.run_node(node, size, g[2])
+        self._advance(self._now + d, e / d if d > 0.0 else 0.0)
+        self._n_batches += 1
+        self._sum_b += size
+        self._last_node, self._last_size, self._last_lat = node, size, d
+        g[0] = node + 1
+        if g[0] == self._N:  # only the oldest group can finish
+            self._record_completions(size, self._now)
+            self._finish_batch(size)
+            del groups[i]
+        elif i > 0 and groups[i - 1][0] == g[0]:  # caught up with the group ahead: merge
+            ahead = groups[i - 1]
+            ahead[1] += size
+            ahead[2] = self.executor.merge_groups(ahead[2], g[2])
+            del groups[i]
+
+    def _wait(self) -> None:
+        """Idle until the next arrival or relative tick (nothing in flight)."""
+        t = self._next_arrival()
+        if self._tick is not None and self._now + self._tick < t:
+            t = self._now + self._tick
+        if t == math.inf:  # a finite trace ended: idle until the horizon, unless all is done
+            t = self._now if self._summary_done() else max(self.horizon_s, self._now)
+        self._advance(t, self.idle_power_w)
+
+    def _forced_moves(self) -> None:
+        """Take every step where only one action is valid, up to the next decision epoch."""
+        groups = self._groups
+        while True:
+            if not groups:
+                if self._ns < len(self._arr):
+                    return
+                t = self._next_arrival()  # idle with an empty queue: wait for an arrival
+                if t == math.inf:
+                    if not self._summary_done():
+                        self._advance(max(self.horizon_s, self._now), self.idle_power_w)
+                    return
+                self._advance(t, self.idle_power_w)
+                self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
+            elif len(groups) == 1 and self._kmax() == 0:
+                self._run_node(0)
+            else:
+                return
+
+    # -- Gymnasium API ------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode: seed the streams and advance to the first arrival.
+
+        :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
+        :param options: unused.
+        """
+        super().reset(seed=seed)
+        service_rng, _sizes = self._reset_core(seed)
+        self.executor.reset(service_rng)
+        self._groups = []
+        self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
+        self._clipped = False
+        self._deadline_prefix(self._now)
+        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        return self._obs(), self._info(0.0, comps)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Admit ``k`` waiting requests, then advance group ``d`` one node (or wait).
+
+        :param action: ``a = d * (max_batch_size + 1) + k`` (see the class docstring).
+        """
+        if type(action) is not int or action < 0 or action >= 2 * (self._B + 1):
+            action = self._coerce_action(action)
+        d, k = divmod(action, self._B + 1)
+        kmax = self._kmax()
+        self._clipped = k > kmax
+        if self._clipped:
+            k = kmax
+        if k:
+            self._admit_group(k)
+        groups = self._groups
+        if not groups:
+            self._wait()
+            self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
+        else:
+            if d == 1 and len(groups) == 1:
+                self._clipped = True
+            self._run_node(len(groups) - 1 if d == 0 else 0)
+        self._forced_moves()
+        reward, comps, dt, _ = self._step_accounting()
+        info = self._info(dt, comps)
+        truncated = self._episode_over()
+        if truncated:
+            info["serving"] = self._serving_summary()
+        return self._obs(), reward, False, truncated, info
+
+    def render(self) -> str | None:
+        """Text view of the queue and the groups in flight (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        q = len(self._arr) - self._ns
+        bar = "#" * min(q, 40) + ("+" if q > 40 else "")
+        groups = " ".join(f"{g[1]}@{g[0]}" for g in self._groups) or "-"
+        return (
+            f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] groups(size@node)={groups}"
+            f"  last node={self._last_node} x{self._last_size}  dropped={self._drops}"
+        )
+
+    def get_config(self) -> dict[str, Any]:
+        """The env's resolved configuration, with the node chain's names."""
+        return {**super().get_config(), "nodes": list(self.node_names)}
