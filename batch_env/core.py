@@ -89,6 +89,28 @@ class ServingCore(gym.Env):
         self._check_drop_weight()
         return prof
 
+    def _init_executor(
+        self,
+        executor: str,
+        model: str | None,
+        torch_device: str,
+        executor_options: dict | None,
+    ) -> None:
+        """Build ``self.executor`` (DESIGN: Executors) and record how, for ``get_config``."""
+        from .executor import make_executor
+
+        cfg = self.config
+        self.executor = make_executor(
+            executor, self.profile, cfg.max_batch_size, cfg.service, cfg.service_cv,
+            model=model, torch_device=torch_device, options=executor_options,
+        )
+        self._executor_spec = {"executor": executor}
+        if executor != "profile":
+            self._executor_spec.update(
+                model=model, torch_device=torch_device, executor_options=dict(executor_options or {}),
+                executor_metadata=self.executor.metadata(),
+            )
+
     def _check_drop_weight(self) -> None:
         """Warn when dropping a request costs less than serving it (DESIGN: Dropping)."""
         lat, energy = self.profile.tables(self._B)
@@ -127,6 +149,7 @@ class ServingCore(gym.Env):
             **self.config.to_dict(),
             "horizon_s": self.horizon_s,
             "load": self.load,
+            **getattr(self, "_executor_spec", {}),
         }
 
     def _setup_core(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:

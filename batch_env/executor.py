@@ -15,7 +15,9 @@ groups that met at the same node. The profile executor needs no state (its handl
 ``None``) and draws one service factor per node execution from the same stream as whole
 batches, so with a one-node profile the node-level env sees exactly the graph-level
 env's draws. The real PyTorch executor (:mod:`batch_env.torch_executor`) keeps each
-group's activations in its handle and concatenates them on a merge.
+group's activations in its handle and concatenates them on a merge. :func:`make_executor`
+builds either from an env's ``executor=`` argument (torch is imported only for
+``executor="torch"``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,63 @@ import numpy as np
 from .profile import Profile
 
 _BLOCK = 4096
+EXECUTORS = ("profile", "torch")
+#: Profile-name prefixes and the model of :mod:`batch_env.models` they describe, used
+#: when ``executor="torch"`` is given without ``model=``.
+_MODEL_OF_PROFILE = (("resnet50", "resnet50"), ("bert-base", "bert-base"), ("googlenet", "googlenet"))
+
+
+def make_executor(
+    kind: str,
+    profile: Profile,
+    max_batch_size: int,
+    service: str = "deterministic",
+    service_cv: float | None = None,
+    model: str | None = None,
+    torch_device: str = "auto",
+    options: dict | None = None,
+):
+    """Build the executor an env asked for.
+
+    :param kind: ``"profile"`` (simulated from the profile) or ``"torch"`` (a real PyTorch
+        model; its measured duration advances the env clock).
+    :param profile: the env's profile (the torch executor uses it for the energy model when
+        no NVML/RAPL counter is readable).
+    :param max_batch_size: the largest batch.
+    :param service: profile executor only: ``"deterministic"`` or ``"lognormal"``.
+    :param service_cv: profile executor only: lognormal coefficient of variation.
+    :param model: torch executor only: a model of :data:`batch_env.models.MODELS`; default
+        inferred from the profile's name (``resnet50-*`` -> ``resnet50``, ``bert-base-*`` ->
+        ``bert-base``).
+    :param torch_device: torch executor only: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    :param options: torch executor only: more keyword arguments of
+        :class:`batch_env.torch_executor.TorchExecutor` (``width``, ``depth``, ``threads``,
+        ``cuda_graphs``, ``weights``, ``warmup``, ``seed``, ``model_kwargs``).
+    """
+    if kind == "profile":
+        for name, value, default in (("model", model, None), ("executor_options", options, None)):
+            if value not in (default, {}):
+                raise ValueError(f"{name}={value!r} is only used with executor='torch'")
+        return ProfileExecutor(profile, max_batch_size, service, service_cv)
+    if kind != "torch":
+        raise ValueError(f"executor={kind!r} is invalid: allowed values are {list(EXECUTORS)}")
+    if service != "deterministic":
+        raise ValueError(
+            f"service={service!r} is invalid with executor='torch': real execution times are "
+            "measured, so leave service='deterministic'"
+        )
+    if model is None:
+        model = next((m for prefix, m in _MODEL_OF_PROFILE if profile.name.startswith(prefix)), None)
+        if model is None:
+            raise ValueError(
+                f"executor='torch' needs model=<name>: none can be inferred from profile "
+                f"{profile.name!r} (known prefixes: {[p for p, _ in _MODEL_OF_PROFILE]})"
+            )
+    from .torch_executor import TorchExecutor
+
+    return TorchExecutor(
+        model, max_batch_size, torch_device=torch_device, profile=profile, **(options or {})
+    )
 
 
 class ProfileExecutor:

@@ -3,8 +3,9 @@
 Subcommands: ``demo`` (a small comparison of every baseline on the default env),
 ``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines or
 trained agents on one env configuration), ``train`` (SB3 agents with TensorBoard),
-``solve-smdp`` (the SMDP-optimal policy of an env), ``bench`` (speed against CartPole and
-pymdptoolbox). A later issue adds ``profile``.
+``agents`` (agents against the SMDP optimum), ``lazybatching`` (node-level vs graph
+batching on NodeBatching-v0, with the paper's ratios), ``solve-smdp`` (the SMDP-optimal
+policy of an env), ``bench`` (speed against CartPole and pymdptoolbox).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     import baselines
     import batch_env
 
-    env = gym.make("batch_env/DynamicBatching-v0", **_env_kwargs(args))
+    env = gym.make(getattr(args, "env_id", "batch_env/DynamicBatching-v0"), **_env_kwargs(args))
     results = []
     for name in names:
         if ":" in name:  # a trained agent: <algo>:<run_dir>
@@ -270,6 +271,20 @@ def cmd_agents(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lazybatching(args: argparse.Namespace) -> int:
+    """Node-level batching (LazyBatching) vs graph batching on NodeBatching-v0, with ratios."""
+    from experiments.lazybatching import run_lazybatching
+
+    result = run_lazybatching(args.config, results_dir=args.results_dir, progress=not args.json,
+                              train=not args.no_train)
+    if args.json:
+        print(dumps(result["ratios"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables, ratios and plots in {result['dir']}/")
+    return 0
+
+
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
     """Solve the SMDP-optimal batching policy of an env configuration."""
     import gymnasium as gym
@@ -331,6 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("evaluate", help="evaluate baselines on one env configuration",
                        description=cmd_evaluate.__doc__)
     _add_env_args(p)
+    import batch_env
+
+    p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", choices=list(batch_env.ENV_IDS),
+                   help="registered env id (default batch_env/DynamicBatching-v0)")
     from baselines import available
 
     p.add_argument("--policy", nargs="+", default=["greedy"],
@@ -367,6 +386,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=2, help="training processes in parallel (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_agents)
+
+    p = sub.add_parser("lazybatching", help="node-level (LazyBatching) vs graph batching: sweep, ratios, plots",
+                       description=cmd_lazybatching.__doc__)
+    p.add_argument("--config", default="lazybatching", help="config name in experiments/configs or a YAML path")
+    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
+    p.add_argument("--json", action="store_true", help="print the ratios as JSON")
+    p.set_defaults(func=cmd_lazybatching)
 
     p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
                        description=cmd_bench.__doc__)

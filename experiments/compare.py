@@ -3,13 +3,18 @@
 Configured by a YAML file (see ``experiments/configs/default.yaml``)::
 
     name: default                  # results go to results/<name>/
-    env: {profile: resnet50-v100, decision_interval_ms: 0.5, ...}   # DynamicBatching-v0 kwargs
+    env_id: batch_env/DynamicBatching-v0   # optional (default); or batch_env/NodeBatching-v0
+    env: {profile: resnet50-v100, decision_interval_ms: 0.5, ...}   # the env's kwargs
+    envs: {resnet50: {profile: resnet50-v100}, bert: {profile: bert-base-t4, sla_ms: 130}}
+                                   # optional named variants of `env`, crossed with the
+                                   # workloads (tables show "<variant>/<workload>")
     workloads: {poisson: {kind: poisson}, mmpp: {kind: mmpp, ...}}  # scaled to each load
     loads: [0.2, 0.4, 0.6, 0.8, 0.95]
     seeds: 5                       # episodes seeded 0..4 (or a list of seeds)
     reference: smdp                # paired differences are taken against this policy
     policies: {greedy: {}, static-8: {name: static, batch_size: 8}, smdp: {}, ...}
-                                   # a trained agent: my-ppo: {agent: runs/my-ppo}
+                                   # a trained agent: my-ppo: {agent: runs/my-ppo}, or one
+                                   # run per env variant: {agent: {resnet50: runs/a, bert: runs/b}}
     pareto: {workload: poisson, load: 0.3, energy_weights: [0, 0.1, 0.5, 2]}
     structure: {loads: [0.3, 0.6, 0.9], energy_weights: [0.1, 0.5, 2.0]}
 
@@ -48,7 +53,8 @@ from batch_env.metrics import HEADLINE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 METRICS = HEADLINE_KEYS
-_KEYS = {"name", "env", "workloads", "loads", "seeds", "policies", "reference", "pareto", "structure"}
+_KEYS = {"name", "env_id", "env", "envs", "workloads", "loads", "seeds", "policies", "reference", "pareto", "structure"}
+DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 
 
 @dataclass(frozen=True)
@@ -62,18 +68,19 @@ class Cell:
     policy_params: dict[str, Any]
     env_kwargs: dict[str, Any]
     seeds: tuple[int, ...]
+    env_id: str = DEFAULT_ENV_ID
 
     @property
     def key(self) -> str:
         """Stable file name: readable prefix plus a hash of everything the cell depends on."""
         blob = json.dumps(
             [self.group, self.workload, self.load, self.policy, self.policy_params, self.env_kwargs, self.seeds,
-             batch_env.__version__],
+             batch_env.__version__] + ([self.env_id] if self.env_id != DEFAULT_ENV_ID else []),
             sort_keys=True,
             default=str,
         )
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
-        return f"{self.group}-{self.workload}-{self.load:g}-{self.policy}-{digest}"
+        return f"{self.group}-{self.workload.replace('/', '_')}-{self.load:g}-{self.policy}-{digest}"
 
 
 def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
@@ -106,7 +113,7 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     if not isinstance(cfg, dict):
         raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
     cfg = dict(cfg)
-    unknown = sorted(set(cfg) - _KEYS - {"_path"})
+    unknown = sorted(k for k in set(cfg) - _KEYS if not str(k).startswith("_"))
     if unknown:
         raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
     for key in ("name", "workloads", "loads", "policies"):
@@ -119,6 +126,19 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     loads = cfg["loads"]
     if not isinstance(loads, list) or not loads or not all(isinstance(x, (int, float)) and x > 0 for x in loads):
         raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of positive numbers")
+    env_id = cfg.get("env_id", DEFAULT_ENV_ID)
+    if env_id not in batch_env.ENV_IDS:
+        raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
+    cfg["env_id"] = env_id
+    envs = cfg.get("envs")
+    if envs is not None and not cfg.get("_expanded"):
+        if not isinstance(envs, dict) or not envs or not all(isinstance(v, dict) for v in envs.values()):
+            raise ValueError(f"{where}: envs={envs!r} must be a non-empty mapping of variant name -> env kwargs")
+        bad = [e for e in envs if "/" in str(e)]
+        if bad:
+            raise ValueError(f"{where}: envs names {bad} must not contain '/'")
+        cfg["workloads"] = {f"{e}/{w}": spec for e in envs for w, spec in cfg["workloads"].items()}
+        cfg["_expanded"] = True
     seeds = cfg.get("seeds", 5)
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
         cfg["seeds"] = list(range(seeds))
@@ -128,11 +148,20 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     for label, params in cfg["policies"].items():
         params = dict(params or {})
         if "agent" in params:
-            model = Path(params["agent"]) / "model.zip"
-            if not model.exists():
-                raise FileNotFoundError(f"{where}: policies.{label}: agent run {params['agent']!r} has no model.zip")
+            per_variant = isinstance(params["agent"], dict)
+            runs = params["agent"] if per_variant else {"": params["agent"]}
+            if per_variant and envs is not None:
+                missing = sorted(set(envs) - set(runs))
+                if missing:
+                    raise ValueError(f"{where}: policies.{label}: agent has no run for env variant(s) {missing}")
+            mtimes = {}
+            for variant, run in runs.items():
+                model = Path(run) / "model.zip"
+                if not model.exists():
+                    raise FileNotFoundError(f"{where}: policies.{label}: agent run {run!r} has no model.zip")
+                mtimes[variant] = model.stat().st_mtime
             # the cell key must change when the model is retrained
-            params["_model_mtime"] = model.stat().st_mtime
+            params["_model_mtime"] = mtimes if per_variant else mtimes[""]
         else:
             name = params.get("name", label)
             if name not in baselines.available():
@@ -161,14 +190,27 @@ def _with_weights(env_kwargs: dict[str, Any], energy: float) -> dict[str, Any]:
     return kw
 
 
+def _variant_params(params: dict[str, Any], variant: str | None) -> dict[str, Any]:
+    """A policy's parameters for one env variant (picks the variant's agent run)."""
+    params = dict(params or {})
+    for key in ("agent", "_model_mtime"):
+        if isinstance(params.get(key), dict) and variant is not None:
+            params[key] = params[key][variant]
+    return params
+
+
 def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
     """Every cell of the config, main grid first, then the Pareto sweep."""
     seeds = tuple(cfg["seeds"])
+    env_id = cfg.get("env_id", DEFAULT_ENV_ID)
+    envs = cfg.get("envs") or {}
     for wname, wspec in cfg["workloads"].items():
+        variant = wname.split("/", 1)[0] if envs else None
+        base = {**cfg["env"], **(envs.get(variant) or {})}
         for load in cfg["loads"]:
-            kw = {**cfg["env"], "workload": {**wspec, "load": load}}
+            kw = {**base, "workload": {**wspec, "load": load}}
             for label, params in cfg["policies"].items():
-                yield Cell("main", wname, float(load), label, dict(params or {}), kw, seeds)
+                yield Cell("main", wname, float(load), label, _variant_params(params, variant), kw, seeds, env_id)
     pareto = cfg.get("pareto")
     if pareto:
         wname = pareto.get("workload", next(iter(cfg["workloads"])))
@@ -182,7 +224,7 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Evaluate one cell and return its JSON-friendly record."""
-    env = gym.make("batch_env/DynamicBatching-v0", **cell.env_kwargs)
+    env = gym.make(cell.env_id, **cell.env_kwargs)
     params = {k: v for k, v in cell.policy_params.items() if not k.startswith("_")}
     if "agent" in params:  # a trained run: {agent: runs/<name>}
         from agents import load_policy
@@ -202,6 +244,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         "load": cell.load,
         "policy": cell.policy,
         "policy_params": cell.policy_params,
+        "env_id": cell.env_id,
         "env_kwargs": cell.env_kwargs,
         "result": res.to_dict(),
     }
@@ -310,7 +353,9 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path)
     lines = [
         f"# Comparison `{cfg['name']}`",
         "",
-        f"Env: `{json.dumps(cfg['env'], sort_keys=True)}`; seeds {cfg['seeds']} (paired: every policy "
+        f"Env `{cfg.get('env_id', DEFAULT_ENV_ID)}`: `{json.dumps(cfg['env'], sort_keys=True)}`"
+        + "".join(f"; `{e}`: `{json.dumps(v, sort_keys=True)}`" for e, v in (cfg.get("envs") or {}).items())
+        + f"; seeds {cfg['seeds']} (paired: every policy "
         f"sees the same arrivals). Mean ± 95% CI over episodes; Δ = paired difference of the "
         f"reward rate against `{ref}` (positive = better than `{ref}`).",
     ]

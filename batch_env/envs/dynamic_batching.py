@@ -11,7 +11,6 @@ from gymnasium import spaces
 
 from ..config import ServingConfig
 from ..core import ServingCore
-from ..executor import ProfileExecutor
 from ..profile import Profile
 from ..workload import Workload
 
@@ -108,6 +107,16 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
       ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
     * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``executor``: ``"profile"`` (default: durations and energy simulated from the
+      profile) or ``"torch"`` (each batch runs a real PyTorch model, CUDA when present else
+      CPU, and its measured duration advances the clock; arrivals still come from the
+      workload). With ``"torch"``: ``model`` (a name of :data:`batch_env.models.MODELS`;
+      default inferred from the profile's name), ``torch_device`` (``"auto"``, ``"cpu"``,
+      ``"cuda"``) and ``executor_options`` (``width``, ``depth``, ``threads``,
+      ``cuda_graphs``, ...: see :class:`batch_env.torch_executor.TorchExecutor`).
+      ``info["energy_source"]`` says where energy figures come from (``"profile"``,
+      ``"nvml"`` or ``"rapl"``). Real timings vary, so ``check_env``'s determinism checks
+      do not apply in real mode.
 
     ## Vectorized environment
 
@@ -138,6 +147,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         idle_power_w: float | None = None,
         rate_window_s: float | None = None,
         render_mode: str | None = None,
+        executor: str = "profile",
+        model: str | None = None,
+        torch_device: str = "auto",
+        executor_options: dict | None = None,
     ) -> None:
         config = ServingConfig(
             max_batch_size=max_batch_size,
@@ -153,9 +166,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             idle_power_w=idle_power_w,
             rate_window_s=rate_window_s,
         )
-        prof = self._init_env(profile, workload, config, render_mode)
+        self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
-        self.executor = ProfileExecutor(prof, B, config.service, config.service_cv)
+        self._init_executor(executor, model, torch_device, executor_options)
 
         self.action_space = spaces.Discrete(B + 1)
         high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
@@ -196,7 +209,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "action_mask": self._mask_table[q if q < self._B else self._B].copy(),
             "clipped_action": self._clipped,
             "dropped_total": self._drops,
-            "energy_source": "profile",
+            "energy_source": self.executor.energy_source,
         }
 
     def action_masks(self) -> np.ndarray:

@@ -11,7 +11,6 @@ from gymnasium import spaces
 
 from ..config import ServingConfig
 from ..core import ServingCore
-from ..executor import ProfileExecutor
 from ..profile import Profile
 from ..workload import Workload
 
@@ -151,6 +150,10 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         idle_power_w: float | None = None,
         rate_window_s: float | None = None,
         render_mode: str | None = None,
+        executor: str = "profile",
+        model: str | None = None,
+        torch_device: str = "auto",
+        executor_options: dict | None = None,
     ) -> None:
         config = ServingConfig(
             max_batch_size=max_batch_size,
@@ -168,12 +171,16 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         )
         prof = self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
-        self.executor = ProfileExecutor(prof, B, config.service, config.service_cv)
+        self._init_executor(executor, model, torch_device, executor_options)
         self.node_names = self.executor.node_names
         N = self._N = len(self.node_names)
         self._max_groups = min(N, B)
-        # mean remaining time of a group of size s from node n to the end: rem[s][n]
-        lat = np.asarray(self.executor.node_latency_s)  # (N, B + 1)
+        # mean remaining time of a group of size s from node n to the end: rem[s][n], from
+        # the profile's node tables (in real mode, when the model's chain differs from the
+        # profile's, the end-to-end time split evenly over the nodes: an estimate)
+        lat, _ = prof.node_tables(B)
+        if lat.shape[0] != N:
+            lat = np.repeat(prof.tables(B)[0][None, :] / N, N, axis=0)
         rem = np.zeros((B + 1, N + 1))
         rem[:, :N] = np.cumsum(lat[::-1], axis=0)[::-1].T
         self._rem: list[list[float]] = rem.tolist()

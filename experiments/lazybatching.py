@@ -1,0 +1,243 @@
+"""Node-level batching against graph batching (``batch-env lazybatching``).
+
+Runs the comparison ``experiments/configs/lazybatching.yml`` (NodeBatching-v0, the
+resumable comparison harness of :mod:`experiments.compare`: same seeds for every policy,
+tables and per-load plots), training first any agent run the config lists under
+``train`` that does not exist yet, then writes ``ratios.md``, ``ratios.json`` and
+``ratios.png`` to ``results/<name>/``: each policy against the reference (graph batching
+with a 10 ms window) as the paper states its claims, next to the paper's figures.
+
+Ratios (our definitions, per model, averaged over the loads below saturation unless
+said otherwise):
+
+* mean latency: reference mean latency / policy mean latency (> 1 = the policy is faster),
+  per load, then the geometric mean over the non-saturated loads;
+* throughput: policy throughput / reference throughput at the saturated load (the
+  largest load of the sweep, above the max throughput);
+* SLA: the paper does not define its "SLA satisfaction" ratio in the abstract; we report
+  two: the SLA-attainment ratio (policy / reference) at the saturated load, and the
+  SLA-violation ratio below saturation: the reference's violation rate summed over the
+  non-saturated loads divided by the policy's (> 1 = fewer violations; ``inf`` when the
+  policy has none and the reference has some, 1 when neither has any).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from .compare import CONFIG_DIR, _result, run_compare, validate_config
+
+_EXTRA_KEYS = ("train", "paper")
+
+
+def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatching") -> tuple[dict, dict, dict]:
+    """Read the config: ``(comparison config, train section, paper section)``."""
+    path = Path(path_or_name)
+    if not path.is_file():
+        path = CONFIG_DIR / f"{path_or_name}.yml"
+    if not path.exists():
+        raise FileNotFoundError(f"lazybatching config {str(path_or_name)!r} not found: give a YAML path")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config {path}: invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"config {path}: expected a mapping at the top level")
+    train = raw.pop("train", None) or {}
+    paper = raw.pop("paper", None) or {}
+    return raw, train, paper
+
+
+def train_missing_agents(raw: dict[str, Any], train: dict[str, Any], progress: bool = True) -> list[str]:
+    """Train every agent run named in the config's policies that has no ``model.zip`` yet.
+
+    :param raw: the comparison part of the config (before validation).
+    :param train: ``{policy label: {algo, load, seed, centering_gain, n_timesteps?}}``.
+    :returns: the run directories trained now.
+    """
+    from agents.train import TrainArgs
+    from agents.train import train as train_run
+
+    trained = []
+    for label, spec in train.items():
+        params = raw["policies"].get(label) or {}
+        runs = params.get("agent")
+        if runs is None:
+            raise ValueError(f"train.{label}: policies.{label} has no agent run to train")
+        runs = runs if isinstance(runs, dict) else {None: runs}
+        for variant, run in runs.items():
+            if (Path(run) / "model.zip").exists():
+                continue
+            env_kwargs = {**raw.get("env", {}), **((raw.get("envs") or {}).get(variant) or {})}
+            env_kwargs["workload"] = {**next(iter(raw["workloads"].values())), "load": float(spec.get("load", 0.5))}
+            train_run(
+                TrainArgs(
+                    algo=spec.get("algo", "ppo_mask"), env_id=raw.get("env_id", "batch_env/NodeBatching-v0"),
+                    env_kwargs=env_kwargs, n_timesteps=spec.get("n_timesteps"), seed=int(spec.get("seed", 0)),
+                    run_dir=str(run), centering_gain=str(spec.get("centering_gain", "greedy")),
+                    eval_freq=0, progress=progress,
+                )
+            )
+            trained.append(str(run))
+    return trained
+
+
+def _gmean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return float(math.exp(np.mean(np.log(xs)))) if xs else float("nan")
+
+
+def ratios(cfg: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every policy against the reference, per env variant (see the module docstring)."""
+    ref = cfg["reference"]
+    main = [r for r in records if r["group"] == "main"]
+    by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
+    loads = sorted({r["load"] for r in main})
+    sat = loads[-1]
+    below = [x for x in loads if x < 1.0] or loads
+    out: dict[str, Any] = {}
+    for wname in cfg["workloads"]:
+        per: dict[str, Any] = {}
+        for pol in cfg["policies"]:
+            lat, p99, rows = [], [], []
+            va_sum = vb_sum = 0.0
+            for load in loads:
+                a, b = by.get((wname, load, pol)), by.get((wname, load, ref))
+                if a is None or b is None:
+                    continue
+                row = {
+                    "load": load,
+                    "latency_mean_ratio": b.mean("latency_mean_ms") / a.mean("latency_mean_ms"),
+                    "latency_p99_ratio": b.mean("latency_p99_ms") / a.mean("latency_p99_ms"),
+                    "throughput_ratio": a.mean("throughput_rps") / b.mean("throughput_rps"),
+                    "sla_attainment": a.mean("sla_attainment"),
+                    "sla_attainment_ref": b.mean("sla_attainment"),
+                }
+                rows.append(row)
+                if load in below:
+                    lat.append(row["latency_mean_ratio"])
+                    p99.append(row["latency_p99_ratio"])
+                    va_sum += 1 - row["sla_attainment"]
+                    vb_sum += 1 - row["sla_attainment_ref"]
+            sat_row = next((x for x in rows if x["load"] == sat), None)
+            if va_sum > 1e-12:
+                viol = vb_sum / va_sum
+            else:
+                viol = math.inf if vb_sum > 1e-12 else 1.0
+            per[pol] = {
+                "latency_mean_ratio_gmean": _gmean(lat),
+                "latency_p99_ratio_gmean": _gmean(p99),
+                "throughput_ratio_at_saturation": sat_row["throughput_ratio"] if sat_row else float("nan"),
+                "sla_attainment_ratio_at_saturation": (
+                    sat_row["sla_attainment"] / sat_row["sla_attainment_ref"]
+                    if sat_row and sat_row["sla_attainment_ref"] > 0 else float("nan")
+                ),
+                "sla_violation_ratio_below_saturation": viol,
+                "by_load": rows,
+            }
+        out[wname] = per
+    return {"reference": ref, "saturated_load": sat, "loads_below_saturation": below, "by_setting": out}
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.2f}x"
+
+
+def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any], out: Path) -> str:
+    """Write ``ratios.md``, ``ratios.json`` and ``ratios.png``; return the Markdown."""
+    ref = rat["reference"]
+    lines = [
+        f"# Node-level vs graph batching (`{cfg['name']}`)",
+        "",
+        f"Ratios against `{ref}` (> 1 = better than `{ref}`): mean and p99 latency (reference / policy, "
+        f"geometric mean over loads {', '.join(f'{x:g}' for x in rat['loads_below_saturation'])}), throughput "
+        f"and SLA attainment at load {rat['saturated_load']:g} (saturated; policy / reference), SLA-violation "
+        "rate below saturation (reference's summed over those loads / policy's; inf = the policy has none).",
+    ]
+    if paper:
+        lines += [
+            "",
+            f"Paper ({paper.get('source', '')}): mean latency {paper.get('latency_mean', 'n/a')}x, throughput "
+            f"{paper.get('throughput', 'n/a')}x, SLA satisfaction {paper.get('sla_attainment', 'n/a')}x.",
+        ]
+    for wname, per in rat["by_setting"].items():
+        lines += ["", f"## {wname}", "",
+                  "| policy | mean latency | p99 latency | throughput (sat.) | SLA attainment (sat.) | SLA violations |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for pol, v in per.items():
+            lines.append(
+                f"| {pol} | {_fmt(v['latency_mean_ratio_gmean'])} | {_fmt(v['latency_p99_ratio_gmean'])} "
+                f"| {_fmt(v['throughput_ratio_at_saturation'])} | {_fmt(v['sla_attainment_ratio_at_saturation'])} "
+                f"| {_fmt(v['sla_violation_ratio_below_saturation'])} |"
+            )
+        lines += ["", "Per load (mean-latency ratio / SLA attainment of the policy vs the reference):", "",
+                  "| policy | " + " | ".join(f"{r['load']:g}" for r in next(iter(per.values()))["by_load"]) + " |",
+                  "| --- |" + " --- |" * len(next(iter(per.values()))["by_load"])]
+        for pol, v in per.items():
+            cells = [f"{r['latency_mean_ratio']:.2f}x / {r['sla_attainment']:.3f} vs {r['sla_attainment_ref']:.3f}"
+                     for r in v["by_load"]]
+            lines.append(f"| {pol} | " + " | ".join(cells) + " |")
+    md = "\n".join(lines) + "\n"
+    (out / "ratios.md").write_text(md)
+    (out / "ratios.json").write_text(json.dumps({"paper": paper, **rat}, indent=2, default=str))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return md
+    settings = list(rat["by_setting"])
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
+    for ax, wname in zip(axes[0], settings, strict=True):
+        for pol, v in rat["by_setting"][wname].items():
+            if pol == ref:
+                continue
+            x = [r["load"] for r in v["by_load"]]
+            y = [r["latency_mean_ratio"] for r in v["by_load"]]
+            ax.plot(x, y, marker="o", label=pol)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        if paper.get("latency_mean"):
+            ax.axhline(float(paper["latency_mean"]), color="red", ls="--", lw=0.8, label="paper (mean)")
+        ax.set_yscale("log")
+        ax.set_xlabel("load rho")
+        ax.set_ylabel(f"mean latency of {ref} / policy's")
+        ax.set_title(wname)
+        ax.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "ratios.png", dpi=120)
+    plt.close(fig)
+    return md
+
+
+def run_lazybatching(
+    config: str | os.PathLike[str] = "lazybatching", results_dir: str | os.PathLike[str] = "results",
+    progress: bool = True, train: bool = True,
+) -> dict[str, Any]:
+    """Train missing agents, run the comparison, write the ratio table and plot.
+
+    :param config: config name in ``experiments/configs`` or a YAML path.
+    :param results_dir: outputs go to ``<results_dir>/<name>/``.
+    :param progress: progress bars.
+    :param train: train agent runs that are missing (else a missing run is an error).
+    :returns: ``{"dir", "ratios", "markdown", "trained"}``.
+    """
+    raw, train_spec, paper = load_lazybatching_config(config)
+    trained = train_missing_agents(raw, train_spec, progress=progress) if train else []
+    cfg = validate_config(raw, str(config))
+    res = run_compare(cfg, results_dir=results_dir, progress=progress)
+    rat = ratios(cfg, res["records"])
+    md = write_ratios(cfg, rat, paper, res["dir"])
+    return {"dir": res["dir"], "ratios": rat, "markdown": md, "trained": trained}
