@@ -141,6 +141,13 @@ class ServingCore(gym.Env):
             raise ValueError(f"action={action!r} is out of range: expected an integer in 0..{high}")
         return a
 
+    def close(self) -> None:
+        """Release the executor's resources (a real model, an energy meter); idempotent."""
+        close = getattr(getattr(self, "executor", None), "close", None)
+        if close is not None:
+            close()
+        super().close()
+
     def get_config(self) -> dict[str, Any]:
         """The env's resolved configuration (profile name, workload, config fields)."""
         return {

@@ -1,0 +1,100 @@
+"""Real mode: both envs run a real PyTorch model (tiny, CPU) with executor='torch'."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils import env_checker
+from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
+
+import baselines
+import batch_env
+from batch_env.profiling import measure_profile
+
+TINY = {"width": 0.125, "depth": 1, "threads": 1, "warmup": 1, "model_kwargs": {"image_size": 32}}
+ENVS = ["batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0"]
+
+
+@pytest.fixture(scope="module")
+def tiny_profile():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return measure_profile(
+            "resnet50", torch_device="cpu", batch_sizes=(1, 2, 4, 8), min_time_s=0.05, nodes=True,
+            width=0.125, depth=1, threads=1, model_kwargs={"image_size": 32},
+        )
+
+
+def make(env_id, profile, **kw):
+    kw.setdefault("workload", {"kind": "poisson", "load": 0.4})
+    kw.setdefault("horizon_requests", 150)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no NVML/RAPL here" is reported once, not an error
+        return gym.make(
+            env_id, profile=profile, max_batch_size=8, sla_ms=50 * profile["latency_ms"][0],
+            decision_interval_ms=profile["latency_ms"][0] / 2, executor="torch", torch_device="cpu",
+            executor_options=TINY, **kw,
+        )
+
+
+def test_measured_latency_grows_with_batch_size(tiny_profile):
+    lat = tiny_profile["latency_ms"]
+    assert np.mean(lat[2:]) > np.mean(lat[:2])
+    assert lat[-1] > lat[0]
+
+
+@pytest.mark.parametrize("env_id,policy", [(ENVS[0], "greedy"), (ENVS[1], "lazy"), (ENVS[1], "graph")])
+def test_real_mode_runs_an_episode(tiny_profile, env_id, policy):
+    env = make(env_id, tiny_profile)
+    u = env.unwrapped
+    pol = baselines.make(policy, env, **({"window_ms": 0.5} if policy == "graph" else {}))
+    res = batch_env.evaluate(pol, env, n_episodes=1)
+    ep = res.episodes[0]
+    assert ep["completed"] == 150
+    assert ep["latency_mean_ms"] > 0 and ep["power_mean_w"] > 0
+    obs, info = env.reset(seed=1)
+    assert info["energy_source"] == u.executor.energy_source in ("nvml", "rapl", "profile")
+    assert u.get_config()["executor"] == "torch"
+    md = u.get_config()["executor_metadata"]
+    assert md["threads"] == 1 and md["torch_version"] == torch.__version__
+    if env_id == ENVS[1]:
+        assert u.node_names == u.executor.node_names == tuple(tiny_profile["nodes"]["names"])
+    env.close()
+    env.close()  # idempotent
+
+
+@pytest.mark.parametrize("env_id", ENVS)
+def test_env_checks_other_than_determinism(tiny_profile, env_id):
+    """Real timings vary, so check_env's determinism checks do not apply; every other one must pass."""
+    env = make(env_id, tiny_profile).unwrapped
+    env_checker.check_space_limit(env.action_space, "action")
+    env_checker.check_space_limit(env.observation_space, "observation")
+    env_checker.check_seed_deprecation(env)
+    env_checker.check_reset_return_info_deprecation(env)
+    env_checker.check_reset_return_type(env)
+    env_checker.check_reset_options(env)
+    env_reset_passive_checker(env)
+    env_step_passive_checker(env, 0)
+    env_checker.check_returned_data_not_reused(env)
+    env.close()
+
+
+def test_real_mode_errors(tiny_profile):
+    with pytest.raises(ValueError, match="model"):
+        gym.make(ENVS[0], executor="torch", model="alexnet", torch_device="cpu")
+    with pytest.raises(ValueError, match="executor="):
+        gym.make(ENVS[0], executor="jax")
+    with pytest.raises(ValueError, match="service"):
+        gym.make(ENVS[0], executor="torch", service="lognormal", service_cv=0.2)
+    with pytest.raises(ValueError, match="only used with executor='torch'"):
+        gym.make(ENVS[0], model="resnet50")
+    with pytest.raises(ValueError, match="model=<name>"):
+        gym.make(ENVS[0], profile={**tiny_profile, "name": "mystery"}, max_batch_size=8,
+                 executor="torch", torch_device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="(?i)cuda"):
+            gym.make(ENVS[0], executor="torch", torch_device="cuda", executor_options=TINY)
