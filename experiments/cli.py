@@ -4,8 +4,9 @@ Subcommands: ``demo`` (a small comparison of every baseline on the default env),
 ``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines or
 trained agents on one env configuration), ``train`` (SB3 agents with TensorBoard),
 ``agents`` (agents against the SMDP optimum), ``lazybatching`` (node-level vs graph
-batching on NodeBatching-v0, with the paper's ratios), ``solve-smdp`` (the SMDP-optimal
-policy of an env), ``bench`` (speed against CartPole and pymdptoolbox).
+batching on NodeBatching-v0, with the paper's ratios), ``profile`` (measure a real
+model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
+SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox).
 """
 
 from __future__ import annotations
@@ -285,6 +286,49 @@ def cmd_lazybatching(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure a latency/power profile of a real PyTorch model and write it as JSON."""
+    from batch_env.profiling import measure_profile, write_profile
+
+    try:
+        sizes = tuple(int(x) for x in args.batch_sizes.split(","))
+    except ValueError:
+        raise ValueError(f"--batch-sizes={args.batch_sizes!r} is invalid: expected integers separated by commas") from None
+    model_kwargs = yaml.safe_load(args.model_kwargs) if args.model_kwargs else None
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise ValueError(f"--model-kwargs={args.model_kwargs!r} must be a mapping, e.g. '{{image_size: 64}}'")
+    prof = measure_profile(
+        args.model, torch_device=args.device, batch_sizes=sizes, min_time_s=args.min_time_s, nodes=not args.no_nodes,
+        width=args.width, depth=args.depth, threads=args.threads, cuda_graphs=args.cuda_graphs,
+        model_kwargs=model_kwargs, name=args.name,
+        progress=None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True)),
+    )
+    path = write_profile(prof, args.out)
+    if args.json:
+        print(dumps({"path": str(path), "profile": prof}, indent=1))
+    else:
+        print(f"{prof['name']}: {prof['device']}")
+        for b, lat, p in zip(prof["batch_sizes"], prof["latency_ms"], prof["power_w"], strict=True):
+            print(f"  batch {b:4d}: {lat:9.3f} ms  {p:7.1f} W")
+        print(f"idle {prof['idle_power_w']} W ({prof['idle_power_source']})")
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_roundtrip(args: argparse.Namespace) -> int:
+    """Measure a small model's profile, then compare profile mode with real mode on the same seeds."""
+    from experiments.roundtrip import run_roundtrip
+
+    res = run_roundtrip(args.out, load=args.load, horizon_requests=args.horizon_requests, episodes=args.episodes,
+                        repeats=args.repeats)
+    if args.json:
+        print(dumps({k: v for k, v in res.items() if k != "markdown"}, indent=1))
+    else:
+        print(res["markdown"])
+        print(f"wrote {args.out}/roundtrip.json, roundtrip.md, profile.json")
+    return 0
+
+
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
     """Solve the SMDP-optimal batching policy of an env configuration."""
     import gymnasium as gym
@@ -394,6 +438,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
     p.add_argument("--json", action="store_true", help="print the ratios as JSON")
     p.set_defaults(func=cmd_lazybatching)
+
+    p = sub.add_parser("profile", help="measure a real PyTorch model's latency/power profile (JSON)",
+                       description=cmd_profile.__doc__)
+    p.add_argument("--model", default="resnet50", help="resnet50, googlenet, bert-base or gpt-small (default resnet50)")
+    p.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda (default auto)")
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128", help="comma-separated, increasing")
+    p.add_argument("--min-time-s", type=float, default=2.0, help="back-to-back seconds per batch size (default 2)")
+    p.add_argument("--width", type=float, default=1.0, help="model width multiplier (default 1 = the real model)")
+    p.add_argument("--depth", type=int, default=None, help="model depth (default: the real model's)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (recorded)")
+    p.add_argument("--cuda-graphs", action="store_true", help="time whole-model batches with CUDA graphs")
+    p.add_argument("--model-kwargs", default=None, help="more model arguments, e.g. '{image_size: 64}'")
+    p.add_argument("--no-nodes", action="store_true", help="skip the per-node tables")
+    p.add_argument("--name", default=None, help="profile name (default: model and device)")
+    p.add_argument("--out", default="profile.json", help="output JSON path (default profile.json)")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("roundtrip", help="profile mode vs real mode on a small CPU model (same seeds)",
+                       description=cmd_roundtrip.__doc__)
+    p.add_argument("--out", default="results/roundtrip", help="output folder (default results/roundtrip)")
+    p.add_argument("--load", type=float, default=0.5, help="load of the measured profile (default 0.5)")
+    p.add_argument("--horizon-requests", type=int, default=1000, help="requests per episode (default 1000)")
+    p.add_argument("--episodes", type=int, default=3, help="seeded episodes per mode (default 3)")
+    p.add_argument("--repeats", type=int, default=3, help="measure-and-compare cycles; the median counts (default 3)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_roundtrip)
 
     p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
                        description=cmd_bench.__doc__)
