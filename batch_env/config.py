@@ -188,6 +188,12 @@ class ServingConfig:
         if self.rate_window_s is not None:
             check_number("rate_window_s", self.rate_window_s, low=0.0, low_inclusive=False)
 
+    @classmethod
+    def from_arguments(cls, arguments: dict[str, Any]) -> ServingConfig:
+        """The configuration from an env constructor's arguments (``locals()``): the
+        entries named like a field are taken, the others (profile, workload, ...) ignored."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
+
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-friendly dict of the configuration."""
         d = asdict(self)

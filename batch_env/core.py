@@ -190,10 +190,10 @@ class ServingCore(gym.Env):
 
     # -- episode start --------------------------------------------------------------------
     def _reset_core(self, seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
-        """Seed the streams and advance to the first arrival.
+        """Seed the streams, reset the executor and advance to the first arrival.
 
         :returns: the service-time and request-size generators (the arrival stream is
-            consumed here).
+            consumed here; the service stream is handed to the executor).
         """
         if seed is None:
             seed = int(self.np_random.integers(0, 2**63 - 1))
@@ -228,6 +228,7 @@ class ServingCore(gym.Env):
         self._more()
         self._advance(self._next_arrival(), self.idle_power_w)
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
+        self.executor.reset(service)
         return service, sizes
 
     @property
@@ -319,6 +320,29 @@ class ServingCore(gym.Env):
             self._entry_hi = len(self._arr)
             self._drops_at_end_mark = self._drops
             self._mark = 1 << 62
+
+    def _wait(self) -> None:
+        """Idle until the next epoch: the next arrival or relative tick (DESIGN: Ticks)."""
+        t = self._next_arrival()
+        if self._tick is not None and self._now + self._tick < t:
+            t = self._now + self._tick
+        if t == _INF:  # a finite trace ended: idle until the horizon, unless all is done
+            t = self._now if self._summary_done() else max(self.horizon_s, self._now)
+        self._advance(t, self.idle_power_w)
+
+    def _idle_until_arrival(self) -> bool:
+        """Idle device, empty queue: idle to the next arrival (no decision is needed).
+
+        :returns: False when a finite trace has ended (the clock then moves to the
+            horizon unless every summary request is done).
+        """
+        t = self._next_arrival()
+        if t == _INF:
+            if not self._summary_done():
+                self._advance(max(self.horizon_s, self._now), self.idle_power_w)
+            return False
+        self._advance(t, self.idle_power_w)
+        return True
 
     # -- batches --------------------------------------------------------------------------
     def _start_batch(self, b: int, completion_s: float) -> None:

@@ -231,7 +231,8 @@ def _read_int_file(path: str) -> int | None:
         return None
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -248,7 +249,7 @@ def _open_rapl(root: str) -> EnergyMeter:
     pattern = os.path.join(root, "intel-rapl:*", "energy_uj")
     domains = _rapl_domains(root)
     if not domains:
-        return ModelMeter(f"no readable {pattern} (no such files)", _cpu_name())
+        return ModelMeter(f"no readable {pattern} (no such files)", cpu_name())
     readable, errors = [], []
     for d in domains:
         path = os.path.join(d, "energy_uj")
@@ -264,13 +265,13 @@ def _open_rapl(root: str) -> EnergyMeter:
             hint = (" (since Linux 5.10 energy_uj is readable by root only; "
                     "`sudo chmod o+r` the files to allow it)")
         return ModelMeter(
-            f"no readable {pattern}: {'; '.join(errors)}{hint}", _cpu_name()
+            f"no readable {pattern}: {'; '.join(errors)}{hint}", cpu_name()
         )
     try:
         return RaplMeter(readable, reason=f"RAPL {pattern}: {len(readable)} package domain(s)",
-                         device_name=_cpu_name())
+                         device_name=cpu_name())
     except OSError as e:
-        return ModelMeter(f"no readable {pattern}: {e}", _cpu_name())
+        return ModelMeter(f"no readable {pattern}: {e}", cpu_name())
 
 
 # --------------------------------------------------------------------- NVML

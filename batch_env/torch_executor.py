@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from . import profile as profile_mod
-from .energy import EnergyMeter, open_meter
+from .energy import EnergyMeter, cpu_name, open_meter
 from .models import Activation, NodeChainModel, build_model, cat_activations
 
 __all__ = [
@@ -136,14 +136,7 @@ def device_name(device: torch.device) -> str:
     """A human name for the device: the GPU's name, or the CPU's model name."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
+    return cpu_name()
 
 
 def environment_metadata(device: torch.device, threads: int) -> dict[str, Any]:

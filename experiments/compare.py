@@ -83,22 +83,37 @@ class Cell:
         return f"{self.group}-{self.workload.replace('/', '_')}-{self.load:g}-{self.policy}-{digest}"
 
 
-def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a comparison config (a path or a name in ``experiments/configs``).
+def read_yaml_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
+    """A YAML mapping from a path or a name in ``experiments/configs`` (``.yaml`` or ``.yml``).
 
-    :param path_or_name: ``"default"``, ``"demo"`` or a YAML path.
+    :raises FileNotFoundError: listing the shipped configs when neither exists.
+    :raises ValueError: for invalid YAML or a top level that is not a mapping.
     """
     path = Path(path_or_name)
     if not path.is_file():
-        path = CONFIG_DIR / f"{path_or_name}.yaml"
-    if not path.exists():
-        shipped = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+        path = next(
+            (p for p in (CONFIG_DIR / f"{path_or_name}{ext}" for ext in (".yaml", ".yml")) if p.exists()), path
+        )
+    if not path.is_file():
+        shipped = sorted(p.stem for p in (*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("*.yml")))
         raise FileNotFoundError(f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}")
     try:
         cfg = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
         raise ValueError(f"config {path}: invalid YAML: {exc}") from None
-    return validate_config(cfg, str(path))
+    if not isinstance(cfg, dict):
+        raise ValueError(f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}")
+    cfg["_path"] = str(path)
+    return cfg
+
+
+def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a comparison config (a path or a name in ``experiments/configs``).
+
+    :param path_or_name: ``"default"``, ``"demo"`` or a YAML path.
+    """
+    cfg = read_yaml_config(path_or_name)
+    return validate_config(cfg, cfg["_path"])
 
 
 def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:

@@ -30,26 +30,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from .compare import CONFIG_DIR, _result, run_compare, validate_config
+from .compare import _result, read_yaml_config, run_compare, validate_config
 
 _EXTRA_KEYS = ("train", "paper")
 
 
 def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatching") -> tuple[dict, dict, dict]:
     """Read the config: ``(comparison config, train section, paper section)``."""
-    path = Path(path_or_name)
-    if not path.is_file():
-        path = CONFIG_DIR / f"{path_or_name}.yml"
-    if not path.exists():
-        raise FileNotFoundError(f"lazybatching config {str(path_or_name)!r} not found: give a YAML path")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"config {path}: invalid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"config {path}: expected a mapping at the top level")
+    raw = read_yaml_config(path_or_name)
     train = raw.pop("train", None) or {}
     paper = raw.pop("paper", None) or {}
     return raw, train, paper
@@ -236,7 +225,7 @@ def run_lazybatching(
     """
     raw, train_spec, paper = load_lazybatching_config(config)
     trained = train_missing_agents(raw, train_spec, progress=progress) if train else []
-    cfg = validate_config(raw, str(config))
+    cfg = validate_config(raw, raw["_path"])
     res = run_compare(cfg, results_dir=results_dir, progress=progress)
     rat = ratios(cfg, res["records"])
     md = write_ratios(cfg, rat, paper, res["dir"])

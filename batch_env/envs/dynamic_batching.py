@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -152,20 +151,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         torch_device: str = "auto",
         executor_options: dict | None = None,
     ) -> None:
-        config = ServingConfig(
-            max_batch_size=max_batch_size,
-            sla_ms=sla_ms,
-            reward_weights=reward_weights,
-            service=service,
-            service_cv=service_cv,
-            queue_capacity=queue_capacity,
-            horizon_requests=horizon_requests,
-            warmup_requests=warmup_requests,
-            horizon_s=horizon_s,
-            decision_interval_ms=decision_interval_ms,
-            idle_power_w=idle_power_w,
-            rate_window_s=rate_window_s,
-        )
+        config = ServingConfig.from_arguments(locals())
         self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
         self._init_executor(executor, model, torch_device, executor_options)
@@ -227,13 +213,12 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         :param options: unused.
         """
         super().reset(seed=seed)
-        service_rng, _sizes = self._reset_core(seed)
-        self.executor.reset(service_rng)
+        self._reset_core(seed)
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False
         q = len(self._arr) - self._ns
-        self._deadline_prefix(self._now)
+        self._deadline_prefix(self._now)  # for the past-deadline feature
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
         return self._obs(), self._info(q, 0.0, comps)
 
@@ -244,14 +229,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """
         if type(action) is not int or action < 0 or action > self._B:
             action = self._coerce_action(action)
-        idle = self.idle_power_w
         if action == 0:
-            t = self._next_arrival()
-            if self._tick is not None and self._now + self._tick < t:
-                t = self._now + self._tick
-            if t == math.inf:  # a finite trace ended: idle until the horizon, unless all is done
-                t = self._now if self._summary_done() else max(self.horizon_s, self._now)
-            self._advance(t, idle)
+            self._wait()
             self._last_b = 0
             self._last_lat = 0.0
             self._clipped = False
@@ -267,12 +246,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._last_b = b
             self._last_lat = d
             while self._ns == len(self._arr):  # empty queue: idle to the next arrival
-                t = self._next_arrival()
-                if t == math.inf:  # a finite trace ended
-                    if not self._summary_done():
-                        self._advance(max(self.horizon_s, self._now), idle)
+                if not self._idle_until_arrival():
                     break
-                self._advance(t, idle)
         reward, comps, dt, _ = self._step_accounting()
         q = len(self._arr) - self._ns
         info = self._info(q, dt, comps)

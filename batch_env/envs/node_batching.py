@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -155,20 +154,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         torch_device: str = "auto",
         executor_options: dict | None = None,
     ) -> None:
-        config = ServingConfig(
-            max_batch_size=max_batch_size,
-            sla_ms=sla_ms,
-            reward_weights=reward_weights,
-            service=service,
-            service_cv=service_cv,
-            queue_capacity=queue_capacity,
-            horizon_requests=horizon_requests,
-            warmup_requests=warmup_requests,
-            horizon_s=horizon_s,
-            decision_interval_ms=decision_interval_ms,
-            idle_power_w=idle_power_w,
-            rate_window_s=rate_window_s,
-        )
+        config = ServingConfig.from_arguments(locals())
         prof = self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
         self._init_executor(executor, model, torch_device, executor_options)
@@ -313,28 +299,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             ahead[2] = self.executor.merge_groups(ahead[2], g[2])
             del groups[i]
 
-    def _wait(self) -> None:
-        """Idle until the next arrival or relative tick (nothing in flight)."""
-        t = self._next_arrival()
-        if self._tick is not None and self._now + self._tick < t:
-            t = self._now + self._tick
-        if t == math.inf:  # a finite trace ended: idle until the horizon, unless all is done
-            t = self._now if self._summary_done() else max(self.horizon_s, self._now)
-        self._advance(t, self.idle_power_w)
-
     def _forced_moves(self) -> None:
         """Take every step where only one action is valid, up to the next decision epoch."""
         groups = self._groups
         while True:
             if not groups:
-                if self._ns < len(self._arr):
+                if self._ns < len(self._arr) or not self._idle_until_arrival():
                     return
-                t = self._next_arrival()  # idle with an empty queue: wait for an arrival
-                if t == math.inf:
-                    if not self._summary_done():
-                        self._advance(max(self.horizon_s, self._now), self.idle_power_w)
-                    return
-                self._advance(t, self.idle_power_w)
                 self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
             elif len(groups) == 1 and self._kmax() == 0:
                 self._run_node(0)
@@ -351,8 +322,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         :param options: unused.
         """
         super().reset(seed=seed)
-        service_rng, _sizes = self._reset_core(seed)
-        self.executor.reset(service_rng)
+        self._reset_core(seed)
         self._groups = []
         self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
         self._clipped = False
