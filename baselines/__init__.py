@@ -7,7 +7,8 @@ workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
 One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
 batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
 rate-adaptive variant), ``node`` (graph batching and LazyBatching for
-``NodeBatching-v0``); shared pieces in ``common``.
+``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
+SLA-feedback batch sizing for ``LLMBatching-v0``); shared pieces in ``common``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import gymnasium as gym
 
 from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
+from .llm import MemoryAwarePolicy, Pang2025Policy, SLAFeedbackPolicy, StaticCapPolicy
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
@@ -33,6 +35,10 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "smdp-adaptive": AdaptiveSMDPPolicy,
     "graph": GraphBatchingPolicy,
     "lazy": LazyBatchingPolicy,
+    "static-cap": StaticCapPolicy,
+    "memory-aware": MemoryAwarePolicy,
+    "sla-feedback": SLAFeedbackPolicy,
+    "pang2025": Pang2025Policy,
 }
 
 
@@ -59,6 +65,10 @@ __all__ = [
     "GraphBatchingPolicy",
     "GreedyPolicy",
     "LazyBatchingPolicy",
+    "MemoryAwarePolicy",
+    "Pang2025Policy",
+    "SLAFeedbackPolicy",
+    "StaticCapPolicy",
     "SMDPPolicy",
     "StaticPolicy",
     "TFServingPolicy",

@@ -20,11 +20,16 @@ __version__ = "0.1.0"
 #: Safety net only: episodes end on a budget of work (DESIGN: Episodes).
 MAX_EPISODE_STEPS = 1_000_000
 
-ENV_IDS: tuple[str, ...] = ("batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0")
+ENV_IDS: tuple[str, ...] = (
+    "batch_env/DynamicBatching-v0",
+    "batch_env/NodeBatching-v0",
+    "batch_env/LLMBatching-v0",
+)
 
 _ENTRY_POINTS = {
     "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching:DynamicBatchingEnv",
     "batch_env/NodeBatching-v0": "batch_env.envs.node_batching:NodeBatchingEnv",
+    "batch_env/LLMBatching-v0": "batch_env.envs.llm_batching:LLMBatchingEnv",
 }
 
 
@@ -37,12 +42,13 @@ def register_envs() -> None:
 
 register_envs()
 
-from .envs import DynamicBatchingEnv, NodeBatchingEnv  # noqa: E402
+from .envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
 
 __all__ = [
     "ENV_IDS",
     "DynamicBatchingEnv",
+    "LLMBatchingEnv",
     "NodeBatchingEnv",
     "EvaluationResult",
     "evaluate",

@@ -105,13 +105,17 @@ class RewardWeights:
             check_number(f"reward_weights.{f.name}", getattr(self, f.name), low=0.0)
 
     @classmethod
-    def from_any(cls, value: RewardWeights | dict | None) -> RewardWeights:
+    def from_any(
+        cls, value: RewardWeights | dict | None, base: RewardWeights | None = None
+    ) -> RewardWeights:
         """Build from a ``RewardWeights``, a dict of overrides, or ``None`` (defaults).
 
         :param value: weights or a partial dict such as ``{"energy": 0.1}``.
+        :param base: the defaults that a dict overrides (``None``: this class's defaults).
         """
+        base = cls() if base is None else base
         if value is None:
-            return cls()
+            return base
         if isinstance(value, cls):
             return value
         if isinstance(value, dict):
@@ -121,7 +125,7 @@ class RewardWeights:
                 raise ValueError(
                     f"reward_weights has unknown key(s) {unknown}: allowed keys are {sorted(known)}"
                 )
-            return cls(**value)
+            return cls(**{**asdict(base), **value})
         raise ValueError(
             f"reward_weights={value!r} is invalid: expected a dict with keys "
             f"{[f.name for f in fields(cls)]} or a RewardWeights"
@@ -198,4 +202,139 @@ class ServingConfig:
         """Plain, JSON-friendly dict of the configuration."""
         d = asdict(self)
         d["reward_weights"] = self.reward_weights.to_dict()
+        return d
+
+
+#: LLMBatching-v0's default reward weights (docs/decisions.md, "LLMBatching-v0"): a
+#: request-second in the system costs 1, a joule 0.001 (a 400 W GPU costs 0.4 per second,
+#: so latency dominates but energy still separates equally fast policies), an SLA miss 1
+#: (as much as one second of extra latency), a drop 10.
+LLM_REWARD_WEIGHTS = RewardWeights(latency=1.0, energy=0.001, sla=1.0, drop=10.0)
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """Configuration of ``batch_env/LLMBatching-v0`` (vLLM v0's scheduler knobs, SLAs, episode).
+
+    :param max_num_seqs: the largest cap on running requests (vLLM's ``max_num_seqs``,
+        default 256); the default action grid is ``1..max_num_seqs``.
+    :param grid: the caps the actions select (increasing integers in ``1..max_num_seqs``);
+        ``None``: ``1..max_num_seqs``.
+    :param max_model_len: context limit: a prompt fits when ``prompt + 1 <= max_model_len``
+        (others are rejected and counted); outputs are clipped to ``max_model_len - prompt``.
+    :param max_num_batched_tokens: token budget of one prefill iteration; ``None``:
+        ``max(max_model_len, 2048)`` (vLLM v0's default without chunked prefill). Must be
+        at least ``max_model_len``.
+    :param block_size: tokens per KV-cache block (16).
+    :param watermark: fraction of KV blocks kept free when admitting a prefill (0.01).
+    :param gpu_memory_utilization: fraction of GPU memory vLLM may use; ``None``: the
+        profile's (0.9).
+    :param ttft_sla_ms: time-to-first-token target; a miss is counted when it passes.
+    :param tpot_sla_ms: time-per-output-token target, ``(e2e - ttft) / (output - 1)``;
+        checked at completion.
+    :param reward_weights: overrides of :data:`LLM_REWARD_WEIGHTS`.
+    :param lengths: request lengths (:class:`batch_env.workload.RequestLengths` or a dict);
+        ``None``: the trace's token columns for a trace workload that has them, else the
+        lognormal fit of the Azure conversation trace.
+    :param queue_capacity: most requests that may wait; an arrival to a full queue is dropped.
+    :param horizon_requests: summary requests per episode (rejected prompts excluded).
+    :param warmup_requests: arrivals before the summary requests.
+    :param horizon_s: episode time limit; ``None``: 10 x requests / mean rate.
+    :param idle_power_w: override of the profile's idle power.
+    :param rate_window_s: time constant of the arrival-rate estimate; ``None``: 200 mean
+        inter-arrival times.
+    :param recent_iterations: decode iterations averaged by ``decode_latency_recent_ms``
+        and ``batch_size_recent`` (16).
+    """
+
+    max_num_seqs: int = 256
+    grid: tuple[int, ...] | None = None
+    max_model_len: int = 4096
+    max_num_batched_tokens: int | None = None
+    block_size: int = 16
+    watermark: float = 0.01
+    gpu_memory_utilization: float | None = None
+    ttft_sla_ms: float = 1000.0
+    tpot_sla_ms: float = 50.0
+    reward_weights: RewardWeights = field(default_factory=lambda: LLM_REWARD_WEIGHTS)
+    lengths: Any = None
+    queue_capacity: int = 4096
+    horizon_requests: int = 1000
+    warmup_requests: int = 0
+    horizon_s: float | None = None
+    idle_power_w: float | None = None
+    rate_window_s: float | None = None
+    recent_iterations: int = 16
+
+    def __post_init__(self) -> None:
+        from .workload import make_lengths
+
+        object.__setattr__(
+            self, "reward_weights", RewardWeights.from_any(self.reward_weights, LLM_REWARD_WEIGHTS)
+        )
+        check_number("max_num_seqs", self.max_num_seqs, low=1, integer=True)
+        check_number("max_model_len", self.max_model_len, low=2, integer=True)
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(self, "max_num_batched_tokens", max(int(self.max_model_len), 2048))
+        check_number("max_num_batched_tokens", self.max_num_batched_tokens, low=1, integer=True)
+        if self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens!r} is out of range: it must be "
+                f">= max_model_len={self.max_model_len} (no chunked prefill: the longest prompt "
+                "must fit one prefill)"
+            )
+        check_number("block_size", self.block_size, low=1, integer=True)
+        check_number("watermark", self.watermark, low=0.0, high=0.5)
+        if self.gpu_memory_utilization is not None:
+            check_number("gpu_memory_utilization", self.gpu_memory_utilization, low=0.0,
+                         low_inclusive=False, high=1.0)
+        check_number("ttft_sla_ms", self.ttft_sla_ms, low=0.0, low_inclusive=False)
+        check_number("tpot_sla_ms", self.tpot_sla_ms, low=0.0, low_inclusive=False)
+        grid = self.grid
+        if grid is None:
+            grid = tuple(range(1, int(self.max_num_seqs) + 1))
+        else:
+            if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+                raise ValueError(f"grid={grid!r} is invalid: expected a list of increasing integers")
+            grid = tuple(grid)
+            for i, g in enumerate(grid):
+                check_number(f"grid[{i}]", g, low=1, high=self.max_num_seqs, integer=True)
+            if not grid or any(b <= a for a, b in zip(grid, grid[1:], strict=False)):
+                raise ValueError(
+                    f"grid={list(grid)!r} is invalid: expected a non-empty list of strictly "
+                    f"increasing integers in 1..max_num_seqs={self.max_num_seqs}"
+                )
+            grid = tuple(int(g) for g in grid)
+        object.__setattr__(self, "grid", grid)
+        object.__setattr__(self, "lengths", make_lengths(self.lengths) if self.lengths is not None else None)
+        check_number("queue_capacity", self.queue_capacity, low=1, integer=True)
+        check_number("horizon_requests", self.horizon_requests, low=1, integer=True)
+        check_number("warmup_requests", self.warmup_requests, low=0, integer=True)
+        if self.horizon_s is not None:
+            check_number("horizon_s", self.horizon_s, low=0.0, low_inclusive=False)
+        if self.idle_power_w is not None:
+            check_number("idle_power_w", self.idle_power_w, low=0.0)
+        if self.rate_window_s is not None:
+            check_number("rate_window_s", self.rate_window_s, low=0.0, low_inclusive=False)
+        check_number("recent_iterations", self.recent_iterations, low=1, integer=True)
+
+    # what the shared event loop (batch_env.core) reads
+    @property
+    def sla_ms(self) -> float:
+        """The deadline the event loop tracks per request: the TTFT target."""
+        return self.ttft_sla_ms
+
+    decision_interval_ms = None  # no ticks: every iteration boundary is an epoch
+
+    @classmethod
+    def from_arguments(cls, arguments: dict[str, Any]) -> LLMConfig:
+        """The configuration from an env constructor's ``locals()`` (other entries ignored)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls) if f.name in arguments})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-friendly dict of the configuration."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["reward_weights"] = self.reward_weights.to_dict()
+        d["grid"] = list(self.grid)
+        d["lengths"] = None if self.lengths is None else self.lengths.to_dict()
         return d

@@ -71,12 +71,7 @@ class ServingCore(gym.Env):
 
         :returns: the loaded profile (checked against ``max_batch_size``).
         """
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"render_mode={render_mode!r} is invalid: allowed values are "
-                f"{[None] + self.metadata['render_modes']}"
-            )
-        self.render_mode = render_mode
+        self._set_render_mode(render_mode)
         prof = load_profile(profile)
         prof.check_max_batch_size(config.max_batch_size)
         self.max_throughput_rps = prof.max_throughput_rps(config.max_batch_size)
@@ -88,6 +83,15 @@ class ServingCore(gym.Env):
         self._B = config.max_batch_size
         self._check_drop_weight()
         return prof
+
+    def _set_render_mode(self, render_mode: str | None) -> None:
+        """Check and set ``render_mode`` (``ValueError`` naming the allowed values)."""
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode={render_mode!r} is invalid: allowed values are "
+                f"{[None] + self.metadata['render_modes']}"
+            )
+        self.render_mode = render_mode
 
     def _init_executor(
         self,
@@ -200,6 +204,7 @@ class ServingCore(gym.Env):
         arrivals, service, sizes = (
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
+        self._sizes_rng = sizes  # read by _more() in envs whose requests have sizes
         self._stream: ArrivalStream = self.workload.stream(arrivals)
         self._buf: list[float] = []
         self._ended = False

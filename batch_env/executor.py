@@ -189,3 +189,41 @@ class ProfileExecutor:
         d = lat * self._factors[self._k]
         self._k += 1
         return d, self.node_energy_j[node][b] / lat * d
+
+
+class LLMProfileExecutor:
+    """Simulated LLM iterations (``LLMBatching-v0``) from an LLM profile.
+
+    ``prefill(tokens, sq_sum)`` and ``decode(batch, context_tokens)`` return the
+    iteration's ``(duration_s, energy_j)``: the profile's iteration time (deterministic:
+    vLLM iteration times vary little at a fixed batch composition) and its busy power
+    times that duration. See :mod:`batch_env.llm_profile` for the model behind each.
+    """
+
+    energy_source = "profile"
+
+    def __init__(self, profile) -> None:
+        """:param profile: a :class:`batch_env.llm_profile.LLMProfile`."""
+        self.profile = profile
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start an episode (no randomness: iteration times are deterministic)."""
+
+    def prefill(self, tokens: int, sq_sum: float) -> tuple[float, float]:
+        """One prefill iteration of prompts with ``tokens`` in all (``sq_sum`` = sum p^2)."""
+        p = self.profile
+        d = p.prefill_time_s(tokens, sq_sum)
+        return d, d * p.prefill_power_w(tokens)
+
+    def decode(self, batch: int, context_tokens: int) -> tuple[float, float]:
+        """One decode step of ``batch`` requests whose KV contexts hold ``context_tokens``."""
+        p = self.profile
+        d = p.decode_time_s(batch, context_tokens)
+        return d, d * p.decode_power_w(batch)
+
+    def metadata(self) -> dict:
+        """What executed the iterations (for ``get_config``)."""
+        return {"executor": "profile", "profile": self.profile.name}
+
+    def close(self) -> None:
+        """Nothing to release."""

@@ -167,3 +167,99 @@ def summarize(
         "sla_misses": int(M),
         "window_drops": int(D),
     }
+
+
+#: the LLM-specific summary keys of ``LLMBatching-v0`` (in addition to :data:`SERVING_KEYS`)
+LLM_KEYS: tuple[str, ...] = (
+    "ttft_mean_ms",
+    "ttft_p50_ms",
+    "ttft_p90_ms",
+    "ttft_p99_ms",
+    "tpot_mean_ms",
+    "tpot_p50_ms",
+    "tpot_p90_ms",
+    "tpot_p99_ms",
+    "ttft_attainment",
+    "tpot_attainment",
+    "output_tokens_per_s",
+    "goodput_rps",
+    "preemptions",
+    "kv_utilization_mean",
+    "iterations",
+    "prefill_iterations",
+    "rejected",
+    "clipped",
+)
+
+
+def llm_metrics(
+    *,
+    arrivals: np.ndarray,
+    first_token: np.ndarray,
+    completion: np.ndarray,
+    output_lengths: np.ndarray,
+    ttft_sla_s: float,
+    tpot_sla_s: float,
+    dropped: int,
+    elapsed_s: float,
+    output_tokens: int,
+    preemptions: int,
+    kv_utilization_mean: float,
+    iterations: int,
+    prefill_iterations: int,
+    rejected: int,
+    clipped: int,
+) -> dict[str, Any]:
+    """The LLM keys of the episode summary (``LLMBatching-v0``), and its ``sla_attainment``.
+
+    Per summary request: TTFT = first token - arrival (requests with a first token);
+    TPOT = (completion - first token) / (output - 1) (completed requests with >= 2 output
+    tokens). A request meets its SLAs when TTFT <= ``ttft_sla_s`` and (output 1 or) TPOT <=
+    ``tpot_sla_s``; ``sla_attainment`` = completed requests meeting both / (completed +
+    dropped), ``ttft_attainment`` and ``tpot_attainment`` the same for each target alone;
+    ``goodput_rps`` = completed requests meeting both per second of the window.
+    ``output_tokens_per_s``, ``preemptions``, ``iterations`` (``prefill_iterations`` of
+    them prefills) and ``kv_utilization_mean`` (time average of KV blocks in use / KV
+    blocks) cover the window; ``rejected`` counts prompts rejected for length during it,
+    ``clipped`` summary requests whose output was clipped to ``max_model_len``.
+
+    :param arrivals: arrival times of the summary requests (s).
+    :param first_token: their first-token times (NaN: none yet).
+    :param completion: their completion times (NaN: not completed).
+    :param output_lengths: their output lengths (tokens, after clipping).
+    """
+    nan = float("nan")
+    ttft = first_token - arrivals
+    has_first = ~np.isnan(ttft)
+    done = ~np.isnan(completion)
+    multi = done & (output_lengths >= 2)
+    tpot = np.full(arrivals.shape, nan)
+    tpot[multi] = (completion[multi] - first_token[multi]) / (output_lengths[multi] - 1)
+    ttft_ok = done & ~(ttft > ttft_sla_s)
+    tpot_ok = done & ~(tpot > tpot_sla_s)  # NaN (one output token) meets it
+    both = int(np.count_nonzero(ttft_ok & tpot_ok))
+    denom = int(done.sum()) + int(dropped)
+
+    def pct(x: np.ndarray, prefix: str) -> dict[str, float]:
+        if x.size == 0:
+            return {f"{prefix}_mean_ms": nan, f"{prefix}_p50_ms": nan, f"{prefix}_p90_ms": nan,
+                    f"{prefix}_p99_ms": nan}
+        p50, p90, p99 = np.percentile(x, [50.0, 90.0, 99.0]) * 1000.0
+        return {f"{prefix}_mean_ms": float(x.mean() * 1000.0), f"{prefix}_p50_ms": float(p50),
+                f"{prefix}_p90_ms": float(p90), f"{prefix}_p99_ms": float(p99)}
+
+    return {
+        **pct(ttft[has_first], "ttft"),
+        **pct(tpot[multi], "tpot"),
+        "sla_attainment": both / denom if denom else nan,
+        "ttft_attainment": int(np.count_nonzero(ttft_ok)) / denom if denom else nan,
+        "tpot_attainment": int(np.count_nonzero(tpot_ok)) / denom if denom else nan,
+        "output_tokens_per_s": output_tokens / elapsed_s if elapsed_s > 0 else nan,
+        "goodput_rps": both / elapsed_s if elapsed_s > 0 else nan,
+        "preemptions": int(preemptions),
+        "kv_utilization_mean": float(kv_utilization_mean),
+        "iterations": int(iterations),
+        "prefill_iterations": int(prefill_iterations),
+        "rejected": int(rejected),
+        "clipped": int(clipped),
+    }

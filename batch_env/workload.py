@@ -1245,3 +1245,126 @@ def make_workload(
     if has_load:
         wl = wl.with_mean_rate(load * mt)
     return wl
+
+
+# ----------------------------------------------------------------------------------
+# Request lengths (LLMBatching-v0)
+# ----------------------------------------------------------------------------------
+
+#: Kinds of :class:`RequestLengths`.
+LENGTH_KINDS = ("lognormal", "fixed", "empirical", "trace")
+
+
+@dataclass(frozen=True)
+class RequestLengths:
+    """Prompt and output token counts of LLM requests (DESIGN: LLMBatching-v0).
+
+    Drawn from the env's request-size stream (the third child stream), one pair per
+    arrival, so two policies on the same seed see the same requests.
+
+    * ``lognormal`` (default): independent lognormals with the given means and
+      coefficients of variation, rounded to integers >= 1. The defaults are the
+      Azure LLM conversation trace's (2023, ``shared/data/azure_llm_2023_conv.csv``):
+      prompt mean 1155 tokens, CV 0.96; output mean 211 tokens, CV 0.77.
+    * ``fixed``: every request has ``prompt_tokens`` and ``output_tokens``.
+    * ``empirical``: pairs (prompt, output) sampled uniformly with replacement from the
+      rows of an Azure-format CSV (``path``; columns ``ContextTokens``,
+      ``GeneratedTokens``), keeping their joint distribution.
+    * ``trace``: the lengths come with the arrivals (a ``trace`` workload with token
+      columns), row by row.
+
+    :param kind: one of :data:`LENGTH_KINDS`.
+    :param prompt_tokens: mean (lognormal) or value (fixed) of the prompt length.
+    :param output_tokens: mean (lognormal) or value (fixed) of the output length.
+    :param prompt_cv: lognormal coefficient of variation of the prompt length.
+    :param output_cv: lognormal coefficient of variation of the output length.
+    :param path: CSV file for ``empirical``.
+    """
+
+    kind: str = "lognormal"
+    prompt_tokens: float = 1155.0
+    output_tokens: float = 211.0
+    prompt_cv: float = 0.96
+    output_cv: float = 0.77
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        """Validate the fields (ValueError naming the field, value and what is allowed)."""
+        if self.kind not in LENGTH_KINDS:
+            raise ValueError(f"lengths.kind={self.kind!r} is invalid: allowed values are {LENGTH_KINDS}")
+        for name in ("prompt_tokens", "output_tokens"):
+            v = _positive(getattr(self, name), name, "lengths")
+            if v < 1:
+                raise ValueError(f"lengths.{name}={v!r} is out of range: expected a number >= 1")
+            if self.kind == "fixed" and v != int(v):
+                raise ValueError(f"lengths.{name}={v!r} is invalid: fixed lengths are integers")
+            object.__setattr__(self, name, v)
+        for name in ("prompt_cv", "output_cv"):
+            object.__setattr__(self, name, _nonnegative(getattr(self, name), name, "lengths"))
+        if self.kind == "empirical":
+            if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
+                raise ValueError(f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path")
+            if not os.path.isfile(self.path):
+                raise ValueError(f"lengths.path={self.path!r}: file not found")
+            self._table()
+        elif self.path is not None:
+            raise ValueError(f"lengths.path={self.path!r} is only allowed with kind 'empirical'")
+
+    def _table(self) -> tuple[np.ndarray, np.ndarray]:
+        """The (prompt, output) columns of the empirical CSV (cached, validated)."""
+        st = os.stat(self.path)
+        data = _load_trace(
+            os.path.abspath(self.path), st.st_mtime_ns, st.st_size,
+            "TIMESTAMP", "ContextTokens", "GeneratedTokens",
+        )
+        if data.prompt_tokens is None or data.output_tokens is None:
+            raise ValueError(
+                f"lengths.path={self.path!r}: needs columns 'ContextTokens' and 'GeneratedTokens'"
+            )
+        return data.prompt_tokens, data.output_tokens
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Draw ``n`` (prompt, output) pairs as int64 arrays (``trace``: not drawn here).
+
+        :param rng: the request-size generator.
+        :param n: number of requests.
+        """
+        if self.kind == "fixed":
+            return (np.full(n, int(self.prompt_tokens), np.int64), np.full(n, int(self.output_tokens), np.int64))
+        if self.kind == "empirical":
+            p, o = self._table()
+            idx = rng.integers(0, p.size, n)
+            return p[idx].astype(np.int64), np.maximum(o[idx], 1).astype(np.int64)
+        if self.kind == "trace":
+            raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
+        out = []
+        for mean, cv in ((self.prompt_tokens, self.prompt_cv), (self.output_tokens, self.output_cv)):
+            if cv == 0.0:
+                out.append(np.full(n, max(1, round(mean)), np.int64))
+                continue
+            s2 = math.log1p(cv * cv)
+            x = rng.lognormal(math.log(mean) - s2 / 2.0, math.sqrt(s2), n)
+            out.append(np.maximum(np.rint(x), 1).astype(np.int64))
+        return out[0], out[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (``make_lengths`` round-trips it)."""
+        return dataclasses.asdict(self)
+
+
+def make_lengths(spec: RequestLengths | Mapping[str, Any] | None) -> RequestLengths:
+    """Build :class:`RequestLengths` from itself, a dict of its fields, or ``None`` (defaults).
+
+    :raises ValueError: on an unknown field or an invalid value, naming it.
+    """
+    if spec is None:
+        return RequestLengths()
+    if isinstance(spec, RequestLengths):
+        return spec
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"lengths={spec!r} is invalid: expected a dict with a 'kind' in {LENGTH_KINDS}")
+    names = [f.name for f in dataclasses.fields(RequestLengths)]
+    unknown = sorted(set(spec) - set(names))
+    if unknown:
+        raise ValueError(f"lengths has unknown field(s) {unknown}: allowed fields are {names}")
+    return RequestLengths(**spec)

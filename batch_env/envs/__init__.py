@@ -1,6 +1,8 @@
-"""The environments: graph-level (``DynamicBatching-v0``) and node-level (``NodeBatching-v0``)."""
+"""The environments: graph-level (``DynamicBatching-v0``), node-level (``NodeBatching-v0``)
+and iteration-level LLM batching (``LLMBatching-v0``)."""
 
 from .dynamic_batching import DynamicBatchingEnv
+from .llm_batching import LLMBatchingEnv
 from .node_batching import NodeBatchingEnv
 
-__all__ = ["DynamicBatchingEnv", "NodeBatchingEnv"]
+__all__ = ["DynamicBatchingEnv", "LLMBatchingEnv", "NodeBatchingEnv"]

@@ -1,0 +1,240 @@
+"""Batch-size (``max_num_seqs``) policies for ``LLMBatching-v0``.
+
+From Pang, Li and Wang, "Optimizing LLM Inference Throughput via Memory-aware and
+SLA-constrained Dynamic Batching" (arXiv 2503.05248), as described by the authors' vLLM
+v0 patch and independent re-implementations (the issue text of this project records
+what is known of the two algorithms):
+
+* ``static-cap``: a fixed ``max_num_seqs`` (vLLM's default 256, or smaller), chosen
+  offline.
+* ``memory-aware`` (Algorithm 1): when requests both wait and run, the cap is the number
+  of requests the KV cache could hold at the running requests' mean footprint,
+  ``b = floor(eta * kv_blocks_total / (kv_blocks_used / running))``, at least the number
+  running, clamped to ``[b_min, b_max]``; otherwise the previous cap is kept. ``eta``
+  0.95 leaves headroom for the running requests' growth.
+* ``sla-feedback`` (Algorithm 2): a search interval ``[b_low, b_high]`` over caps moved by
+  the recent mean decode-iteration latency ``d_avg`` (``info["decode_latency_recent_ms"]``,
+  the time per output token of the running requests) against the target ``d_sla_ms`` with
+  tolerance ``eps_ms``, around the recent mean batch size ``b_avg``
+  (``info["batch_size_recent"]``): too slow shrinks the interval's top to ``max(b_avg,
+  b_low + alpha)`` and lowers its bottom by ``delta``; too fast raises its bottom to
+  ``min(b_avg, b_high - alpha)`` and its top by ``delta``; within tolerance it recentres on
+  ``b_avg +- alpha / 2``. The cap is the interval's midpoint, at least the number running.
+* ``pang2025``: both, the cap being the smaller of the two.
+
+Free choices (not fixed by the sources), documented here and in docs/decisions.md:
+
+* Every policy is updated at every decision epoch (every iteration boundary), as the
+  patch does once per scheduler step.
+* ``memory-aware`` starts at ``b_max`` (vLLM's configured ``max_num_seqs``); ``sla-feedback``
+  starts with the interval ``[b_min, b_max]``. Before the first decode iteration
+  ``d_avg`` is 0 (``info`` says so), i.e. "too fast": the interval only widens upwards.
+* After each update the interval is kept inside ``[b_min, b_max]`` and ordered
+  (``b_low <= b_high``), and the final cap is clamped to ``[b_min, b_max]``.
+* On an env with a coarser action grid, the action is the largest grid value <= the cap
+  (the smallest grid value if the cap is below it).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import Any
+
+import gymnasium as gym
+
+from batch_env.config import check_number
+
+from .common import env_config
+
+
+def _llm_settings(env: gym.Env | None, policy: str) -> tuple[tuple[int, ...], int, float]:
+    """The env's action grid, max_num_seqs and TPOT SLA (ms), refusing other envs."""
+    if env is None:
+        raise ValueError(f"policy {policy!r} needs env= (an LLMBatching-v0 env) for its grid of caps")
+    cfg = env_config(env)
+    if not hasattr(cfg, "max_num_seqs"):
+        raise ValueError(
+            f"policy {policy!r} acts in batch_env/LLMBatching-v0 (it sets max_num_seqs); "
+            f"got an env whose configuration is {type(cfg).__name__}"
+        )
+    return tuple(cfg.grid), int(cfg.max_num_seqs), float(cfg.tpot_sla_ms)
+
+
+class _CapPolicy:
+    """Shared by the LLM policies: the grid, ``[b_min, b_max]`` and cap -> action."""
+
+    name = "cap"
+
+    def __init__(self, env: gym.Env | None, b_min: int, b_max: int | None) -> None:
+        self.grid, n, self.tpot_sla_ms = _llm_settings(env, self.name)
+        self.b_max = int(n if b_max is None else b_max)
+        check_number("b_max", self.b_max, low=1, high=n, integer=True)
+        check_number("b_min", b_min, low=1, high=self.b_max, integer=True)
+        self.b_min = int(b_min)
+
+    def action_for(self, cap: int) -> int:
+        """Index of the largest grid value <= ``cap`` (0 if ``cap`` is below the grid)."""
+        return max(bisect_right(self.grid, cap) - 1, 0)
+
+    def reset(self) -> None:
+        """Stateless by default."""
+
+
+class StaticCapPolicy(_CapPolicy):
+    """A fixed cap on running requests (vLLM's ``max_num_seqs``).
+
+    :param env: the LLMBatching-v0 env.
+    :param cap: the cap (default: the env's ``max_num_seqs``, 256 by default as in vLLM).
+    """
+
+    name = "static-cap"
+
+    def __init__(self, env: gym.Env | None = None, cap: int | None = None) -> None:
+        super().__init__(env, 1, None)
+        self.cap = self.b_max if cap is None else cap
+        check_number("cap", self.cap, low=1, high=self.b_max, integer=True)
+        self._action = self.action_for(int(self.cap))
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """Always the same cap."""
+        return self._action
+
+
+class MemoryAwarePolicy(_CapPolicy):
+    """Algorithm 1 of Pang et al.: the cap the KV cache can hold at the current footprint.
+
+    :param env: the LLMBatching-v0 env.
+    :param eta: target fraction of the KV blocks (0.95).
+    :param b_min: smallest cap (1).
+    :param b_max: largest cap (default the env's ``max_num_seqs``).
+    """
+
+    name = "memory-aware"
+
+    def __init__(
+        self, env: gym.Env | None = None, eta: float = 0.95, b_min: int = 1, b_max: int | None = None
+    ) -> None:
+        super().__init__(env, b_min, b_max)
+        check_number("eta", eta, low=0.0, low_inclusive=False, high=1.0)
+        self.eta = float(eta)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start from ``b_max``."""
+        self.b = self.b_max
+
+    def cap(self, info: dict[str, Any]) -> int:
+        """Update and return the memory-aware cap from ``info``."""
+        running, waiting, used = info["running"], info["waiting"], info["kv_blocks_used"]
+        if running > 0 and waiting > 0 and used > 0:
+            b = math.floor(self.eta * info["kv_blocks_total"] / (used / running))
+            self.b = min(max(b, running, self.b_min), self.b_max)
+        return self.b
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The grid action of :meth:`cap`."""
+        return self.action_for(self.cap(info))
+
+
+class SLAFeedbackPolicy(_CapPolicy):
+    """Algorithm 2 of Pang et al.: a search interval steered by decode latency vs its target.
+
+    :param env: the LLMBatching-v0 env.
+    :param d_sla_ms: decode-latency (time per output token) target; default the env's
+        ``tpot_sla_ms`` (50 ms, the paper's D_SLA).
+    :param eps_ms: tolerance around the target (10 ms).
+    :param alpha: interval width kept around the mean batch size (20).
+    :param delta: step by which the interval's far end moves (5).
+    :param b_min: smallest cap (1).
+    :param b_max: largest cap (default the env's ``max_num_seqs``).
+    """
+
+    name = "sla-feedback"
+
+    def __init__(
+        self,
+        env: gym.Env | None = None,
+        d_sla_ms: float | None = None,
+        eps_ms: float = 10.0,
+        alpha: float = 20.0,
+        delta: float = 5.0,
+        b_min: int = 1,
+        b_max: int | None = None,
+    ) -> None:
+        super().__init__(env, b_min, b_max)
+        self.d_sla_ms = self.tpot_sla_ms if d_sla_ms is None else d_sla_ms
+        check_number("d_sla_ms", self.d_sla_ms, low=0.0, low_inclusive=False)
+        check_number("eps_ms", eps_ms, low=0.0)
+        check_number("alpha", alpha, low=0.0)
+        check_number("delta", delta, low=0.0)
+        self.eps_ms, self.alpha, self.delta = float(eps_ms), float(alpha), float(delta)
+        self.reset()
+
+    def reset(self) -> None:
+        """Start with the interval ``[b_min, b_max]``."""
+        self.b_low, self.b_high = float(self.b_min), float(self.b_max)
+
+    def cap(self, info: dict[str, Any]) -> int:
+        """Update the interval from ``info`` and return its midpoint cap."""
+        d = info["decode_latency_recent_ms"]
+        b_avg = info["batch_size_recent"]
+        lo, hi, a = self.b_low, self.b_high, self.alpha
+        bmin, bmax = self.b_min, self.b_max
+        if d > self.d_sla_ms + self.eps_ms:
+            hi = max(b_avg, lo + a)
+            lo = max(lo - self.delta, bmin)
+        elif d < self.d_sla_ms - self.eps_ms:
+            lo = min(b_avg, hi - a)
+            hi = min(hi + self.delta, bmax)
+        else:
+            hi = min(b_avg + a / 2.0, bmax)
+            lo = max(b_avg - a / 2.0, bmin)
+        lo = min(max(lo, bmin), bmax)
+        hi = min(max(hi, lo), bmax)
+        self.b_low, self.b_high = lo, hi
+        b = math.floor((lo + hi) / 2.0)
+        return min(max(b, info["running"], bmin), bmax)
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The grid action of :meth:`cap`."""
+        return self.action_for(self.cap(info))
+
+
+class Pang2025Policy(_CapPolicy):
+    """Pang et al.'s combined policy: ``min(memory-aware cap, sla-feedback cap)``.
+
+    :param env: the LLMBatching-v0 env.
+    :param eta: see :class:`MemoryAwarePolicy`.
+    :param d_sla_ms, eps_ms, alpha, delta: see :class:`SLAFeedbackPolicy`.
+    :param b_min: smallest cap (1).
+    :param b_max: largest cap (default the env's ``max_num_seqs``).
+    """
+
+    name = "pang2025"
+
+    def __init__(
+        self,
+        env: gym.Env | None = None,
+        eta: float = 0.95,
+        d_sla_ms: float | None = None,
+        eps_ms: float = 10.0,
+        alpha: float = 20.0,
+        delta: float = 5.0,
+        b_min: int = 1,
+        b_max: int | None = None,
+    ) -> None:
+        super().__init__(env, b_min, b_max)
+        self.memory = MemoryAwarePolicy(env, eta=eta, b_min=b_min, b_max=b_max)
+        self.sla = SLAFeedbackPolicy(
+            env, d_sla_ms=d_sla_ms, eps_ms=eps_ms, alpha=alpha, delta=delta, b_min=b_min, b_max=b_max
+        )
+
+    def reset(self) -> None:
+        """Reset both parts."""
+        self.memory.reset()
+        self.sla.reset()
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The grid action of the smaller cap."""
+        return self.action_for(min(self.memory.cap(info), self.sla.cap(info)))

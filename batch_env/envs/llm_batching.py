@@ -1,0 +1,666 @@
+"""``batch_env/LLMBatching-v0``: iteration-level (continuous) batching of an LLM with a paged KV cache."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from bisect import bisect_right
+from collections import deque
+from dataclasses import replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+from ..config import LLMConfig
+from ..core import ServingCore
+from ..executor import LLMProfileExecutor
+from ..llm_profile import LLMProfile
+from ..llm_profile import load as load_llm_profile
+from ..metrics import llm_metrics, summarize
+from ..workload import Workload, make_workload
+
+OBS_FEATURES: tuple[str, ...] = (
+    "waiting_over_max_num_seqs",
+    "running_over_max_num_seqs",
+    "kv_utilization",
+    "oldest_wait_over_ttft_sla",
+    "past_ttft_deadline_fraction",
+    "waiting_prompt_tokens_over_budget",
+    "decode_latency_recent_over_tpot_sla",
+    "batch_size_recent_over_max_num_seqs",
+    "arrival_rate_over_10_per_s",
+    "last_cap_over_max_num_seqs",
+    "running_context_mean_over_max_model_len",
+    "preempted_last_step",
+    "last_iteration_was_prefill",
+)
+_CLIP = 100.0
+_NAN = float("nan")
+
+
+class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
+    """Iteration-level batching of an LLM: the cap on running requests, iteration by iteration.
+
+    ## Description
+
+    A vLLM-style server (vLLM v0's default scheduler, no chunked prefill) runs one LLM on
+    one accelerator (or a tensor-parallel group). Requests arrive from a workload with a
+    prompt and an output length (from a distribution or from a trace in the Azure LLM
+    format), wait in a FCFS queue, and are served by *iterations*:
+
+    * if the request at the head of the queue is admissible, the iteration is a
+      **prefill** of the longest admissible prefix of the queue: FCFS, while the number
+      running stays within the cap (``max_num_seqs``), the prompts' tokens within
+      ``max_num_batched_tokens``, and the KV blocks of their prompts leave a watermark
+      (1% of the blocks) free. The prefill produces each request's first token (TTFT ends
+      there);
+    * otherwise it is one **decode** step of every running request (one token each). A
+      request whose next token needs a new KV block (16 tokens a block) and finds none
+      preempts the newest running request (recompute: its blocks are freed and it returns
+      to the head of the queue with prompt = prompt + tokens generated so far; a victim
+      that is the request itself is preempted too).
+
+    KV capacity is ``(GPU memory x utilization - weights) / bytes per token`` from the
+    profile; iteration time and power come from the profile (:mod:`batch_env.llm_profile`):
+    prefill as a function of the prompts' tokens, decode of the batch size and the KV
+    context. A request completes when it has all its output tokens; its blocks are freed.
+
+    ## Action Space
+
+    ``Discrete(len(grid))``: action ``i`` sets the cap on running requests for the next
+    iteration to ``grid[i]`` (default grid ``1..max_num_seqs``). A cap below the number
+    running stops admission; it never evicts. Every action is valid at every epoch
+    (``action_masks()`` is all true). An action outside the space raises ``ValueError``.
+
+    ## Observation Space
+
+    ``Box(float32)`` with finite bounds (``OBS_FEATURES``):
+
+    | index | feature | range |
+    |-------|---------|-------|
+    | 0 | waiting requests / max_num_seqs (clipped) | [0, 100] |
+    | 1 | running requests / max_num_seqs | [0, 1] |
+    | 2 | KV blocks in use / KV blocks | [0, 1] |
+    | 3 | oldest waiting request's age / TTFT SLA (clipped) | [0, 100] |
+    | 4 | fraction of waiting requests without a first token past their TTFT deadline | [0, 1] |
+    | 5 | waiting prompt tokens / max_num_batched_tokens (clipped) | [0, 100] |
+    | 6 | recent mean decode-iteration time / TPOT SLA (clipped) | [0, 100] |
+    | 7 | recent mean decode batch size / max_num_seqs | [0, 1] |
+    | 8 | arrival-rate estimate / (10 requests/s) (clipped) | [0, 100] |
+    | 9 | last cap / max_num_seqs | [0, 1] |
+    | 10 | mean context (prompt + generated) of the running requests / max_model_len | [0, 1] |
+    | 11 | requests preempted in the last step / 10 (clipped) | [0, 1] |
+    | 12 | the last iteration was a prefill | {0, 1} |
+
+    True output lengths are never observable (not in the observation, not in ``info``).
+
+    ## Rewards
+
+    As in every batch-env env, ``r = -(w_latency * L + w_energy * E + w_sla * M + w_drop *
+    D)`` over the step: L is the integral of the number of requests in the system (so an
+    episode's L is the requests' total end-to-end latency), E the joules (the iteration's
+    busy power, idle power when the system is empty), M the SLA misses counted in the
+    step, D the arrivals dropped by a full queue. A request misses at most once: when its
+    TTFT deadline passes without a first token, or, having met TTFT, at completion when its
+    TPOT ``(e2e - TTFT) / (output - 1)`` exceeds ``tpot_sla_ms``. Default weights:
+    :data:`batch_env.config.LLM_REWARD_WEIGHTS`. Prompts that cannot fit
+    (``prompt + 1 > max_model_len``) are rejected at arrival: counted
+    (``info["rejected_total"]``, ``serving["rejected"]``), not charged (no policy can
+    serve them), and not summary requests.
+
+    ## Starting State, Episode End
+
+    As DynamicBatching-v0: ``reset`` advances to the first arrival; decision epochs are
+    every iteration boundary while requests are in the system (an empty system idles to
+    the next arrival inside the step); truncation when the summary requests are all done
+    or at ``horizon_s``; the summary, with the LLM metrics (TTFT/TPOT percentiles, output
+    tokens/s, goodput, preemptions, KV utilization, rejected and clipped counts), is in
+    ``info["serving"]`` (:func:`batch_env.metrics.llm_metrics`).
+
+    ## Info
+
+    ``kv_blocks_used``, ``kv_blocks_total``, ``running``, ``waiting`` (also
+    ``queue_len``), ``decode_latency_recent_ms`` and ``batch_size_recent`` (means over the
+    last ``recent_iterations`` decode iterations; 0 before the first), ``cap``,
+    ``iteration`` (``"prefill"``, ``"decode"`` or ``"idle"``), ``iteration_time_s``,
+    ``preempted`` (this step), ``preemptions_total``, ``rejected_total``,
+    ``clipped_total``, ``dropped_total``, ``now_s``, ``dt_s``, ``reward_components``,
+    ``action_mask``, ``energy_source``.
+
+    ## Arguments
+
+    ``gymnasium.make("batch_env/LLMBatching-v0", **kwargs)`` with ``profile`` (an LLM
+    profile: a shipped name of :func:`batch_env.llm_profile.available`, default
+    ``"llama-2-7b-a100"``, a path or a dict), ``workload`` (a dict with a rate, e.g.
+    ``{"kind": "poisson", "rate_per_s": 4}``, or a trace ``{"kind": "trace", "path":
+    ..., "target_rate_per_s": 4}``; ``load`` is not defined for LLMs), ``render_mode``
+    (``None`` or ``"ansi"``), ``executor`` (``"profile"``) and the fields of
+    :class:`batch_env.config.LLMConfig` (``max_num_seqs``, ``grid``, ``max_model_len``,
+    ``max_num_batched_tokens``, ``block_size``, ``watermark``, ``gpu_memory_utilization``,
+    ``ttft_sla_ms``, ``tpot_sla_ms``, ``reward_weights``, ``lengths``, ``queue_capacity``,
+    ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``idle_power_w``,
+    ``rate_window_s``, ``recent_iterations``).
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        profile: str | dict | LLMProfile = "llama-2-7b-a100",
+        workload: dict | Workload | None = None,
+        max_num_seqs: int = 256,
+        grid: tuple[int, ...] | list[int] | None = None,
+        max_model_len: int = 4096,
+        max_num_batched_tokens: int | None = None,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        gpu_memory_utilization: float | None = None,
+        ttft_sla_ms: float = 1000.0,
+        tpot_sla_ms: float = 50.0,
+        reward_weights: dict | None = None,
+        lengths: dict | None = None,
+        queue_capacity: int = 4096,
+        horizon_requests: int = 1000,
+        warmup_requests: int = 0,
+        horizon_s: float | None = None,
+        idle_power_w: float | None = None,
+        rate_window_s: float | None = None,
+        recent_iterations: int = 16,
+        render_mode: str | None = None,
+        executor: str = "profile",
+    ) -> None:
+        config = LLMConfig.from_arguments(locals())
+        self._set_render_mode(render_mode)
+        prof = load_llm_profile(profile)
+        prof.check_max_num_seqs(config.max_num_seqs)
+        prof.check_max_num_batched_tokens(config.max_num_batched_tokens)
+        if workload is None:
+            workload = {"kind": "poisson", "rate_per_s": 2.0}
+        if isinstance(workload, dict) and "load" in workload:
+            raise ValueError(
+                f"workload.load={workload['load']!r} is not defined for LLMBatching-v0 (an LLM "
+                "server's request throughput depends on the lengths and the policy): give "
+                "rate_per_s (or target_rate_per_s for a trace)"
+            )
+        wl = make_workload(workload)
+        self._setup_core(prof, wl, config)
+        self.load = None
+        if executor != "profile":
+            raise ValueError(
+                f"executor={executor!r} is not available for LLMBatching-v0: allowed values are "
+                "['profile'] (real LLM execution is not implemented yet)"
+            )
+        self.executor = LLMProfileExecutor(prof)
+        self._executor_spec = {"executor": executor}
+
+        # lengths: the trace's own token columns, or a distribution
+        lengths = config.lengths
+        has_tokens = getattr(wl, "prompt_tokens_column", None) is not None and getattr(
+            wl, "output_tokens_column", None
+        ) is not None and wl._data().prompt_tokens is not None and wl._data().output_tokens is not None
+        if lengths is not None and lengths.kind == "trace" and not has_tokens:
+            raise ValueError(
+                "lengths.kind='trace' needs a trace workload with prompt and output token columns"
+            )
+        self._lengths_from_trace = has_tokens and (lengths is None or lengths.kind == "trace")
+        if lengths is None and not self._lengths_from_trace:
+            from ..workload import RequestLengths
+
+            lengths = RequestLengths()
+        self._lengths = lengths
+
+        # the KV cache
+        bs = config.block_size
+        self._bs = bs
+        self._total = prof.kv_blocks_total(bs, config.gpu_memory_utilization)
+        self._wm = int(config.watermark * self._total)
+        need = -(-config.max_model_len // bs)
+        if self._total - self._wm < need:
+            raise ValueError(
+                f"max_model_len={config.max_model_len} needs {need} KV blocks of {bs} tokens but "
+                f"profile '{prof.name}' has {self._total} ({self._wm} kept free by the watermark) "
+                "at this gpu_memory_utilization: lower max_model_len"
+            )
+        self.kv_blocks_total = self._total
+        self._grid = config.grid
+        self._N = config.max_num_seqs
+        self._maxlen = config.max_model_len
+        self._budget = config.max_num_batched_tokens
+        self._tpot = config.tpot_sla_ms / 1000.0
+        self._recent_n = config.recent_iterations
+        self._check_llm_drop_weight()
+
+        n = len(self._grid)
+        self.action_space = spaces.Discrete(n)
+        high = np.array(
+            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0], dtype=np.float32
+        )
+        self.observation_space = spaces.Box(np.zeros(high.size, dtype=np.float32), high, dtype=np.float32)
+        self._mask = np.ones(n, dtype=bool)
+
+    def _check_llm_drop_weight(self) -> None:
+        """Warn when a drop costs less than the energy of the cheapest request (one token)."""
+        p = self.profile
+        cheapest = min(
+            p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, self._N)
+        )
+        w = self.config.reward_weights
+        if w.drop < w.energy * cheapest:
+            warnings.warn(
+                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
+                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
+                stacklevel=3,
+            )
+
+    # -- arrivals with lengths ----------------------------------------------------------
+    def _more(self) -> bool:
+        """Next chunk of arrivals with their lengths; rejected prompts leave the stream here."""
+        while not self._ended:
+            ch = self._stream.next_chunk()
+            times = ch.times
+            if len(times) == 0:
+                self._ended = True
+                return False
+            if self._lengths_from_trace:
+                p = np.maximum(np.asarray(ch.prompt_tokens, np.int64), 1)
+                o = np.maximum(np.asarray(ch.output_tokens, np.int64), 1)
+            else:
+                p, o = self._lengths.sample(self._sizes_rng, len(times))
+            fit = p + 1 <= self._maxlen
+            if not fit.all():
+                self._rej_times.extend(times[~fit].tolist())
+                times, p, o = times[fit], p[fit], o[fit]
+            room = self._maxlen - p
+            clip = o > room
+            if clip.any():
+                o = np.where(clip, room, o)
+            self._buf.extend(times.tolist())
+            self._bp.extend(p.tolist())
+            self._bo.extend(o.tolist())
+            self._bclip.extend(clip.tolist())
+            if len(times):
+                return True
+        return False
+
+    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
+        """The core's admission, plus the new entries' lengths and the KV-use integral."""
+        i = self._i
+        n0 = len(self._arr)
+        self._kvI += self._used * (t_end - self._now)
+        ServingCore._absorb(self, t_end, j, power_w)
+        adm = len(self._arr) - n0
+        if adm:
+            self._P += self._bp[i : i + adm]
+            self._O += self._bo[i : i + adm]
+            self._clipped += sum(self._bclip[i : i + adm])
+            self._G += [0] * adm
+            self._blk += [0] * adm
+            self._fin += [None] * adm
+            self._W.extend(range(n0, n0 + adm))
+
+    def _on_mark(self) -> None:
+        first = self._window is None
+        ServingCore._on_mark(self)
+        if first:
+            self._w0 = (self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped)
+
+    # -- SLA bookkeeping (TTFT deadlines in arrival order, TPOT at completion) -----------
+    def _misses(self) -> int:
+        k = self._deadline_prefix(self._now)
+        return k - self._met[min(k, len(self._first))] + self._tpot_missed
+
+    def _misses_exact(self, t: float) -> int:
+        k = bisect_right(self._arr, t - self._sla)
+        while k < len(self._arr) and t - self._arr[k] > self._sla:
+            k += 1
+        while k > 0 and not t - self._arr[k - 1] > self._sla:
+            k -= 1
+        return k - self._met[min(k, len(self._first))] + self._tpot_missed
+
+    def _summary_done(self) -> bool:
+        if self._entry_hi is None:
+            return False
+        fin, d = self._fin, self._dptr
+        n = len(fin)
+        while d < n and fin[d] is not None:
+            d += 1
+        self._dptr = d
+        return d >= self._entry_hi
+
+    # -- the scheduler --------------------------------------------------------------------
+    def _prefill_set(self, cap: int) -> tuple[int, int, float]:
+        """How many waiting requests (from the head) the next prefill admits, their tokens
+        and the sum of their squared prompt lengths (FCFS: stop at the first that fails)."""
+        W, P, G, bs = self._W, self._P, self._G, self._bs
+        room = cap - len(self._R)
+        free = self._total - self._used - self._wm
+        budget = self._budget
+        k = tokens = 0
+        sq = 0.0
+        for e in W:
+            if k >= room:
+                break
+            p = P[e] + G[e]
+            if tokens + p > budget:
+                break
+            nb = -(-p // bs)
+            if nb > free:
+                break
+            free -= nb
+            tokens += p
+            sq += p * p
+            k += 1
+        return k, tokens, sq
+
+    def _finish(self, e: int, c: float) -> None:
+        self._fin[e] = c
+        self._n_sys -= 1
+        self._n_done += 1
+        self._used -= self._blk[e]
+        self._blk[e] = 0
+        first = self._first[e]
+        a = self._arr[e]
+        out = self._O[e]
+        if first - a <= self._sla and out >= 2 and (c - first) / (out - 1) > self._tpot:
+            self._tpot_missed += 1
+
+    def _run_prefill(self, k: int, tokens: int, sq: float) -> float:
+        W, P, G, R, blk, bs = self._W, self._P, self._G, self._R, self._blk, self._bs
+        d, energy = self.executor.prefill(tokens, sq)
+        c = self._now + d
+        sel = [W.popleft() for _ in range(k)]
+        arr, first, met, sla = self._arr, self._first, self._met, self._sla
+        for e in sel:
+            nb = -(-(P[e] + G[e]) // bs)
+            blk[e] = nb
+            self._used += nb
+            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
+                first.append(c)
+                met.append(met[-1] + (1 if c - arr[e] <= sla else 0))
+            G[e] += 1
+            self._ctx += P[e] + G[e]
+        self._ns = len(arr) - len(W)
+        self._tokens += k
+        self._advance(c, energy / d if d > 0.0 else 0.0)
+        for e in sel:
+            if G[e] >= self._O[e]:
+                self._ctx -= P[e] + G[e]
+                self._finish(e, c)
+            else:
+                R.append(e)
+        self._n_prefill += 1
+        self._last_kind = 1.0
+        return d
+
+    def _run_decode(self) -> float:
+        R, P, G, blk, bs = self._R, self._P, self._G, self._blk, self._bs
+        victims: list[int] = []
+        i = 0
+        while i < len(R):
+            e = R[i]
+            if P[e] + G[e] > blk[e] * bs:  # the token fed this step needs a new block
+                while self._used >= self._total:
+                    v = R.pop()
+                    victims.append(v)
+                    self._used -= blk[v]
+                    blk[v] = 0
+                    self._ctx -= P[v] + G[v]
+                    if v == e:
+                        break
+                if victims and victims[-1] == e:
+                    break
+                blk[e] += 1
+                self._used += 1
+            i += 1
+        if victims:
+            self._W.extendleft(victims)  # the oldest victim ends up at the head
+            self._preempt += len(victims)
+            self._ns = len(self._arr) - len(self._W)
+        self._last_preempted = len(victims)
+        b = len(R)
+        if b == 0:
+            return 0.0
+        d, energy = self.executor.decode(b, self._ctx)
+        c = self._now + d
+        self._advance(c, energy / d if d > 0.0 else 0.0)
+        out = self._O
+        keep = []
+        for e in R:
+            g = G[e] + 1
+            G[e] = g
+            if g >= out[e]:
+                self._ctx -= P[e] + g - 1
+                self._finish(e, c)
+            else:
+                keep.append(e)
+        self._ctx += len(keep)
+        self._R = keep
+        self._tokens += b
+        self._n_batches += 1
+        self._sum_b += b
+        self._rd.append(d)
+        self._rb.append(b)
+        self._last_kind = 0.0
+        return d
+
+    # -- observation / info -------------------------------------------------------------
+    def _obs(self) -> np.ndarray:
+        N = self._N
+        W = self._W
+        w = len(W)
+        R = self._R
+        sla = self._sla
+        if w:
+            now, arr = self._now, self._arr
+            oldest = min((now - arr[W[0]]) / sla, _CLIP)
+            nf = len(self._first)
+            past = sum(1 for e in W if e >= nf and now - arr[e] > sla) / w
+            ptoks = sum(self._P[e] + self._G[e] for e in W)
+        else:
+            oldest = past = ptoks = 0.0
+        rd = self._rd
+        return np.array(
+            [
+                min(w / N, _CLIP),
+                len(R) / N,
+                self._used / self._total,
+                oldest,
+                past,
+                min(ptoks / self._budget, _CLIP),
+                min(sum(rd) / len(rd) / self._tpot, _CLIP) if rd else 0.0,
+                sum(self._rb) / len(self._rb) / N if rd else 0.0,
+                min(self._rate / 10.0, _CLIP),
+                self._cap_now / N,
+                self._ctx / len(R) / self._maxlen if R else 0.0,
+                min(self._last_preempted / 10.0, 1.0),
+                self._last_kind,
+            ],
+            dtype=np.float32,
+        )
+
+    def _info(self, dt: float, comps: dict[str, float], kind: str, it: float) -> dict[str, Any]:
+        rd = self._rd
+        return {
+            "kv_blocks_used": self._used,
+            "kv_blocks_total": self._total,
+            "running": len(self._R),
+            "waiting": len(self._W),
+            "queue_len": len(self._W),
+            "decode_latency_recent_ms": 1000.0 * sum(rd) / len(rd) if rd else 0.0,
+            "batch_size_recent": sum(self._rb) / len(self._rb) if rd else 0.0,
+            "cap": self._cap_now,
+            "iteration": kind,
+            "iteration_time_s": it,
+            "preempted": self._last_preempted,
+            "preemptions_total": self._preempt,
+            "rejected_total": bisect_right(self._rej_times, self._now),
+            "clipped_total": self._clipped,
+            "dropped_total": self._drops,
+            "now_s": self._now,
+            "dt_s": dt,
+            "reward_components": comps,
+            "action_mask": self._mask.copy(),
+            "energy_source": self.executor.energy_source,
+        }
+
+    def action_masks(self) -> np.ndarray:
+        """Every cap is valid at every epoch (a copy of an all-true mask)."""
+        return self._mask.copy()
+
+    @property
+    def grid(self) -> tuple[int, ...]:
+        """The caps the actions select (``grid[i]`` for action ``i``)."""
+        return self._grid
+
+    # -- Gymnasium API ----------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode: seed the streams and advance to the first arrival.
+
+        :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
+        :param options: unused.
+        """
+        super().reset(seed=seed)
+        self._bp: list[int] = []
+        self._bo: list[int] = []
+        self._bclip: list[bool] = []
+        self._rej_times: list[float] = []
+        self._P: list[int] = []
+        self._O: list[int] = []
+        self._G: list[int] = []
+        self._blk: list[int] = []
+        self._fin: list[float | None] = []
+        self._first: list[float] = []
+        self._met = [0]
+        self._W: deque[int] = deque()
+        self._R: list[int] = []
+        self._used = 0
+        self._ctx = 0
+        self._kvI = 0.0
+        self._tokens = 0
+        self._preempt = 0
+        self._clipped = 0
+        self._n_iter = 0
+        self._n_prefill = 0
+        self._tpot_missed = 0
+        self._dptr = 0
+        self._w0 = None
+        self._rd: deque[float] = deque(maxlen=self._recent_n)
+        self._rb: deque[int] = deque(maxlen=self._recent_n)
+        self._cap_now = self._grid[-1]
+        self._last_preempted = 0
+        self._last_kind = 0.0
+        self._reset_core(seed)
+        self._deadline_prefix(self._now)
+        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        return self._obs(), self._info(0.0, comps, "idle", 0.0)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Set the cap to ``grid[action]`` and run one iteration (then idle if the system empties).
+
+        :param action: index into the grid of caps.
+        """
+        if type(action) is not int or action < 0 or action >= len(self._grid):
+            action = self._coerce_action(action)
+        cap = self._grid[action]
+        self._cap_now = cap
+        self._last_preempted = 0
+        kind, it = "idle", 0.0
+        if self._n_sys:
+            k, tokens, sq = self._prefill_set(cap) if self._W else (0, 0, 0.0)
+            if k:
+                it, kind = self._run_prefill(k, tokens, sq), "prefill"
+            elif self._R:
+                it, kind = self._run_decode(), "decode"
+            else:  # cannot happen: config validation makes the head admissible when idle
+                raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
+            self._n_iter += 1
+        while self._n_sys == 0:  # empty system: idle to the next arrival
+            if not self._idle_until_arrival():
+                break
+        reward, comps, dt, _ = self._step_accounting()
+        info = self._info(dt, comps, kind, it)
+        truncated = self._episode_over()
+        if truncated:
+            info["serving"] = self._serving_summary()
+        return self._obs(), reward, False, truncated, info
+
+    # -- the summary --------------------------------------------------------------------
+    def _serving_summary(self) -> dict[str, Any]:
+        """The episode summary: the shared keys (latency = end-to-end) plus the LLM metrics."""
+        win = self._window
+        lo = win.entry if win is not None else len(self._arr)
+        hi = self._entry_hi if self._entry_hi is not None else len(self._arr)
+        fin = np.array([_NAN if f is None else f for f in self._fin[lo:hi]], dtype=np.float64)
+        arr = np.asarray(self._arr[lo:hi], dtype=np.float64)
+        nf = len(self._first)
+        first = np.full(hi - lo, _NAN)
+        if nf > lo:
+            first[: min(nf, hi) - lo] = self._first[lo : min(nf, hi)]
+        out = np.asarray(self._O[lo:hi], dtype=np.int64)
+        done = ~np.isnan(fin)
+        drops_summary = (
+            (self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops)
+            - (win.drops if win is not None else self._drops)
+        )
+        base = summarize(
+            arrivals=arr[done].tolist(),
+            completions=fin[done].tolist(),
+            n_done=int(done.sum()),
+            window=None if win is None else replace(win, entry=0),
+            entry_hi=int(done.sum()),
+            drops_summary=drops_summary,
+            now_s=self._now,
+            latency_integral_s=self._L,
+            energy_j=self._E,
+            misses=self._misses(),
+            drops=self._drops,
+            n_batches=self._n_batches,
+            sum_batch=self._sum_b,
+            in_system=self._n_sys,
+            sla_s=math.inf,
+            weights=(self._wl, self._we, self._ws, self._wd),
+        )
+        w0 = self._w0 if self._w0 is not None else (
+            self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped
+        )
+        t0 = win.time_s if win is not None else self._now
+        base.update(
+            llm_metrics(
+                arrivals=arr,
+                first_token=first,
+                completion=fin,
+                output_lengths=out,
+                ttft_sla_s=self._sla,
+                tpot_sla_s=self._tpot,
+                dropped=drops_summary,
+                elapsed_s=base["elapsed_s"],
+                output_tokens=self._tokens - w0[0],
+                preemptions=self._preempt - w0[1],
+                kv_utilization_mean=(
+                    (self._kvI - w0[2]) / self._total / (self._now - t0) if self._now > t0 else _NAN
+                ),
+                iterations=self._n_iter - w0[3],
+                prefill_iterations=self._n_prefill - w0[4],
+                rejected=bisect_right(self._rej_times, self._now) - bisect_right(self._rej_times, t0),
+                clipped=self._clipped - w0[5],
+            )
+        )
+        return base
+
+    def render(self) -> str | None:
+        """Text view of the server (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        return (
+            f"t={self._now:10.3f} s  queue={len(self._W):5d}  running={len(self._R):4d} "
+            f"(cap {self._cap_now})  KV {self._used}/{self._total} blocks  "
+            f"preempted={self._preempt}  dropped={self._drops}"
+        )
