@@ -4,7 +4,8 @@ Subcommands: ``demo`` (a small comparison of every baseline on the default env),
 ``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines or
 trained agents on one env configuration), ``train`` (SB3 agents with TensorBoard),
 ``agents`` (agents against the SMDP optimum), ``lazybatching`` (node-level vs graph
-batching on NodeBatching-v0, with the paper's ratios), ``profile`` (measure a real
+batching on NodeBatching-v0, with the paper's ratios), ``llm`` (LLM batching on
+LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
 SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox).
 """
@@ -286,6 +287,21 @@ def cmd_lazybatching(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_llm(args: argparse.Namespace) -> int:
+    """LLM batching on LLMBatching-v0: capacity and throughput at the SLA of static caps,
+    Pang et al.'s memory-aware / SLA-feedback / combined policies and a PPO agent."""
+    from experiments.llm import run_llm
+
+    out = f"{args.results_dir}/{args.name}" if args.name else None
+    result = run_llm(args.config, out_dir=out, progress=not args.json, train=not args.no_train)
+    if args.json:
+        print(dumps(result["gains"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables and plots in {result['dir']}/")
+    return 0
+
+
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure a latency/power profile of a real PyTorch model and write it as JSON."""
     from batch_env.profiling import measure_profile, write_profile
@@ -438,6 +454,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
     p.add_argument("--json", action="store_true", help="print the ratios as JSON")
     p.set_defaults(func=cmd_lazybatching)
+
+    p = sub.add_parser("llm", help="LLM batching: capacity and throughput at the SLA per policy, plots",
+                       description=cmd_llm.__doc__)
+    p.add_argument("--config", default="llm", help="config name in experiments/configs or a YAML path")
+    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p.add_argument("--name", default=None, help="output folder name (default: the config's name)")
+    p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
+    p.add_argument("--json", action="store_true", help="print the gains as JSON")
+    p.set_defaults(func=cmd_llm)
 
     p = sub.add_parser("profile", help="measure a real PyTorch model's latency/power profile (JSON)",
                        description=cmd_profile.__doc__)
