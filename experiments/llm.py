@@ -23,6 +23,10 @@ and 22% more capacity than static batching, without a formal definition in the a
 * Gains are relative to ``reference`` (vLLM's default ``static-cap`` 256) and to the best
   static cap of the sweep.
 
+Each ``profiles`` entry is a label (by default also the profile's name; ``profile:``
+names another, so one profile can appear with several ``env_kwargs``, e.g. a smaller KV
+cache) with its ``rates`` to scan.
+
 Traffic: ``trace`` (the Azure LLM conversation trace, rescaled to each rate, from a random
 offset per seed; lengths from the trace) and ``poisson`` (Poisson arrivals at the rate,
 lengths sampled jointly from the same trace's rows: the matching length distribution).
@@ -132,7 +136,8 @@ class _Cell:
         from batch_env.envs.llm_batching import LLMBatchingEnv
 
         workload, lengths = _traffic(self.cfg["traffic"][self.traffic], rate)
-        env = LLMBatchingEnv(profile=self.profile, workload=workload, lengths=lengths, **self.env_kwargs)
+        prof = self.cfg["profiles"][self.profile].get("profile", self.profile)
+        env = LLMBatchingEnv(profile=prof, workload=workload, lengths=lengths, **self.env_kwargs)
         if self._agent is not None:
             policy = self._agent
         else:
