@@ -71,7 +71,27 @@ def _parse_mapping(text: str | None, field: str) -> dict[str, Any] | None:
     return value
 
 
+def _llm_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """LLMBatching-v0's kwargs: only the options it has (its own defaults otherwise)."""
+    kw: dict[str, Any] = {}
+    if args.profile != "resnet50-v100":
+        kw["profile"] = args.profile
+    workload = _parse_mapping(args.workload, "--workload")
+    if workload is not None:
+        kw["workload"] = workload
+    weights = _parse_mapping(args.reward_weights, "--reward-weights")
+    if weights is not None:
+        kw["reward_weights"] = weights
+    for name in ("horizon_requests", "warmup_requests", "queue_capacity"):
+        if getattr(args, name) is not None:
+            kw[name] = getattr(args, name)
+    kw.update(_parse_mapping(getattr(args, "env_kwargs", None), "--env-kwargs") or {})
+    return kw
+
+
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "env_id", None) == "batch_env/LLMBatching-v0":
+        return _llm_env_kwargs(args)
     kw: dict[str, Any] = {"profile": args.profile, "max_batch_size": args.max_batch_size}
     workload = _parse_mapping(args.workload, "--workload")
     kw["workload"] = workload if workload is not None else {"kind": "poisson", "load": args.load}
@@ -83,6 +103,7 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, name)
         if value is not None:
             kw[name] = value
+    kw.update(_parse_mapping(getattr(args, "env_kwargs", None), "--env-kwargs") or {})
     return kw
 
 
@@ -409,7 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     import batch_env
 
     p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", choices=list(batch_env.ENV_IDS),
-                   help="registered env id (default batch_env/DynamicBatching-v0)")
+                   help="registered env id (default batch_env/DynamicBatching-v0); for LLMBatching-v0 the "
+                        "options above that it lacks are ignored (give its own with --env-kwargs)")
+    p.add_argument("--env-kwargs", default=None,
+                   help="more env kwargs, a mapping applied last, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}'")
     from baselines import available
 
     p.add_argument("--policy", nargs="+", default=["greedy"],

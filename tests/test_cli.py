@@ -54,6 +54,17 @@ def test_evaluate_json(capsys):
     assert data[0]["summary"]["completed"]["mean"] == 200
 
 
+def test_evaluate_llm_env_json(capsys):
+    args = ["evaluate", "--env-id", "batch_env/LLMBatching-v0", "--policy", "pang2025", "static-cap",
+            "--episodes", "1", "--workload", "{kind: poisson, rate_per_s: 4}",
+            "--env-kwargs", "{horizon_requests: 50, max_num_seqs: 64}", "--json"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [d["policy"] for d in data] == ["pang2025", "static-cap"]
+    assert data[0]["summary"]["completed"]["mean"] == 50
+    assert "ttft_p99_ms" in data[0]["summary"]
+
+
 def test_cli_reports_bad_input_cleanly(capsys):
     assert main(["evaluate", "--episodes", "1", "--max-batch-size", "0"]) == 2
     assert "max_batch_size=0" in capsys.readouterr().err
