@@ -440,6 +440,11 @@ class ServingCore(gym.Env):
     def _episode_over(self) -> bool:
         return self._now >= self.horizon_s or self._summary_done()
 
+    def _summary_drops(self) -> int:
+        """Dropped summary requests: drops between the window's start and its end mark."""
+        end = self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops
+        return end - (self._window.drops if self._window is not None else self._drops)
+
     def _serving_summary(self) -> dict[str, Any]:
         """The episode summary (``info["serving"]``), from the one metrics recorder."""
         return summarize(
@@ -448,10 +453,7 @@ class ServingCore(gym.Env):
             n_done=self._n_done,
             window=self._window,
             entry_hi=self._entry_hi if self._entry_hi is not None else len(self._arr),
-            drops_summary=(
-                (self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops)
-                - (self._window.drops if self._window is not None else self._drops)
-            ),
+            drops_summary=self._summary_drops(),
             now_s=self._now,
             latency_integral_s=self._L,
             energy_j=self._E,

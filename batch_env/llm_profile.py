@@ -74,7 +74,6 @@ watts.
 from __future__ import annotations
 
 import copy
-import json
 import math
 import numbers
 import os
@@ -82,7 +81,6 @@ import warnings
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 from . import profile as _batch_profile
@@ -564,23 +562,7 @@ def available() -> list[str]:
 
     :returns: the sorted names that :func:`load` accepts.
     """
-    try:
-        entries = list(_profile_dir().iterdir())
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(e.name[: -len(".json")] for e in entries if e.name.endswith(".json"))
-
-
-def _parse_json(text: str, origin: str) -> LLMProfile:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{origin}: invalid JSON: {e}") from e
-    if not isinstance(data, dict):
-        raise ValueError(
-            f"{origin}: an LLM profile must be a JSON object, got {type(data).__name__}"
-        )
-    return LLMProfile(data, origin=origin)
+    return _batch_profile.shipped_names(_profile_dir())
 
 
 def load(x: str | os.PathLike[str] | Mapping[str, Any] | LLMProfile) -> LLMProfile:
@@ -600,22 +582,13 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | LLMProfile) -> LLMProfi
     if isinstance(x, Mapping):
         return LLMProfile(x, origin="dict")
     if isinstance(x, (str, os.PathLike)):
-        names = available()
-        if isinstance(x, str) and x in names:
-            text = _profile_dir().joinpath(f"{x}.json").read_text(encoding="utf-8")
-            return _parse_json(text, origin=f"shipped LLM profile '{x}'")
-        path = Path(x)
-        if not path.is_file():
-            hint = ""
-            if isinstance(x, str) and x in _batch_profile.available():
-                hint = (f" ('{x}' is a shipped batch-latency profile: load it with "
-                        "batch_env.profile.load instead)")
-            raise _ProfileNotFoundError(
-                f"LLM profile {os.fspath(x)!r}: no shipped LLM profile of that name and no file "
-                f"at {str(path.resolve())!r}{hint}; shipped LLM profiles: "
-                f"{', '.join(names) or '(none)'}"
-            )
-        return _parse_json(path.read_text(encoding="utf-8"), origin=str(path))
+        hint = ""
+        if isinstance(x, str) and x in _batch_profile.available():
+            hint = f" ('{x}' is a shipped batch-latency profile: load it with batch_env.profile.load instead)"
+        data, origin = _batch_profile.read_json_object(
+            x, _profile_dir(), "LLM profile", hint=hint, not_found=_ProfileNotFoundError
+        )
+        return LLMProfile(data, origin=origin)
     if isinstance(x, _batch_profile.Profile):
         raise TypeError(
             "load() got a batch_env.profile.Profile (a batch-latency profile); LLMBatching "

@@ -528,26 +528,61 @@ def _profile_dir() -> Any:
     return resources.files(__package__ or "batch_env").joinpath(_PROFILE_DIR)
 
 
-def available() -> list[str]:
-    """Names of the shipped profiles (the files ``batch_env/profiles/<name>.json``).
-
-    :returns: the sorted names that :func:`load` accepts.
-    """
+def shipped_names(directory: Any) -> list[str]:
+    """Names of the ``<name>.json`` files in a package resource directory (sorted)."""
     try:
-        entries = list(_profile_dir().iterdir())
+        entries = list(directory.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(e.name[: -len(".json")] for e in entries if e.name.endswith(".json"))
 
 
-def _parse_json(text: str, origin: str) -> Profile:
+def available() -> list[str]:
+    """Names of the shipped profiles (the files ``batch_env/profiles/<name>.json``).
+
+    :returns: the sorted names that :func:`load` accepts.
+    """
+    return shipped_names(_profile_dir())
+
+
+def read_json_object(
+    x: str | os.PathLike[str],
+    directory: Any,
+    what: str,
+    hint: str = "",
+    not_found: type[Exception] = FileNotFoundError,
+) -> tuple[dict[str, Any], str]:
+    """The JSON object named by ``x``: a shipped name in ``directory`` or a file path.
+
+    Shared by the batch and the LLM profile loaders.
+
+    :param x: a shipped name or a path.
+    :param directory: the package resource directory of the shipped files.
+    :param what: what the file is, for messages (``"profile"``, ``"LLM profile"``).
+    :param hint: text added to the not-found message.
+    :param not_found: the exception class raised when ``x`` is neither a name nor a file.
+    :returns: ``(data, origin)``, origin naming where it came from (used in later errors).
+    :raises ValueError: for invalid JSON or a top level that is not an object.
+    """
+    names = shipped_names(directory)
+    if isinstance(x, str) and x in names:
+        text = directory.joinpath(f"{x}.json").read_text(encoding="utf-8")
+        origin = f"shipped {what} '{x}'"
+    else:
+        path = Path(x)
+        if not path.is_file():
+            raise not_found(
+                f"{what} {os.fspath(x)!r}: no shipped {what} of that name and no file at "
+                f"{str(path.resolve())!r}{hint}; shipped {what}s: {', '.join(names) or '(none)'}"
+            )
+        text, origin = path.read_text(encoding="utf-8"), str(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{origin}: invalid JSON: {e}") from e
     if not isinstance(data, dict):
-        raise ValueError(f"{origin}: a profile must be a JSON object, got {type(data).__name__}")
-    return Profile(data, origin=origin)
+        raise ValueError(f"{origin}: a {what} must be a JSON object, got {type(data).__name__}")
+    return data, origin
 
 
 def load(x: str | os.PathLike[str] | Mapping[str, Any] | Profile) -> Profile:
@@ -566,17 +601,8 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | Profile) -> Profile:
     if isinstance(x, Mapping):
         return Profile(x, origin="dict")
     if isinstance(x, (str, os.PathLike)):
-        names = available()
-        if isinstance(x, str) and x in names:
-            text = _profile_dir().joinpath(f"{x}.json").read_text(encoding="utf-8")
-            return _parse_json(text, origin=f"shipped profile '{x}'")
-        path = Path(x)
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"profile {os.fspath(x)!r}: no shipped profile of that name and no file at "
-                f"{str(path.resolve())!r}; shipped profiles: {', '.join(names) or '(none)'}"
-            )
-        return _parse_json(path.read_text(encoding="utf-8"), origin=str(path))
+        data, origin = read_json_object(x, _profile_dir(), "profile")
+        return Profile(data, origin=origin)
     raise TypeError(
         f"load() takes a profile name, a path, a dict or a Profile, got {type(x).__name__}"
     )

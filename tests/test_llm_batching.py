@@ -59,6 +59,7 @@ def check_invariants(env: LLMBatchingEnv) -> None:
         assert u._blk[e] == 0
     assert len(set(u._R) | set(u._W)) == running + waiting
     assert u._ctx == sum(u._P[e] + u._G[e] for e in u._R)
+    assert u._wtok == sum(u._P[e] + u._G[e] for e in u._W)
 
 
 def run(env, policy=None, seed=0, check_every=1, max_steps=10**6):

@@ -201,9 +201,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         # lengths: the trace's own token columns, or a distribution
         lengths = config.lengths
-        has_tokens = getattr(wl, "prompt_tokens_column", None) is not None and getattr(
-            wl, "output_tokens_column", None
-        ) is not None and wl._data().prompt_tokens is not None and wl._data().output_tokens is not None
+        data = wl._data() if wl.kind == "trace" else None
+        has_tokens = data is not None and data.prompt_tokens is not None and data.output_tokens is not None
         if lengths is not None and lengths.kind == "trace" and not has_tokens:
             raise ValueError(
                 "lengths.kind='trace' needs a trace workload with prompt and output token columns"
@@ -303,6 +302,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._blk += [0] * adm
             self._fin += [None] * adm
             self._W.extend(range(n0, n0 + adm))
+            self._wtok += sum(self._bp[i : i + adm])
 
     def _on_mark(self) -> None:
         first = self._window is None
@@ -383,6 +383,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
                 first.append(c)
                 met.append(met[-1] + (1 if c - arr[e] <= sla else 0))
+            self._wtok -= P[e] + G[e]
             G[e] += 1
             self._ctx += P[e] + G[e]
         self._ns = len(arr) - len(W)
@@ -420,6 +421,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             i += 1
         if victims:
             self._W.extendleft(victims)  # the oldest victim ends up at the head
+            self._wtok += sum(P[v] + G[v] for v in victims)
             self._preempt += len(victims)
             self._ns = len(self._arr) - len(self._W)
         self._last_preempted = len(victims)
@@ -457,11 +459,12 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         R = self._R
         sla = self._sla
         if w:
-            now, arr = self._now, self._arr
-            oldest = min((now - arr[W[0]]) / sla, _CLIP)
-            nf = len(self._first)
-            past = sum(1 for e in W if e >= nf and now - arr[e] > sla) / w
-            ptoks = sum(self._P[e] + self._G[e] for e in W)
+            oldest = min((self._now - self._arr[W[0]]) / sla, _CLIP)
+            # the waiting requests without a first token are exactly the entries from
+            # len(_first) on (first tokens come in arrival order), and the entries whose
+            # deadline has passed are the prefix [0, _kd) (the step's _misses() set _kd)
+            past = max(self._kd - len(self._first), 0) / w
+            ptoks = self._wtok
         else:
             oldest = past = ptoks = 0.0
         rd = self._rd
@@ -540,6 +543,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._first: list[float] = []
         self._met = [0]
         self._W: deque[int] = deque()
+        self._wtok = 0  # prompt + generated tokens of the waiting requests
         self._R: list[int] = []
         self._used = 0
         self._ctx = 0
@@ -606,10 +610,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             first[: min(nf, hi) - lo] = self._first[lo : min(nf, hi)]
         out = np.asarray(self._O[lo:hi], dtype=np.int64)
         done = ~np.isnan(fin)
-        drops_summary = (
-            (self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops)
-            - (win.drops if win is not None else self._drops)
-        )
+        drops_summary = self._summary_drops()
         base = summarize(
             arrivals=arr[done].tolist(),
             completions=fin[done].tolist(),
