@@ -33,21 +33,33 @@ _ENTRY_POINTS = {
 }
 
 
+#: NumPy-native vector twins (``gymnasium.make_vec`` uses them by default).
+_VECTOR_ENTRY_POINTS = {
+    "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching:DynamicBatchingVectorEnv",
+}
+
+
 def register_envs() -> None:
     """Register every ``batch_env/`` id with Gymnasium (idempotent)."""
     for env_id, entry_point in _ENTRY_POINTS.items():
         if env_id not in registry:
-            register(id=env_id, entry_point=entry_point, max_episode_steps=MAX_EPISODE_STEPS)
+            register(
+                id=env_id,
+                entry_point=entry_point,
+                vector_entry_point=_VECTOR_ENTRY_POINTS.get(env_id),
+                max_episode_steps=MAX_EPISODE_STEPS,
+            )
 
 
 register_envs()
 
-from .envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
+from .envs import DynamicBatchingEnv, DynamicBatchingVectorEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
 
 __all__ = [
     "ENV_IDS",
     "DynamicBatchingEnv",
+    "DynamicBatchingVectorEnv",
     "LLMBatchingEnv",
     "NodeBatchingEnv",
     "EvaluationResult",

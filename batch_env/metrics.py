@@ -82,6 +82,34 @@ class WindowStart:
     sum_batch: int
 
 
+_Q = np.array([50.0, 95.0, 99.0]) / 100.0
+
+
+def percentiles(values: np.ndarray) -> np.ndarray:
+    """The 50th, 95th and 99th percentiles of ``values`` (1-D float64, no NaN, not empty).
+
+    Bit-identical to ``np.percentile(values, [50, 95, 99])`` (linear interpolation, the
+    same order statistics and the same interpolation formula), without its generic
+    machinery: the vector envs summarize thousands of episodes per second. ``values``
+    is not modified.
+    """
+    n = values.size
+    virtual = (n - 1) * _Q
+    prev = np.floor(virtual)
+    gamma = virtual - prev
+    lo = prev.astype(np.intp)
+    hi = lo + 1
+    top = virtual >= n - 1
+    lo[top] = hi[top] = n - 1
+    part = np.partition(values, np.unique(np.concatenate(([0, n - 1], lo, hi))))
+    a, b = part[lo], part[hi]
+    diff = b - a
+    out = a + diff * gamma
+    upper = gamma >= 0.5
+    out[upper] = b[upper] - diff[upper] * (1.0 - gamma[upper])
+    return out
+
+
 def summarize(
     *,
     arrivals: list[float],
@@ -141,7 +169,7 @@ def summarize(
     reward = -(wl * L + we * E + ws * M + wd * D)
     nan = float("nan")
     if completed:
-        p50, p95, p99 = np.percentile(lat, [50.0, 95.0, 99.0]) * 1000.0
+        p50, p95, p99 = percentiles(lat) * 1000.0
         mean_ms = float(lat.mean() * 1000.0)
     else:
         p50 = p95 = p99 = mean_ms = nan

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 
 from ..config import ServingConfig
 from ..core import ServingCore
@@ -119,8 +121,11 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     ## Vectorized environment
 
-    Not yet: use Gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv``. A NumPy-native twin is
-    planned.
+    :class:`DynamicBatchingVectorEnv`, the NumPy-native twin, is the registered
+    ``vector_entry_point``: ``gymnasium.make_vec("batch_env/DynamicBatching-v0",
+    num_envs=N, **kwargs)`` builds it (lane i behaves exactly like this env reset with
+    seed + i). ``vectorization_mode="sync"``/``"async"`` still give Gymnasium's wrappers
+    around this class (the real executor needs them).
 
     ## Version History
 
@@ -266,3 +271,791 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
             f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self._drops}"
         )
+
+
+# ----------------------------------------------------------------------------------------
+# The NumPy-native vector twin
+# ----------------------------------------------------------------------------------------
+
+_W0 = 4096  # initial entries per lane in the arrival buffer (grows when a queue needs it)
+_COPY = 2048  # arrivals copied from a lane's stream chunk per refill
+_G = 32  # window of the linear first pass of the searches (and +inf padding of each row)
+_LAT0 = 256  # initial summary-latency columns per lane (grows up to horizon_requests)
+_NOISE = 256  # service-noise factors drawn per lane per refill
+_NO_MARK = 1 << 62
+_ARANGE_G = np.arange(_G, dtype=np.int64)
+
+
+class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
+    """``num_envs`` independent lanes of ``DynamicBatching-v0``, stepped together in NumPy.
+
+    ## Description
+
+    The NumPy-native twin of :class:`DynamicBatchingEnv`, registered as the id's
+    ``vector_entry_point`` (as Gymnasium's CartPole does), so
+    ``gymnasium.make_vec("batch_env/DynamicBatching-v0", num_envs=N)`` builds it. Every
+    lane follows the scalar env's event semantics exactly (DESIGN: Event semantics):
+    lane ``i`` after ``reset(seed=s)`` is the scalar env after ``reset(seed=s + i)``.
+
+    The hot path is array code over all lanes: per-lane queues are rows of an arrival
+    buffer (``(num_envs, W)`` float64, entries in arrival order, with prefix sums for the
+    latency integral), and the arrival counts, served SLA misses and deadline prefixes
+    are vectorized binary searches with the scalar env's exact float comparisons. Rare
+    per-lane events take a per-lane path with the scalar semantics: refilling a lane's
+    buffer from its arrival stream, drops (a full queue), the summary-window marks, and
+    resets. See ``docs/vector_envs.md`` for what is identical to the scalar env and what
+    only agrees in distribution.
+
+    ## Action Space
+
+    ``MultiDiscrete([max_batch_size + 1] * num_envs)``: one scalar action per lane, as in
+    the scalar env (0 waits, b >= 1 runs the b oldest requests, a b above the queue runs
+    the whole queue). ``action_masks()`` gives the valid actions of every lane,
+    ``(num_envs, max_batch_size + 1)`` bool. An action outside ``0..max_batch_size``
+    raises ``ValueError`` naming the lane.
+
+    ## Observation Space
+
+    ``(num_envs, 5)`` float32, the scalar env's features (``OBS_FEATURES``).
+
+    ## Rewards
+
+    As the scalar env, per lane.
+
+    ## Starting State
+
+    As the scalar env, per lane. ``reset(seed=s)`` seeds lane ``i`` with ``s + i`` (a
+    list of seeds gives each lane its own); ``reset()`` without a seed draws fresh seeds.
+    Autoresets draw the next seed from the lane's own ``np_random``, as the scalar env's
+    ``reset()`` does, so a lane's sequence of episodes equals the scalar env's.
+
+    ## Episode End
+
+    As the scalar env, per lane (truncation only). ``max_episode_steps`` (set by
+    ``make_vec`` from the registration) truncates a lane after that many steps. The
+    episode summary of a lane that ended is in ``info["serving"]`` (object array, mask
+    ``info["_serving"]``). Autoreset modes (``autoreset_mode=``): ``NEXT_STEP`` (default:
+    the next step resets the lane and ignores its action), ``SAME_STEP`` (the lane is
+    reset inside the step; the final observation and info are in ``info["final_obs"]``
+    and ``info["final_info"]``, as Gymnasium's ``SyncVectorEnv`` gives them; the mode
+    the SB3 adapter needs) and ``DISABLED`` (``reset(options={"reset_mask": mask})``).
+
+    ## Arguments
+
+    ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (also return
+    the scalar env's per-step info keys as arrays: ``queue_len``, ``oldest_wait_s``,
+    ``now_s``, ``dt_s``, ``last_batch_size``, ``last_batch_latency_s``,
+    ``reward_components``, ``action_mask``, ``clipped_action``, ``dropped_total``; off by
+    default, they cost time), and every keyword argument of :class:`DynamicBatchingEnv`
+    except the real executor (``executor="torch"`` needs one model per lane: use
+    ``vectorization_mode="sync"``) and non-looping traces (a lane whose stream ends
+    would need the scalar env's end-of-trace path: use the scalar env or ``loop=True``).
+
+    ## Vectorized environment
+
+    This is it.
+
+    ## Version History
+
+    * v0: initial version.
+    """
+
+    metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
+        max_episode_steps: int | None = None,
+        full_info: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        from ..config import check_number
+
+        check_number("num_envs", num_envs, low=1, integer=True)
+        if max_episode_steps is not None:
+            check_number("max_episode_steps", max_episode_steps, low=1, integer=True)
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(
+                f"autoreset_mode={autoreset_mode!r} is invalid: allowed values are "
+                f"{[m.value for m in AutoresetMode]}"
+            ) from None
+        if kwargs.get("executor", "profile") != "profile":
+            raise ValueError(
+                f"executor={kwargs['executor']!r} is not available in the NumPy vector env: it "
+                "simulates from the profile only; for real execution use "
+                "gymnasium.make_vec(..., vectorization_mode='sync')"
+            )
+        if kwargs.get("render_mode") is not None:
+            raise ValueError(
+                f"render_mode={kwargs['render_mode']!r} is invalid for the vector env: allowed "
+                "values are [None]"
+            )
+        env = DynamicBatchingEnv(**kwargs)  # validates everything, resolves the config
+        if env.workload.total_arrivals is not None:
+            raise ValueError(
+                "workload is a trace with loop=False: the NumPy vector env needs infinite "
+                "arrival streams; use loop=True or the scalar env (vectorization_mode='sync')"
+            )
+        self._template = env
+        self.num_envs = N = int(num_envs)
+        self.single_observation_space = env.observation_space
+        self.single_action_space = env.action_space
+        self.observation_space = gym.vector.utils.batch_space(env.observation_space, N)
+        self.action_space = gym.vector.utils.batch_space(env.action_space, N)
+        self.metadata = {**self.metadata, "autoreset_mode": mode}
+        self.render_mode = None
+        self.autoreset_mode = mode
+        self.max_episode_steps = max_episode_steps
+        self.full_info = bool(full_info)
+
+        cfg = env.config
+        self.config = cfg
+        self.profile = env.profile
+        self.workload = env.workload
+        self.max_throughput_rps = env.max_throughput_rps
+        self.horizon_s = env.horizon_s
+        self.load = env.load
+        ex = env.executor
+        self._lat = np.asarray(ex.latency_s, dtype=np.float64)
+        self._en = np.asarray(ex.energy_j, dtype=np.float64)
+        self._pw = np.asarray(ex.power_w, dtype=np.float64)
+        self._sigma = math.sqrt(math.log1p(ex.cv * ex.cv))
+        self._B = cfg.max_batch_size
+        self._H = cfg.horizon_requests
+        self._cap = cfg.queue_capacity
+        self._sla = env._sla
+        self._tick = env._tick
+        self._idle = env.idle_power_w
+        self._tau = env._rate_tau
+        self._weights = (env._wl, env._we, env._ws, env._wd)
+        self._first_mark = cfg.warmup_requests
+        self._end_mark = cfg.warmup_requests + cfg.horizon_requests
+        self._mask_table = env._mask_table
+        self._obs_high = env._obs_high
+        self._lane_rngs: list[np.random.Generator | None] = [None] * N
+        self._alloc(_W0)
+        self._autoreset = np.zeros(N, dtype=bool)
+        self._started = False
+
+    # -- state ------------------------------------------------------------------------
+    def _alloc(self, width: int) -> None:
+        N = self.num_envs
+        self._W = width
+        # entries + future arrivals per lane, then _G columns of +inf padding for the
+        # windowed searches; positions past a lane's fill are +inf too
+        self._A = np.full((N, width + _G), np.inf, dtype=np.float64)
+        self._Af = self._A.reshape(-1)
+        self._P = np.zeros((N, width + 1), dtype=np.float64)  # prefix sums of _A's rows
+        self._rowbase = np.arange(N, dtype=np.int64) * (width + _G)
+        self._rowbase1 = np.arange(N, dtype=np.int64) * (width + 1)
+        z = lambda dt: np.zeros(N, dtype=dt)  # noqa: E731
+        self._fill, self._ws, self._i, self._kd, self._off = (z(np.int64) for _ in range(5))
+        self._now, self._L, self._E, self._rate, self._lastlat = (z(np.float64) for _ in range(5))
+        self._drops, self._sm, self._nb, self._sb, self._arrived = (z(np.int64) for _ in range(5))
+        self._lastb, self._steps = z(np.int64), z(np.int64)
+        self._clipped = z(bool)
+        self._L0, self._E0, self._t0 = (z(np.float64) for _ in range(3))
+        self._M0, self._D0, self._n0 = (z(np.int64) for _ in range(3))
+        # summary window (per lane): started?, snapshot, end mark
+        self._win = z(bool)
+        self._w_time, self._w_L, self._w_E = (z(np.float64) for _ in range(3))
+        self._w_M, self._w_D, self._w_entry, self._w_nb, self._w_sb = (z(np.int64) for _ in range(5))
+        self._ehi, self._dend = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
+        self._mark = z(np.int64)
+        self._latency = np.zeros((N, min(self._H, _LAT0)), dtype=np.float64)  # summary latencies
+        # service noise
+        self._F = np.ones((N, _NOISE), dtype=np.float64)
+        self._fk = np.full(N, _NOISE, dtype=np.int64)
+        self._streams: list[Any] = [None] * N
+        self._service: list[Any] = [None] * N
+        self._res: list[np.ndarray] = [np.empty(0)] * N
+        self._rp = [0] * N
+
+    def _grow(self) -> None:
+        """Double the buffer width of every lane (a queue outgrew it)."""
+        A, P, W = self._A, self._P, self._W
+        keep = {k: getattr(self, k) for k in (
+            "_fill", "_ws", "_i", "_kd", "_off", "_now", "_L", "_E", "_rate", "_lastlat", "_drops",
+            "_sm", "_nb", "_sb", "_arrived", "_lastb", "_steps", "_clipped", "_L0", "_E0", "_t0",
+            "_M0", "_D0", "_n0", "_win", "_w_time", "_w_L", "_w_E", "_w_M", "_w_D", "_w_entry",
+            "_w_nb", "_w_sb", "_ehi", "_dend", "_mark", "_latency", "_F", "_fk", "_streams",
+            "_service", "_res", "_rp")}
+        self._alloc(2 * W)
+        for k, v in keep.items():
+            setattr(self, k, v)
+        self._A[:, :W] = A[:, :W]
+        self._P[:, : W + 1] = P
+
+    # -- per-lane paths (rare events, the scalar env's semantics) -----------------------
+    def _refill(self, n: int, t_need: float) -> None:
+        """Extend lane ``n``'s buffer until it holds an arrival after ``t_need``."""
+        while True:
+            fill = int(self._fill[n])
+            if fill > int(self._i[n]) and self._A[n, fill - 1] > t_need:
+                return
+            res, rp = self._res[n], self._rp[n]
+            if rp >= len(res):
+                res = self._res[n] = self._streams[n].next_chunk().times
+                rp = self._rp[n] = 0
+            if self._W - fill < _COPY:
+                s = int(self._ws[n])  # served entries are no longer needed
+                if s:
+                    A, P = self._A[n], self._P[n]
+                    A[: fill - s] = A[s:fill]
+                    A[fill - s : fill] = np.inf
+                    np.subtract(P[s : fill + 1], P[s], out=P[: fill + 1 - s])
+                    fill -= s
+                    self._fill[n] = fill
+                    self._ws[n] -= s
+                    self._i[n] -= s
+                    self._kd[n] = max(int(self._kd[n]) - s, 0)
+                    self._off[n] += s
+                if self._W - fill < _COPY:
+                    self._grow()
+            m = min(_COPY, len(res) - rp)
+            A, P = self._A[n], self._P[n]
+            A[fill : fill + m] = res[rp : rp + m]
+            np.cumsum(A[fill : fill + m], out=P[fill + 1 : fill + m + 1])
+            P[fill + 1 : fill + m + 1] += P[fill]
+            self._fill[n] = fill + m
+            self._rp[n] = rp + m
+
+    def _lane_noise(self, n: int) -> None:
+        s = self._sigma
+        z = self._service[n].standard_normal(_NOISE)
+        self._F[n] = np.exp(s * z - 0.5 * s * s)  # the scalar executor's factors, in order
+        self._fk[n] = 0
+
+    def _lane_absorb(self, n: int, t_end: float, pos: int, power: float, ws_from: int) -> None:
+        """The scalar ``_absorb`` for lane ``n``: arrivals before buffer position ``pos``."""
+        i = int(self._i[n])
+        now = float(self._now[n])
+        L = (i - ws_from) * (t_end - now)
+        k = pos - i
+        if k:
+            room = self._cap - (i - int(self._ws[n]))
+            adm = k if k <= room else (room if room > 0 else 0)
+            A, P = self._A[n], self._P[n]
+            if adm:
+                L += adm * t_end - math.fsum(A[i : i + adm].tolist())
+            if k > adm:  # drop the rejected arrivals from the buffer
+                fill = int(self._fill[n])
+                cut = k - adm
+                A[i + adm : fill - cut] = A[pos:fill]
+                A[fill - cut : fill] = np.inf
+                fill -= cut
+                np.cumsum(A[i + adm : fill], out=P[i + adm + 1 : fill + 1])
+                P[i + adm + 1 : fill + 1] += P[i + adm]
+                self._fill[n] = fill
+                self._drops[n] += cut
+            self._i[n] = i + adm
+            self._arrived[n] += k
+        self._L[n] += L
+        self._E[n] += power * (t_end - now)
+        self._now[n] = t_end
+
+    def _lane_advance(self, n: int, t_end: float, power: float, ws_from: int, sm_prev: int) -> None:
+        """The scalar ``_advance`` for lane ``n`` (summary marks and drops included)."""
+        i, fill = int(self._i[n]), int(self._fill[n])
+        target = int(self._arrived[n]) + int(np.searchsorted(self._A[n, i:fill], t_end, "right"))
+        while self._mark[n] < target:
+            pos = int(self._i[n]) + int(self._mark[n] - self._arrived[n])
+            self._lane_absorb(n, float(self._A[n, pos]), pos, power, ws_from)
+            self._lane_on_mark(n, ws_from, sm_prev)
+        self._lane_absorb(n, t_end, int(self._i[n]) + target - int(self._arrived[n]), power, ws_from)
+
+    def _lane_on_mark(self, n: int, ws_from: int, sm_prev: int) -> None:
+        if not self._win[n]:
+            now, i = float(self._now[n]), int(self._i[n])
+            past = sum(1 for a in self._A[n, ws_from:i].tolist() if now - a > self._sla)
+            self._win[n] = True
+            self._w_time[n], self._w_L[n], self._w_E[n] = now, self._L[n], self._E[n]
+            self._w_M[n] = sm_prev + past
+            self._w_D[n], self._w_entry[n] = self._drops[n], self._off[n] + i
+            self._w_nb[n], self._w_sb[n] = self._nb[n], self._sb[n]
+            self._mark[n] = self._end_mark
+        else:
+            self._ehi[n] = self._off[n] + self._i[n]
+            self._dend[n] = self._drops[n]
+            self._mark[n] = _NO_MARK
+
+    def _reset_lanes(self, lanes: np.ndarray, seeds: list[int | None]) -> None:
+        """Start the next episode of ``lanes``: the scalar env's ``reset(seed)``, per lane.
+
+        :param lanes: lane indices.
+        :param seeds: one seed or ``None`` (draw from the lane's ``np_random``) per lane.
+        """
+        A, P, W = self._A, self._P, self._W
+        noise = self._sigma > 0.0
+        for n, seed in zip(lanes.tolist(), seeds, strict=True):
+            if seed is not None:
+                self._lane_rngs[n] = gym.utils.seeding.np_random(seed)[0]
+            elif self._lane_rngs[n] is None:
+                self._lane_rngs[n] = gym.utils.seeding.np_random(None)[0]
+            if seed is None:
+                seed = int(self._lane_rngs[n].integers(0, 2**63 - 1))
+            # the children of SeedSequence(seed).spawn(3): arrivals, service (sizes unused)
+            stream = self.workload.stream(
+                np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(0,))))
+            )
+            self._streams[n] = stream
+            if noise:
+                self._service[n] = np.random.Generator(
+                    np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,)))
+                )
+                self._lane_noise(n)
+            res = stream.next_chunk().times
+            m = min(_COPY, len(res), W)
+            old = int(self._fill[n])
+            A[n, :m] = res[:m]
+            if old > m:
+                A[n, m:old] = np.inf
+            np.cumsum(res[:m], out=P[n, 1 : m + 1])
+            self._fill[n] = m
+            self._res[n], self._rp[n] = res, m
+        for arr in (self._ws, self._i, self._kd, self._off, self._drops, self._sm, self._nb,
+                    self._sb, self._arrived, self._lastb, self._steps, self._M0, self._w_M,
+                    self._w_D, self._w_entry, self._w_nb, self._w_sb):
+            arr[lanes] = 0
+        for arr in (self._L, self._lastlat, self._w_L):
+            arr[lanes] = 0.0
+        self._clipped[lanes] = False
+        self._ehi[lanes] = self._dend[lanes] = -1
+        self._rate[lanes] = self.workload.mean_rate_per_s
+        if not noise:
+            self._fk[lanes] = _NOISE
+        t = self._Af[self._rowbase[lanes]]  # the first arrival
+        self._ensure(lanes, t)
+        self._now[lanes] = t
+        self._E[lanes] = self._idle * t  # idle from time 0 to the first arrival
+        if self._first_mark == 0:  # the window opens at the first arrival
+            self._win[lanes] = True
+            self._w_time[lanes] = t
+            self._w_E[lanes] = self._E[lanes]
+            self._mark[lanes] = self._end_mark
+        else:
+            self._win[lanes] = False
+            self._w_time[lanes] = self._w_E[lanes] = 0.0
+            self._mark[lanes] = self._first_mark
+        zero = np.zeros(lanes.size, dtype=np.int64)
+        self._advance(lanes, t, self._idle, zero, zero)
+        self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
+        self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
+
+    def _lane_summary(self, n: int) -> dict[str, Any]:
+        """The lane's episode summary, from the one metrics recorder."""
+        from ..metrics import WindowStart, summarize
+
+        done = int(self._off[n] + self._ws[n])
+        if self._win[n]:
+            lo = int(self._w_entry[n])
+            window = WindowStart(
+                time_s=float(self._w_time[n]), latency_integral_s=float(self._w_L[n]),
+                energy_j=float(self._w_E[n]), misses=int(self._w_M[n]), drops=int(self._w_D[n]),
+                entry=0, n_batches=int(self._w_nb[n]), sum_batch=int(self._w_sb[n]),
+            )
+            ehi = int(self._ehi[n]) if self._ehi[n] >= 0 else int(self._off[n] + self._i[n])
+            n_lat = max(min(ehi, done) - lo, 0)
+            lat = self._latency[n, :n_lat]
+            dend = int(self._dend[n]) if self._dend[n] >= 0 else int(self._drops[n])
+            drops_summary = dend - window.drops
+            entry_hi, n_done = ehi - lo, done - lo
+        else:  # the window never started: no summary request arrived
+            window, lat, drops_summary, entry_hi, n_done = None, np.empty(0), 0, 0, 0
+        return summarize(
+            arrivals=np.zeros(lat.size), completions=lat, n_done=n_done, window=window,
+            entry_hi=entry_hi, drops_summary=drops_summary, now_s=float(self._now[n]),
+            latency_integral_s=float(self._L[n]), energy_j=float(self._E[n]),
+            misses=int(self._M0[n]), drops=int(self._drops[n]), n_batches=int(self._nb[n]),
+            sum_batch=int(self._sb[n]), in_system=int(self._i[n] - self._ws[n]), sla_s=self._sla,
+            weights=self._weights,
+        )
+
+    # -- vectorized helpers -------------------------------------------------------------
+    def _search(self, idx: np.ndarray | slice, lo: np.ndarray, hi: np.ndarray, key: np.ndarray,
+                late: bool) -> np.ndarray:
+        """Per lane of ``idx``, the first index in ``[lo, hi)`` whose entry ``a`` fails the
+        predicate (else ``hi``): ``a <= key`` (arrivals by ``key``), or with ``late``,
+        ``key - a > sla`` (deadline passed by ``key``). The predicate is the scalar env's
+        exact float comparison and monotone along a row (true, then false), so the counts
+        are identical to its bisections.
+
+        Passes, each on the lanes the previous one left open: the first entry, the second
+        (most waits stop there), a window of ``_G`` entries counted at once, and a binary
+        search for the rest.
+        """
+        Af = self._Af
+        rb = self._rowbase[idx]
+        sla = self._sla
+        res = lo.copy()
+        v = Af[rb + lo]
+        p = (key - v > sla) if late else (v <= key)
+        p &= lo < hi
+        if not p.any():
+            return res
+        sub = np.flatnonzero(p)
+        res[sub] += 1
+        lo1 = res[sub]
+        hi1 = hi[sub]
+        k1 = key[sub]
+        v = Af[rb[sub] + lo1]  # the second entry: most waits stop there
+        p = (k1 - v > sla) if late else (v <= k1)
+        p &= lo1 < hi1
+        if not p.any():
+            return res
+        keep = np.flatnonzero(p)
+        sub = sub[keep]
+        lo1 = lo1[keep] + 1
+        hi1 = hi1[keep]
+        k1 = k1[keep][:, None]
+        w = Af[(rb[sub] + lo1)[:, None] + _ARANGE_G]
+        pw = (k1 - w > sla) if late else (w <= k1)
+        pw &= _ARANGE_G < (hi1 - lo1)[:, None]
+        cnt = np.count_nonzero(pw, axis=1)
+        out = lo1 + cnt
+        more = cnt == _G
+        if more.any():  # binary search past the window
+            m = np.flatnonzero(more)
+            a, z, kk, rbm = out[m], hi1[m], k1[m, 0], rb[sub][m]
+            act = a < z
+            while act.any():
+                mid = (a + z) >> 1
+                vm = Af[rbm + mid]
+                pm = (kk - vm > sla) if late else (vm <= kk)
+                a = np.where(act & pm, mid + 1, a)
+                z = np.where(act & ~pm, mid, z)
+                act = a < z
+            out[m] = a
+        res[sub] = out
+        return res
+
+    def _ensure(self, idx: np.ndarray | slice, t_end: np.ndarray) -> None:
+        """Refill the lanes whose buffer does not reach past ``t_end``."""
+        rb = self._rowbase[idx]
+        last = self._Af[rb + self._fill[idx] - 1]
+        need = ~(last > t_end)
+        if need.any():
+            lanes = np.arange(self.num_envs)[idx][need]
+            for n, t in zip(lanes.tolist(), t_end[need].tolist(), strict=True):
+                self._refill(n, t)
+
+    def _advance(self, idx: np.ndarray | slice, t_end: np.ndarray, power: np.ndarray | float,
+                 ws_from: np.ndarray, sm_prev: np.ndarray | None) -> None:
+        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``)."""
+        i = self._i[idx]
+        now = self._now[idx]
+        j = self._search(idx, i, self._fill[idx], t_end, False)
+        k = j - i
+        arrived = self._arrived[idx]
+        room = self._cap - (i - self._ws[idx])
+        slow = (k > room) | (self._mark[idx] < arrived + k)
+        n_sys = i - ws_from
+        Pf = self._P.reshape(-1)
+        rb1 = self._rowbase1[idx]
+        L = n_sys * (t_end - now)
+        L += k * t_end - (Pf[rb1 + j] - Pf[rb1 + i])
+        dE = power * (t_end - now)
+        if slow.any():
+            fast = ~slow
+            self._L[idx] += np.where(fast, L, 0.0)
+            self._E[idx] += np.where(fast, dE, 0.0)
+            self._i[idx] = np.where(fast, j, i)
+            self._arrived[idx] = np.where(fast, arrived + k, arrived)
+            self._now[idx] = np.where(fast, t_end, now)
+            lanes = np.arange(self.num_envs)[idx][slow]
+            pw = np.broadcast_to(power, t_end.shape)[slow].tolist()
+            wsf = ws_from[slow].tolist()
+            smp = (sm_prev[slow] if sm_prev is not None else self._sm[idx][slow]).tolist()
+            for n, t, p, w, s in zip(lanes.tolist(), t_end[slow].tolist(), pw, wsf, smp, strict=True):
+                self._lane_advance(n, t, p, w, s)
+        else:
+            self._L[idx] += L
+            self._E[idx] += dE
+            self._i[idx] = j
+            self._arrived[idx] = arrived + k
+            self._now[idx] = t_end
+
+    def _obs(self, idx: np.ndarray | slice) -> np.ndarray:
+        """Observations of lanes ``idx`` (the scalar env's features, float64 then float32)."""
+        B = self._B
+        ws = self._ws[idx]
+        q = self._i[idx] - ws
+        past = self._kd[idx] - ws
+        oldest = (self._now[idx] - self._Af[self._rowbase[idx] + ws]) / self._sla
+        obs = np.empty((q.shape[0], 5), dtype=np.float32)
+        obs[:, 0] = q / B
+        obs[:, 1] = np.where(q > 0, np.minimum(oldest, _CLIP), 0.0)
+        obs[:, 2] = np.minimum(self._rate[idx] / self.max_throughput_rps, _CLIP)
+        obs[:, 3] = np.where(past > 0, past / np.maximum(q, 1), 0.0)
+        obs[:, 4] = self._lastb[idx] / B
+        return obs
+
+    def _info_arrays(self, dt: np.ndarray, comps: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The scalar env's per-step info keys as per-lane arrays (``full_info=True``)."""
+        q = self._i - self._ws
+        oldest = self._now - self._Af[self._rowbase + self._ws]
+        info: dict[str, Any] = {
+            "queue_len": q.copy(),
+            "oldest_wait_s": np.where(q > 0, oldest, 0.0),
+            "now_s": self._now.copy(),
+            "dt_s": np.asarray(dt, dtype=np.float64).copy(),
+            "last_batch_size": self._lastb.copy(),
+            "last_batch_latency_s": self._lastlat.copy(),
+            "reward_components": {k: np.asarray(v, dtype=np.float64).copy() for k, v in comps.items()},
+            "action_mask": self.action_masks(),
+            "clipped_action": self._clipped.copy(),
+            "dropped_total": self._drops.copy(),
+        }
+        ones = np.ones(self.num_envs, dtype=bool)
+        info["reward_components"].update({f"_{k}": ones for k in comps})
+        info.update({f"_{k}": ones for k in list(info)})
+        return info
+
+    def _lane_info(self, info: dict[str, Any], n: int) -> dict[str, Any]:
+        """Lane ``n``'s entries of a vector info dict, as the scalar env's info."""
+        out: dict[str, Any] = {}
+        for k, v in info.items():
+            if k.startswith("_"):
+                continue
+            if isinstance(v, dict):
+                out[k] = self._lane_info(v, n)
+            elif info.get(f"_{k}") is not None and info[f"_{k}"][n]:
+                out[k] = v[n].item() if isinstance(v[n], np.generic) else v[n]
+        return out
+
+    def _actions(self, actions: Any) -> np.ndarray:
+        N, B = self.num_envs, self._B
+        a = np.asarray(actions)
+        if a.shape != (N,):
+            raise ValueError(
+                f"actions has shape {a.shape}: expected ({N},), one integer in 0..{B} per lane"
+            )
+        if a.dtype.kind not in "iu":
+            ok = a.dtype.kind == "f" and bool(np.isfinite(a).all()) and bool((a == np.round(a)).all())
+            if not ok:
+                lane = int(np.flatnonzero(~(np.isfinite(a) & (a == np.round(a))))[0]) if a.dtype.kind == "f" else 0
+                raise ValueError(f"actions[{lane}]={a[lane]!r} is invalid: expected an integer in 0..{B}")
+            a = a.astype(np.int64)
+        if a.min() < 0 or a.max() > B:
+            lane = int(np.flatnonzero((a < 0) | (a > B))[0])
+            raise ValueError(f"actions[{lane}]={a[lane]!r} is out of range: expected an integer in 0..{B}")
+        return a.astype(np.int64, copy=False)
+
+    # -- Gymnasium API ----------------------------------------------------------------
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Reset every lane (or those of ``options["reset_mask"]``).
+
+        :param seed: an int (lane ``i`` gets ``seed + i``), a list of per-lane seeds, or
+            ``None`` (fresh seeds; lanes seeded before draw from their own ``np_random``).
+        :param options: ``{"reset_mask": bool array}`` resets only the masked lanes.
+        """
+        N = self.num_envs
+        if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            super().reset(seed=int(seed))
+            seeds: list[int | None] = [int(seed) + n for n in range(N)]
+        elif seed is None:
+            seeds = [None] * N
+        else:
+            seeds = list(seed)
+            if len(seeds) != N:
+                raise ValueError(f"seed has {len(seeds)} entries: expected one per lane ({N})")
+        mask = np.ones(N, dtype=bool)
+        if options and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"])
+            if mask.shape != (N,) or mask.dtype != bool:
+                raise ValueError(
+                    f"options['reset_mask'] has shape {mask.shape} and dtype {mask.dtype}: "
+                    f"expected a ({N},) bool array"
+                )
+        if not self._started and not mask.all():
+            raise ValueError("options['reset_mask']: the first reset must reset every lane")
+        lanes = np.flatnonzero(mask)
+        self._reset_lanes(lanes, [seeds[n] for n in lanes.tolist()])
+        self._started = True
+        self._autoreset[mask] = False
+        info: dict[str, Any] = {}
+        if self.full_info:
+            z = np.zeros(N)
+            info = self._info_arrays(z, {"latency": z, "energy": z, "sla": z, "drop": z})
+        return self._obs(slice(None)), info
+
+    def step(
+        self, actions: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Apply one action per lane and run every lane to its next decision epoch.
+
+        :param actions: ``(num_envs,)`` integers, each in ``0..max_batch_size``.
+        """
+        if not self._started:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        a = self._actions(actions)
+        N = self.num_envs
+        q = self._i - self._ws
+        run = a > 0
+        clipped = a > q
+        b = np.where(clipped, q, a)
+        d = self._lat[b]
+        if self._sigma > 0.0:
+            lanes = np.flatnonzero(run)
+            for n in lanes[self._fk[lanes] >= _NOISE].tolist():
+                self._lane_noise(n)
+            fk = self._fk[lanes]
+            d[lanes] *= self._F[lanes, fk]
+            self._fk[lanes] = fk + 1
+            e = self._pw[b] * d
+        else:
+            e = self._en[b]
+        now = self._now
+        with np.errstate(divide="ignore", invalid="ignore"):
+            power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
+        nxt = self._Af[self._rowbase + self._i]
+        if self._tick is not None:
+            tick = now + self._tick
+            nxt = np.where(tick < nxt, tick, nxt)
+        c = now + d
+        t_end = np.where(run, c, nxt)
+        self._ensure(slice(None), t_end)
+        ws_old = self._ws.copy()
+        sm_prev = self._sm.copy()
+        if run.any():
+            hi = ws_old + b
+            served_missed = self._search(slice(None), ws_old, hi, c, True) - ws_old
+            self._sm += served_missed
+            self._ws += b
+            self._nb += run
+            self._sb += b
+            self._record_latencies(run, ws_old, b, c)
+        self._advance(slice(None), t_end, power, ws_old, sm_prev)
+        empty = run & (self._i == self._ws)
+        if empty.any():  # the batch emptied the queue: idle to the next arrival
+            idx = np.flatnonzero(empty)
+            t2 = self._Af[self._rowbase[idx] + self._i[idx]]
+            self._ensure(idx, t2)
+            self._advance(idx, t2, self._idle, self._ws[idx], None)
+        self._lastb[:] = b
+        self._lastlat[:] = np.where(run, d, 0.0)
+        self._clipped[:] = clipped
+
+        # reward accounting (the scalar _step_accounting)
+        now = self._now
+        ws = self._ws
+        kd = self._search(slice(None), np.maximum(self._kd, ws), self._i, now, True)
+        self._kd[:] = kd
+        M = self._sm + (kd - ws)
+        dL, dE = self._L - self._L0, self._E - self._E0
+        dM, dD = M - self._M0, self._drops - self._D0
+        wl, we, wsla, wd = self._weights
+        reward = -(wl * dL + we * dE + wsla * dM + wd * dD)
+        dt = now - self._t0
+        dn = self._arrived - self._n0
+        self._rate = self._rate * np.exp(-dt / self._tau) + dn / self._tau
+        np.copyto(self._L0, self._L)
+        np.copyto(self._E0, self._E)
+        np.copyto(self._t0, now)
+        np.copyto(self._M0, M)
+        np.copyto(self._D0, self._drops)
+        np.copyto(self._n0, self._arrived)
+        self._steps += 1
+
+        obs = self._obs(slice(None))
+        over = (now >= self.horizon_s) | ((self._ehi >= 0) & (self._off + ws >= self._ehi))
+        truncated = over
+        if self.max_episode_steps is not None:
+            truncated = over | (self._steps >= self.max_episode_steps)
+        terminated = np.zeros(N, dtype=bool)
+        info: dict[str, Any] = {}
+        if self.full_info:
+            comps = {"latency": dL, "energy": dE, "sla": dM.astype(np.float64), "drop": dD.astype(np.float64)}
+            info = self._info_arrays(dt, comps)
+        mode = self.autoreset_mode
+        serving: dict[int, dict[str, Any]] = {}
+        if mode == AutoresetMode.NEXT_STEP:
+            over &= ~self._autoreset  # lanes reset below: their step is discarded
+        if over.any():
+            serving = {n: self._lane_summary(n) for n in np.flatnonzero(over).tolist()}
+            if mode != AutoresetMode.SAME_STEP:
+                arr = np.full(N, None, dtype=object)
+                for n, s in serving.items():
+                    arr[n] = s
+                info["serving"], info["_serving"] = arr, over.copy()
+        if mode == AutoresetMode.NEXT_STEP:
+            redo = np.flatnonzero(self._autoreset)
+            if redo.size:
+                self._reset_lanes(redo, [None] * redo.size)
+                obs[redo] = self._obs(redo)
+                reward[redo] = 0.0
+                truncated[redo] = False
+                for key in ("serving", "_serving"):
+                    if key in info:
+                        info[key][redo] = None if key == "serving" else False
+                if self.full_info:
+                    for n in redo.tolist():
+                        self._reset_info_lane(info, n)
+            self._autoreset[:] = truncated
+        elif mode == AutoresetMode.SAME_STEP:
+            ended = np.flatnonzero(truncated).tolist()
+            for n in ended:
+                final_info = self._lane_info(info, n) if self.full_info else {}
+                if n in serving:
+                    final_info["serving"] = serving[n]
+                final_obs = obs[n].copy()
+                self._reset_lanes(np.array([n]), [None])
+                obs[n] = self._obs(np.array([n]))[0]
+                if self.full_info:
+                    self._reset_info_lane(info, n)
+                info = self._add_info(info, {"final_obs": final_obs, "final_info": final_info}, n)
+        return obs, reward, terminated, truncated, info
+
+    def _reset_info_lane(self, info: dict[str, Any], n: int) -> None:
+        """Overwrite lane ``n``'s per-step info with its reset info (``full_info=True``)."""
+        sub = self._info_arrays(np.zeros(self.num_envs), {k: np.zeros(self.num_envs) for k in
+                                                           ("latency", "energy", "sla", "drop")})
+        for k, v in sub.items():
+            if k.startswith("_"):
+                continue
+            if isinstance(v, dict):
+                for kk, vv in v.items():
+                    if not kk.startswith("_"):
+                        info[k][kk][n] = vv[n]
+            else:
+                info[k][n] = v[n]
+
+    def _record_latencies(self, run: np.ndarray, ws_old: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        """Store the latencies of the summary requests that start (and complete) now."""
+        lanes = np.flatnonzero(run & self._win)
+        if not lanes.size:
+            return
+        rel = self._off[lanes] + ws_old[lanes] - self._w_entry[lanes]  # first entry, window-relative
+        s = np.clip(rel, 0, self._H)
+        e = np.clip(rel + b[lanes], 0, self._H)
+        cnt = e - s
+        total = int(cnt.sum())
+        if not total:
+            return
+        width = self._latency.shape[1]
+        if int(e.max()) > width:
+            grown = np.zeros((self.num_envs, min(self._H, max(2 * width, int(e.max())))))
+            grown[:, :width] = self._latency
+            self._latency = grown
+        first = np.cumsum(cnt) - cnt  # each lane's first slot in the flat run
+        step = np.arange(total)
+        dst = np.repeat(lanes * self._latency.shape[1] + s - first, cnt) + step
+        src = np.repeat(self._rowbase[lanes] + ws_old[lanes] + (s - rel) - first, cnt) + step
+        self._latency.reshape(-1)[dst] = np.repeat(c[lanes], cnt) - self._Af[src]
+
+    def action_masks(self) -> np.ndarray:
+        """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a copy)."""
+        return self._mask_table[np.minimum(self._i - self._ws, self._B)]
+
+    def get_config(self) -> dict[str, Any]:
+        """The resolved configuration of every lane, and ``num_envs``."""
+        return {**self._template.get_config(), "num_envs": self.num_envs}
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Release the template env."""
+        self._template.close()

@@ -1,0 +1,281 @@
+"""The NumPy-native vector twin of DynamicBatching-v0 (DynamicBatchingVectorEnv).
+
+What holds (docs/vector_envs.md): lane i after ``reset(seed=s)`` is the scalar env after
+``reset(seed=s + i)``, step for step: identical observations, actions masks, truncation and
+summary counts, rewards and float summaries equal to ~1e-9 relative (the vector env sums
+arrival times by prefix sums where the scalar env uses ``math.fsum``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import batch_env  # noqa: F401
+from batch_env.envs.dynamic_batching import DynamicBatchingVectorEnv
+
+ENV_ID = "batch_env/DynamicBatching-v0"
+SMALL = {"horizon_requests": 150}
+
+
+def _close(a, b, rel=1e-9):
+    if isinstance(a, float) and math.isnan(a):
+        return isinstance(b, float) and math.isnan(b)
+    return a == b or abs(a - b) <= rel * max(1.0, abs(a))
+
+
+def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
+    """Step the vector env and n scalar envs in lockstep (NEXT_STEP autoreset) and compare."""
+    venv = gym.make_vec(ENV_ID, num_envs=n_envs, **kwargs)
+    assert isinstance(venv, DynamicBatchingVectorEnv)
+    envs = [gym.make(ENV_ID, **kwargs) for _ in range(n_envs)]
+    vobs, _ = venv.reset(seed=seed)
+    sobs = np.array([e.reset(seed=seed + n)[0] for n, e in enumerate(envs)])
+    assert np.array_equal(vobs, sobs)
+    rng = np.random.default_rng(seed)
+    B = venv.single_action_space.n - 1
+    pending = [False] * n_envs
+    episodes = 0
+    for _ in range(steps):
+        masks = venv.action_masks()
+        for n, e in enumerate(envs):
+            assert np.array_equal(masks[n], e.unwrapped.action_masks())
+        if policy == "random":
+            acts = np.array([rng.integers(0, int(np.flatnonzero(m)[-1]) + 1) for m in masks])
+        else:  # greedy, with an occasional oversized action (clipped)
+            acts = np.array([B if rng.random() < 0.1 else int(np.flatnonzero(m)[-1]) for m in masks])
+        vobs, vrew, vterm, vtrunc, vinfo = venv.step(acts)
+        assert venv.observation_space.contains(vobs)
+        assert not vterm.any()
+        for n, e in enumerate(envs):
+            if pending[n]:
+                so, _ = e.reset()
+                sr, strunc, sinfo = 0.0, False, {}
+                pending[n] = False
+            else:
+                so, sr, _, strunc, sinfo = e.step(int(acts[n]))
+            assert np.array_equal(so, vobs[n])
+            assert _close(sr, float(vrew[n]))
+            assert strunc == bool(vtrunc[n])
+            if strunc:
+                pending[n] = True
+                episodes += 1
+                assert vinfo["_serving"][n]
+                for key, value in sinfo["serving"].items():
+                    assert _close(value, vinfo["serving"][n][key]), (key, value, vinfo["serving"][n][key])
+    venv.close()
+    return episodes
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"service": "lognormal", "service_cv": 0.4},
+        {"decision_interval_ms": 0.3},
+        {"warmup_requests": 40, "horizon_requests": 100},
+        {"queue_capacity": 6, "workload": {"kind": "poisson", "load": 1.6}, "warmup_requests": 15},
+        {"workload": {"kind": "mmpp", "load": 0.7, "rates_per_s": [100.0, 600.0],
+                      "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]]}},
+        {"workload": {"kind": "gamma", "load": 0.8, "cv": 3.0}, "sla_ms": 5.0, "max_batch_size": 8},
+        {"warmup_requests": 5000, "horizon_requests": 10, "horizon_s": 0.05},  # window never starts
+    ],
+    ids=["default", "lognormal", "ticks", "warmup", "drops", "mmpp", "gamma", "no-window"],
+)
+def test_lanes_match_the_scalar_env_step_for_step(kwargs):
+    episodes = _lockstep({**SMALL, **kwargs})
+    assert episodes >= 3
+
+
+def test_lanes_match_with_a_looping_trace_and_greedy_batches(tmp_path):
+    path = tmp_path / "trace.csv"
+    times = np.cumsum(np.random.default_rng(3).exponential(1 / 2000.0, 500))
+    path.write_text("t\n" + "\n".join(repr(float(t)) for t in times) + "\n")
+    wl = {"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": True}
+    assert _lockstep({**SMALL, "workload": wl}, policy="greedy") >= 3
+
+
+def test_long_queues_grow_the_buffer():
+    """An always-wait lane fills a queue longer than the initial buffer allows: it grows."""
+    kwargs = {"horizon_requests": 4000, "queue_capacity": 3500}
+    venv = DynamicBatchingVectorEnv(num_envs=2, **kwargs)
+    env = gym.make(ENV_ID, **kwargs)
+    venv.reset(seed=1)
+    env.reset(seed=1)
+    for _ in range(4200):
+        vo, vr, _, _, _ = venv.step(np.zeros(2, dtype=np.int64))
+        so, sr, _, _, _ = env.step(0)
+        assert np.array_equal(vo[0], so) and _close(sr, float(vr[0]))
+    assert venv._W > 4096  # the buffer grew
+    for _ in range(400):
+        vo, vr, _, vt, vi = venv.step(np.full(2, 32))
+        so, sr, _, st, si = env.step(32)
+        assert np.array_equal(vo[0], so) and _close(sr, float(vr[0])) and st == vt[0]
+        if st:
+            assert si["serving"]["dropped"] == vi["serving"][0]["dropped"] > 0
+            assert _close(si["serving"]["latency_p99_ms"], vi["serving"][0]["latency_p99_ms"])
+            break
+    assert st
+
+
+def test_same_step_autoreset_gives_final_obs_and_summary():
+    n = 2
+    venv = gym.make_vec(ENV_ID, num_envs=n, autoreset_mode=AutoresetMode.SAME_STEP, **SMALL)
+    assert venv.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
+    envs = [gym.make(ENV_ID, **SMALL) for _ in range(n)]
+    venv.reset(seed=3)
+    for i, e in enumerate(envs):
+        e.reset(seed=3 + i)
+    ended = 0
+    for _ in range(600):
+        acts = np.array([int(np.flatnonzero(m)[-1]) for m in venv.action_masks()])
+        vobs, _, _, vtrunc, vinfo = venv.step(acts)
+        for i, e in enumerate(envs):
+            so, _, _, strunc, sinfo = e.step(int(acts[i]))
+            assert strunc == bool(vtrunc[i])
+            if strunc:
+                ended += 1
+                assert vinfo["_final_obs"][i] and np.array_equal(vinfo["final_obs"][i], so)
+                assert vinfo["final_info"]["_serving"][i]
+                assert vinfo["final_info"]["serving"]["completed"][i] == sinfo["serving"]["completed"]
+                so, _ = e.reset()
+            assert np.array_equal(vobs[i], so)
+        assert "serving" not in vinfo  # SAME_STEP: only in final_info, as SyncVectorEnv
+    assert ended >= 2
+
+
+def test_same_step_info_layout_matches_sync_vector_env():
+    kw = {**SMALL, "autoreset_mode": AutoresetMode.SAME_STEP}
+    native = gym.make_vec(ENV_ID, num_envs=2, **kw)
+    sync = gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **SMALL)
+    native.reset(seed=0)
+    sync.reset(seed=0)
+    for _ in range(400):
+        a = np.array([int(np.flatnonzero(m)[-1]) for m in native.action_masks()])
+        o1, _, _, t1, i1 = native.step(a)
+        o2, _, _, t2, i2 = sync.step(a)
+        assert np.array_equal(o1, o2) and np.array_equal(t1, t2)
+        if t1.any():
+            for key in ("final_obs", "_final_obs", "_final_info"):
+                assert key in i1 and key in i2
+            assert np.array_equal(i1["final_info"]["_serving"], i2["final_info"]["_serving"])
+            return
+    pytest.fail("no episode ended")
+
+
+def test_disabled_autoreset_with_reset_mask():
+    venv = DynamicBatchingVectorEnv(num_envs=3, autoreset_mode=AutoresetMode.DISABLED, **SMALL)
+    before, _ = venv.reset(seed=5)
+    for _ in range(20):
+        stepped, _, _, _, _ = venv.step(np.ones(3, dtype=np.int64))
+    obs, _ = venv.reset(options={"reset_mask": np.array([False, True, False])})
+    assert np.array_equal(obs[[0, 2]], stepped[[0, 2]])  # the other lanes are untouched
+    env = gym.make(ENV_ID, **SMALL)
+    env.reset(seed=6)
+    assert np.array_equal(obs[1], env.reset()[0])  # the lane's own np_random draws the seed
+    with pytest.raises(ValueError, match="reset_mask"):
+        venv.reset(options={"reset_mask": np.array([1, 0, 1])})
+
+
+def test_seeds_per_lane_and_lists():
+    venv = DynamicBatchingVectorEnv(num_envs=3, **SMALL)
+    obs_int, _ = venv.reset(seed=20)
+    obs_list, _ = venv.reset(seed=[20, 21, 22])
+    assert np.array_equal(obs_int, obs_list)
+    a, _ = venv.reset(seed=None)
+    assert a.shape == (3, 5)
+    with pytest.raises(ValueError, match="one per lane"):
+        venv.reset(seed=[1, 2])
+
+
+def test_full_info_matches_the_scalar_info():
+    venv = DynamicBatchingVectorEnv(num_envs=2, full_info=True, **SMALL)
+    env = gym.make(ENV_ID, **SMALL)
+    venv.reset(seed=9)
+    env.reset(seed=9)
+    for _ in range(50):
+        _, _, _, _, vinfo = venv.step(np.array([3, 0]))
+        _, _, _, _, sinfo = env.step(3)
+        lane = venv._lane_info(vinfo, 0)
+        for key in ("queue_len", "now_s", "dt_s", "last_batch_size", "clipped_action", "dropped_total"):
+            assert _close(float(lane[key]), float(sinfo[key])), key
+        assert np.array_equal(lane["action_mask"], sinfo["action_mask"])
+        for key, value in sinfo["reward_components"].items():
+            assert _close(value, float(lane["reward_components"][key]))
+
+
+def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():
+    """Different seeds (independent runs): mean latency per episode agrees within 4 SEs."""
+    kw = {"horizon_requests": 300, "workload": {"kind": "poisson", "load": 0.7}}
+    n = 16
+    venv = DynamicBatchingVectorEnv(num_envs=n, **kw)
+    venv.reset(seed=1000)
+    vec_lat: list[float] = []
+    while len(vec_lat) < n:
+        acts = np.array([int(np.flatnonzero(m)[-1]) for m in venv.action_masks()])
+        _, _, _, trunc, info = venv.step(acts)
+        vec_lat += [info["serving"][i]["latency_mean_ms"] for i in np.flatnonzero(trunc)]
+    env = gym.make(ENV_ID, **kw)
+    sc_lat = []
+    for s in range(n):
+        _, info = env.reset(seed=5000 + s)
+        trunc = False
+        while not trunc:
+            _, _, _, trunc, info = env.step(int(np.flatnonzero(info["action_mask"])[-1]))
+        sc_lat.append(info["serving"]["latency_mean_ms"])
+    a, b = np.array(vec_lat[:n]), np.array(sc_lat)
+    se = math.sqrt(a.var(ddof=1) / n + b.var(ddof=1) / n)
+    assert abs(a.mean() - b.mean()) < 4 * se
+
+
+def test_bad_input_gives_clear_errors(tmp_path):
+    venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
+    with pytest.raises(gym.error.ResetNeeded):
+        venv.step(np.zeros(2, dtype=np.int64))
+    venv.reset(seed=0)
+    with pytest.raises(ValueError, match=r"actions\[1\]=.*out of range.*0\.\.32"):
+        venv.step(np.array([0, 33]))
+    with pytest.raises(ValueError, match="shape"):
+        venv.step(np.zeros(3, dtype=np.int64))
+    with pytest.raises(ValueError, match=r"actions\[0\]"):
+        venv.step(np.array([0.5, 1.0]))
+    venv.step(np.array([1.0, 0.0]))  # integral floats are accepted
+    with pytest.raises(ValueError, match="num_envs"):
+        DynamicBatchingVectorEnv(num_envs=0)
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        DynamicBatchingVectorEnv(num_envs=1, autoreset_mode="sometimes")
+    with pytest.raises(ValueError, match="executor='torch'.*sync"):
+        DynamicBatchingVectorEnv(num_envs=1, executor="torch")
+    with pytest.raises(ValueError, match="sla_ms"):
+        DynamicBatchingVectorEnv(num_envs=1, sla_ms=-1)
+    path = tmp_path / "t.csv"
+    path.write_text("t\n0.1\n0.2\n")
+    with pytest.raises(ValueError, match="loop=False"):
+        DynamicBatchingVectorEnv(num_envs=1, workload={"kind": "trace", "path": str(path),
+                                                       "timestamp_column": "t", "loop": False})
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
+def test_make_vec_in_every_mode(mode):
+    envs = gym.make_vec(ENV_ID, num_envs=2, vectorization_mode=mode, **SMALL)
+    obs, _ = envs.reset(seed=1)
+    assert envs.observation_space.contains(obs)
+    for _ in range(30):
+        obs, rew, term, trunc, _ = envs.step(np.ones(2, dtype=np.int64))
+        assert envs.observation_space.contains(obs) and rew.dtype == np.float64
+    envs.close()
+
+
+def test_max_episode_steps_truncates_lanes():
+    venv = gym.make_vec(ENV_ID, num_envs=2, max_episode_steps=5, **SMALL)
+    venv.reset(seed=0)
+    for _ in range(4):
+        _, _, _, trunc, _ = venv.step(np.ones(2, dtype=np.int64))
+        assert not trunc.any()
+    _, _, _, trunc, _ = venv.step(np.ones(2, dtype=np.int64))
+    assert trunc.all()
