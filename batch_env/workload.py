@@ -169,13 +169,42 @@ class _PoissonStream(ArrivalStream):
         self._scale = 1.0 / rate_per_s
         self._rng = rng
         self._n = chunk_size
-        self._t = 0.0
+        self._t = 0.0  # the last time emitted
+        self._base = 0.0  # the current chunk's start time
+        self._acc = 0.0  # the running sum of the current chunk's gaps
+        self._left = 0  # arrivals left in the current chunk
 
     def next_chunk(self) -> ArrivalChunk:
         """Return the next ``chunk_size`` arrivals."""
+        if self._left:
+            return self.next_piece(self._left)
         gaps = self._rng.exponential(self._scale, size=self._n)
         times = _strictly_increasing(self._t + np.cumsum(gaps), self._t)
         self._t = float(times[-1])
+        return ArrivalChunk(times)
+
+    def next_piece(self, max_n: int) -> ArrivalChunk:
+        """Return the next ``min(max_n, rest of the chunk)`` arrivals, bit-identical to the
+        corresponding part of :meth:`next_chunk`'s chunks.
+
+        Exponential draws do not depend on how they are split, the running sum continues
+        the chunk's sequential sum, and the tie fix-up is a running maximum, so pieces
+        concatenate to exactly the chunks ``next_chunk`` returns: a consumer that needs
+        few arrivals at a time (the vector env, at every reset) draws only those.
+
+        :param max_n: the most arrivals to return (>= 1).
+        """
+        if not self._left:
+            self._base, self._acc, self._left = self._t, 0.0, self._n
+        m = min(int(max_n), self._left)
+        gaps = np.empty(m + 1)
+        gaps[0] = self._acc
+        gaps[1:] = self._rng.exponential(self._scale, size=m)
+        sums = np.cumsum(gaps)[1:]
+        times = _strictly_increasing(self._base + sums, self._t)
+        self._acc = float(sums[-1])
+        self._t = float(times[-1])
+        self._left -= m
         return ArrivalChunk(times)
 
 

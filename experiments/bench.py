@@ -17,7 +17,10 @@ the identical Tijms-transformed MDP at the same span tolerance (1e-6 x gain): ou
 policy iteration (exact), our vectorized RVI at that tolerance, and pymdptoolbox, with
 the speed-up of policy iteration over pymdptoolbox (floor 10x) and whether all three
 return the same policy. And PPO training steps/s on DynamicBatching-v0 against
-CartPole-v1 with the same settings (floor: ratio 0.8). Results go to ``results/bench/bench.json`` with a description of
+CartPole-v1 with the same settings (floor: ratio 0.8). And the NumPy vector env
+(``DynamicBatchingVectorEnv`` through ``make_vec``, same profile and load, random valid
+actions from ``action_masks()``) against Gymnasium's ``CartPoleVectorEnv`` at num_envs
+1, 64, 1024 and 4096 (floor: 1,000,000 env-steps/s at 1024; aim: a third of CartPole's). Results go to ``results/bench/bench.json`` with a description of
 the machine.
 """
 
@@ -87,6 +90,74 @@ def _time_batching(n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float
         if terminated or truncated:
             _, info = env.reset()
     return n_steps / (time.perf_counter() - t0)
+
+
+def _time_vector(num_envs: int, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
+    """Env-steps/s of the NumPy vector env (``make_vec``, NEXT_STEP autoreset), random
+    valid actions drawn from ``action_masks()`` (their cost included, as an agent pays it)."""
+    import batch_env  # noqa: F401
+
+    env = gym.make_vec("batch_env/DynamicBatching-v0", num_envs=num_envs, **env_kwargs)
+    env.reset(seed=seed)
+    u = np.random.default_rng(seed).random((n_steps, num_envs))
+    step, masks = env.step, env.action_masks
+    t0 = time.perf_counter()
+    for row in u:
+        n_valid = masks().sum(axis=1)  # actions 0..min(queue, B)
+        step((row * n_valid).astype(np.int64))
+    rate = n_steps * num_envs / (time.perf_counter() - t0)
+    env.close()
+    return rate
+
+
+def _time_cartpole_vector(num_envs: int, n_steps: int, seed: int) -> float:
+    from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
+    env = CartPoleVectorEnv(num_envs=num_envs)
+    env.reset(seed=seed)
+    actions = np.random.default_rng(seed).integers(0, 2, (n_steps, num_envs))
+    step = env.step
+    t0 = time.perf_counter()
+    for a in actions:
+        step(a)
+    rate = n_steps * num_envs / (time.perf_counter() - t0)
+    env.close()
+    return rate
+
+
+def bench_vector(
+    sizes: tuple[int, ...] = (1, 64, 1024, 4096), env_steps: int = 2_000_000, repeats: int = 3,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Vector env-steps/s against Gymnasium's ``CartPoleVectorEnv`` at each ``num_envs``.
+
+    Profile ``resnet50-v100``, Poisson at load 0.6, uniformly random valid actions,
+    episodes autoreset (NEXT_STEP; a reset step counts as an env-step, as in CartPole's).
+    Each size runs about ``env_steps`` env-steps per round (at least 200 vector steps);
+    the best of ``repeats`` rounds counts. Floor: 1,000,000 env-steps/s at 1024 lanes;
+    aim: a third of CartPoleVectorEnv's.
+
+    :param sizes: the ``num_envs`` values.
+    :param env_steps: env-steps per timed round.
+    :param repeats: timed rounds per size and env.
+    :param seed: seed of envs and actions.
+    """
+    env_kwargs = {"profile": "resnet50-v100", "workload": {"kind": "poisson", "load": 0.6}}
+    rows = []
+    for n in sizes:
+        steps = max(env_steps // n, 200)
+        ours = max(_time_vector(n, steps, seed, env_kwargs) for _ in range(repeats))
+        cart = max(_time_cartpole_vector(n, steps, seed) for _ in range(repeats))
+        rows.append({"num_envs": n, "vector_steps": steps, "env_steps_per_s": ours,
+                     "cartpole_vector_env_steps_per_s": cart, "ratio_vs_cartpole": ours / cart})
+    at_1024 = next((r for r in rows if r["num_envs"] == 1024), None)
+    return {
+        "env_kwargs": env_kwargs,
+        "sizes": rows,
+        "floor_env_steps_per_s_at_1024": 1_000_000,
+        "meets_floor_at_1024": None if at_1024 is None else at_1024["env_steps_per_s"] >= 1_000_000,
+        "aim_ratio_vs_cartpole": 1 / 3,
+    }
 
 
 def bench_smdp(tol: float = 1e-6) -> dict[str, Any]:
@@ -189,7 +260,9 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
 
 
 def run_bench(
-    n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True
+    n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True,
+    vector: bool = True, vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
+    vector_env_steps: int = 2_000_000,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
@@ -198,6 +271,9 @@ def run_bench(
     :param seed: seed for envs and actions.
     :param smdp: also time the SMDP solver against pymdptoolbox (about 20 s).
     :param ppo: also time PPO training against CartPole (needs the train extra; about 40 s).
+    :param vector: also time the NumPy vector env against CartPoleVectorEnv.
+    :param vector_sizes: the ``num_envs`` of the vector part.
+    :param vector_env_steps: env-steps per timed round of the vector part.
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -209,12 +285,14 @@ def run_bench(
         "dynamic_batching_steps_per_s": ours,
         "cartpole_steps_per_s": cart,
         "step_cost_ratio_vs_cartpole": cart / ours,
-        "floor_step_cost_ratio": 2.0,
+        "floor_step_cost_ratio": 1.5,
         "n_steps": n_steps,
         "repeats": repeats,
         "env_kwargs": env_kwargs,
         "machine": machine_description(),
     }
+    if vector:
+        result["vector"] = bench_vector(vector_sizes, vector_env_steps, repeats, seed)
     if smdp:
         result["smdp"] = bench_smdp()
     if ppo:

@@ -282,6 +282,7 @@ _COPY = 2048  # arrivals copied from a lane's stream chunk per refill
 _G = 32  # window of the linear first pass of the searches (and +inf padding of each row)
 _LAT0 = 256  # initial summary-latency columns per lane (grows up to horizon_requests)
 _NOISE = 256  # service-noise factors drawn per lane per refill
+_FIRST = 512  # arrivals drawn at a reset (Poisson streams split their chunks exactly)
 _NO_MARK = 1 << 62
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 
@@ -498,7 +499,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 return
             res, rp = self._res[n], self._rp[n]
             if rp >= len(res):
-                res = self._res[n] = self._streams[n].next_chunk().times
+                res = self._res[n] = self._draw(n, _COPY)
                 rp = self._rp[n] = 0
             if self._W - fill < _COPY:
                 s = int(self._ws[n])  # served entries are no longer needed
@@ -522,6 +523,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             P[fill + 1 : fill + m + 1] += P[fill]
             self._fill[n] = fill + m
             self._rp[n] = rp + m
+
+    def _draw(self, n: int, max_n: int) -> np.ndarray:
+        """Lane ``n``'s next arrivals: a piece of at most ``max_n`` where the stream can split
+        its chunks exactly (Poisson), else its next whole chunk."""
+        stream = self._streams[n]
+        piece = getattr(stream, "next_piece", None)
+        return (piece(max_n) if piece is not None else stream.next_chunk()).times
 
     def _lane_noise(self, n: int) -> None:
         s = self._sigma
@@ -607,7 +615,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,)))
                 )
                 self._lane_noise(n)
-            res = stream.next_chunk().times
+            res = self._draw(n, _FIRST)
             m = min(_COPY, len(res), W)
             old = int(self._fill[n])
             A[n, :m] = res[:m]
