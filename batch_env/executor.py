@@ -18,6 +18,9 @@ env's draws. The real PyTorch executor (:mod:`batch_env.torch_executor`) keeps e
 group's activations in its handle and concatenates them on a merge. :func:`make_executor`
 builds either from an env's ``executor=`` argument (torch is imported only for
 ``executor="torch"``).
+
+LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real twin
+:class:`batch_env.llm_torch_executor.LLMTorchExecutor`, built by :func:`make_llm_executor`.
 """
 
 from __future__ import annotations
@@ -62,13 +65,8 @@ def make_executor(
         :class:`batch_env.torch_executor.TorchExecutor` (``width``, ``depth``, ``threads``,
         ``cuda_graphs``, ``weights``, ``warmup``, ``seed``, ``model_kwargs``).
     """
-    if kind == "profile":
-        for name, value, default in (("model", model, None), ("executor_options", options, None)):
-            if value not in (default, {}):
-                raise ValueError(f"{name}={value!r} is only used with executor='torch'")
+    if _is_profile_kind(kind, model, options):
         return ProfileExecutor(profile, max_batch_size, service, service_cv)
-    if kind != "torch":
-        raise ValueError(f"executor={kind!r} is invalid: allowed values are {list(EXECUTORS)}")
     if service != "deterministic":
         raise ValueError(
             f"service={service!r} is invalid with executor='torch': real execution times are "
@@ -85,6 +83,53 @@ def make_executor(
 
     return TorchExecutor(
         model, max_batch_size, torch_device=torch_device, profile=profile, **(options or {})
+    )
+
+
+def _is_profile_kind(kind: str, model: str | None, options: dict | None) -> bool:
+    """``True`` for ``"profile"`` (whose executor takes no model or options), ``False`` for
+    ``"torch"``; ``ValueError`` naming the value otherwise."""
+    if kind == "profile":
+        for name, value in (("model", model), ("executor_options", options)):
+            if value not in (None, {}):
+                raise ValueError(f"{name}={value!r} is only used with executor='torch'")
+        return True
+    if kind != "torch":
+        raise ValueError(f"executor={kind!r} is invalid: allowed values are {list(EXECUTORS)}")
+    return False
+
+
+def make_llm_executor(
+    kind: str,
+    profile,
+    max_num_seqs: int,
+    max_model_len: int,
+    model: str | None = None,
+    torch_device: str = "auto",
+    options: dict | None = None,
+):
+    """Build the executor ``LLMBatching-v0`` asked for.
+
+    :param kind: ``"profile"`` (iteration times from the LLM profile) or ``"torch"`` (a real
+        GPT decoder with a KV cache; its measured iteration times advance the env clock).
+    :param profile: the env's :class:`~batch_env.llm_profile.LLMProfile` (the torch executor
+        takes energy from its power model when no NVML/RAPL counter is readable).
+    :param max_num_seqs: the largest number of running requests.
+    :param max_model_len: the longest context.
+    :param model: torch executor only: a model of
+        :data:`batch_env.llm_torch_executor.LLM_MODELS` (default ``"gpt-small"``).
+    :param torch_device: torch executor only: ``"auto"``, ``"cpu"`` or ``"cuda"``.
+    :param options: torch executor only: more keyword arguments of
+        :class:`batch_env.llm_torch_executor.LLMTorchExecutor` (``width``, ``depth``,
+        ``threads``, ``warmup``, ``seed``, ``weights``, ``model_kwargs``).
+    """
+    if _is_profile_kind(kind, model, options):
+        return LLMProfileExecutor(profile)
+    from .llm_torch_executor import LLMTorchExecutor
+
+    return LLMTorchExecutor(
+        "gpt-small" if model is None else model, max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len, torch_device=torch_device, profile=profile, **(options or {}),
     )
 
 
@@ -194,13 +239,18 @@ class ProfileExecutor:
 class LLMProfileExecutor:
     """Simulated LLM iterations (``LLMBatching-v0``) from an LLM profile.
 
-    ``prefill(tokens, sq_sum)`` and ``decode(batch, context_tokens)`` return the
-    iteration's ``(duration_s, energy_j)``: the profile's iteration time (deterministic:
-    vLLM iteration times vary little at a fixed batch composition) and its busy power
-    times that duration. See :mod:`batch_env.llm_profile` for the model behind each.
+    ``prefill(tokens, sq_sum, seqs, lengths)`` and ``decode(batch, context_tokens, seqs)``
+    return the iteration's ``(duration_s, energy_j)``: the profile's iteration time
+    (deterministic: vLLM iteration times vary little at a fixed batch composition) and its
+    busy power times that duration. See :mod:`batch_env.llm_profile` for the model behind
+    each. The interface is the real executor's
+    (:class:`batch_env.llm_torch_executor.LLMTorchExecutor`); ``needs_sequences = False``
+    tells the env that the request ids (``seqs``), their ``lengths`` and :meth:`release`
+    are not needed here, so the simulated path builds no lists for them.
     """
 
     energy_source = "profile"
+    needs_sequences = False
 
     def __init__(self, profile) -> None:
         """:param profile: a :class:`batch_env.llm_profile.LLMProfile`."""
@@ -209,17 +259,22 @@ class LLMProfileExecutor:
     def reset(self, rng: np.random.Generator) -> None:
         """Start an episode (no randomness: iteration times are deterministic)."""
 
-    def prefill(self, tokens: int, sq_sum: float) -> tuple[float, float]:
-        """One prefill iteration of prompts with ``tokens`` in all (``sq_sum`` = sum p^2)."""
+    def prefill(self, tokens: int, sq_sum: float, seqs=None, lengths=None) -> tuple[float, float]:
+        """One prefill iteration of prompts with ``tokens`` in all (``sq_sum`` = sum p^2);
+        ``seqs`` and ``lengths`` (the requests and their token counts) are ignored."""
         p = self.profile
         d = p.prefill_time_s(tokens, sq_sum)
         return d, d * p.prefill_power_w(tokens)
 
-    def decode(self, batch: int, context_tokens: int) -> tuple[float, float]:
-        """One decode step of ``batch`` requests whose KV contexts hold ``context_tokens``."""
+    def decode(self, batch: int, context_tokens: int, seqs=None) -> tuple[float, float]:
+        """One decode step of ``batch`` requests whose KV contexts hold ``context_tokens``;
+        ``seqs`` (the running requests) is ignored."""
         p = self.profile
         d = p.decode_time_s(batch, context_tokens)
         return d, d * p.decode_power_w(batch)
+
+    def release(self, seqs) -> None:
+        """Nothing to release (no cache is kept)."""
 
     def metadata(self) -> dict:
         """What executed the iterations (for ``get_config``)."""

@@ -36,7 +36,8 @@ Models (:data:`MODELS`)
         prefill of fixed-length prompts, no cache) it has a real KV cache for
         iteration-level batching: :meth:`GPTSmall.prefill` and :meth:`GPTSmall.decode_step`
         with :class:`KVCache` (``cat`` joins running sequences, ``select`` drops finished
-        ones). ``depth``: blocks; ``seq_len`` (128), ``vocab_size`` (50257), ``heads`` (12),
+        ones; :meth:`KVCache.resize` sets the capacity). ``depth``: blocks; ``seq_len``
+        (128, at most ``n_positions``), ``vocab_size`` (50257), ``heads`` (12),
         ``n_positions`` (1024).
 
 ``width`` multiplies every channel count (CNNs) or the per-head dimension (transformers,
@@ -580,7 +581,11 @@ class KVCache:
     is ``lengths`` as a tensor on the model's device (where the next token is written).
 
     Iteration-level batching: :meth:`cat` joins caches (new requests after their prefill
-    join the running batch), :meth:`select` keeps a subset (finished requests leave).
+    join the running batch), :meth:`select` keeps a subset (finished requests leave),
+    :meth:`resize` sets the capacity. Sequences of different context lengths share one
+    batch by padding: :meth:`GPTSmall.decode_step` attends, for sequence ``i``, to positions
+    ``0..lengths[i]`` only (a boolean attention mask), so the padding never changes a
+    result, while the attention's work is ``batch x capacity`` positions.
     """
 
     k: list[torch.Tensor]
@@ -611,6 +616,31 @@ class KVCache:
             for i, t in enumerate(cache):
                 pad = t.new_zeros((t.shape[0], t.shape[1], extra, t.shape[3]))
                 cache[i] = torch.cat([t, pad], dim=2)
+
+    def resize(self, capacity: int) -> None:
+        """Reallocate every sequence's positions to ``capacity``, in place.
+
+        Growing pads with zeros (masked out); shrinking drops padding only. A caller that
+        resizes before :meth:`GPTSmall.decode_step` keeps the copy out of the step (the step
+        itself grows a full cache by doubling).
+
+        :param capacity: positions per sequence, at least the longest sequence's length
+            (and >= 1).
+        :raises ValueError: if ``capacity`` would cut a sequence.
+        """
+        longest = max(self.lengths, default=0)
+        if not isinstance(capacity, numbers.Integral) or capacity < max(longest, 1):
+            raise ValueError(
+                f"KVCache.resize: capacity={capacity!r} is invalid: expected an integer >= "
+                f"{max(longest, 1)} (the longest sequence holds {longest} positions)"
+            )
+        capacity = int(capacity)
+        if capacity > self.capacity:
+            self._grow(capacity)
+        elif capacity < self.capacity:
+            for cache in (self.k, self.v):
+                for i, t in enumerate(cache):
+                    cache[i] = t[:, :, :capacity].contiguous()
 
     @staticmethod
     def cat(caches: Sequence[KVCache]) -> KVCache:
@@ -718,7 +748,8 @@ class GPTSmall(NodeChainModel):
 
     :param width: per-head dimension multiplier (head dim = round(64 x width)).
     :param depth: decoder blocks (default 12).
-    :param seq_len: prompt length of :meth:`make_input` (<= ``n_positions``).
+    :param seq_len: prompt length of :meth:`make_input` (<= ``n_positions``; ``None``:
+        128, or ``n_positions`` if smaller).
     :param vocab_size: token vocabulary.
     :param heads: attention heads.
     :param n_positions: context length (size of the position table).
@@ -730,7 +761,7 @@ class GPTSmall(NodeChainModel):
         self,
         width: float = 1.0,
         depth: int | None = None,
-        seq_len: int = 128,
+        seq_len: int | None = None,
         vocab_size: int = 50257,
         heads: int = 12,
         n_positions: int = 1024,
@@ -740,6 +771,8 @@ class GPTSmall(NodeChainModel):
         heads = _check_int("heads", heads, low=1)
         hidden = heads * _channels(64, width)
         self.n_positions = _check_int("n_positions", n_positions, low=1)
+        if seq_len is None:
+            seq_len = min(128, self.n_positions)
         self.seq_len = _check_int("seq_len", seq_len, low=1, high=self.n_positions)
         self.vocab_size = _check_int("vocab_size", vocab_size, low=1)
         emb = _GPTEmbedding(self.vocab_size, hidden, self.n_positions)

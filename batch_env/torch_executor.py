@@ -27,7 +27,8 @@ Timing
     synchronised (so kernel launch gaps count, host bookkeeping does not). CPU:
     ``time.perf_counter_ns`` around the call. Every call returns with the device idle.
 
-Energy of a batch (or a node run) of measured duration ``d`` (the rule, in order)
+Energy of a batch (or a node run) of measured duration ``d`` (the rule, in order; one
+:class:`EnergyRule` applies it, here and in :mod:`batch_env.llm_torch_executor`)
     1. Counter: where the meter has an energy counter (NVML on Volta+, RAPL) and
        ``d >= 10 x`` its update period (NVML 1 s, RAPL 10 ms), the counter delta across
        the call. The counter is read around a call only when the previous call of that
@@ -66,6 +67,7 @@ from .energy import EnergyMeter, cpu_name, open_meter
 from .models import Activation, NodeChainModel, build_model, cat_activations
 
 __all__ = [
+    "EnergyRule",
     "NodeGroup",
     "TorchExecutor",
     "capture_cuda_graphs",
@@ -220,6 +222,74 @@ class _Clock:
         return out, x
 
 
+class EnergyRule:
+    """The energy of one timed call (the rule in the module docstring), for every real executor.
+
+    Built once per executor around its meter: it decides where energy comes from
+    (``source``: the meter's ``"nvml"`` / ``"rapl"``, or ``"profile"`` when the meter measures
+    nothing) and, per call, whether the counter is read around it (:meth:`begin`) and what
+    the call cost (:meth:`energy`). The caller supplies the profile's busy power for the
+    call's shape (used only when the meter measures nothing).
+
+    :param meter: the executor's energy meter.
+    :param owner: who measures, for the error message (``"TorchExecutor on cpu"``).
+    :param profile_name: the profile that supplies busy power when the meter measures
+        nothing (``None``: no profile).
+    :param profile_hint: what ``profile=`` should be, for the error message.
+    :raises ValueError: when the meter measures nothing and there is no profile.
+
+    Attributes: ``meter``, ``measured`` (the meter measures energy or power), ``source``,
+    ``reason`` (a sentence), ``counter_min_s`` (shortest call whose counter delta is trusted;
+    ``inf`` without a counter).
+    """
+
+    __slots__ = ("meter", "measured", "source", "reason", "counter_min_s")
+
+    def __init__(self, meter: EnergyMeter, *, owner: str, profile_name: str | None,
+                 profile_hint: str) -> None:
+        self.meter = meter
+        self.counter_min_s = (
+            _COUNTER_PERIODS * meter.counter_period_s if meter.counter_period_s else math.inf
+        )
+        self.measured = meter.source != "model"
+        if self.measured:
+            self.source, self.reason = meter.source, meter.reason
+        elif profile_name is None:
+            raise ValueError(
+                f"{owner}: no energy measurement ({meter.reason}), so energy must come from a "
+                f"profile: pass profile={profile_hint}"
+            )
+        else:
+            self.source = "profile"
+            self.reason = (
+                f"{meter.reason}; energy = profile {profile_name!r} busy power x measured duration"
+            )
+
+    def begin(self, last_s: float) -> float | None:
+        """The counter before a call, read only when the previous call of the same shape
+        lasted ``last_s >= counter_min_s / 2`` (short calls never pay for a read)."""
+        return self.meter.read_j() if last_s >= 0.5 * self.counter_min_s else None
+
+    def energy(self, d: float, e0: float | None, profile_power_w: float) -> float:
+        """Joules of a call of measured duration ``d`` (counter, else power x d, else the
+        profile's busy power ``profile_power_w`` x d).
+
+        :param d: the call's measured duration (seconds).
+        :param e0: what :meth:`begin` returned before the call.
+        :param profile_power_w: the profile's busy power for this call (0 without a profile).
+        """
+        if e0 is not None:
+            de = self.meter.read_j() - e0
+            if d >= self.counter_min_s and de > 0:
+                return de
+        if self.measured:
+            p = self.meter.power_w()
+            if p is not None:
+                return p * d
+            return 0.0  # a real meter that cannot say yet (a RAPL meter not yet moved)
+        return profile_power_w * d
+
+
 class NodeGroup:
     """A group of requests in flight: its activation, size and the next node to run.
 
@@ -345,30 +415,23 @@ class TorchExecutor:
     # ------------------------------------------------------------- set-up
 
     def _init_energy(self) -> None:
-        meter, B = self.meter, self.max_batch_size
-        self._counter_min_s = (
-            _COUNTER_PERIODS * meter.counter_period_s if meter.counter_period_s else math.inf
+        B = self.max_batch_size
+        self._rule = EnergyRule(
+            self.meter,
+            owner=f"TorchExecutor on {self.device}",
+            profile_name=None if self.profile is None else self.profile.name,
+            profile_hint="<shipped name, JSON path, dict or Profile> (e.g. one measured with "
+            "batch_env.profiling.measure_profile)",
         )
-        self._meter_power = meter.source != "model"
+        self.energy_source = self._rule.source
+        self.energy_reason = self._rule.reason
         self._profile_power_run: list[float] | None = None
         self._profile_power_node: list[list[float]] | None = None
-        if meter.source != "model":
-            self.energy_source = meter.source
-            self.energy_reason = meter.reason
+        if self._rule.measured:
             return
-        if self.profile is None:
-            raise ValueError(
-                f"TorchExecutor on {self.device}: no energy measurement ({meter.reason}), so "
-                "energy must come from a profile: pass profile=<shipped name, JSON path, dict "
-                "or Profile> (e.g. one measured with batch_env.profiling.measure_profile)"
-            )
         p = self.profile
         lat, en = p.tables(B)  # raises, naming the profile, if it does not cover B
         self._profile_power_run = [0.0] + [float(e / t) for e, t in zip(en[1:], lat[1:], strict=True)]
-        self.energy_source = "profile"
-        self.energy_reason = (
-            f"{meter.reason}; energy = profile {p.name!r} busy power x measured duration"
-        )
         self._profile_power_node = _node_power_tables(p, self.node_names, B)
         if self._profile_power_node is not None:
             self.energy_reason += " (node runs: the profile's node tables)"
@@ -406,19 +469,9 @@ class TorchExecutor:
 
     def _energy(self, d: float, e0: float | None, profile_power: list[float] | None,
                 b: int) -> float:
-        if e0 is not None:
-            de = self.meter.read_j() - e0
-            if d >= self._counter_min_s and de > 0:
-                return de
-        if self._meter_power:
-            p = self.meter.power_w()
-            if p is not None:
-                return p * d
-        if profile_power is not None:
-            return profile_power[b] * d
-        if self._profile_power_run is not None:
-            return self._profile_power_run[b] * d
-        return 0.0  # a real meter that cannot say yet (a RAPL meter not yet moved)
+        if profile_power is None:
+            profile_power = self._profile_power_run
+        return self._rule.energy(d, e0, profile_power[b] if profile_power is not None else 0.0)
 
     def run(self, b: int) -> tuple[float, float]:
         """Run the whole model on a batch of ``b`` requests.
@@ -428,8 +481,7 @@ class TorchExecutor:
             docstring: the energy rule).
         """
         self._check_b(b)
-        read = self._last_run[b] >= 0.5 * self._counter_min_s
-        e0 = self.meter.read_j() if read else None
+        e0 = self._rule.begin(self._last_run[b])
         with torch.inference_mode():
             d, _ = self._clock.time(self._calls[b], self._inputs[b])
         self._last_run[b] = d
@@ -459,8 +511,7 @@ class TorchExecutor:
             )
         if group.size != b:
             raise ValueError(f"run_node: b={b!r} but the group holds {group.size} requests")
-        read = self._last_node[node][b] >= 0.5 * self._counter_min_s
-        e0 = self.meter.read_j() if read else None
+        e0 = self._rule.begin(self._last_node[node][b])
         # the handle lets go of its input before the call, so that freeing it (as a whole
         # forward pass frees its intermediates) counts in the node's time, as in run()
         holder = [group.activation]

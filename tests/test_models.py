@@ -244,3 +244,30 @@ def test_ragged_prefill_cat_and_select():
         m.prefill(padded, lengths=[5, 0])
     with pytest.raises(ValueError, match="out of range"):
         joined.select([2])
+
+
+def test_resize_keeps_results_and_refuses_to_cut():
+    m = gpt()
+    tokens = m.make_input(2)  # (2, 8)
+    nxt = torch.tensor([3, 4])
+    with torch.inference_mode():
+        _, ref = m.prefill(tokens)
+        want = m.decode_step(nxt, ref)
+        for cap in (9, 32):  # grow to exactly the need, and beyond
+            _, cache = m.prefill(tokens)
+            cache.resize(cap)
+            assert cache.capacity == cap and cache.lengths == [8, 8]
+            assert close(m.decode_step(nxt, cache), want)
+            assert cache.capacity == cap  # the step did not have to grow it
+        cache.resize(9)  # shrink: drops padding only
+        assert cache.capacity == 9
+        assert close(m.decode_step(torch.tensor([5, 6]), cache),
+                     m(torch.cat([tokens, nxt[:, None], torch.tensor([[5], [6]])], dim=1)))
+    with pytest.raises(ValueError, match="capacity=9 is invalid.*>= 10"):
+        cache.resize(9)
+
+
+def test_gpt_seq_len_defaults_within_n_positions():
+    assert M.build_model("gpt-small", width=0.125, depth=1, heads=2, vocab_size=50,
+                         n_positions=16).seq_len == 16
+    assert tiny("gpt-small", n_positions=512).seq_len == 8  # given explicitly

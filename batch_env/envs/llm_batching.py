@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from ..config import LLMConfig
 from ..core import ServingCore
-from ..executor import LLMProfileExecutor
+from ..executor import make_llm_executor
 from ..llm_profile import LLMProfile
 from ..llm_profile import load as load_llm_profile
 from ..metrics import llm_metrics, summarize
@@ -66,6 +66,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     profile; iteration time and power come from the profile (:mod:`batch_env.llm_profile`):
     prefill as a function of the prompts' tokens, decode of the batch size and the KV
     context. A request completes when it has all its output tokens; its blocks are freed.
+    In real mode (``executor="torch"``) every iteration instead runs a real GPT decoder
+    with a real KV cache and its measured duration advances the clock; the KV blocks stay
+    the profile's (see Arguments).
 
     ## Action Space
 
@@ -136,16 +139,40 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``"llama-2-7b-a100"``, a path or a dict), ``workload`` (a dict with a rate, e.g.
     ``{"kind": "poisson", "rate_per_s": 4}``, or a trace ``{"kind": "trace", "path":
     ..., "target_rate_per_s": 4}``; ``load`` is not defined for LLMs), ``render_mode``
-    (``None`` or ``"ansi"``), ``executor`` (``"profile"``) and the fields of
+    (``None`` or ``"ansi"``), the executor arguments below and the fields of
     :class:`batch_env.config.LLMConfig` (``max_num_seqs``, ``grid``, ``max_model_len``,
     ``max_num_batched_tokens``, ``block_size``, ``watermark``, ``gpu_memory_utilization``,
     ``ttft_sla_ms``, ``tpot_sla_ms``, ``reward_weights``, ``lengths``, ``queue_capacity``,
     ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``idle_power_w``,
     ``rate_window_s``, ``recent_iterations``).
 
+    * ``executor``: ``"profile"`` (default: iteration times and power from the profile) or
+      ``"torch"``: every prefill and decode step runs a real GPT-style decoder
+      (:class:`batch_env.models.GPTSmall`) with a real KV cache per running request, on
+      CUDA when present, else the CPU, and the measured duration advances the clock
+      (arrivals and lengths still come from the workload). The KV-block accounting
+      (capacity, watermark, preemptions) stays the profile's simulated GPU memory; the
+      executor is told which requests each iteration prefills (with prompt + generated
+      tokens for a preempted request's recompute) or decodes, and drops the cache of a
+      finished or preempted request. Energy comes from NVML, RAPL or the profile's power
+      model x the measured duration (``info["energy_source"]``). See
+      :class:`batch_env.llm_torch_executor.LLMTorchExecutor`.
+    * With ``"torch"``: ``model`` (``"gpt-small"``, the default and only model with a
+      KV-cache decode path), ``torch_device`` (``"auto"``, ``"cpu"``, ``"cuda"``) and
+      ``executor_options`` (``width``, ``depth``, ``threads``, ``warmup``, ``seed``,
+      ``weights``, ``model_kwargs`` such as ``{"heads": 2, "vocab_size": 256,
+      "n_positions": 64, "dtype": "float16"}``). The model's ``n_positions`` (GPT-2's
+      1024 by default) must be at least ``max_model_len``, else ``ValueError``. For
+      example ``gymnasium.make("batch_env/LLMBatching-v0", executor="torch",
+      model="gpt-small", torch_device="cpu", max_model_len=64, executor_options={"width":
+      0.125, "depth": 1, "threads": 1, "model_kwargs": {"heads": 2, "n_positions": 64}})``.
+      ``get_config()`` records these and the executor's metadata. The determinism of
+      profile mode does not hold in real mode (measured times vary).
+
     ## Version History
 
-    * v0: initial version.
+    * v0: initial version; real mode (``executor="torch"``) added later, profile mode
+      unchanged.
     """
 
     metadata = {"render_modes": ["ansi"], "render_fps": 4}
@@ -174,6 +201,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         recent_iterations: int = 16,
         render_mode: str | None = None,
         executor: str = "profile",
+        model: str | None = None,
+        torch_device: str = "auto",
+        executor_options: dict | None = None,
     ) -> None:
         config = LLMConfig.from_arguments(locals())
         self._set_render_mode(render_mode)
@@ -191,13 +221,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         wl = make_workload(workload)
         self._setup_core(prof, wl, config)
         self.load = None
-        if executor != "profile":
-            raise ValueError(
-                f"executor={executor!r} is not available for LLMBatching-v0: allowed values are "
-                "['profile'] (real LLM execution is not implemented yet)"
-            )
-        self.executor = LLMProfileExecutor(prof)
-        self._executor_spec = {"executor": executor}
 
         # lengths: the trace's own token columns, or a distribution
         lengths = config.lengths
@@ -242,6 +265,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         )
         self.observation_space = spaces.Box(np.zeros(high.size, dtype=np.float32), high, dtype=np.float32)
         self._mask = np.ones(n, dtype=bool)
+
+        # last, once the configuration is valid: a real executor builds a model and a meter
+        self.executor = make_llm_executor(
+            executor, prof, config.max_num_seqs, config.max_model_len,
+            model=model, torch_device=torch_device, options=executor_options,
+        )
+        self._seqs = self.executor.needs_sequences  # tell the executor which requests run
+        self._executor_spec = {"executor": executor}
+        if executor != "profile":
+            self._executor_spec.update(
+                model=model, torch_device=torch_device,
+                executor_options=dict(executor_options or {}),
+                executor_metadata=self.executor.metadata(),
+            )
 
     def _check_llm_drop_weight(self) -> None:
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
@@ -372,9 +409,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _run_prefill(self, k: int, tokens: int, sq: float) -> float:
         W, P, G, R, blk, bs = self._W, self._P, self._G, self._R, self._blk, self._bs
-        d, energy = self.executor.prefill(tokens, sq)
-        c = self._now + d
         sel = [W.popleft() for _ in range(k)]
+        d, energy = self.executor.prefill(
+            tokens, sq, sel, [P[e] + G[e] for e in sel] if self._seqs else None
+        )
+        c = self._now + d
         arr, first, met, sla = self._arr, self._first, self._met, self._sla
         for e in sel:
             nb = -(-(P[e] + G[e]) // bs)
@@ -395,6 +434,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._finish(e, c)
             else:
                 R.append(e)
+        if self._seqs:  # one-token requests finish in their prefill
+            done = [e for e in sel if self._fin[e] is not None]
+            if done:
+                self.executor.release(done)
         self._n_prefill += 1
         self._last_kind = 1.0
         return d
@@ -420,6 +463,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._used += 1
             i += 1
         if victims:
+            if self._seqs:
+                self.executor.release(victims)  # recompute: the KV cache is dropped
             self._W.extendleft(victims)  # the oldest victim ends up at the head
             self._wtok += sum(P[v] + G[v] for v in victims)
             self._preempt += len(victims)
@@ -428,7 +473,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         b = len(R)
         if b == 0:
             return 0.0
-        d, energy = self.executor.decode(b, self._ctx)
+        d, energy = self.executor.decode(b, self._ctx, R)
         c = self._now + d
         self._advance(c, energy / d if d > 0.0 else 0.0)
         out = self._O
@@ -442,6 +487,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             else:
                 keep.append(e)
         self._ctx += len(keep)
+        if self._seqs and len(keep) < b:
+            self.executor.release([e for e in R if self._fin[e] is not None])
         self._R = keep
         self._tokens += b
         self._n_batches += 1
