@@ -20,7 +20,9 @@ return the same policy. And PPO training steps/s on DynamicBatching-v0 against
 CartPole-v1 with the same settings (floor: ratio 0.8). And the NumPy vector env
 (``DynamicBatchingVectorEnv`` through ``make_vec``, same profile and load, random valid
 actions from ``action_masks()``) against Gymnasium's ``CartPoleVectorEnv`` at num_envs
-1, 64, 1024 and 4096 (floor: 1,000,000 env-steps/s at 1024; aim: a third of CartPole's). Results go to ``results/bench/bench.json`` with a description of
+1, 64, 1024 and 4096 (floor: 1,000,000 env-steps/s at 1024; aim: a third of CartPole's). And the real
+executor's overhead outside the model call (floor: under 5% of the batch time at
+b >= 8). Results go to ``results/bench/bench.json`` with a description of
 the machine.
 """
 
@@ -259,10 +261,37 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
     }
 
 
+def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
+    """What the real executor costs outside the model call (floor: < 5% of the batch time
+    at batch sizes >= 8), on this machine's CPU with one thread.
+
+    A quarter-width ResNet-50 (all four stages, 64x64 images) in a
+    :class:`batch_env.torch_executor.TorchExecutor`; see
+    :func:`batch_env.torch_executor.overhead_benchmark` for what is timed.
+
+    :param repeats: calls per batch size (medians count).
+    """
+    from batch_env.energy import ModelMeter
+    from batch_env.torch_executor import TorchExecutor, overhead_benchmark
+
+    ex = TorchExecutor(
+        "resnet50", 32, torch_device="cpu", profile="resnet50-v100-linear", threads=1, warmup=2,
+        width=0.25, model_kwargs={"image_size": 64, "num_classes": 100},
+        meter=ModelMeter("bench: the profile's power model", "cpu"),
+    )
+    try:
+        result = overhead_benchmark(ex, [1, 8, 16, 32], repeats=repeats)
+    finally:
+        ex.close()
+    result["model"] = "resnet50, width 0.25, 64x64 images, 1 thread, CPU"
+    result["floor_overhead_frac_b_ge_8"] = 0.05
+    return result
+
+
 def run_bench(
     n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True,
     vector: bool = True, vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
-    vector_env_steps: int = 2_000_000,
+    vector_env_steps: int = 2_000_000, torch_overhead: bool = True,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
@@ -274,6 +303,7 @@ def run_bench(
     :param vector: also time the NumPy vector env against CartPoleVectorEnv.
     :param vector_sizes: the ``num_envs`` of the vector part.
     :param vector_env_steps: env-steps per timed round of the vector part.
+    :param torch_overhead: also time the real executor's overhead (needs the real extra).
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -293,6 +323,8 @@ def run_bench(
     }
     if vector:
         result["vector"] = bench_vector(vector_sizes, vector_env_steps, repeats, seed)
+    if torch_overhead:
+        result["torch_executor_overhead"] = bench_executor_overhead()
     if smdp:
         result["smdp"] = bench_smdp()
     if ppo:
