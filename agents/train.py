@@ -6,8 +6,11 @@
 2. Resolve the centring gain g of :class:`batch_env.wrappers.AverageRewardCentering`
    (``--centering-gain``: ``greedy`` = greedy's measured cost rate, ``smdp`` = the SMDP
    gain, ``online`` = estimated while training, or a number).
-3. Build ``n_envs`` wrapped envs (``DummyVecEnv``, seeded ``seed + i``), optionally under
-   ``VecNormalize``.
+3. Build ``n_envs`` wrapped envs (``DummyVecEnv``, seeded ``seed + i``), or with
+   ``--vectorized`` one Gymnasium vector env of ``n_envs`` lanes (the env's native NumPy
+   vector env when it registers one, else ``SyncVectorEnv``; the wrappers' vector twins;
+   lane i seeded ``seed + i``) behind :class:`agents.vec_env.SB3VecEnv` and ``VecMonitor``;
+   optionally under ``VecNormalize``. Everything else is the same in both cases.
 4. Train with checkpoints every ``--checkpoint-freq`` steps (model and normalization
    statistics), TensorBoard logs (``serving/``, ``reward_components/``, ``optimality/``,
    ``eval/``; see :mod:`agents.callbacks`) and periodic evaluation on held-out seeds.
@@ -31,6 +34,9 @@ import yaml
 from .common import ZOO_KEYS, algo_class, literal, load_hyperparams, make_env, wrapper_specs
 
 CENTERING = "batch_env.wrappers.AverageRewardCentering"
+#: per-step info keys that ServingMetricsCallback reads (a vectorized run copies them to
+#: every lane's info; otherwise only lanes whose episode ended report)
+STEP_INFO_KEYS = ("reward_components", "centering_gain")
 
 
 @dataclass
@@ -49,6 +55,14 @@ class TrainArgs:
     """total environment steps (default: the hyperparameter file's)."""
     seed: int = 0
     """seed of the model and of env i (seed + i)."""
+    vectorized: bool = False
+    """train on a Gymnasium vector env through agents.vec_env.SB3VecEnv (the env's native
+    vector env when registered, else SyncVectorEnv) instead of SB3's DummyVecEnv."""
+    num_envs: int | None = None
+    """training envs (lanes of the vector env); default: the hyperparameter file's n_envs."""
+    vector_mode: str = "auto"
+    """with vectorized: auto (vector_entry_point when the env registers one, else sync),
+    sync or vector_entry_point."""
     run_dir: str | None = None
     """output folder (default runs/<algo>-s<seed>-<time>)."""
     centering_gain: str = "greedy"
@@ -130,6 +144,8 @@ def train(args: TrainArgs) -> Path:
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
     from .callbacks import PeriodicEvaluation, ServingMetricsCallback
+    from .vec_env import make_vec_env as make_lane_vec_env
+    from .vec_env import resolve_mode
 
     torch.set_num_threads(args.threads)
 
@@ -144,6 +160,9 @@ def train(args: TrainArgs) -> Path:
         if args.n_timesteps is not None:
             cfg["n_timesteps"] = int(args.n_timesteps)
     else:
+        if args.num_envs is not None and (isinstance(args.num_envs, bool) or not isinstance(args.num_envs, int)
+                                          or args.num_envs < 1):
+            raise ValueError(f"num_envs={args.num_envs!r} is invalid: expected an integer >= 1")
         run = Path(args.run_dir or f"runs/{args.algo}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
         if (run / "config.yaml").exists():
             raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
@@ -159,7 +178,9 @@ def train(args: TrainArgs) -> Path:
             "env_id": args.env_id,
             "env_kwargs": args.env_kwargs,
             "wrappers": [{"class": p, "kwargs": kw} for p, kw in specs],
-            "n_envs": int(hp.get("n_envs", 1)),
+            "n_envs": int(args.num_envs if args.num_envs is not None else hp.get("n_envs", 1)),
+            "vectorized": bool(args.vectorized),
+            "vector_mode": resolve_mode(args.env_id, args.vector_mode) if args.vectorized else None,
             "n_timesteps": int(args.n_timesteps if args.n_timesteps is not None else float(hp["n_timesteps"])),
             "policy": hp.get("policy", "MlpPolicy"),
             "normalize": normalize if isinstance(normalize, dict) else bool(normalize),
@@ -183,7 +204,11 @@ def train(args: TrainArgs) -> Path:
     def env_fn() -> Any:
         return make_env(cfg["env_id"], cfg["env_kwargs"], specs)
 
-    venv = make_vec_env(env_fn, n_envs=cfg["n_envs"], seed=cfg["seed"], vec_env_cls=DummyVecEnv)
+    if cfg.get("vectorized", False):
+        venv = make_lane_vec_env(cfg["env_id"], cfg["n_envs"], cfg["env_kwargs"], seed=cfg["seed"],
+                                 mode=cfg["vector_mode"], wrappers=specs, step_info_keys=STEP_INFO_KEYS)
+    else:
+        venv = make_vec_env(env_fn, n_envs=cfg["n_envs"], seed=cfg["seed"], vec_env_cls=DummyVecEnv)
     norm = cfg["normalize"]
     norm_kwargs = norm if isinstance(norm, dict) else {}
     gamma = float(cfg["algo_kwargs"].get("gamma", 0.99))
@@ -229,7 +254,7 @@ def train(args: TrainArgs) -> Path:
         ServingMetricsCallback(
             smdp_gain=cfg["smdp_gain"],
             hparams={"algo": cfg["algo"], **cfg["algo_kwargs"], "n_envs": cfg["n_envs"], "seed": cfg["seed"],
-                     "centering_gain": cfg["centering_gain"]},
+                     "centering_gain": cfg["centering_gain"], "vectorized": bool(cfg.get("vectorized", False))},
         ),
     ]
     evaluator = None

@@ -203,7 +203,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     """Measure env speed against CartPole and the SMDP solver against pymdptoolbox."""
     from experiments.bench import run_bench, write_results
 
-    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo)
+    sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
+    if not sizes or min(sizes) < 1:
+        raise SystemExit(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
+    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo,
+                       vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch)
     path = write_results(result, args.out)
     if args.json:
         print(dumps(result, indent=2))
@@ -211,7 +215,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
     print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
     print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
-          f"(floor: <= {result['floor_step_cost_ratio']:.0f})")
+          f"(floor: <= {result['floor_step_cost_ratio']:.1f})")
+    vec = result.get("vector")
+    if vec:
+        for r in vec["sizes"]:
+            print(f"vector env, {r['num_envs']:5d} lanes: {r['env_steps_per_s']:,.0f} env-steps/s vs "
+                  f"CartPoleVectorEnv {r['cartpole_vector_env_steps_per_s']:,.0f} -> ratio {r['ratio_vs_cartpole']:.3f}")
+        if vec["meets_floor_at_1024"] is not None:
+            print(f"floor {vec['floor_env_steps_per_s_at_1024']:,} env-steps/s at 1024 lanes met: {vec['meets_floor_at_1024']}")
+    ov = result.get("torch_executor_overhead")
+    if ov:
+        fracs = ", ".join(f"b={b}: {r['overhead_frac']:.1%}" for b, r in ov["run"].items())
+        print(f"real executor overhead outside the model call ({ov['model']}): {fracs} "
+              f"(floor: < {ov['floor_overhead_frac_b_ge_8']:.0%} at b >= 8)")
     sm = result.get("smdp")
     if sm:
         print(f"SMDP solve, {sm['n_states']} states, B={sm['max_batch_size']}, rho={sm['load']}: "
@@ -227,7 +243,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO) and print where its logs are."""
+    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO) and print where its logs are.
+
+    With --vectorized the training envs are the lanes of one Gymnasium vector env (the
+    env's NumPy vector env when it registers one), stepped through agents.vec_env.SB3VecEnv.
+    """
     from agents.train import TrainArgs, train
 
     env_kwargs: dict[str, Any] = {}
@@ -241,6 +261,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         hyperparams=args.hyperparams,
         n_timesteps=args.n_timesteps,
         seed=args.seed,
+        vectorized=args.vectorized,
+        num_envs=args.num_envs,
         run_dir=args.run_dir,
         centering_gain=args.centering_gain,
         device=args.device,
@@ -449,6 +471,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hyperparams", default=None, help="rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml)")
     p.add_argument("--n-timesteps", type=int, default=None, help="total env steps (default: the hyperparameter file's)")
     p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--vectorized", action="store_true",
+                   help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
+                        "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
+                        "same training otherwise")
+    p.add_argument("--num-envs", type=int, default=None, metavar="N",
+                   help="training envs (lanes of the vector env with --vectorized); default: the "
+                        "hyperparameter file's n_envs")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)")
     p.add_argument("--centering-gain", default="greedy", help="g of average-reward centring: greedy, smdp, online or a number")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -522,6 +551,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
     p.add_argument("--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part")
     p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
+    p.add_argument("--skip-vector", action="store_true", help="skip the vector env vs CartPoleVectorEnv part")
+    p.add_argument("--skip-torch", action="store_true", help="skip the real executor's overhead part")
+    p.add_argument("--vector-sizes", default="1,64,1024,4096",
+                   help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
     return parser

@@ -159,7 +159,8 @@ def test_resume_continues_the_step_count(tmp_path):
 
 
 def test_binary_ppo_beats_random_policy(tmp_path):
-    """On a fixed seed and one thread, a short binary-mode PPO run clearly beats random."""
+    """On a fixed seed and one thread, a short binary-mode PPO run beats random valid actions
+    (cost per second 101.7 vs 113.8 when written) and stays within 5% of greedy."""
     env_kwargs = {**SMALL_ENV, "horizon_requests": 2000}
     run = train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=30_000, run_dir=str(tmp_path / "ppo"),
                           seed=3, eval_freq=0, progress=False, centering_gain="greedy"))
@@ -175,7 +176,9 @@ def test_binary_ppo_beats_random_policy(tmp_path):
     agent = evaluate(load_policy(run), env, n_episodes=3, seed=900)
     rand = evaluate(RandomValid(), env, n_episodes=3, seed=900)
     greedy_cost = yaml.safe_load((run / "config.yaml").read_text())["centering_gain"]
-    assert agent.mean("reward_rate_per_s") > 1.5 * rand.mean("reward_rate_per_s")  # rewards are negative
+    agent_cost, rand_cost = -agent.mean("reward_rate_per_s"), -rand.mean("reward_rate_per_s")
+    print(f"cost per second: agent {agent_cost:.2f}, random valid {rand_cost:.2f}, greedy {greedy_cost:.2f}")
+    assert rand_cost > 1.05 * agent_cost  # costs are positive: the agent is clearly cheaper
     assert -agent.mean("reward_rate_per_s") < 1.05 * greedy_cost
 
 

@@ -79,8 +79,15 @@ def test_cli_reports_bad_input_cleanly(capsys):
 
 
 def test_bench_reports_ratio(tmp_path):
-    result = run_bench(n_steps=2000, repeats=1, smdp=False, ppo=False)
+    result = run_bench(n_steps=2000, repeats=1, smdp=False, ppo=False, vector_sizes=(1, 16),
+                       vector_env_steps=3200, torch_overhead=False)
     assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
+    rows = result["vector"]["sizes"]
+    assert [r["num_envs"] for r in rows] == [1, 16]
+    for r in rows:
+        assert r["ratio_vs_cartpole"] == pytest.approx(
+            r["env_steps_per_s"] / r["cartpole_vector_env_steps_per_s"])
+    assert result["vector"]["meets_floor_at_1024"] is None  # 1024 lanes were not measured
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]
     )
@@ -111,3 +118,28 @@ def test_lognormal_from_the_cli(capsys):
     assert main(["evaluate", "--episodes", "1", "--horizon-requests", "100", "--service", "lognormal",
                  "--service-cv", "0.3", "--queue-capacity", "50", "--warmup-requests", "10"]) == 0
     assert "greedy" in capsys.readouterr().out
+
+
+def test_train_vectorized_writes_tensorboard_logs(capsys, tmp_path):
+    import glob
+    from pathlib import Path
+
+    import yaml
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert "--vectorized" in capsys.readouterr().out
+    run = tmp_path / "vec"
+    assert main(["train", "--vectorized", "--num-envs", "2", "--n-timesteps", "1024",
+                 "--env-kwargs", "{horizon_requests: 100}", "--centering-gain", "online", "--eval-freq", "0",
+                 "--run-dir", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["run_dir"] == str(run)
+    events = glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True)
+    assert events and all(Path(f).stat().st_size > 0 for f in events)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    ea = EventAccumulator(events[0])
+    ea.Reload()
+    assert {"rollout/ep_rew_mean", "serving/latency_p99_ms", "reward_components/energy"} <= set(ea.Tags()["scalars"])
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["vectorized"] is True and cfg["n_envs"] == 2
