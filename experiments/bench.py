@@ -22,7 +22,8 @@ CartPole-v1 with the same settings (floor: ratio 0.8). And the NumPy vector env
 actions from ``action_masks()``) against Gymnasium's ``CartPoleVectorEnv`` at num_envs
 1, 64, 1024 and 4096 (floor: 1,000,000 env-steps/s at 1024; aim: a third of CartPole's). And the real
 executor's overhead outside the model call (floor: under 5% of the batch time at
-b >= 8). Results go to ``results/bench/bench.json`` with a description of
+b >= 8). And PPO training steps/s through the SB3 adapter on the native vector env
+against SB3's ``DummyVecEnv`` of the scalar env, 64 lanes each. Results go to ``results/bench/bench.json`` with a description of
 the machine.
 """
 
@@ -135,7 +136,7 @@ def bench_vector(
 
     Profile ``resnet50-v100``, Poisson at load 0.6, uniformly random valid actions,
     episodes autoreset (NEXT_STEP; a reset step counts as an env-step, as in CartPole's).
-    Each size runs about ``env_steps`` env-steps per round (at least 200 vector steps);
+    Each size runs about ``env_steps`` env-steps per round (200 to 30,000 vector steps);
     the best of ``repeats`` rounds counts. Floor: 1,000,000 env-steps/s at 1024 lanes;
     aim: a third of CartPoleVectorEnv's.
 
@@ -147,7 +148,7 @@ def bench_vector(
     env_kwargs = {"profile": "resnet50-v100", "workload": {"kind": "poisson", "load": 0.6}}
     rows = []
     for n in sizes:
-        steps = max(env_steps // n, 200)
+        steps = min(max(env_steps // n, 200), 30_000)
         ours = max(_time_vector(n, steps, seed, env_kwargs) for _ in range(repeats))
         cart = max(_time_cartpole_vector(n, steps, seed) for _ in range(repeats))
         rows.append({"num_envs": n, "vector_steps": steps, "env_steps_per_s": ours,
@@ -261,6 +262,56 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
     }
 
 
+def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 0) -> dict[str, Any]:
+    """PPO training steps/s through the SB3 adapter on the native vector env against SB3's
+    ``DummyVecEnv`` of the scalar env: the same ``num_envs``, wrappers (the hyperparameter
+    file's, as vector twins on the native side), PPO settings and one torch thread.
+
+    :param num_envs: lanes on both sides.
+    :param total_steps: environment steps per run.
+    :param seed: seed of both runs.
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from agents.common import ZOO_KEYS, literal, load_hyperparams, make_env, wrapper_specs
+    from agents.vec_env import make_vec_env
+
+    torch.set_num_threads(1)
+    env_id = "batch_env/DynamicBatching-v0"
+    env_kwargs = {"workload": {"kind": "poisson", "load": 0.6}}
+    hp = load_hyperparams("ppo", env_id)
+    specs = [
+        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
+        for p, kw in wrapper_specs(hp["env_wrapper"])
+    ]
+    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
+    algo_kwargs["n_steps"] = max(int(algo_kwargs.get("n_steps", 512)) * int(hp["n_envs"]) // num_envs, 16)
+    policy_kwargs = literal(hp["policy_kwargs"], "policy_kwargs")
+
+    def timed(venv: Any) -> float:
+        model = PPO("MlpPolicy", VecNormalize(venv), policy_kwargs=dict(policy_kwargs), seed=seed,
+                    device="cpu", **algo_kwargs)
+        t0 = time.perf_counter()
+        model.learn(total_timesteps=total_steps)
+        return total_steps / (time.perf_counter() - t0)
+
+    native = timed(make_vec_env(env_id, num_envs, env_kwargs, seed=seed, mode="vector_entry_point",
+                                wrappers=specs))
+    dummy = timed(sb3_make_vec_env(lambda: make_env(env_id, env_kwargs, specs), n_envs=num_envs, seed=seed,
+                                   vec_env_cls=DummyVecEnv))
+    return {
+        "num_envs": num_envs,
+        "total_steps": total_steps,
+        "native_vector_ppo_steps_per_s": native,
+        "dummy_vec_env_ppo_steps_per_s": dummy,
+        "ratio": native / dummy,
+        "settings": {**algo_kwargs, "policy_kwargs": str(policy_kwargs), "threads": 1},
+    }
+
+
 def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
     """What the real executor costs outside the model call (floor: < 5% of the batch time
     at batch sizes >= 8), on this machine's CPU with one thread.
@@ -329,6 +380,7 @@ def run_bench(
         result["smdp"] = bench_smdp()
     if ppo:
         result["ppo"] = bench_ppo(seed=seed)
+        result["ppo_vector"] = bench_ppo_vector(seed=seed)
     return result
 
 

@@ -238,6 +238,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if pp:
         print(f"PPO training: {pp['dynamic_batching_ppo_steps_per_s']:,.0f} steps/s vs CartPole-v1 "
               f"{pp['cartpole_ppo_steps_per_s']:,.0f} steps/s -> ratio {pp['ratio']:.2f} (floor: >= {pp['floor_ratio']})")
+    pv = result.get("ppo_vector")
+    if pv:
+        print(f"PPO training, {pv['num_envs']} lanes: native vector env {pv['native_vector_ppo_steps_per_s']:,.0f} "
+              f"steps/s vs DummyVecEnv {pv['dummy_vec_env_ppo_steps_per_s']:,.0f} -> ratio {pv['ratio']:.2f}")
     print(f"written to {path}")
     return 0
 
