@@ -202,6 +202,7 @@ def test_full_info_matches_the_scalar_info():
         _, _, _, _, vinfo = venv.step(np.array([3, 0]))
         _, _, _, _, sinfo = env.step(3)
         lane = venv._lane_info(vinfo, 0)
+        assert lane["energy_source"] == sinfo["energy_source"] == "profile"
         for key in ("queue_len", "now_s", "dt_s", "last_batch_size", "clipped_action", "dropped_total"):
             assert _close(float(lane[key]), float(sinfo[key])), key
         assert np.array_equal(lane["action_mask"], sinfo["action_mask"])

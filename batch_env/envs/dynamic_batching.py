@@ -346,8 +346,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (also return
     the scalar env's per-step info keys as arrays: ``queue_len``, ``oldest_wait_s``,
     ``now_s``, ``dt_s``, ``last_batch_size``, ``last_batch_latency_s``,
-    ``reward_components``, ``action_mask``, ``clipped_action``, ``dropped_total``; off by
-    default, they cost time), and every keyword argument of :class:`DynamicBatchingEnv`
+    ``reward_components``, ``action_mask``, ``clipped_action``, ``dropped_total``,
+    ``energy_source``; off by default, they cost time), and every keyword argument of :class:`DynamicBatchingEnv`
     except the real executor (``executor="torch"`` needs one model per lane: use
     ``vectorization_mode="sync"``) and non-looping traces (a lane whose stream ends
     would need the scalar env's end-of-trace path: use the scalar env or ``loop=True``).
@@ -435,6 +435,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._first_mark = cfg.warmup_requests
         self._end_mark = cfg.warmup_requests + cfg.horizon_requests
         self._mask_table = env._mask_table
+        self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
         self._obs_high = env._obs_high
         self._lane_rngs: list[np.random.Generator | None] = [None] * N
         self._alloc(_W0)
@@ -816,6 +817,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             "action_mask": self.action_masks(),
             "clipped_action": self._clipped.copy(),
             "dropped_total": self._drops.copy(),
+            "energy_source": self._energy_source.copy(),
         }
         ones = np.ones(self.num_envs, dtype=bool)
         info["reward_components"].update({f"_{k}": ones for k in comps})
