@@ -215,6 +215,39 @@ def bench_smdp(tol: float = 1e-6) -> dict[str, Any]:
     }
 
 
+def _ppo_setup() -> tuple[str, dict[str, Any], list, dict[str, Any], dict[str, Any]]:
+    """PPO settings shared by the training benchmarks (one torch thread): the env id, the
+    hyperparameter file's entry, its wrappers (centring at a fixed gain), the algorithm
+    keyword arguments and the policy keyword arguments."""
+    import torch
+
+    from agents.common import ZOO_KEYS, literal, load_hyperparams, wrapper_specs
+
+    torch.set_num_threads(1)
+    env_id = "batch_env/DynamicBatching-v0"
+    hp = load_hyperparams("ppo", env_id)
+    specs = [
+        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
+        for p, kw in wrapper_specs(hp["env_wrapper"])
+    ]
+    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
+    policy_kwargs = dict(literal(hp["policy_kwargs"], "policy_kwargs"))
+    return env_id, hp, specs, algo_kwargs, policy_kwargs
+
+
+def _ppo_steps_per_s(venv: Any, total_steps: int, seed: int, algo_kwargs: dict[str, Any],
+                     policy_kwargs: dict[str, Any]) -> float:
+    """PPO training steps/s on ``venv`` (wrapped in ``VecNormalize``)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    model = PPO("MlpPolicy", VecNormalize(venv), policy_kwargs=dict(policy_kwargs), seed=seed,
+                device="cpu", **algo_kwargs)
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=total_steps)
+    return total_steps / (time.perf_counter() - t0)
+
+
 def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
     """PPO training steps/s on DynamicBatching-v0 and on CartPole-v1 with the same settings.
 
@@ -226,29 +259,16 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
     :param total_steps: environment steps per run.
     :param seed: seed of both runs.
     """
-    import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.common import ZOO_KEYS, literal, load_hyperparams, make_env, wrapper_specs
+    from agents.common import make_env
 
-    torch.set_num_threads(1)
-    env_id = "batch_env/DynamicBatching-v0"
-    hp = load_hyperparams("ppo", env_id)
-    specs = [
-        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
-        for p, kw in wrapper_specs(hp["env_wrapper"])
-    ]
-    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
-    policy_kwargs = literal(hp["policy_kwargs"], "policy_kwargs")
+    env_id, hp, specs, algo_kwargs, policy_kwargs = _ppo_setup()
 
     def timed(env_fn: Any) -> float:
-        venv = VecNormalize(make_vec_env(env_fn, n_envs=int(hp["n_envs"]), seed=seed, vec_env_cls=DummyVecEnv))
-        model = PPO("MlpPolicy", venv, policy_kwargs=dict(policy_kwargs), seed=seed, device="cpu", **algo_kwargs)
-        t0 = time.perf_counter()
-        model.learn(total_timesteps=total_steps)
-        return total_steps / (time.perf_counter() - t0)
+        venv = make_vec_env(env_fn, n_envs=int(hp["n_envs"]), seed=seed, vec_env_cls=DummyVecEnv)
+        return _ppo_steps_per_s(venv, total_steps, seed, algo_kwargs, policy_kwargs)
 
     ours = timed(lambda: make_env(env_id, {"workload": {"kind": "poisson", "load": 0.6}}, specs))
     cart = timed(lambda: gym.make("CartPole-v1"))
@@ -271,37 +291,23 @@ def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 
     :param total_steps: environment steps per run.
     :param seed: seed of both runs.
     """
-    import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
-    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.common import ZOO_KEYS, literal, load_hyperparams, make_env, wrapper_specs
+    from agents.common import make_env
     from agents.vec_env import make_vec_env
 
-    torch.set_num_threads(1)
-    env_id = "batch_env/DynamicBatching-v0"
+    env_id, hp, specs, algo_kwargs, policy_kwargs = _ppo_setup()
     env_kwargs = {"workload": {"kind": "poisson", "load": 0.6}}
-    hp = load_hyperparams("ppo", env_id)
-    specs = [
-        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
-        for p, kw in wrapper_specs(hp["env_wrapper"])
-    ]
-    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
+    # the same rollout size in steps as the file's n_envs x n_steps
     algo_kwargs["n_steps"] = max(int(algo_kwargs.get("n_steps", 512)) * int(hp["n_envs"]) // num_envs, 16)
-    policy_kwargs = literal(hp["policy_kwargs"], "policy_kwargs")
-
-    def timed(venv: Any) -> float:
-        model = PPO("MlpPolicy", VecNormalize(venv), policy_kwargs=dict(policy_kwargs), seed=seed,
-                    device="cpu", **algo_kwargs)
-        t0 = time.perf_counter()
-        model.learn(total_timesteps=total_steps)
-        return total_steps / (time.perf_counter() - t0)
-
-    native = timed(make_vec_env(env_id, num_envs, env_kwargs, seed=seed, mode="vector_entry_point",
-                                wrappers=specs))
-    dummy = timed(sb3_make_vec_env(lambda: make_env(env_id, env_kwargs, specs), n_envs=num_envs, seed=seed,
-                                   vec_env_cls=DummyVecEnv))
+    native = _ppo_steps_per_s(
+        make_vec_env(env_id, num_envs, env_kwargs, seed=seed, mode="vector_entry_point", wrappers=specs),
+        total_steps, seed, algo_kwargs, policy_kwargs)
+    dummy = _ppo_steps_per_s(
+        sb3_make_vec_env(lambda: make_env(env_id, env_kwargs, specs), n_envs=num_envs, seed=seed,
+                         vec_env_cls=DummyVecEnv),
+        total_steps, seed, algo_kwargs, policy_kwargs)
     return {
         "num_envs": num_envs,
         "total_steps": total_steps,

@@ -438,12 +438,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
         self._obs_high = env._obs_high
         self._lane_rngs: list[np.random.Generator | None] = [None] * N
-        self._alloc(_W0)
+        self._alloc_state()
+        self._alloc_buffers(_W0)
         self._autoreset = np.zeros(N, dtype=bool)
         self._started = False
 
     # -- state ------------------------------------------------------------------------
-    def _alloc(self, width: int) -> None:
+    def _alloc_buffers(self, width: int) -> None:
+        """The per-lane arrival buffers, ``width`` entries each (``_grow`` calls it again)."""
         N = self.num_envs
         self._W = width
         # entries + future arrivals per lane, then _G columns of +inf padding for the
@@ -453,6 +455,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._P = np.zeros((N, width + 1), dtype=np.float64)  # prefix sums of _A's rows
         self._rowbase = np.arange(N, dtype=np.int64) * (width + _G)
         self._rowbase1 = np.arange(N, dtype=np.int64) * (width + 1)
+
+    def _alloc_state(self) -> None:
+        """The per-lane state arrays (allocated once)."""
+        N = self.num_envs
         z = lambda dt: np.zeros(N, dtype=dt)  # noqa: E731
         self._fill, self._ws, self._i, self._kd, self._off = (z(np.int64) for _ in range(5))
         self._now, self._L, self._E, self._rate, self._lastlat = (z(np.float64) for _ in range(5))
@@ -479,15 +485,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     def _grow(self) -> None:
         """Double the buffer width of every lane (a queue outgrew it)."""
         A, P, W = self._A, self._P, self._W
-        keep = {k: getattr(self, k) for k in (
-            "_fill", "_ws", "_i", "_kd", "_off", "_now", "_L", "_E", "_rate", "_lastlat", "_drops",
-            "_sm", "_nb", "_sb", "_arrived", "_lastb", "_steps", "_clipped", "_L0", "_E0", "_t0",
-            "_M0", "_D0", "_n0", "_win", "_w_time", "_w_L", "_w_E", "_w_M", "_w_D", "_w_entry",
-            "_w_nb", "_w_sb", "_ehi", "_dend", "_mark", "_latency", "_F", "_fk", "_streams",
-            "_service", "_res", "_rp")}
-        self._alloc(2 * W)
-        for k, v in keep.items():
-            setattr(self, k, v)
+        self._alloc_buffers(2 * W)
         self._A[:, :W] = A[:, :W]
         self._P[:, : W + 1] = P
 
@@ -1004,36 +1002,37 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     if key in info:
                         info[key][redo] = None if key == "serving" else False
                 if self.full_info:
-                    for n in redo.tolist():
-                        self._reset_info_lane(info, n)
+                    self._reset_info_lanes(info, redo)
             self._autoreset[:] = truncated
-        elif mode == AutoresetMode.SAME_STEP:
-            ended = np.flatnonzero(truncated).tolist()
-            for n in ended:
+        elif mode == AutoresetMode.SAME_STEP and truncated.any():
+            ended = np.flatnonzero(truncated)
+            finals = {}
+            for n in ended.tolist():
                 final_info = self._lane_info(info, n) if self.full_info else {}
                 if n in serving:
                     final_info["serving"] = serving[n]
-                final_obs = obs[n].copy()
-                self._reset_lanes(np.array([n]), [None])
-                obs[n] = self._obs(np.array([n]))[0]
-                if self.full_info:
-                    self._reset_info_lane(info, n)
-                info = self._add_info(info, {"final_obs": final_obs, "final_info": final_info}, n)
+                finals[n] = {"final_obs": obs[n].copy(), "final_info": final_info}
+            self._reset_lanes(ended, [None] * ended.size)
+            obs[ended] = self._obs(ended)
+            if self.full_info:
+                self._reset_info_lanes(info, ended)
+            for n, final in finals.items():
+                info = self._add_info(info, final, n)
         return obs, reward, terminated, truncated, info
 
-    def _reset_info_lane(self, info: dict[str, Any], n: int) -> None:
-        """Overwrite lane ``n``'s per-step info with its reset info (``full_info=True``)."""
-        sub = self._info_arrays(np.zeros(self.num_envs), {k: np.zeros(self.num_envs) for k in
-                                                           ("latency", "energy", "sla", "drop")})
+    def _reset_info_lanes(self, info: dict[str, Any], lanes: np.ndarray) -> None:
+        """Overwrite ``lanes``' per-step info with their reset info (``full_info=True``)."""
+        zero = np.zeros(self.num_envs)
+        sub = self._info_arrays(zero, dict.fromkeys(("latency", "energy", "sla", "drop"), zero))
         for k, v in sub.items():
             if k.startswith("_"):
                 continue
             if isinstance(v, dict):
                 for kk, vv in v.items():
                     if not kk.startswith("_"):
-                        info[k][kk][n] = vv[n]
+                        info[k][kk][lanes] = vv[lanes]
             else:
-                info[k][n] = v[n]
+                info[k][lanes] = v[lanes]
 
     def _record_latencies(self, run: np.ndarray, ws_old: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
         """Store the latencies of the summary requests that start (and complete) now."""
