@@ -282,7 +282,7 @@ _COPY = 2048  # arrivals copied from a lane's stream chunk per refill
 _G = 32  # window of the linear first pass of the searches (and +inf padding of each row)
 _LAT0 = 256  # initial summary-latency columns per lane (grows up to horizon_requests)
 _NOISE = 256  # service-noise factors drawn per lane per refill
-_FIRST = 512  # arrivals drawn at a reset (Poisson streams split their chunks exactly)
+_MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 
@@ -433,6 +433,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._tau = env._rate_tau
         self._weights = (env._wl, env._we, env._ws, env._wd)
         self._first_mark = cfg.warmup_requests
+        # arrivals drawn at a reset (Poisson streams split their chunks exactly): about what
+        # an episode uses, so most episodes need no refill
+        self._first = min(cfg.warmup_requests + cfg.horizon_requests + max(_MARGIN, cfg.horizon_requests // 16), _W0)
         self._end_mark = cfg.warmup_requests + cfg.horizon_requests
         self._mask_table = env._mask_table
         self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
@@ -614,8 +617,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,)))
                 )
                 self._lane_noise(n)
-            res = self._draw(n, _FIRST)
-            m = min(_COPY, len(res), W)
+            res = self._draw(n, self._first)
+            m = min(len(res), W)
             old = int(self._fill[n])
             A[n, :m] = res[:m]
             if old > m:
