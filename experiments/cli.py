@@ -172,21 +172,49 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Run (or resume) a comparison experiment from a YAML config."""
+    """Run (or resume) a comparison experiment from a YAML config.
+
+    Each finished cell is written to <results-dir>/<name>/cells/ at once, so an
+    interrupted run resumes without recomputing finished cells. --backend local (the
+    default) runs the cells one after the other in this process; --backend ray runs each
+    cell as a Ray task, on a new local Ray instance or on the cluster at --address (needs
+    pip install 'batch-env[ray]'). Both give the same numbers. A cell that raises is
+    recorded as failed and the others go on; the exit status is then 1 and the summary
+    lists the failed cells with their errors (a rerun retries only them).
+    """
     from experiments.compare import run_compare
 
-    return _print_compare(run_compare(args.config, results_dir=args.results_dir, progress=not args.json), args)
+    with _stdout_to_stderr(args.json):
+        result = run_compare(args.config, results_dir=args.results_dir, progress=not args.json,
+                             backend=args.backend, address=args.address, max_retries=args.max_retries,
+                             num_cpus=args.num_cpus)
+    return _print_compare(result, args)
+
+
+def _stdout_to_stderr(active: bool) -> Any:
+    """Send what libraries print (Ray's banners and tables) to stderr while ``active``."""
+    import contextlib
+
+    return contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext()
 
 
 def _print_compare(result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None) -> int:
+    failed = result.get("failed") or []
     if args.json:
-        print(dumps({"dir": str(result["dir"]), "records": result["records"]}))
-        return 0
+        print(dumps({"dir": str(result["dir"]), "records": result["records"], "computed": result["computed"],
+                     "reused": result["reused"], "failed": failed}))
+        return 1 if failed else 0
     print(result["markdown"])
-    print(f"tables, CSV and plots in {result['dir']}/")
+    print(f"tables, CSV and plots in {result['dir']}/ ({result['computed']} cells computed, "
+          f"{result['reused']} reused, {len(failed)} failed)")
+    if failed:
+        print(f"{len(failed)} cell(s) failed (listed in summary.md and {result['dir']}/failed.json); "
+              "rerun to retry them:", file=sys.stderr)
+        for f in failed:
+            print(f"  {f['key']}: {f['error']}", file=sys.stderr)
     if tensorboard is not None:
         print(f"watch the agent's training: tensorboard --logdir {tensorboard}")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -418,6 +446,20 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
+    """--backend, --address and --num-cpus (shared by compare and train --sweep)."""
+    from experiments.backends import BACKENDS
+
+    p.add_argument("--backend", choices=list(BACKENDS), default="local",
+                   help=f"where each {unit} runs: local (this process, one after the other; the default and the "
+                        f"fast path on one machine) or ray (each {unit} on Ray; pip install 'batch-env[ray]')")
+    p.add_argument("--address", default=None,
+                   help="ray backend: the Ray cluster to join, e.g. auto (the cluster this node belongs to) or "
+                        "ray://<head>:10001 (default: start a local Ray instance)")
+    p.add_argument("--num-cpus", type=int, default=None,
+                   help="ray backend without --address: CPUs of the local Ray instance (default: all)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``batch-env`` (every subcommand has ``--help``)."""
     parser = argparse.ArgumentParser(
@@ -439,6 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description=cmd_compare.__doc__)
     p.add_argument("--config", default="default", help="config name in experiments/configs or a YAML path (default: default)")
     p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    _add_backend_args(p, "cell")
+    p.add_argument("--max-retries", type=int, default=3,
+                   help="ray backend: retries of a cell whose worker process died (default 3); a cell that "
+                        "raises is not retried but recorded as failed")
     p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_compare)
 
@@ -570,6 +616,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        from experiments.backends import RayUnavailableError
+
+        if not isinstance(exc, RayUnavailableError):
+            raise
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -24,7 +24,14 @@ comparison enables ticks for every policy alike (``env.decision_interval_ms``). 
 finished cell is written to ``results/<name>/cells/`` under a key that hashes everything
 it depends on (config and package version); a rerun skips cells already there
 (resumable, and a changed config never reuses stale cells). After changing the simulator
-without bumping ``batch_env.__version__``, delete ``results/<name>/cells/``. Outputs: ``summary.csv`` (one row per cell), ``summary.md`` (tables
+without bumping ``batch_env.__version__``, delete ``results/<name>/cells/``.
+
+Cells run on a backend (:mod:`experiments.backends`): ``local`` (this process, the
+default and the fast path on one machine) or ``ray`` (each cell a Ray task on a local
+Ray instance or a cluster, ``batch-env compare --backend ray [--address ...]``). Both
+run the same :func:`run_cell` and give the same numbers; on both, a cell that raises is
+recorded as failed (``failed.json``, the top of ``summary.md``) and the others go on,
+and on Ray a cell whose worker dies is retried. Outputs: ``summary.csv`` (one row per cell), ``summary.md`` (tables
 with 95% CIs and paired differences against the reference), and PNG plots: mean and p99
 latency vs load, mean power vs load, SLA attainment vs load, the latency-power trade-off
 (the SMDP policy swept over the energy weight as a Pareto curve, the others as points)
@@ -287,45 +294,126 @@ def run_compare(
     results_dir: str | os.PathLike[str] = "results",
     progress: bool = True,
     on_cell: Callable[[Cell, bool], None] | None = None,
+    backend: str = "local",
+    address: str | None = None,
+    max_retries: int = 3,
+    num_cpus: int | None = None,
+    run: Callable[[Cell], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) a comparison and write its tables and plots.
+
+    Cells already on disk are reused; the others run on ``backend`` and each is written
+    to ``<results_dir>/<name>/cells/`` as soon as it finishes, so an interrupted run
+    loses no finished cell and a rerun recomputes none. Both backends run the same
+    :func:`run_cell` with the same seeds, so they give the same numbers. A cell that
+    raises is recorded as failed (not written as a cell, so a rerun tries it again) and
+    the others go on; the failures are listed in the result, in ``summary.md`` and in
+    ``failed.json``.
 
     :param config: config name, path or an already loaded config dict.
     :param results_dir: parent folder; outputs go to ``<results_dir>/<name>/``.
     :param progress: show a progress bar (tqdm, when installed).
-    :param on_cell: called with ``(cell, computed)`` after each cell (``computed`` is False
-        when the cell was already on disk).
-    :returns: ``{"dir", "records", "computed", "reused", "markdown"}``.
+    :param on_cell: called with ``(cell, computed)`` after each finished cell
+        (``computed`` is False when the cell was already on disk); not for failed cells.
+    :param backend: ``"local"`` (this process, one cell after the other; the default)
+        or ``"ray"`` (each cell a Ray task; needs ``pip install 'batch-env[ray]'``).
+    :param address: Ray only: the cluster to join (``"auto"``, ``"ray://head:10001"``);
+        default: the Ray already initialised in this process, else a new local instance.
+    :param max_retries: Ray only: retries of a cell whose worker process died.
+    :param num_cpus: Ray only: CPUs of a new local instance (default: all).
+    :param run: the function that evaluates a cell (default :func:`run_cell`; tests pass
+        a wrapper to inject faults).
+    :returns: ``{"dir", "records", "computed", "reused", "failed", "backend", "markdown"}``;
+        ``failed`` lists ``{"key", "group", "workload", "load", "policy", "error",
+        "traceback"}`` per failed cell.
     """
+    from experiments.backends import check_backend, require_ray, run_tasks
+
+    check_backend(backend, address)
+    if backend != "ray" and num_cpus is not None:
+        raise ValueError(f"num_cpus={num_cpus!r} needs backend='ray' (--backend ray)")
+    if backend == "ray":
+        require_ray()
+    run = run_cell if run is None else run
     cfg = validate_config(config) if isinstance(config, dict) else load_config(config)
     out = Path(results_dir) / cfg["name"]
     cell_dir = out / "cells"
     cell_dir.mkdir(parents=True, exist_ok=True)
-    todo = list(cells(cfg))
-    bar = _progress(len(todo), f"compare {cfg['name']}") if progress else None
-    records, computed, reused = [], 0, 0
-    for cell in todo:
+    every = list(cells(cfg))
+    bar = _progress(len(every), f"compare {cfg['name']} ({backend})") if progress else None
+    by_key: dict[str, dict[str, Any]] = {}
+    todo: list[Cell] = []
+    for cell in every:
         path = cell_dir / f"{cell.key}.json"
         if path.exists():
-            record = json.loads(path.read_text())
-            reused += 1
-            fresh = False
+            by_key[cell.key] = json.loads(path.read_text())
+            if bar is not None:
+                bar.update(1)
+            if on_cell is not None:
+                on_cell(cell, False)
         else:
-            record = run_cell(cell)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record))
-            tmp.replace(path)  # atomic: an interrupted run never leaves half a cell
-            computed += 1
-            fresh = True
-        records.append(record)
+            todo.append(cell)
+    reused = len(by_key)
+    failed: list[dict[str, Any]] = []
+
+    def finish(outcome: Any) -> None:
+        cell = todo[outcome.index]
+        if outcome.ok:
+            _write_cell(cell_dir / f"{cell.key}.json", outcome.value)
+            by_key[cell.key] = outcome.value
+        else:
+            failed.append({"key": cell.key, "group": cell.group, "workload": cell.workload, "load": cell.load,
+                           "policy": cell.policy, "error": outcome.error, "traceback": outcome.traceback})
         if bar is not None:
             bar.update(1)
-        if on_cell is not None:
-            on_cell(cell, fresh)
-    if bar is not None:
-        bar.close()
-    markdown = write_outputs(cfg, records, out)
-    return {"dir": out, "records": records, "computed": computed, "reused": reused, "markdown": markdown}
+        if outcome.ok and on_cell is not None:
+            on_cell(cell, True)
+
+    def execute() -> None:
+        with run_tasks(run, todo, backend, max_retries=max_retries) as stream:
+            try:
+                for outcome in stream:
+                    finish(outcome)
+            except BaseException:  # interrupted: keep every cell that has already finished
+                for outcome in stream.drain():
+                    if outcome.ok:
+                        _write_cell(cell_dir / f"{todo[outcome.index].key}.json", outcome.value)
+                raise
+
+    try:
+        if todo and backend == "ray":
+            from experiments.backends import ray_session
+
+            with ray_session(address, num_cpus):
+                execute()
+        elif todo:
+            execute()
+    finally:
+        if bar is not None:
+            bar.close()
+    order = {cell.key: i for i, cell in enumerate(every)}
+    failed.sort(key=lambda f: order[f["key"]])
+    records = [by_key[c.key] for c in every if c.key in by_key]
+    _write_failures(out, failed)
+    markdown = write_outputs(cfg, records, out, failed=failed)
+    return {"dir": out, "records": records, "computed": len(by_key) - reused, "reused": reused,
+            "failed": failed, "backend": backend, "markdown": markdown}
+
+
+def _write_cell(path: Path, record: dict[str, Any]) -> None:
+    """Write a finished cell atomically: an interrupted run never leaves half a cell."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
+
+
+def _write_failures(out: Path, failed: list[dict[str, Any]]) -> None:
+    """``failed.json``: the cells that failed in the latest run (removed when none did)."""
+    path = out / "failed.json"
+    if failed:
+        path.write_text(json.dumps(failed, indent=1) + "\n")
+    elif path.exists():
+        path.unlink()
 
 
 def _progress(total: int, desc: str) -> Any:
@@ -342,8 +430,14 @@ def _fmt(m: float, h: float) -> str:
     return f"{m:.4g} ± {h:.2g}" if not np.isnan(h) else f"{m:.4g}"
 
 
-def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path) -> str:
-    """Write ``summary.csv``, ``summary.md`` and the plots; return the Markdown."""
+def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
+                  failed: list[dict[str, Any]] | None = None) -> str:
+    """Write ``summary.csv``, ``summary.md`` and the plots; return the Markdown.
+
+    :param failed: cells that failed (see :func:`run_compare`): counted and listed with
+        their errors at the top of ``summary.md``; their rows are missing from the tables.
+    """
+    failed = failed or []
     main = [r for r in records if r["group"] == "main"]
     ref = cfg["reference"]
     by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
@@ -360,8 +454,10 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path)
         row[f"reward_rate_vs_{ref}_ci95"] = h
         row["episodes"] = len(res.episodes)
         rows.append(row)
+    fields = ["workload", "load", "policy", *(x for k in METRICS for x in (k, f"{k}_ci95")),
+              f"reward_rate_vs_{ref}", f"reward_rate_vs_{ref}_ci95", "episodes"]
     with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
 
@@ -374,6 +470,12 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path)
         f"sees the same arrivals). Mean ± 95% CI over episodes; Δ = paired difference of the "
         f"reward rate against `{ref}` (positive = better than `{ref}`).",
     ]
+    if failed:
+        lines += ["", f"## Failed cells: {len(failed)}", "",
+                  "Not in the tables below; rerun the comparison to retry them (finished cells are reused).", "",
+                  "| group | workload | load | policy | error |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {f['group']} | {f['workload']} | {f['load']:g} | {f['policy']} | "
+                  f"{str(f['error']).replace('|', '/').splitlines()[0] if f['error'] else ''} |" for f in failed]
     for wname in cfg["workloads"]:
         for load in cfg["loads"]:
             lines += [

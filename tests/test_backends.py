@@ -1,0 +1,95 @@
+"""Backend choice without Ray running: validation, clear errors, Ray missing, local fault semantics."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from experiments.backends import RayUnavailableError, check_backend, require_ray, run_tasks
+from experiments.cli import main
+from experiments.compare import run_compare
+
+TINY = {
+    "name": "tiny",
+    "env": {"profile": "resnet50-v100", "decision_interval_ms": 0.5, "horizon_requests": 100},
+    "workloads": {"poisson": {"kind": "poisson"}},
+    "loads": [0.5],
+    "seeds": 1,
+    "reference": "greedy",
+    "policies": {"greedy": {}, "broken": {"name": "static", "batch_size": 0}, "static-4": {"name": "static",
+                                                                                           "batch_size": 4}},
+}
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Make ``import ray`` fail as if the extra were not installed."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+
+
+def test_check_backend_names_field_value_and_allowed():
+    check_backend("local")
+    check_backend("ray", "auto")
+    with pytest.raises(ValueError, match=r"backend='dask' is unknown: allowed values are \['local', 'ray'\]"):
+        check_backend("dask")
+    with pytest.raises(ValueError, match=r"address='auto' needs backend='ray'"):
+        check_backend("local", "auto")
+
+
+def test_local_backend_records_a_raising_cell_and_goes_on(tmp_path):
+    res = run_compare(TINY, results_dir=tmp_path, progress=False)
+    assert res["computed"] == 2 and [f["policy"] for f in res["failed"]] == ["broken"]
+    assert "batch_size=0 is out of range" in res["failed"][0]["error"]
+    assert "Traceback" in res["failed"][0]["traceback"]
+    assert "## Failed cells: 1" in res["markdown"] and "| broken |" in res["markdown"]
+    assert len(list((res["dir"] / "cells").glob("*.json"))) == 2  # the failed cell is not written
+    again = run_compare(TINY, results_dir=tmp_path, progress=False)
+    assert again["reused"] == 2 and again["computed"] == 0 and len(again["failed"]) == 1  # retried, fails again
+
+
+def test_run_tasks_local_keeps_order_and_errors():
+    def f(x):
+        if x == 2:
+            raise RuntimeError("two")
+        return x * 10
+
+    outs = list(run_tasks(f, [1, 2, 3]))
+    assert [(o.index, o.value, o.error) for o in outs] == [(0, 10, None), (1, None, "RuntimeError: two"), (2, 30, None)]
+
+
+def test_ray_missing_says_how_to_install(no_ray, tmp_path, capsys):
+    with pytest.raises(RayUnavailableError, match=r"pip install 'batch-env\[ray\]'"):
+        require_ray()
+    with pytest.raises(RayUnavailableError):
+        run_compare(TINY, results_dir=tmp_path, progress=False, backend="ray")
+    assert main(["compare", "--config", "demo", "--backend", "ray", "--results-dir", str(tmp_path)]) == 2
+    assert "pip install 'batch-env[ray]'" in capsys.readouterr().err
+    # the local backend does not need Ray
+    assert run_compare(TINY, results_dir=tmp_path, progress=False)["computed"] == 2
+
+
+def test_compare_cli_backend_errors(tmp_path, capsys):
+    assert main(["compare", "--config", "demo", "--address", "auto", "--results-dir", str(tmp_path)]) == 2
+    assert "address='auto' needs backend='ray'" in capsys.readouterr().err
+    assert main(["compare", "--config", "demo", "--num-cpus", "2", "--results-dir", str(tmp_path)]) == 2
+    assert "num_cpus=2 needs backend='ray'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--backend", "dask"])
+    assert "invalid choice: 'dask'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["compare", "--help"])
+    out = capsys.readouterr().out
+    assert "--backend {local,ray}" in out and "--address" in out and "--max-retries" in out
+
+
+def test_local_backend_does_not_import_ray(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys; from experiments.compare import run_compare; "
+        f"run_compare({TINY!r}, results_dir={str(tmp_path)!r}, progress=False); "
+        "sys.exit(1 if 'ray' in sys.modules else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
