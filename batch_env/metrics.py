@@ -85,29 +85,65 @@ class WindowStart:
 _Q = np.array([50.0, 95.0, 99.0]) / 100.0
 
 
-def percentiles(values: np.ndarray) -> np.ndarray:
-    """The 50th, 95th and 99th percentiles of ``values`` (1-D float64, no NaN, not empty).
+def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float) -> dict[str, np.ndarray]:
+    """Latency figures of ``k`` episodes at once: row ``r`` holds ``counts[r]`` latencies
+    (seconds) in its first columns; later columns are ignored.
 
-    Bit-identical to ``np.percentile(values, [50, 95, 99])`` (linear interpolation, the
-    same order statistics and the same interpolation formula), without its generic
-    machinery: the vector envs summarize thousands of episodes per second. ``values``
-    is not modified.
+    The percentiles are NumPy's default (linear interpolation), bit-identical to
+    ``np.percentile(row[:n], [50, 95, 99])``: the same order statistics (from one sort of
+    the padded rows, which beats a partition per row) and the same interpolation
+    formula. The mean is ``row[:n].sum() / n``, as ``ndarray.mean`` computes it.
+
+    :param rows: ``(k, W)`` float64, no NaN in the counted columns.
+    :param counts: ``(k,)`` number of latencies per row (0..W).
+    :param sla_s: the SLA; a latency meets it when not above it.
+    :return: ``completed``, ``within`` (int64), ``mean_ms``, ``p50_ms``, ``p95_ms``,
+        ``p99_ms`` (float64, NaN for rows without latencies), each ``(k,)``.
     """
-    n = values.size
-    virtual = (n - 1) * _Q
+    rows = np.asarray(rows, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.int64)
+    k = counts.size
+    width = int(counts.max(initial=0))
+    lat = rows[:, :width].copy()
+    for r in np.flatnonzero(counts < width).tolist():
+        lat[r, counts[r]:] = np.inf  # (not NaN: sorts last, never within the SLA)
+    within = (lat <= sla_s).sum(axis=1)  # no NaN: the same as ~(lat > sla_s)
+    mean = np.full(k, np.nan)
+    pct = np.full((k, 3), np.nan)
+    has = np.flatnonzero(counts)
+    if has.size:
+        for r in has.tolist():
+            mean[r] = rows[r, : counts[r]].sum() / counts[r]
+        lat.sort(axis=1)
+        pct[has] = _sorted_percentiles(lat[has], counts[has])
+    mean *= 1000.0
+    pct *= 1000.0
+    return {"completed": counts.copy(), "within": within, "mean_ms": mean,
+            "p50_ms": pct[:, 0], "p95_ms": pct[:, 1], "p99_ms": pct[:, 2]}
+
+
+def _sorted_percentiles(srt: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The 50/95/99th percentiles of each row's first ``n[r]`` entries of the row-sorted
+    ``srt``: NumPy's order statistics and interpolation formula (``method="linear"``)."""
+    n1 = (n - 1)[:, None]
+    virtual = n1 * _Q
     prev = np.floor(virtual)
     gamma = virtual - prev
     lo = prev.astype(np.intp)
-    hi = lo + 1
-    top = virtual >= n - 1
-    lo[top] = hi[top] = n - 1
-    part = np.partition(values, np.unique(np.concatenate(([0, n - 1], lo, hi))))
-    a, b = part[lo], part[hi]
+    hi = np.minimum(lo + 1, n1)  # the top order statistic for q = 1 (and n = 1)
+    base = (np.arange(n.size) * srt.shape[1])[:, None]
+    flat = srt.reshape(-1)
+    a, b = flat[base + lo], flat[base + hi]
     diff = b - a
-    out = a + diff * gamma
-    upper = gamma >= 0.5
-    out[upper] = b[upper] - diff[upper] * (1.0 - gamma[upper])
+    out = np.where(gamma >= 0.5, b - diff * (1.0 - gamma), a + diff * gamma)
     return out
+
+
+def percentiles(values: np.ndarray) -> np.ndarray:
+    """The 50th, 95th and 99th percentiles of ``values`` (1-D float64, no NaN, not empty),
+    bit-identical to ``np.percentile(values, [50, 95, 99])`` (see :func:`latency_stats`).
+    ``values`` is not modified."""
+    return _sorted_percentiles(np.sort(values)[None, :], np.array([values.size]))[0]
 
 
 def summarize(
@@ -156,9 +192,38 @@ def summarize(
     comp = np.asarray(completions[lo:hi], dtype=np.float64)
     arr = np.asarray(arrivals[lo:hi], dtype=np.float64)
     lat = comp - arr
-    completed = int(lat.size)
-    within = int(np.count_nonzero(~(lat > sla_s)))
-    n_summary = (entry_hi - lo) + drops_summary
+    stats = latency_stats(lat[None, :], np.array([lat.size]), sla_s)
+    return summary_from_totals(
+        {k: v[0] for k, v in stats.items()}, window=window, n_entries=entry_hi - lo,
+        drops_summary=drops_summary, now_s=now_s, latency_integral_s=latency_integral_s,
+        energy_j=energy_j, misses=misses, drops=drops, n_batches=n_batches,
+        sum_batch=sum_batch, in_system=in_system, weights=weights,
+    )
+
+
+def summary_from_totals(
+    stats: dict[str, Any],
+    *,
+    window: WindowStart,
+    n_entries: int,
+    drops_summary: int,
+    now_s: float,
+    latency_integral_s: float,
+    energy_j: float,
+    misses: int,
+    drops: int,
+    n_batches: int,
+    sum_batch: int,
+    in_system: int,
+    weights: tuple[float, float, float, float],
+) -> dict[str, Any]:
+    """The episode summary from one row of :func:`latency_stats` and the totals at the
+    window start and at the end (the parameters of :func:`summarize`; ``n_entries``
+    counts the admitted summary requests). Used by :func:`summarize` and by the vector
+    env, which computes the latency figures of all lanes ending in a step at once."""
+    completed = int(stats["completed"])
+    within = int(stats["within"])
+    n_summary = n_entries + drops_summary
     elapsed = now_s - window.time_s
     L = latency_integral_s - window.latency_integral_s
     E = energy_j - window.energy_j
@@ -168,20 +233,15 @@ def summarize(
     wl, we, ws, wd = weights
     reward = -(wl * L + we * E + ws * M + wd * D)
     nan = float("nan")
-    if completed:
-        p50, p95, p99 = percentiles(lat) * 1000.0
-        mean_ms = float(lat.mean() * 1000.0)
-    else:
-        p50 = p95 = p99 = mean_ms = nan
     denom = completed + drops_summary
     return {
         "completed": completed,
         "dropped": int(drops_summary),
         "in_system_at_end": int(in_system),
-        "latency_mean_ms": mean_ms,
-        "latency_p50_ms": float(p50),
-        "latency_p95_ms": float(p95),
-        "latency_p99_ms": float(p99),
+        "latency_mean_ms": float(stats["mean_ms"]),
+        "latency_p50_ms": float(stats["p50_ms"]),
+        "latency_p95_ms": float(stats["p95_ms"]),
+        "latency_p99_ms": float(stats["p99_ms"]),
         "sla_attainment": within / denom if denom else nan,
         "throughput_rps": completed / elapsed if elapsed > 0 else nan,
         "power_mean_w": E / elapsed if elapsed > 0 else nan,

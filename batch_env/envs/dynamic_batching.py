@@ -281,6 +281,7 @@ _W0 = 4096  # initial entries per lane in the arrival buffer (grows when a queue
 _COPY = 2048  # arrivals copied from a lane's stream chunk per refill
 _G = 32  # window of the linear first pass of the searches (and +inf padding of each row)
 _LAT0 = 256  # initial summary-latency columns per lane (grows up to horizon_requests)
+_LOG = 256  # batches logged per lane before their latencies are written out
 _NOISE = 256  # service-noise factors drawn per lane per refill
 _MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
@@ -477,6 +478,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._ehi, self._dend = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
         self._mark = z(np.int64)
         self._latency = np.zeros((N, min(self._H, _LAT0)), dtype=np.float64)  # summary latencies
+        # the batch log: completion time and end entry (absolute) of each batch started in
+        # the summary window since the last flush, which writes their requests' latencies;
+        # _lat_pos is the absolute entry where the first logged batch starts
+        self._bc = np.zeros((N, _LOG), dtype=np.float64)
+        self._be = np.zeros((N, _LOG), dtype=np.int64)
+        self._bcf, self._bef = self._bc.reshape(-1), self._be.reshape(-1)
+        self._nlog, self._lat_pos = z(np.int64), z(np.int64)
         # service noise
         self._F = np.ones((N, _NOISE), dtype=np.float64)
         self._fk = np.full(N, _NOISE, dtype=np.int64)
@@ -506,6 +514,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             if self._W - fill < _COPY:
                 s = int(self._ws[n])  # served entries are no longer needed
                 if s:
+                    self._flush_latencies(n)  # (their latencies need their arrival times)
                     A, P = self._A[n], self._P[n]
                     A[: fill - s] = A[s:fill]
                     A[fill - s : fill] = np.inf
@@ -585,6 +594,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._w_time[n], self._w_L[n], self._w_E[n] = now, self._L[n], self._E[n]
             self._w_M[n] = sm_prev + past
             self._w_D[n], self._w_entry[n] = self._drops[n], self._off[n] + i
+            self._lat_pos[n] = self._off[n] + self._ws[n]  # batches start here from now on
             self._w_nb[n], self._w_sb[n] = self._nb[n], self._sb[n]
             self._mark[n] = self._end_mark
         else:
@@ -628,7 +638,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._res[n], self._rp[n] = res, m
         for arr in (self._ws, self._i, self._kd, self._off, self._drops, self._sm, self._nb,
                     self._sb, self._arrived, self._lastb, self._steps, self._M0, self._w_M,
-                    self._w_D, self._w_entry, self._w_nb, self._w_sb):
+                    self._w_D, self._w_entry, self._w_nb, self._w_sb, self._nlog, self._lat_pos):
             arr[lanes] = 0
         for arr in (self._L, self._lastlat, self._w_L):
             arr[lanes] = 0.0
@@ -655,34 +665,46 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
 
-    def _lane_summary(self, n: int) -> dict[str, Any]:
-        """The lane's episode summary, from the one metrics recorder."""
-        from ..metrics import WindowStart, summarize
+    def _lane_summaries(self, lanes: list[int]) -> dict[int, dict[str, Any]]:
+        """The episode summaries of ``lanes``, from the one metrics recorder (the latency
+        figures of all of them at once)."""
+        from ..metrics import WindowStart, latency_stats, summary_from_totals
 
-        done = int(self._off[n] + self._ws[n])
-        if self._win[n]:
-            lo = int(self._w_entry[n])
-            window = WindowStart(
-                time_s=float(self._w_time[n]), latency_integral_s=float(self._w_L[n]),
-                energy_j=float(self._w_E[n]), misses=int(self._w_M[n]), drops=int(self._w_D[n]),
-                entry=0, n_batches=int(self._w_nb[n]), sum_batch=int(self._w_sb[n]),
+        n_lat = np.zeros(len(lanes), dtype=np.int64)
+        rest = []
+        for r, n in enumerate(lanes):
+            done = int(self._off[n] + self._ws[n])
+            L, E, M, D = float(self._L[n]), float(self._E[n]), int(self._M0[n]), int(self._drops[n])
+            nb, sb = int(self._nb[n]), int(self._sb[n])
+            if self._win[n]:
+                self._flush_latencies(n)
+                lo = int(self._w_entry[n])
+                window = WindowStart(
+                    time_s=float(self._w_time[n]), latency_integral_s=float(self._w_L[n]),
+                    energy_j=float(self._w_E[n]), misses=int(self._w_M[n]), drops=int(self._w_D[n]),
+                    entry=0, n_batches=int(self._w_nb[n]), sum_batch=int(self._w_sb[n]),
+                )
+                ehi = int(self._ehi[n]) if self._ehi[n] >= 0 else int(self._off[n] + self._i[n])
+                n_lat[r] = max(min(ehi, done) - lo, 0)
+                dend = int(self._dend[n]) if self._dend[n] >= 0 else int(self._drops[n])
+                drops_summary, n_entries = dend - window.drops, ehi - lo
+            else:  # the window never started: no summary request arrived
+                window = WindowStart(float(self._now[n]), L, E, M, D, 0, nb, sb)
+                drops_summary = n_entries = 0
+            rest.append((window, n_entries, drops_summary))
+        width = int(n_lat.max(initial=0))
+        stats = latency_stats(self._latency[lanes, :width], n_lat, self._sla)
+        out = {}
+        for r, (n, (window, n_entries, drops_summary)) in enumerate(zip(lanes, rest, strict=True)):
+            out[n] = summary_from_totals(
+                {k: v[r] for k, v in stats.items()}, window=window, n_entries=n_entries,
+                drops_summary=drops_summary, now_s=float(self._now[n]),
+                latency_integral_s=float(self._L[n]), energy_j=float(self._E[n]),
+                misses=int(self._M0[n]), drops=int(self._drops[n]), n_batches=int(self._nb[n]),
+                sum_batch=int(self._sb[n]), in_system=int(self._i[n] - self._ws[n]),
+                weights=self._weights,
             )
-            ehi = int(self._ehi[n]) if self._ehi[n] >= 0 else int(self._off[n] + self._i[n])
-            n_lat = max(min(ehi, done) - lo, 0)
-            lat = self._latency[n, :n_lat]
-            dend = int(self._dend[n]) if self._dend[n] >= 0 else int(self._drops[n])
-            drops_summary = dend - window.drops
-            entry_hi, n_done = ehi - lo, done - lo
-        else:  # the window never started: no summary request arrived
-            window, lat, drops_summary, entry_hi, n_done = None, np.empty(0), 0, 0, 0
-        return summarize(
-            arrivals=np.zeros(lat.size), completions=lat, n_done=n_done, window=window,
-            entry_hi=entry_hi, drops_summary=drops_summary, now_s=float(self._now[n]),
-            latency_integral_s=float(self._L[n]), energy_j=float(self._E[n]),
-            misses=int(self._M0[n]), drops=int(self._drops[n]), n_batches=int(self._nb[n]),
-            sum_batch=int(self._sb[n]), in_system=int(self._i[n] - self._ws[n]), sla_s=self._sla,
-            weights=self._weights,
-        )
+        return out
 
     # -- vectorized helpers -------------------------------------------------------------
     def _search(self, idx: np.ndarray | slice, lo: np.ndarray, hi: np.ndarray, key: np.ndarray,
@@ -940,7 +962,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._ws += b
             self._nb += run
             self._sb += b
-            self._record_latencies(run, ws_old, b, c)
+            self._log_batches(run, c)
         self._advance(slice(None), t_end, power, ws_old, sm_prev)
         empty = run & (self._i == self._ws)
         if empty.any():  # the batch emptied the queue: idle to the next arrival
@@ -988,7 +1010,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if mode == AutoresetMode.NEXT_STEP:
             over &= ~self._autoreset  # lanes reset below: their step is discarded
         if over.any():
-            serving = {n: self._lane_summary(n) for n in np.flatnonzero(over).tolist()}
+            serving = self._lane_summaries(np.flatnonzero(over).tolist())
             if mode != AutoresetMode.SAME_STEP:
                 arr = np.full(N, None, dtype=object)
                 for n, s in serving.items():
@@ -1037,28 +1059,51 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             else:
                 info[k][lanes] = v[lanes]
 
-    def _record_latencies(self, run: np.ndarray, ws_old: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-        """Store the latencies of the summary requests that start (and complete) now."""
+    def _log_batches(self, run: np.ndarray, c: np.ndarray) -> None:
+        """Log the batches that started now in lanes whose summary window is open (one
+        completion time and end entry per lane; ``_flush_latencies`` writes the latencies)."""
         lanes = np.flatnonzero(run & self._win)
         if not lanes.size:
             return
-        rel = self._off[lanes] + ws_old[lanes] - self._w_entry[lanes]  # first entry, window-relative
-        s = np.clip(rel, 0, self._H)
-        e = np.clip(rel + b[lanes], 0, self._H)
-        cnt = e - s
-        total = int(cnt.sum())
-        if not total:
+        k = self._nlog[lanes]
+        flat = lanes * _LOG + k
+        self._bcf[flat] = c[lanes]
+        self._bef[flat] = self._off[lanes] + self._ws[lanes]
+        k += 1
+        self._nlog[lanes] = k
+        full = k == _LOG
+        if full.any():
+            for n in lanes[full].tolist():
+                self._flush_latencies(n)
+
+    def _flush_latencies(self, n: int) -> None:
+        """Write the latencies of lane ``n``'s logged batches' summary requests (completion
+        minus arrival, the scalar env's float operation) and empty its log. Called before
+        served arrivals leave the buffer, when the log is full and at the summary."""
+        m = int(self._nlog[n])
+        if not m:
             return
-        width = self._latency.shape[1]
-        if int(e.max()) > width:
-            grown = np.zeros((self.num_envs, min(self._H, max(2 * width, int(e.max())))))
-            grown[:, :width] = self._latency
-            self._latency = grown
-        first = np.cumsum(cnt) - cnt  # each lane's first slot in the flat run
-        step = np.arange(total)
-        dst = np.repeat(lanes * self._latency.shape[1] + s - first, cnt) + step
-        src = np.repeat(self._rowbase[lanes] + ws_old[lanes] + (s - rel) - first, cnt) + step
-        self._latency.reshape(-1)[dst] = np.repeat(c[lanes], cnt) - self._Af[src]
+        ends = self._be[n, :m]
+        lo = int(self._w_entry[n])
+        hi = lo + self._H
+        first = min(max(int(self._lat_pos[n]), lo), hi)
+        e = np.minimum(np.maximum(ends, lo), hi)  # (ufuncs: np.clip and np.diff are slower)
+        cnt = e.copy()
+        cnt[1:] -= e[:-1]
+        cnt[0] -= first
+        last = int(e[-1])
+        if last > first:  # the batches' requests are contiguous entries first..last-1
+            if last - lo > self._latency.shape[1]:
+                width = self._latency.shape[1]
+                grown = np.zeros((self.num_envs, min(self._H, max(2 * width, last - lo))))
+                grown[:, :width] = self._latency
+                self._latency = grown
+            off = int(self._off[n])
+            self._latency[n, first - lo : last - lo] = (
+                np.repeat(self._bc[n, :m], cnt) - self._A[n, first - off : last - off]
+            )
+        self._lat_pos[n] = int(ends[-1])
+        self._nlog[n] = 0
 
     def action_masks(self) -> np.ndarray:
         """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a copy)."""
