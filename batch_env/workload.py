@@ -110,7 +110,7 @@ def _strictly_increasing(times: np.ndarray, prev: float) -> np.ndarray:
     """
     if times.size == 0:
         return times
-    if times[0] > prev and (times.size == 1 or bool(np.all(np.diff(times) > 0))):
+    if times[0] > prev and bool((times[1:] > times[:-1]).all()):
         return times
     bits = np.concatenate((np.array([prev], dtype=np.float64), times)).view(np.int64)
     idx = np.arange(bits.size, dtype=np.int64)
@@ -199,10 +199,15 @@ class _PoissonStream(ArrivalStream):
         m = min(int(max_n), self._left)
         gaps = np.empty(m + 1)
         gaps[0] = self._acc
-        gaps[1:] = self._rng.exponential(self._scale, size=m)
-        sums = np.cumsum(gaps)[1:]
-        times = _strictly_increasing(self._base + sums, self._t)
-        self._acc = float(sums[-1])
+        draws = gaps[1:]
+        # exponential(scale) is scale * standard_exponential() draw for draw (NumPy's
+        # random_exponential), so filling in place gives the same numbers without copies
+        self._rng.standard_exponential(out=draws)
+        draws *= self._scale
+        np.cumsum(gaps, out=gaps)
+        self._acc = float(gaps[-1])
+        draws += self._base
+        times = _strictly_increasing(draws, self._t)
         self._t = float(times[-1])
         self._left -= m
         return ArrivalChunk(times)

@@ -533,3 +533,21 @@ def test_bad_traces(
     # the same through a spec
     with pytest.raises(ValueError):
         make_workload({"kind": "trace", "path": str(p), **kwargs})
+
+
+def test_poisson_pieces_concatenate_to_the_chunks_bit_for_bit() -> None:
+    """``next_piece`` (the vector env draws only what a reset needs) hands out exact
+    pieces of the chunks ``next_chunk`` returns from the same generator."""
+    from batch_env.workload import Poisson
+
+    wl = Poisson(rate_per_s=123.0)
+    whole = wl.stream(np.random.default_rng(5), chunk_size=1000)
+    split = wl.stream(np.random.default_rng(5), chunk_size=1000)
+    sizes = np.random.default_rng(6)
+    expected = np.concatenate([whole.next_chunk().times for _ in range(5)])
+    got = []
+    while sum(len(g) for g in got) < expected.size:
+        got.append(split.next_piece(int(sizes.integers(1, 700))).times)
+    got = np.concatenate(got)[: expected.size]
+    assert np.array_equal(got, expected)
+    assert np.all(np.diff(got) > 0)
