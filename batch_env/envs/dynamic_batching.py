@@ -815,7 +815,16 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         k = j - i
         arrived = self._arrived[idx]
         room = self._cap - (i - self._ws[idx])
-        slow = (k > room) | (self._mark[idx] < arrived + k)
+        mark = self._mark[idx]
+        hit = mark < arrived + k  # a summary-window mark among the arrivals
+        drop = k > room
+        slow = drop | (hit & ~self._win[idx])  # drops and the window's start: per lane
+        end = hit & ~slow
+        if end.any():  # the window's end mark, without drops: where the scalar env stops
+            lanes = self._lanes[idx][end]  # at the mark, only the end entry is recorded
+            self._ehi[lanes] = self._off[lanes] + (i + mark - arrived)[end]
+            self._dend[lanes] = self._drops[lanes]
+            self._mark[lanes] = _NO_MARK
         n_sys = i - ws_from
         Pf = self._P.reshape(-1)
         rb1 = self._rowbase1[idx]
