@@ -440,6 +440,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._lat = np.asarray(ex.latency_s, dtype=np.float64)
         self._en = np.asarray(ex.energy_j, dtype=np.float64)
         self._pw = np.asarray(ex.power_w, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):  # a batch's power, e / d
+            self._run_power = np.where(self._lat > 0.0, self._en / self._lat, 0.0)
         self._sigma = math.sqrt(math.log1p(ex.cv * ex.cv))
         self._B = cfg.max_batch_size
         self._H = cfg.horizon_requests
@@ -981,12 +983,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             fk = self._fk[lanes]
             d[lanes] *= self._F[lanes, fk]
             self._fk[lanes] = fk + 1
-            e = self._pw[b] * d
-        else:
-            e = self._en[b]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = self._pw[b] * d
+                power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
+        else:  # the same division, looked up
+            power = np.where(run, self._run_power[b], self._idle)
         now = self._now
-        with np.errstate(divide="ignore", invalid="ignore"):
-            power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
         nxt = self._Af[self._rowbase + self._i]
         if self._tick is not None:
             tick = now + self._tick
