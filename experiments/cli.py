@@ -279,7 +279,20 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     With --vectorized the training envs are the lanes of one Gymnasium vector env (the
     env's NumPy vector env when it registers one), stepped through agents.vec_env.SB3VecEnv.
+
+    With --sweep <yaml> it runs a training sweep instead (algorithms x hyperparameter grid
+    x seeds, see experiments/configs/sweep-demo.yaml): every trial is one run of this same
+    training code, its TensorBoard logs under <runs-dir>/sweeps/<name>/trials/, and the
+    summary names the best trial by evaluation reward (a run directory that
+    agents.load_policy loads). --backend local runs the trials one after the other;
+    --backend ray runs them as Ray Tune trials (pip install 'batch-env[ray]'), on a local
+    Ray instance or the cluster at --address. The exit status is 1 when a trial failed.
     """
+    if args.sweep is not None:
+        return _cmd_sweep(args)
+    for opt, dest, default in _SWEEP_ONLY:
+        if getattr(args, dest) != default:
+            raise ValueError(f"{opt}={getattr(args, dest)!r} applies to a sweep: give --sweep <yaml> too")
     from agents.train import TrainArgs, train
 
     env_kwargs: dict[str, Any] = {}
@@ -320,6 +333,45 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
     return 0
+
+
+#: train options that only a sweep uses: (option, dest, default)
+_SWEEP_ONLY = (("--backend", "backend", "local"), ("--address", "address", None), ("--num-cpus", "num_cpus", None),
+               ("--max-retries", "max_retries", 3), ("--runs-dir", "runs_dir", "runs"))
+#: train options that a sweep's YAML sets instead: (option, dest, default, YAML field)
+_SET_BY_SWEEP = (
+    ("--algo", "algo", "ppo", "algo"), ("--env-id", "env_id", "batch_env/DynamicBatching-v0", "env_id"),
+    ("--env-kwargs", "env_kwargs", None, "env"), ("--env-config", "env_config", None, "env"),
+    ("--hyperparams", "hyperparams", None, "hyperparams"), ("--n-timesteps", "n_timesteps", None, "n_timesteps"),
+    ("--seed", "seed", 0, "seeds"), ("--vectorized", "vectorized", False, "vectorized"),
+    ("--num-envs", "num_envs", None, "num_envs"), ("--run-dir", "run_dir", None, "name (with --runs-dir)"),
+    ("--centering-gain", "centering_gain", "greedy", "centering_gain"),
+    ("--eval-episodes", "eval_episodes", 3, "eval_episodes"), ("--resume", "resume", False, "(a rerun resumes)"),
+    ("--device", "device", "auto", "(trials train on the CPU)"), ("--threads", "threads", 1, "(one thread per trial)"),
+    ("--checkpoint-freq", "checkpoint_freq", 50_000, "(one checkpoint at the end)"),
+    ("--eval-freq", "eval_freq", 50_000, "(one evaluation at the end, eval_episodes)"),
+)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """``train --sweep``: run the sweep, print its summary (see cmd_train)."""
+    from experiments.sweep import run_sweep
+
+    for opt, dest, default, field in _SET_BY_SWEEP:
+        if getattr(args, dest) != default:
+            raise ValueError(f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
+                             f"sets it (field {field})")
+    with _stdout_to_stderr(args.json):  # Ray Tune prints its tables: keep --json output pure
+        summary = run_sweep(args.sweep, runs_dir=args.runs_dir, backend=args.backend, address=args.address,
+                            max_retries=args.max_retries, num_cpus=args.num_cpus, progress=not args.json)
+    if args.json:
+        print(dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=1))
+    else:
+        print(summary["markdown"])
+        print(f"summary.md, summary.csv and summary.json in {summary['dir']}/")
+        for f in summary["failed"]:
+            print(f"trial {f['trial']} failed: {f['error']}", file=sys.stderr)
+    return 1 if summary["failed"] else 0
 
 
 def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
@@ -537,6 +589,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=3, help="episodes per evaluation")
     p.add_argument("--resume", action="store_true", help="continue --run-dir from its latest checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--sweep", default=None, metavar="YAML",
+                   help="run a training sweep from a YAML file or a config name (e.g. sweep-demo): algorithms x "
+                        "hyperparameter grid x seeds, one run per trial, best trial by evaluation reward; the "
+                        "options above that the YAML sets are not allowed with it")
+    _add_backend_args(p, "trial of --sweep")
+    p.add_argument("--max-retries", type=int, default=3,
+                   help="--sweep on ray: retries of a trial whose worker process died (default 3)")
+    p.add_argument("--runs-dir", default="runs", help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_train)
 

@@ -129,3 +129,41 @@ def test_compare_cli_on_ray(ray_instance, tmp_path, capsys):
     assert code == 1  # failed cells: exit status 1, output still complete
     data = json.loads(captured.out)
     assert data["computed"] == N_CELLS and len(data["failed"]) == 3 and len(data["records"]) == N_CELLS
+
+
+#: a tiny PPO sweep: two trials that train, one that fails (batch_size 1)
+SWEEP = {
+    "name": "tiny",
+    "algo": "ppo",
+    "env": {"horizon_requests": 150},
+    "n_timesteps": 256,
+    "seeds": [0],
+    "eval_episodes": 1,
+    "centering_gain": "online",
+    "num_envs": 2,
+    "grid": {"learning_rate": [1.0e-3, 3.0e-4], "n_steps": [64], "batch_size": [64, 1]},
+}
+
+
+def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    from agents import load_policy
+    from experiments.sweep import run_sweep
+
+    local = run_sweep(SWEEP, runs_dir=tmp_path / "local", progress=False)
+    remote = run_sweep(SWEEP, runs_dir=tmp_path / "ray", progress=False, backend="ray")
+    assert remote["backend"] == "ray" and remote["n_trials"] == 4
+
+    def scores(res):
+        return {t["trial"]: t.get("eval_reward_rate_per_s", t.get("error", "").split(":")[0]) for t in res["trials"]}
+
+    # the same trials, the same evaluation rewards (same seeds), the same failures and best trial
+    assert scores(remote) == scores(local)
+    assert remote["n_failed"] == 2 and all("AssertionError" in f["error"] for f in remote["failed"])
+    assert remote["best"]["trial"] == local["best"]["trial"]
+    root = tmp_path / "ray" / "sweeps" / "tiny"
+    assert remote["best"]["run_dir"].startswith(str(root.resolve() / "trials"))
+    load_policy(remote["best"]["run_dir"])
+    # Tune's records of each trial under the same root; the SB3 TensorBoard logs under trials/
+    assert {p.name for p in (root / "tune").iterdir() if p.is_dir()} == set(scores(remote))
+    assert list((root / "trials").glob("*/tb/**/events.out.tfevents.*"))
