@@ -1,13 +1,15 @@
 """The ``batch-env`` command: the top layer, the only one that imports all others.
 
 Subcommands: ``demo`` (a small comparison of every baseline on the default env),
-``compare`` (the comparison experiment from a YAML config), ``evaluate`` (baselines or
-trained agents on one env configuration), ``train`` (SB3 agents with TensorBoard),
+``compare`` (the comparison experiment from a YAML config; ``--backend local|ray``),
+``evaluate`` (baselines or trained agents on one env configuration), ``train`` (SB3
+agents with TensorBoard; ``--sweep`` for a training sweep, locally or on Ray Tune),
 ``agents`` (agents against the SMDP optimum), ``lazybatching`` (node-level vs graph
 batching on NodeBatching-v0, with the paper's ratios), ``llm`` (LLM batching on
 LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
-SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox).
+SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox,
+and the comparison's local vs Ray backends).
 """
 
 from __future__ import annotations
@@ -228,14 +230,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox."""
+    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, and the
+    comparison's cells/s on the local and the Ray backend (--skip-ray to leave it out)."""
     from experiments.bench import run_bench, write_results
 
     sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
     if not sizes or min(sizes) < 1:
         raise SystemExit(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
     result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo,
-                       vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch)
+                       vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch,
+                       backends=not args.skip_ray)
     path = write_results(result, args.out)
     if args.json:
         print(dumps(result, indent=2))
@@ -270,6 +274,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if pv:
         print(f"PPO training, {pv['num_envs']} lanes: native vector env {pv['native_vector_ppo_steps_per_s']:,.0f} "
               f"steps/s vs DummyVecEnv {pv['dummy_vec_env_ppo_steps_per_s']:,.0f} -> ratio {pv['ratio']:.2f}")
+    cb = result.get("compare_backends")
+    if cb and "skipped" in cb:
+        print(f"compare backends: skipped ({cb['skipped']})")
+    elif cb:
+        print(f"compare, {cb['cells']} cells, Ray / local cells/s: first run {cb['ray_cells_per_s']:.2f} / "
+              f"{cb['local_cells_per_s']:.2f} = {cb['ratio_ray_vs_local']:.2f} (with Ray's {cb['ray_startup_s']:.1f} s "
+              f"start-up {cb['ratio_ray_with_startup_vs_local']:.2f}), warm {cb['ray_warm_cells_per_s']:.2f} / "
+              f"{cb['local_warm_cells_per_s']:.2f} = {cb['ratio_ray_warm_vs_local_warm']:.2f}; "
+              f"same results: {cb['same_results']}")
     print(f"written to {path}")
     return 0
 
@@ -663,6 +676,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
     p.add_argument("--skip-vector", action="store_true", help="skip the vector env vs CartPoleVectorEnv part")
     p.add_argument("--skip-torch", action="store_true", help="skip the real executor's overhead part")
+    p.add_argument("--skip-ray", action="store_true",
+                   help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)")
     p.add_argument("--vector-sizes", default="1,64,1024,4096",
                    help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

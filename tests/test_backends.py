@@ -93,3 +93,10 @@ def test_local_backend_does_not_import_ray(tmp_path):
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_bench_backends_is_skipped_without_ray(no_ray):
+    from experiments.bench import bench_backends
+
+    r = bench_backends()
+    assert set(r) == {"skipped"} and "pip install 'batch-env[ray]'" in r["skipped"]

@@ -80,7 +80,8 @@ def test_cli_reports_bad_input_cleanly(capsys):
 
 def test_bench_reports_ratio(tmp_path):
     result = run_bench(n_steps=2000, repeats=1, smdp=False, ppo=False, vector_sizes=(1, 16),
-                       vector_env_steps=3200, torch_overhead=False)
+                       vector_env_steps=3200, torch_overhead=False, backends=False)
+    assert "compare_backends" not in result
     assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
     rows = result["vector"]["sizes"]
     assert [r["num_envs"] for r in rows] == [1, 16]

@@ -167,3 +167,15 @@ def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
     # Tune's records of each trial under the same root; the SB3 TensorBoard logs under trials/
     assert {p.name for p in (root / "tune").iterdir() if p.is_dir()} == set(scores(remote))
     assert list((root / "trials").glob("*/tb/**/events.out.tfevents.*"))
+
+
+def test_bench_backends_reports_both_and_the_ratio(ray_instance):
+    from experiments.bench import bench_backends
+
+    cfg = {**SMALL, "name": "bench", "pareto": None, "loads": [0.5], "env": {**SMALL["env"], "horizon_requests": 100}}
+    r = bench_backends(cfg, repeats=1)
+    assert r["cells"] == 3 and r["same_results"] is True and r["warm_repeats"] == 1
+    assert r["local_cells_per_s"] == pytest.approx(3 / r["local_s"])
+    assert r["ray_cells_per_s"] == pytest.approx(3 / r["ray_s"])
+    assert r["ratio_ray_vs_local"] == pytest.approx(r["ray_cells_per_s"] / r["local_cells_per_s"])
+    assert r["ray_num_cpus"] is None  # used the Ray already running, did not start one
