@@ -53,6 +53,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +284,7 @@ def run_sweep(
     max_retries: int = 3,
     num_cpus: int | None = None,
     progress: bool = True,
+    run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) a training sweep and write its summary.
 
@@ -294,6 +296,8 @@ def run_sweep(
     :param max_retries: Ray only: retries of a trial whose worker died (Tune's ``max_failures``).
     :param num_cpus: Ray only: CPUs of a new local instance (default: all).
     :param progress: print one line per finished trial (stderr).
+    :param run: the function that runs a trial (default :func:`run_trial`; tests pass a
+        wrapper to inject faults).
     :returns: the summary (also in ``summary.json``): ``dir``, ``trials`` (one record per
         trial: result, or ``error``), ``failed``, ``best`` (the best trial's record, with
         its ``run_dir``), ``configs`` (means over seeds), ``elapsed_s``, ``tensorboard``.
@@ -317,12 +321,12 @@ def run_sweep(
             print(f"trial {rec['trial']}: {what}", flush=True, file=sys.stderr)
 
     if backend == "local":
-        records = _run_local(todo, report)
+        records = _run_local(todo, report, run or run_trial)
     else:
         from experiments.backends import ray_session
 
         with ray_session(address, num_cpus):
-            records = _run_tune(todo, root, max_retries, report)
+            records = _run_tune(todo, root, max_retries, report, run or run_trial)
     summary = summarize(cfg, todo, records, root, backend, time.perf_counter() - t0)
     return summary
 
@@ -332,11 +336,11 @@ def _failed(trial: dict[str, Any], error: str, tb: str | None) -> dict[str, Any]
             "run_dir": trial["run_dir"], "error": error, "traceback": tb}
 
 
-def _run_local(todo: list[dict[str, Any]], report: Any) -> dict[str, dict[str, Any]]:
+def _run_local(todo: list[dict[str, Any]], report: Any, run: Callable[..., Any]) -> dict[str, dict[str, Any]]:
     from experiments.backends import run_tasks
 
     records = {}
-    with run_tasks(run_trial, todo, "local") as stream:
+    with run_tasks(run, todo, "local") as stream:
         for outcome in stream:
             trial = todo[outcome.index]
             rec = outcome.value if outcome.ok else _failed(trial, outcome.error, outcome.traceback)
@@ -345,23 +349,24 @@ def _run_local(todo: list[dict[str, Any]], report: Any) -> dict[str, dict[str, A
     return records
 
 
-def _tune_trainable(config: dict[str, Any]) -> None:
-    """Ray Tune function trainable: one trial through :func:`run_trial`; reports the
-    evaluation reward (NaN and the error when the trial raised)."""
+def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial) -> None:
+    """Ray Tune function trainable: one trial through ``run`` (:func:`run_trial`); reports
+    the evaluation reward (NaN and the error when the trial raised)."""
     from ray import tune
 
     from experiments.backends import _guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
         os.chdir(config["cwd"])       # in the env kwargs are the driver's
-    value, error, tb = _guarded(run_trial, config["trial"])
+    value, error, tb = _guarded(run, config["trial"])
     if error is None:
         tune.report({**value, "failed": False, "params": json.dumps(value["params"])})
     else:
         tune.report({METRIC: float("nan"), "failed": True, "error": error, "traceback": tb})
 
 
-def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: Any) -> dict[str, dict[str, Any]]:
+def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: Any,
+              run: Callable[..., Any]) -> dict[str, dict[str, Any]]:
     from ray import tune
 
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
@@ -376,7 +381,7 @@ def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: 
                 report(_record_from_result(trial.config["trial"], result))
 
     tuner = tune.Tuner(
-        tune.with_resources(_tune_trainable, {"cpu": 1}),
+        tune.with_resources(tune.with_parameters(_tune_trainable, run=run), {"cpu": 1}),
         param_space={"trial": tune.grid_search(todo), "cwd": os.getcwd()},
         tune_config=tune.TuneConfig(metric=METRIC, mode="max", trial_name_creator=trial_name, reuse_actors=True,
                                     trial_dirname_creator=trial_name),

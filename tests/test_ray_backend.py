@@ -179,3 +179,22 @@ def test_bench_backends_reports_both_and_the_ratio(ray_instance):
     assert r["ray_cells_per_s"] == pytest.approx(3 / r["ray_s"])
     assert r["ratio_ray_vs_local"] == pytest.approx(r["ray_cells_per_s"] / r["local_cells_per_s"])
     assert r["ray_num_cpus"] is None  # used the Ray already running, did not start one
+
+
+def test_a_sweep_trial_whose_worker_dies_is_retried(ray_instance, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    from experiments.sweep import run_sweep, run_trial
+
+    marker = tmp_path / "died-once"
+
+    def die_once(trial):
+        """Kill the Tune actor's process the first time the trial runs."""
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os._exit(1)
+        return run_trial(trial)
+
+    one = {**SWEEP, "name": "die", "grid": {"n_steps": [64], "batch_size": [64]}}
+    res = run_sweep(one, runs_dir=tmp_path, progress=False, backend="ray", run=die_once, max_retries=1)
+    assert marker.exists() and int(marker.read_text()) != os.getpid()
+    assert res["n_failed"] == 0 and res["best"] is not None
