@@ -285,6 +285,7 @@ _LOG = 256  # batches logged per lane before their latencies are written out
 _NOISE = 256  # service-noise factors drawn per lane per refill
 _MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
+_EMPTY = np.empty(0)
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 _BYTE_SUM = np.uint64(0x0101010101010101)
 
@@ -508,12 +509,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._be = np.zeros((N, _LOG), dtype=np.int64)
         self._bcf, self._bef = self._bc.reshape(-1), self._be.reshape(-1)
         self._nlog, self._lat_pos = z(np.int64), z(np.int64)
+        self._logbase = np.arange(N, dtype=np.int64) * _LOG
         # service noise
         self._F = np.ones((N, _NOISE), dtype=np.float64)
         self._fk = np.full(N, _NOISE, dtype=np.int64)
         self._streams: list[Any] = [None] * N
         self._service: list[Any] = [None] * N
-        self._res: list[np.ndarray] = [np.empty(0)] * N
+        self._res: list[np.ndarray] = [_EMPTY] * N
         self._rp = [0] * N
 
     def _grow(self) -> None:
@@ -557,6 +559,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             P[fill + 1 : fill + m + 1] += P[fill]
             self._fill[n] = fill + m
             self._rp[n] = rp + m
+            if rp + m == len(res):
+                self._res[n], self._rp[n] = _EMPTY, 0
 
     def _draw(self, n: int, max_n: int) -> np.ndarray:
         """Lane ``n``'s next arrivals: a piece of at most ``max_n`` where the stream can split
@@ -658,7 +662,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 A[n, m:old] = np.inf
             np.cumsum(res[:m], out=P[n, 1 : m + 1])
             self._fill[n] = m
-            self._res[n], self._rp[n] = res, m
+            # keep the draw only while part of it is unused (freed, its memory is reused hot)
+            self._res[n], self._rp[n] = (res, m) if m < len(res) else (_EMPTY, 0)
         for arr in (self._ws, self._i, self._kd, self._off, self._drops, self._sm, self._nb,
                     self._sb, self._arrived, self._lastb, self._steps, self._M0, self._w_M,
                     self._w_D, self._w_entry, self._w_nb, self._w_sb, self._nlog, self._lat_pos):
@@ -1104,19 +1109,16 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _log_batches(self, run: np.ndarray, c: np.ndarray) -> None:
         """Log the batches that started now in lanes whose summary window is open (one
-        completion time and end entry per lane; ``_flush_latencies`` writes the latencies)."""
-        lanes = np.flatnonzero(run & self._win)
-        if not lanes.size:
-            return
-        k = self._nlog[lanes]
-        flat = lanes * _LOG + k
-        self._bcf[flat] = c[lanes]
-        self._bef[flat] = self._off[lanes] + self._ws[lanes]
-        k += 1
-        self._nlog[lanes] = k
-        full = k == _LOG
+        completion time and end entry per lane; ``_flush_latencies`` writes the latencies).
+        Every lane writes its next free slot, which costs less than selecting lanes; only
+        the logging lanes count theirs."""
+        flat = self._logbase + self._nlog
+        self._bcf[flat] = c
+        self._bef[flat] = self._off + self._ws
+        self._nlog += run & self._win
+        full = self._nlog == _LOG
         if full.any():
-            for n in lanes[full].tolist():
+            for n in np.flatnonzero(full).tolist():
                 self._flush_latencies(n)
 
     def _flush_latencies(self, n: int) -> None:
