@@ -637,24 +637,28 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         """
         A, P, W = self._A, self._P, self._W
         noise = self._sigma > 0.0
-        for n, seed in zip(lanes.tolist(), seeds, strict=True):
+        todo, seeds = lanes.tolist(), list(seeds)
+        # in phases over the lanes (seeds, streams, draws, buffers): each phase's code and
+        # data stay in cache across the lanes reset in this step
+        for r, (n, seed) in enumerate(zip(todo, seeds, strict=True)):
             if seed is not None:
                 self._lane_rngs[n] = gym.utils.seeding.np_random(seed)[0]
             elif self._lane_rngs[n] is None:
                 self._lane_rngs[n] = gym.utils.seeding.np_random(None)[0]
             if seed is None:
-                seed = int(self._lane_rngs[n].integers(0, 2**63 - 1))
+                seeds[r] = int(self._lane_rngs[n].integers(0, 2**63 - 1))
+        for n, seed in zip(todo, seeds, strict=True):
             # the children of SeedSequence(seed).spawn(3): arrivals, service (sizes unused)
-            stream = self.workload.stream(
+            self._streams[n] = self.workload.stream(
                 np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(0,))))
             )
-            self._streams[n] = stream
             if noise:
                 self._service[n] = np.random.Generator(
                     np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,)))
                 )
                 self._lane_noise(n)
-            res = self._draw(n, self._first)
+        draws = [self._draw(n, self._first) for n in todo]
+        for n, res in zip(todo, draws, strict=True):
             m = min(len(res), W)
             old = int(self._fill[n])
             A[n, :m] = res[:m]
