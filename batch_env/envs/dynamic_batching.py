@@ -692,8 +692,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._win[lanes] = False
             self._w_time[lanes] = self._w_E[lanes] = 0.0
             self._mark[lanes] = self._first_mark
-        zero = np.zeros(lanes.size, dtype=np.int64)
-        self._advance(lanes, t, self._idle, zero, zero)
+        # admit the first arrival at its own time (the scalar env's _advance to it): its
+        # wait and the idle time until it are 0, no mark is reached (marks count arrivals
+        # from 1) and the queue has room
+        self._i[lanes] = self._arrived[lanes] = 1
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
 
