@@ -505,9 +505,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # the batch log: completion time and end entry (absolute) of each batch started in
         # the summary window since the last flush, which writes their requests' latencies;
         # _lat_pos is the absolute entry where the first logged batch starts
-        self._bc = np.zeros((N, _LOG), dtype=np.float64)
-        self._be = np.zeros((N, _LOG), dtype=np.int64)
-        self._bcf, self._bef = self._bc.reshape(-1), self._be.reshape(-1)
+        # (completion, end entry) pairs side by side: a lane's log write touches one line
+        # (entries are exact in float64 below 2**53)
+        self._blog = np.zeros((N, _LOG, 2), dtype=np.float64)
+        self._blogf = self._blog.reshape(-1)
         self._nlog, self._lat_pos = z(np.int64), z(np.int64)
         self._logbase = np.arange(N, dtype=np.int64) * _LOG
         # service noise
@@ -1119,8 +1120,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         Every lane writes its next free slot, which costs less than selecting lanes; only
         the logging lanes count theirs."""
         flat = self._logbase + self._nlog
-        self._bcf[flat] = c
-        self._bef[flat] = self._off + self._ws
+        self._blogf[2 * flat] = c
+        self._blogf[2 * flat + 1] = self._off + self._ws
         self._nlog += run & self._win
         full = self._nlog == _LOG
         if full.any():
@@ -1134,7 +1135,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         m = int(self._nlog[n])
         if not m:
             return
-        ends = self._be[n, :m]
+        ends = self._blog[n, :m, 1].astype(np.int64)
         lo = int(self._w_entry[n])
         hi = lo + self._H
         first = min(max(int(self._lat_pos[n]), lo), hi)
@@ -1151,7 +1152,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 self._latency = grown
             off = int(self._off[n])
             self._latency[n, first - lo : last - lo] = (
-                np.repeat(self._bc[n, :m], cnt) - self._A[n, first - off : last - off]
+                np.repeat(self._blog[n, :m, 0], cnt) - self._A[n, first - off : last - off]
             )
         self._lat_pos[n] = int(ends[-1])
         self._nlog[n] = 0
