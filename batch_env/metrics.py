@@ -85,7 +85,8 @@ class WindowStart:
 _Q = np.array([50.0, 95.0, 99.0]) / 100.0
 
 
-def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float) -> dict[str, np.ndarray]:
+def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwrite: bool = False
+                  ) -> dict[str, np.ndarray]:
     """Latency figures of ``k`` episodes at once: row ``r`` holds ``counts[r]`` latencies
     (seconds) in its first columns; later columns are ignored.
 
@@ -97,6 +98,7 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float) -> dict[st
     :param rows: ``(k, W)`` float64, no NaN in the counted columns.
     :param counts: ``(k,)`` number of latencies per row (0..W).
     :param sla_s: the SLA; a latency meets it when not above it.
+    :param overwrite: ``rows`` may be reordered in place (it is a scratch copy).
     :return: ``completed``, ``within`` (int64), ``mean_ms``, ``p50_ms``, ``p95_ms``,
         ``p99_ms`` (float64, NaN for rows without latencies), each ``(k,)``.
     """
@@ -104,7 +106,7 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float) -> dict[st
     counts = np.asarray(counts, dtype=np.int64)
     k = counts.size
     width = int(counts.max(initial=0))
-    lat = rows[:, :width].copy()
+    lat = rows[:, :width] if overwrite else rows[:, :width].copy()
     for r in np.flatnonzero(counts < width).tolist():
         lat[r, counts[r]:] = np.inf  # (not NaN: sorts last, never within the SLA)
     within = (lat <= sla_s).sum(axis=1)  # no NaN: the same as ~(lat > sla_s)

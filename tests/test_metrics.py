@@ -35,3 +35,14 @@ def test_latency_stats_rows_match_one_row_at_a_time() -> None:
         assert st["mean_ms"][r] == x.mean() * 1000.0
         got = [st["p50_ms"][r], st["p95_ms"][r], st["p99_ms"][r]]
         assert np.array_equal(got, np.percentile(x, [50, 95, 99]) * 1000.0)
+
+
+def test_latency_stats_overwrite_gives_the_same_figures() -> None:
+    rng = np.random.default_rng(8)
+    rows = rng.exponential(0.05, (3, 400))
+    counts = np.array([400, 123, 0])
+    kept = latency_stats(rows, counts, 0.05)
+    scratch = rows.copy()
+    got = latency_stats(scratch, counts, 0.05, overwrite=True)
+    for key, value in kept.items():
+        assert np.array_equal(value, got[key], equal_nan=True), key

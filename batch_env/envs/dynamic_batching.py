@@ -285,6 +285,10 @@ _LOG = 256  # batches logged per lane before their latencies are written out
 _NOISE = 256  # service-noise factors drawn per lane per refill
 _MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
+# per-lane state a reset zeroes (views of two 2D arrays, see _alloc_state)
+_ZERO_INT = ("_ws", "_i", "_kd", "_off", "_drops", "_sm", "_nb", "_sb", "_arrived", "_lastb",
+             "_steps", "_M0", "_w_M", "_w_D", "_w_entry", "_w_nb", "_w_sb", "_nlog", "_lat_pos")
+_ZERO_FLOAT = ("_L", "_lastlat", "_w_L")
 _EMPTY = np.empty(0)
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 _BYTE_SUM = np.uint64(0x0101010101010101)
@@ -488,17 +492,20 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         """The per-lane state arrays (allocated once)."""
         N = self.num_envs
         z = lambda dt: np.zeros(N, dtype=dt)  # noqa: E731
-        self._fill, self._ws, self._i, self._kd, self._off = (z(np.int64) for _ in range(5))
-        self._now, self._L, self._E, self._rate, self._lastlat = (z(np.float64) for _ in range(5))
-        self._drops, self._sm, self._nb, self._sb, self._arrived = (z(np.int64) for _ in range(5))
-        self._lastb, self._steps = z(np.int64), z(np.int64)
+        # the state a reset zeroes, as rows of two arrays: a reset is two operations
+        self._zero_i = np.zeros((len(_ZERO_INT), N), dtype=np.int64)
+        self._zero_f = np.zeros((len(_ZERO_FLOAT), N), dtype=np.float64)
+        for rows, names in ((self._zero_i, _ZERO_INT), (self._zero_f, _ZERO_FLOAT)):
+            for row, name in zip(rows, names, strict=True):
+                setattr(self, name, row)
+        self._fill = z(np.int64)
+        self._now, self._E, self._rate = (z(np.float64) for _ in range(3))
         self._clipped = z(bool)
         self._L0, self._E0, self._t0 = (z(np.float64) for _ in range(3))
-        self._M0, self._D0, self._n0 = (z(np.int64) for _ in range(3))
+        self._D0, self._n0 = z(np.int64), z(np.int64)
         # summary window (per lane): started?, snapshot, end mark
         self._win = z(bool)
-        self._w_time, self._w_L, self._w_E = (z(np.float64) for _ in range(3))
-        self._w_M, self._w_D, self._w_entry, self._w_nb, self._w_sb = (z(np.int64) for _ in range(5))
+        self._w_time, self._w_E = z(np.float64), z(np.float64)
         self._ehi, self._dend = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
         self._mark = z(np.int64)
         self._latency = np.zeros((N, min(self._H, _LAT0)), dtype=np.float64)  # summary latencies
@@ -509,7 +516,6 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # (entries are exact in float64 below 2**53)
         self._blog = np.zeros((N, _LOG, 2), dtype=np.float64)
         self._blogf = self._blog.reshape(-1)
-        self._nlog, self._lat_pos = z(np.int64), z(np.int64)
         self._logbase = np.arange(N, dtype=np.int64) * _LOG
         # service noise
         self._F = np.ones((N, _NOISE), dtype=np.float64)
@@ -669,12 +675,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._fill[n] = m
             # keep the draw only while part of it is unused (freed, its memory is reused hot)
             self._res[n], self._rp[n] = (res, m) if m < len(res) else (_EMPTY, 0)
-        for arr in (self._ws, self._i, self._kd, self._off, self._drops, self._sm, self._nb,
-                    self._sb, self._arrived, self._lastb, self._steps, self._M0, self._w_M,
-                    self._w_D, self._w_entry, self._w_nb, self._w_sb, self._nlog, self._lat_pos):
-            arr[lanes] = 0
-        for arr in (self._L, self._lastlat, self._w_L):
-            arr[lanes] = 0.0
+        self._zero_i[:, lanes] = 0
+        self._zero_f[:, lanes] = 0.0
         self._clipped[lanes] = False
         self._ehi[lanes] = self._dend[lanes] = -1
         self._rate[lanes] = self.workload.mean_rate_per_s
@@ -728,7 +730,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 drops_summary = n_entries = 0
             rest.append((window, n_entries, drops_summary))
         width = int(n_lat.max(initial=0))
-        stats = latency_stats(self._latency[lanes, :width], n_lat, self._sla)
+        stats = latency_stats(self._latency[lanes, :width], n_lat, self._sla, overwrite=True)
         out = {}
         for r, (n, (window, n_entries, drops_summary)) in enumerate(zip(lanes, rest, strict=True)):
             out[n] = summary_from_totals(
