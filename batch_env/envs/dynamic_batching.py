@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode
 from ..config import ServingConfig
 from ..core import ServingCore
 from ..profile import Profile
+from ..seeding import pcg64_states
 from ..workload import Workload
 
 OBS_FEATURES: tuple[str, ...] = (
@@ -521,7 +522,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._F = np.ones((N, _NOISE), dtype=np.float64)
         self._fk = np.full(N, _NOISE, dtype=np.int64)
         self._streams: list[Any] = [None] * N
-        self._service: list[Any] = [None] * N
+        # each lane's arrival and service generators, reseeded at every reset
+        self._arrival_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
+        self._service_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
         self._res: list[np.ndarray] = [_EMPTY] * N
         self._rp = [0] * N
 
@@ -578,7 +581,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _lane_noise(self, n: int) -> None:
         s = self._sigma
-        z = self._service[n].standard_normal(_NOISE)
+        z = self._service_rng[n].standard_normal(_NOISE)
         self._F[n] = np.exp(s * z - 0.5 * s * s)  # the scalar executor's factors, in order
         self._fk[n] = 0
 
@@ -654,15 +657,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 self._lane_rngs[n] = gym.utils.seeding.np_random(None)[0]
             if seed is None:
                 seeds[r] = int(self._lane_rngs[n].integers(0, 2**63 - 1))
-        for n, seed in zip(todo, seeds, strict=True):
-            # the children of SeedSequence(seed).spawn(3): arrivals, service (sizes unused)
-            self._streams[n] = self.workload.stream(
-                np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(0,))))
-            )
-            if noise:
-                self._service[n] = np.random.Generator(
-                    np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1,)))
-                )
+        # the children of SeedSequence(seed).spawn(3): arrivals, service (sizes unused), as
+        # the lanes' own generators reseeded
+        for n, state in zip(todo, pcg64_states(seeds, 0), strict=True):
+            self._arrival_rng[n].bit_generator.state = state
+            self._streams[n] = self.workload.stream(self._arrival_rng[n])
+        if noise:
+            for n, state in zip(todo, pcg64_states(seeds, 1), strict=True):
+                self._service_rng[n].bit_generator.state = state
                 self._lane_noise(n)
         draws = [self._draw(n, self._first) for n in todo]
         for n, res in zip(todo, draws, strict=True):
