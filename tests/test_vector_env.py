@@ -99,6 +99,14 @@ def test_lanes_match_with_a_looping_trace_and_greedy_batches(tmp_path):
     assert _lockstep({**SMALL, "workload": wl}, policy="greedy") >= 3
 
 
+def test_lanes_match_when_latencies_are_written_mid_episode():
+    """Latencies move out of the batch log before the summary: when a lane's log fills
+    (batches of at most 2, so over 256 batches per episode) and when served arrivals
+    leave a buffer that refills (an episode longer than the buffer's first fill)."""
+    assert _lockstep({"horizon_requests": 700, "max_batch_size": 2}, steps=2500) >= 3
+    assert _lockstep({"horizon_requests": 4500}, n_envs=2, steps=2500) >= 2
+
+
 def test_long_queues_grow_the_buffer():
     """An always-wait lane fills a queue longer than the initial buffer allows: it grows."""
     kwargs = {"horizon_requests": 4000, "queue_capacity": 3500}

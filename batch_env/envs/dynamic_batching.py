@@ -710,14 +710,17 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         from ..metrics import WindowStart, latency_stats, summary_from_totals
 
         n_lat = np.zeros(len(lanes), dtype=np.int64)
+        need = np.zeros(len(lanes), dtype=np.int64)  # latency columns each lane writes
         rest = []
         for r, n in enumerate(lanes):
             done = int(self._off[n] + self._ws[n])
             L, E, M, D = float(self._L[n]), float(self._E[n]), int(self._M0[n]), int(self._drops[n])
             nb, sb = int(self._nb[n]), int(self._sb[n])
             if self._win[n]:
-                self._flush_latencies(n)
                 lo = int(self._w_entry[n])
+                k = int(self._nlog[n])
+                last = int(self._blog[n, k - 1, 1]) if k else int(self._lat_pos[n])
+                need[r] = min(max(last, lo), lo + self._H) - lo
                 window = WindowStart(
                     time_s=float(self._w_time[n]), latency_integral_s=float(self._w_L[n]),
                     energy_j=float(self._w_E[n]), misses=int(self._w_M[n]), drops=int(self._w_D[n]),
@@ -731,8 +734,15 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 window = WindowStart(float(self._now[n]), L, E, M, D, 0, nb, sb)
                 drops_summary = n_entries = 0
             rest.append((window, n_entries, drops_summary))
-        width = int(n_lat.max(initial=0))
-        stats = latency_stats(self._latency[lanes, :width], n_lat, self._sla, overwrite=True)
+        # the latencies go straight into a scratch array (flushed earlier ones copied first)
+        scratch = np.empty((len(lanes), int(max(n_lat.max(initial=0), need.max(initial=0)))))
+        for r, n in enumerate(lanes):
+            if self._win[n]:
+                lo = int(self._w_entry[n])
+                p = min(max(int(self._lat_pos[n]), lo), lo + self._H) - lo
+                scratch[r, :p] = self._latency[n, :p]
+                self._flush_latencies(n, scratch[r])
+        stats = latency_stats(scratch, n_lat, self._sla, overwrite=True)
         out = {}
         for r, (n, (window, n_entries, drops_summary)) in enumerate(zip(lanes, rest, strict=True)):
             out[n] = summary_from_totals(
@@ -1132,10 +1142,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             for n in np.flatnonzero(full).tolist():
                 self._flush_latencies(n)
 
-    def _flush_latencies(self, n: int) -> None:
+    def _flush_latencies(self, n: int, dest: np.ndarray | None = None) -> None:
         """Write the latencies of lane ``n``'s logged batches' summary requests (completion
         minus arrival, the scalar env's float operation) and empty its log. Called before
-        served arrivals leave the buffer, when the log is full and at the summary."""
+        served arrivals leave the buffer and when the log is full (into the lane's
+        ``_latency`` row), and at the summary (into ``dest``, a row of the summary's
+        scratch array, indexed like ``_latency``'s rows)."""
         m = int(self._nlog[n])
         if not m:
             return
@@ -1149,13 +1161,15 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         cnt[0] -= first
         last = int(e[-1])
         if last > first:  # the batches' requests are contiguous entries first..last-1
-            if last - lo > self._latency.shape[1]:
-                width = self._latency.shape[1]
-                grown = np.zeros((self.num_envs, min(self._H, max(2 * width, last - lo))))
-                grown[:, :width] = self._latency
-                self._latency = grown
+            if dest is None:
+                if last - lo > self._latency.shape[1]:
+                    width = self._latency.shape[1]
+                    grown = np.zeros((self.num_envs, min(self._H, max(2 * width, last - lo))))
+                    grown[:, :width] = self._latency
+                    self._latency = grown
+                dest = self._latency[n]
             off = int(self._off[n])
-            self._latency[n, first - lo : last - lo] = (
+            dest[first - lo : last - lo] = (
                 np.repeat(self._blog[n, :m, 0], cnt) - self._A[n, first - off : last - off]
             )
         self._lat_pos[n] = int(ends[-1])
