@@ -12,6 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..config import ServingConfig
 from ..core import ServingCore
+from ..metrics import WindowStart, latency_stats, summary_from_totals
 from ..profile import Profile
 from ..seeding import pcg64_states
 from ..workload import Workload
@@ -707,8 +708,6 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     def _lane_summaries(self, lanes: list[int]) -> dict[int, dict[str, Any]]:
         """The episode summaries of ``lanes``, from the one metrics recorder (the latency
         figures of all of them at once)."""
-        from ..metrics import WindowStart, latency_stats, summary_from_totals
-
         n_lat = np.zeros(len(lanes), dtype=np.int64)
         need = np.zeros(len(lanes), dtype=np.int64)  # latency columns each lane writes
         rest = []
