@@ -292,6 +292,7 @@ _ZERO_INT = ("_ws", "_i", "_kd", "_off", "_drops", "_sm", "_nb", "_sb", "_arrive
              "_steps", "_M0", "_w_M", "_w_D", "_w_entry", "_w_nb", "_w_sb", "_nlog", "_lat_pos")
 _ZERO_FLOAT = ("_L", "_lastlat", "_w_L")
 _EMPTY = np.empty(0)
+_NONE = np.empty(0, dtype=np.int64)  # no lanes
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 _BYTE_SUM = np.uint64(0x0101010101010101)
 
@@ -1063,8 +1064,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         np.copyto(self._n0, self._arrived)
         self._steps += 1
 
+        mode = self.autoreset_mode
+        redo = np.flatnonzero(self._autoreset) if mode == AutoresetMode.NEXT_STEP else _NONE
+        if redo.size:  # lanes that ended last step start over; their step here is discarded
+            self._reset_lanes(redo, [None] * redo.size)
+            reward[redo] = 0.0
         obs = self._obs(slice(None))
         over = (now >= self.horizon_s) | ((self._ehi >= 0) & (self._off + ws >= self._ehi))
+        over[redo] = False
         truncated = over
         if self.max_episode_steps is not None:
             truncated = over | (self._steps >= self.max_episode_steps)
@@ -1073,10 +1080,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if self.full_info:
             comps = {"latency": dL, "energy": dE, "sla": dM.astype(np.float64), "drop": dD.astype(np.float64)}
             info = self._info_arrays(dt, comps)
-        mode = self.autoreset_mode
+            if redo.size:
+                self._reset_info_lanes(info, redo)
         serving: dict[int, dict[str, Any]] = {}
-        if mode == AutoresetMode.NEXT_STEP:
-            over &= ~self._autoreset  # lanes reset below: their step is discarded
         if over.any():
             serving = self._lane_summaries(np.flatnonzero(over).tolist())
             if mode != AutoresetMode.SAME_STEP:
@@ -1085,17 +1091,6 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     arr[n] = s
                 info["serving"], info["_serving"] = arr, over.copy()
         if mode == AutoresetMode.NEXT_STEP:
-            redo = np.flatnonzero(self._autoreset)
-            if redo.size:
-                self._reset_lanes(redo, [None] * redo.size)
-                obs[redo] = self._obs(redo)
-                reward[redo] = 0.0
-                truncated[redo] = False
-                for key in ("serving", "_serving"):
-                    if key in info:
-                        info[key][redo] = None if key == "serving" else False
-                if self.full_info:
-                    self._reset_info_lanes(info, redo)
             self._autoreset[:] = truncated
         elif mode == AutoresetMode.SAME_STEP and truncated.any():
             ended = np.flatnonzero(truncated)
