@@ -504,6 +504,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._fill = z(np.int64)
         self._now, self._E, self._rate = (z(np.float64) for _ in range(3))
         self._clipped = z(bool)
+        self._head = z(np.float64)  # each lane's entry at ws (its oldest request) at the last _obs
         self._L0, self._E0, self._t0 = (z(np.float64) for _ in range(3))
         self._D0, self._n0 = z(np.int64), z(np.int64)
         # summary window (per lane): started?, snapshot, end mark
@@ -757,7 +758,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     # -- vectorized helpers -------------------------------------------------------------
     def _search(self, idx: np.ndarray | slice, lo: np.ndarray, hi: np.ndarray, key: np.ndarray,
-                late: bool) -> np.ndarray:
+                late: bool, first: np.ndarray | None = None) -> np.ndarray:
         """Per lane of ``idx``, the first index in ``[lo, hi)`` whose entry ``a`` fails the
         predicate (else ``hi``): ``a <= key`` (arrivals by ``key``; ``hi`` must be the lanes'
         fill), or with ``late``, ``key - a > sla`` (deadline passed by ``key``). The
@@ -769,7 +770,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         then a binary search runs for the lanes that filled the window. Deadlines: most
         lanes stop at their first entry, so the first and second entries are tested alone
         (each pass on the lanes the previous one left open), then the window, bounded by
-        ``hi``, and the binary search.
+        ``hi``, and the binary search. ``first``: the entries at ``lo``, when the caller has
+        them (deadline searches only).
         """
         Af = self._Af
         sla = self._sla
@@ -777,7 +779,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if late:
             rb = self._rowbase[idx]
             res = lo.copy()
-            v = Af[rb + lo]
+            v = Af[rb + lo] if first is None else first
             p = key - v > sla
             p &= lo < hi
             if not p.any():
@@ -879,13 +881,21 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._arrived[idx] = arrived + k
             self._now[idx] = t_end
 
-    def _obs(self, idx: np.ndarray | slice) -> np.ndarray:
-        """Observations of lanes ``idx`` (the scalar env's features, float64 then float32)."""
+    def _obs(self, idx: np.ndarray | slice, head: np.ndarray | None = None) -> np.ndarray:
+        """Observations of lanes ``idx`` (the scalar env's features, float64 then float32).
+
+        :param head: the lanes' entries at the head of the queue, when the caller has them.
+            They are kept (``_head``): the next step's search for missed deadlines in its
+            batch starts there.
+        """
         B = self._B
         ws = self._ws[idx]
         q = self._i[idx] - ws
         past = self._kd[idx] - ws
-        oldest = (self._now[idx] - self._Af[self._rowbase[idx] + ws]) / self._sla
+        if head is None:
+            head = self._Af[self._rowbase[idx] + ws]
+        self._head[idx] = head
+        oldest = (self._now[idx] - head) / self._sla
         obs = np.empty((q.shape[0], 5), dtype=np.float32)
         obs[:, 0] = q / B
         obs[:, 1] = np.where(q > 0, np.minimum(oldest, _CLIP), 0.0)
@@ -1026,7 +1036,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         sm_prev = self._sm.copy()
         if run.any():
             hi = ws_old + b
-            served_missed = self._search(slice(None), ws_old, hi, c, True) - ws_old
+            served_missed = self._search(slice(None), ws_old, hi, c, True, self._head) - ws_old
             self._sm += served_missed
             self._ws += b
             self._nb += run
@@ -1046,7 +1056,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # reward accounting (the scalar _step_accounting)
         now = self._now
         ws = self._ws
-        kd = self._search(slice(None), np.maximum(self._kd, ws), self._i, now, True)
+        head = self._Af[self._rowbase + ws]
+        kd0 = np.maximum(self._kd, ws)
+        first = head
+        behind = np.flatnonzero(self._kd > ws)  # lanes with requests already past deadline
+        if behind.size:
+            first = head.copy()
+            first[behind] = self._Af[self._rowbase[behind] + kd0[behind]]
+        kd = self._search(slice(None), kd0, self._i, now, True, first)
         self._kd[:] = kd
         M = self._sm + (kd - ws)
         dL, dE = self._L - self._L0, self._E - self._E0
@@ -1069,7 +1086,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if redo.size:  # lanes that ended last step start over; their step here is discarded
             self._reset_lanes(redo, [None] * redo.size)
             reward[redo] = 0.0
-        obs = self._obs(slice(None))
+            head[redo] = self._Af[self._rowbase[redo]]  # their first arrival
+        obs = self._obs(slice(None), head)
         over = (now >= self.horizon_s) | ((self._ehi >= 0) & (self._off + ws >= self._ehi))
         over[redo] = False
         truncated = over
