@@ -123,6 +123,23 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     return validate_config(cfg, cfg["_path"])
 
 
+def check_mapping(cfg: Any, where: str, allowed: set[str], required: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of a config's top-level mapping, checked: a mapping, no unknown keys (keys
+    starting with ``_`` are free), every required key present; else ``ValueError``
+    naming ``where``, the key and what is allowed. Shared by the comparison and sweep
+    configs."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
+    cfg = dict(cfg)
+    unknown = sorted(k for k in set(cfg) - allowed if not str(k).startswith("_"))
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(allowed)}")
+    for key in required:
+        if key not in cfg:
+            raise ValueError(f"{where}: missing required key {key!r}")
+    return cfg
+
+
 def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     """Check a comparison config and fill its defaults; raise ``ValueError`` naming the field.
 
@@ -132,15 +149,7 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     :param source: where it came from, for messages.
     """
     where = f"config {source}"
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
-    cfg = dict(cfg)
-    unknown = sorted(k for k in set(cfg) - _KEYS if not str(k).startswith("_"))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
-    for key in ("name", "workloads", "loads", "policies"):
-        if key not in cfg:
-            raise ValueError(f"{where}: missing required key {key!r}")
+    cfg = check_mapping(cfg, where, _KEYS, ("name", "workloads", "loads", "policies"))
     if not isinstance(cfg["workloads"], dict) or not cfg["workloads"]:
         raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload")
     if not isinstance(cfg["policies"], dict) or not cfg["policies"]:

@@ -59,7 +59,8 @@ from typing import Any
 
 import yaml
 
-from experiments.compare import read_yaml_config
+from experiments.cli import dumps
+from experiments.compare import check_mapping, read_yaml_config
 
 _KEYS = {"name", "algo", "env_id", "env", "n_timesteps", "seeds", "eval_episodes", "grid", "algo_grid",
          "hyperparams", "centering_gain", "vectorized", "num_envs"}
@@ -111,15 +112,7 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     from agents.common import ALGO_NAMES
 
     where = f"sweep {source}"
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
-    cfg = dict(cfg)
-    unknown = sorted(k for k in set(cfg) - _KEYS if not str(k).startswith("_"))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(_KEYS)}")
-    for key in ("name", "algo", "n_timesteps"):
-        if key not in cfg:
-            raise ValueError(f"{where}: missing required key {key!r}")
+    cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps"))
     name = cfg["name"]
     if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
         raise ValueError(f"{where}: name={name!r} must be a non-empty folder name (no '/')")
@@ -407,17 +400,6 @@ def _record_from_result(trial: dict[str, Any], metrics: dict[str, Any]) -> dict[
     return {**{k: metrics[k] for k in keys}, "params": trial["params"]}
 
 
-def _finite(obj: Any) -> Any:
-    """NaN and infinities as None, recursively (strict JSON)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def summarize(cfg: dict[str, Any], todo: list[dict[str, Any]], records: dict[str, dict[str, Any]], root: Path,
               backend: str, elapsed_s: float) -> dict[str, Any]:
     """Write ``summary.json``, ``summary.csv`` and ``summary.md`` under ``root``; return the summary.
@@ -449,7 +431,7 @@ def summarize(cfg: dict[str, Any], todo: list[dict[str, Any]], records: dict[str
         "trials": rows, "failed": [{"trial": r["trial"], "error": r["error"]} for r in failed],
         "tensorboard": f"tensorboard --logdir {root / 'trials'}",
     }
-    (root / "summary.json").write_text(json.dumps(_finite(summary), indent=1, default=str, allow_nan=False) + "\n")
+    (root / "summary.json").write_text(dumps(summary, indent=1) + "\n")
     with open(root / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["trial", "algo", "seed", "params", METRIC, "eval_reward_rate_ci95", "status", "error", "run_dir"])
