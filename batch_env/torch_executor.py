@@ -63,6 +63,7 @@ import numpy as np
 import torch
 
 from . import profile as profile_mod
+from .config import check_number
 from .energy import EnergyMeter, cpu_name, open_meter
 from .models import Activation, NodeChainModel, build_model, cat_activations
 
@@ -359,11 +360,8 @@ class TorchExecutor:
         model_kwargs: Mapping[str, Any] | None = None,
         meter: EnergyMeter | None = None,
     ) -> None:
-        if (not isinstance(max_batch_size, numbers.Integral) or isinstance(max_batch_size, bool)
-                or max_batch_size < 1):
-            raise ValueError(f"max_batch_size={max_batch_size!r} is invalid: expected an integer >= 1")
-        if not isinstance(warmup, numbers.Integral) or isinstance(warmup, bool) or warmup < 0:
-            raise ValueError(f"warmup={warmup!r} is invalid: expected an integer >= 0")
+        check_number("max_batch_size", max_batch_size, low=1, integer=True)
+        check_number("warmup", warmup, low=0, integer=True)
         self.device = resolve_device(torch_device)
         if cuda_graphs and self.device.type != "cuda":
             raise ValueError(
@@ -676,8 +674,7 @@ def overhead_benchmark(
         ``{...}`` holds ``duration_ms``, ``wall_ms``, ``overhead_ms`` and ``overhead_frac``
         (= overhead / duration) and the keys b are strings (JSON-ready).
     """
-    if not isinstance(repeats, numbers.Integral) or repeats < 1:
-        raise ValueError(f"repeats={repeats!r} is invalid: expected an integer >= 1")
+    check_number("repeats", repeats, low=1, integer=True)
     pc = time.perf_counter_ns
     out: dict[str, Any] = {
         "device": str(executor.device),
