@@ -1,9 +1,12 @@
-"""Shared test configuration: hypothesis profiles and paths to shared reference data."""
+"""Shared test configuration: hypothesis profiles, paths to shared reference data, and
+helpers several test modules use (``from conftest import ...``)."""
 
 from __future__ import annotations
 
+import glob
 import os
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 
@@ -18,3 +21,35 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 
 #: ../shared/data beside the checkout (present in CI and developer sessions).
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def tensorboard_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar a training run wrote to its TensorBoard logs (``run/tb``): tag -> (step, value)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True):
+        ea = EventAccumulator(f)
+        ea.Reload()
+        for tag in ea.Tags()["scalars"]:
+            out.setdefault(tag, []).extend((e.step, e.value) for e in ea.Scalars(tag))
+    return out
+
+
+def check_env_except_determinism(env: Any) -> None:
+    """Gymnasium's env checks other than determinism (real timings vary), on an unwrapped env."""
+    from gymnasium.utils import env_checker
+    from gymnasium.utils.passive_env_checker import (
+        env_reset_passive_checker,
+        env_step_passive_checker,
+    )
+
+    env_checker.check_space_limit(env.action_space, "action")
+    env_checker.check_space_limit(env.observation_space, "observation")
+    env_checker.check_seed_deprecation(env)
+    env_checker.check_reset_return_info_deprecation(env)
+    env_checker.check_reset_return_type(env)
+    env_checker.check_reset_options(env)
+    env_reset_passive_checker(env)
+    env_step_passive_checker(env, 0)
+    env_checker.check_returned_data_not_reused(env)

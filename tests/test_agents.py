@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import subprocess
 import sys
 import warnings
@@ -12,6 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
+from conftest import tensorboard_scalars
 
 import batch_env  # noqa: F401
 from agents import load_policy, parse_policy_spec
@@ -29,18 +29,6 @@ SMALL_ENV = {
     "horizon_requests": 300,
 }
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for f in glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True):
-        ea = EventAccumulator(f)
-        ea.Reload()
-        for tag in ea.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in ea.Scalars(tag))
-    return out
 
 
 # -- wrappers ---------------------------------------------------------------------------
@@ -126,7 +114,7 @@ def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
             centering_gain="online", eval_freq=1000, eval_episodes=2, checkpoint_freq=1000, progress=False,
         )
     )
-    tags = _scalars(run)
+    tags = tensorboard_scalars(run)
     for tag in ("serving/latency_p99_ms", "serving/power_mean_w", "serving/sla_attainment",
                 "serving/reward_rate_per_s", "reward_components/energy", "optimality/gap",
                 "optimality/smdp_gain", "eval/deterministic/reward_rate_per_s", "eval/stochastic/latency_mean_ms"):
@@ -152,7 +140,7 @@ def test_resume_continues_the_step_count(tmp_path):
     from stable_baselines3 import PPO
 
     assert PPO.load(run / "model.zip").num_timesteps == 4096
-    steps = [s for s, _ in _scalars(run)["time/fps"]]
+    steps = [s for s, _ in tensorboard_scalars(run)["time/fps"]]
     assert max(steps) == 4096 and min(steps) <= 2048
     with pytest.raises(FileExistsError, match="already holds a run"):
         train(args)

@@ -9,13 +9,11 @@ twin may differ in the last bits of float sums, so it is compared with tolerance
 
 from __future__ import annotations
 
-import glob
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
+from conftest import tensorboard_scalars
 from gymnasium.vector import AutoresetMode
 
 import batch_env  # noqa: F401  (registers the ids)
@@ -274,18 +272,6 @@ def test_wrappers_without_twin_wrap_each_sync_lane():
 # -- train --vectorized -----------------------------------------------------------------------
 
 
-def _tags(run: Path) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    out: dict[str, list[tuple[int, float]]] = {}
-    for f in glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True):
-        ea = EventAccumulator(f)
-        ea.Reload()
-        for tag in ea.Tags()["scalars"]:
-            out.setdefault(tag, []).extend((e.step, e.value) for e in ea.Scalars(tag))
-    return out
-
-
 def test_vectorized_training_on_sync_lanes_equals_dummyvecenv_training(tmp_path):
     """Same code path: on SyncVectorEnv lanes, the run is the DummyVecEnv run, bit for bit."""
     import torch
@@ -300,7 +286,7 @@ def test_vectorized_training_on_sync_lanes_equals_dummyvecenv_training(tmp_path)
     assert yaml.safe_load((plain / "config.yaml").read_text())["vectorized"] is False
     p1, p2 = PPO.load(plain / "model.zip").policy.state_dict(), PPO.load(vec / "model.zip").policy.state_dict()
     assert all(torch.equal(p1[k], p2[k]) for k in p1)
-    t1, t2 = _tags(plain), _tags(vec)
+    t1, t2 = tensorboard_scalars(plain), tensorboard_scalars(vec)
     assert set(t1) == set(t2) and "rollout/ep_rew_mean" in t2 and "reward_components/energy" in t2
     for tag in ("rollout/ep_len_mean", "serving/latency_p99_ms", "reward_components/latency", "train/centering_gain"):
         assert t1[tag] == t2[tag], tag
