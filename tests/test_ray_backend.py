@@ -11,6 +11,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')")
 
+from test_sweep import TINY  # noqa: E402
+
 from experiments.compare import run_cell, run_compare  # noqa: E402
 
 SMALL = {
@@ -132,17 +134,7 @@ def test_compare_cli_on_ray(ray_instance, tmp_path, capsys):
 
 
 #: a tiny PPO sweep: two trials that train, one that fails (batch_size 1)
-SWEEP = {
-    "name": "tiny",
-    "algo": "ppo",
-    "env": {"horizon_requests": 150},
-    "n_timesteps": 256,
-    "seeds": [0],
-    "eval_episodes": 1,
-    "centering_gain": "online",
-    "num_envs": 2,
-    "grid": {"learning_rate": [1.0e-3, 3.0e-4], "n_steps": [64], "batch_size": [64, 1]},
-}
+SWEEP = TINY
 
 
 def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
