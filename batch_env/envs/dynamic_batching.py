@@ -527,7 +527,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._streams: list[Any] = [None] * N
         # each lane's arrival and service generators, reseeded at every reset
         self._arrival_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
-        self._service_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
+        noise = self._sigma > 0.0  # (without service noise no lane draws service numbers)
+        self._service_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N if noise else 0)]
         self._res: list[np.ndarray] = [_EMPTY] * N
         self._rp = [0] * N
 
