@@ -25,7 +25,7 @@ episode before the first summary arrival) the rates are NaN too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 import numpy as np
@@ -117,7 +117,10 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwri
         for r in has.tolist():
             mean[r] = rows[r, : counts[r]].sum() / counts[r]
         lat.sort(axis=1)
-        pct[has] = _sorted_percentiles(lat[has], counts[has])
+        if has.size == k:  # (no copy of the sorted rows)
+            pct[:] = _sorted_percentiles(lat, counts)
+        else:
+            pct[has] = _sorted_percentiles(lat[has], counts[has])
     mean *= 1000.0
     pct *= 1000.0
     return {"completed": counts.copy(), "within": within, "mean_ms": mean,
@@ -195,68 +198,81 @@ def summarize(
     arr = np.asarray(arrivals[lo:hi], dtype=np.float64)
     lat = comp - arr
     stats = latency_stats(lat[None, :], np.array([lat.size]), sla_s)
-    return summary_from_totals(
-        {k: v[0] for k, v in stats.items()}, window=window, n_entries=entry_hi - lo,
-        drops_summary=drops_summary, now_s=now_s, latency_integral_s=latency_integral_s,
-        energy_j=energy_j, misses=misses, drops=drops, n_batches=n_batches,
-        sum_batch=sum_batch, in_system=in_system, weights=weights,
-    )
+    one = WindowStart(*([v] for v in astuple(window)))
+    return summaries_from_totals(
+        stats, window=one, n_entries=[entry_hi - lo], drops_summary=[drops_summary],
+        now_s=[now_s], latency_integral_s=[latency_integral_s], energy_j=[energy_j],
+        misses=[misses], drops=[drops], n_batches=[n_batches], sum_batch=[sum_batch],
+        in_system=[in_system], weights=weights,
+    )[0]
 
 
-def summary_from_totals(
+def summaries_from_totals(
     stats: dict[str, Any],
     *,
     window: WindowStart,
-    n_entries: int,
-    drops_summary: int,
-    now_s: float,
-    latency_integral_s: float,
-    energy_j: float,
-    misses: int,
-    drops: int,
-    n_batches: int,
-    sum_batch: int,
-    in_system: int,
+    n_entries: Any,
+    drops_summary: Any,
+    now_s: Any,
+    latency_integral_s: Any,
+    energy_j: Any,
+    misses: Any,
+    drops: Any,
+    n_batches: Any,
+    sum_batch: Any,
+    in_system: Any,
     weights: tuple[float, float, float, float],
-) -> dict[str, Any]:
-    """The episode summary from one row of :func:`latency_stats` and the totals at the
-    window start and at the end (the parameters of :func:`summarize`; ``n_entries``
-    counts the admitted summary requests). Used by :func:`summarize` and by the vector
-    env, which computes the latency figures of all lanes ending in a step at once."""
-    completed = int(stats["completed"])
-    within = int(stats["within"])
+) -> list[dict[str, Any]]:
+    """The episode summaries of ``k`` episodes from the rows of :func:`latency_stats` and
+    the totals at the window start and at the end (the parameters of :func:`summarize`;
+    ``n_entries`` counts the admitted summary requests). Every argument but ``weights``
+    holds ``k`` values (arrays or sequences; ``window``'s fields too), and the k
+    summaries are computed with array operations: :func:`summarize` passes one episode,
+    the vector env all lanes ending in a step. The arithmetic is the same IEEE operations
+    in the same order for one episode or many, so a lane's summary equals the scalar
+    env's bit for bit.
+    """
+    f64 = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
+    i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    completed, within = i64(stats["completed"]), i64(stats["within"])
+    drops_summary, n_entries = i64(drops_summary), i64(n_entries)
     n_summary = n_entries + drops_summary
-    elapsed = now_s - window.time_s
-    L = latency_integral_s - window.latency_integral_s
-    E = energy_j - window.energy_j
-    M = misses - window.misses
-    D = drops - window.drops
-    nb = n_batches - window.n_batches
+    elapsed = f64(now_s) - f64(window.time_s)
+    L = f64(latency_integral_s) - f64(window.latency_integral_s)
+    E = f64(energy_j) - f64(window.energy_j)
+    M = i64(misses) - i64(window.misses)
+    D = i64(drops) - i64(window.drops)
+    nb = i64(n_batches) - i64(window.n_batches)
+    sb = i64(sum_batch) - i64(window.sum_batch)
     wl, we, ws, wd = weights
     reward = -(wl * L + we * E + ws * M + wd * D)
-    nan = float("nan")
     denom = completed + drops_summary
-    return {
-        "completed": completed,
-        "dropped": int(drops_summary),
-        "in_system_at_end": int(in_system),
-        "latency_mean_ms": float(stats["mean_ms"]),
-        "latency_p50_ms": float(stats["p50_ms"]),
-        "latency_p95_ms": float(stats["p95_ms"]),
-        "latency_p99_ms": float(stats["p99_ms"]),
-        "sla_attainment": within / denom if denom else nan,
-        "throughput_rps": completed / elapsed if elapsed > 0 else nan,
-        "power_mean_w": E / elapsed if elapsed > 0 else nan,
-        "energy_per_request_j": E / completed if completed else nan,
-        "batch_size_mean": (sum_batch - window.sum_batch) / nb if nb else 0.0,
-        "drop_rate": drops_summary / n_summary if n_summary else 0.0,
-        "reward_rate_per_s": reward / elapsed if elapsed > 0 else nan,
-        "elapsed_s": elapsed,
-        "latency_integral_s": L,
-        "energy_j": E,
-        "sla_misses": int(M),
-        "window_drops": int(D),
-    }
+    timed = elapsed > 0
+    nan = np.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cols = {
+            "completed": completed,
+            "dropped": drops_summary,
+            "in_system_at_end": i64(in_system),
+            "latency_mean_ms": f64(stats["mean_ms"]),
+            "latency_p50_ms": f64(stats["p50_ms"]),
+            "latency_p95_ms": f64(stats["p95_ms"]),
+            "latency_p99_ms": f64(stats["p99_ms"]),
+            "sla_attainment": np.where(denom != 0, within / denom, nan),
+            "throughput_rps": np.where(timed, completed / elapsed, nan),
+            "power_mean_w": np.where(timed, E / elapsed, nan),
+            "energy_per_request_j": np.where(completed != 0, E / completed, nan),
+            "batch_size_mean": np.where(nb != 0, sb / nb, 0.0),
+            "drop_rate": np.where(n_summary != 0, drops_summary / n_summary, 0.0),
+            "reward_rate_per_s": np.where(timed, reward / elapsed, nan),
+            "elapsed_s": elapsed,
+            "latency_integral_s": L,
+            "energy_j": E,
+            "sla_misses": M,
+            "window_drops": D,
+        }
+    keys = list(cols)
+    return [dict(zip(keys, row, strict=True)) for row in zip(*(c.tolist() for c in cols.values()), strict=True)]
 
 
 #: the LLM-specific summary keys of ``LLMBatching-v0`` (in addition to :data:`SERVING_KEYS`)

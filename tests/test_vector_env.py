@@ -190,6 +190,43 @@ def test_disabled_autoreset_with_reset_mask():
         venv.reset(options={"reset_mask": np.array([1, 0, 1])})
 
 
+def test_seeds_drawn_ahead_give_the_scalar_env_episodes():
+    """Each lane's next seed is drawn ahead (``_draw_ahead``); the episodes must still be
+    the scalar env's: seedless resets after seeded ones, an explicit reseed of some lanes
+    (which voids what was drawn ahead), and masked resets. Trajectories are compared, as
+    first observations alone hardly depend on the seed."""
+    kw = {"horizon_requests": 60, "service": "lognormal", "service_cv": 0.3}
+    venv = DynamicBatchingVectorEnv(num_envs=3, autoreset_mode=AutoresetMode.DISABLED, **kw)
+    envs = [gym.make(ENV_ID, **kw) for _ in range(3)]
+
+    def run(lanes):  # a few greedy steps on every lane; compare the reset lanes
+        for _ in range(12):
+            acts = venv.action_masks().sum(axis=1) - 1
+            vobs, vrew, _, _, _ = venv.step(acts)
+            for n in lanes:
+                so, sr, _, _, _ = envs[n].step(int(acts[n]))
+                assert np.array_equal(so, vobs[n]) and _close(sr, float(vrew[n]))
+
+    venv.reset(seed=3)
+    for n, e in enumerate(envs):
+        e.reset(seed=3 + n)
+    run([0, 1, 2])
+    for _ in range(2):  # seedless: the seeds drawn ahead
+        venv.reset()
+        for e in envs:
+            e.reset()
+        run([0, 1, 2])
+    mask = np.array([True, False, True])
+    venv.reset(seed=[11, None, None], options={"reset_mask": mask})  # lane 0 reseeded
+    envs[0].reset(seed=11)
+    envs[2].reset()
+    run([0, 2])
+    venv.reset(options={"reset_mask": np.array([True, True, False])})
+    envs[0].reset()  # from the new np_random of seed 11
+    envs[1].reset()
+    run([0, 1])
+
+
 def test_seeds_per_lane_and_lists():
     venv = DynamicBatchingVectorEnv(num_envs=3, **SMALL)
     obs_int, _ = venv.reset(seed=20)

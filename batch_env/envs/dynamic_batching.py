@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..config import ServingConfig
 from ..core import ServingCore
-from ..metrics import WindowStart, latency_stats, summary_from_totals
+from ..metrics import WindowStart, latency_stats, summaries_from_totals
 from ..profile import Profile
 from ..seeding import pcg64_states
 from ..workload import Workload
@@ -287,6 +287,7 @@ _LOG = 256  # batches logged per lane before their latencies are written out
 _NOISE = 256  # service-noise factors drawn per lane per refill
 _MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
+_AHEAD = 64  # lanes whose next episode's seeds are drawn ahead together (_draw_ahead)
 # per-lane state a reset zeroes (views of two 2D arrays, see _alloc_state)
 _ZERO_INT = ("_ws", "_i", "_kd", "_off", "_drops", "_sm", "_nb", "_sb", "_arrived", "_lastb",
              "_steps", "_M0", "_w_M", "_w_D", "_w_entry", "_w_nb", "_w_sb", "_nlog", "_lat_pos")
@@ -468,6 +469,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
         self._obs_high = env._obs_high
         self._lane_rngs: list[np.random.Generator | None] = [None] * N
+        # each lane's next seedless episode's generator states, drawn ahead (_draw_ahead)
+        self._ahead: list[tuple[Any, Any] | None] = [None] * N
+        self._behind: list[int] = []  # lanes reset since the last _draw_ahead
         self._lanes = np.arange(N, dtype=np.int64)
         self._alloc_state()
         self._alloc_buffers(_W0)
@@ -651,24 +655,31 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         """
         A, P, W = self._A, self._P, self._W
         noise = self._sigma > 0.0
-        todo, seeds = lanes.tolist(), list(seeds)
+        todo = lanes.tolist()
         # in phases over the lanes (seeds, streams, draws, buffers): each phase's code and
         # data stay in cache across the lanes reset in this step
+        states: list[Any] = [None] * len(todo)
+        need, need_seeds = [], []
         for r, (n, seed) in enumerate(zip(todo, seeds, strict=True)):
             if seed is not None:
                 self._lane_rngs[n] = gym.utils.seeding.np_random(seed)[0]
-            elif self._lane_rngs[n] is None:
-                self._lane_rngs[n] = gym.utils.seeding.np_random(None)[0]
-            if seed is None:
-                seeds[r] = int(self._lane_rngs[n].integers(0, 2**63 - 1))
-        # the children of SeedSequence(seed).spawn(3): arrivals, service (sizes unused), as
-        # the lanes' own generators reseeded
-        for n, state in zip(todo, pcg64_states(seeds, 0), strict=True):
-            self._arrival_rng[n].bit_generator.state = state
+                self._ahead[n] = None  # (drawn from the generator just replaced)
+            elif self._ahead[n] is not None:  # computed ahead (_draw_ahead)
+                states[r], self._ahead[n] = self._ahead[n], None
+                continue
+            else:
+                if self._lane_rngs[n] is None:
+                    self._lane_rngs[n] = gym.utils.seeding.np_random(None)[0]
+                seed = int(self._lane_rngs[n].integers(0, 2**63 - 1))
+            need.append(r)
+            need_seeds.append(seed)
+        for r, state in zip(need, self._seed_states(need_seeds), strict=True):
+            states[r] = state
+        for n, (arrival, service) in zip(todo, states, strict=True):
+            self._arrival_rng[n].bit_generator.state = arrival
             self._streams[n] = self.workload.stream(self._arrival_rng[n])
-        if noise:
-            for n, state in zip(todo, pcg64_states(seeds, 1), strict=True):
-                self._service_rng[n].bit_generator.state = state
+            if noise:
+                self._service_rng[n].bit_generator.state = service
                 self._lane_noise(n)
         draws = [self._draw(n, self._first) for n in todo]
         for n, res in zip(todo, draws, strict=True):
@@ -707,55 +718,72 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._i[lanes] = self._arrived[lanes] = 1
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
+        self._behind += todo
+        if len(self._behind) >= min(_AHEAD, self.num_envs):
+            self._draw_ahead()
+
+    def _seed_states(self, seeds: list[int]) -> list[tuple[Any, Any]]:
+        """The generator states of episodes seeded with ``seeds``: the arrival and service
+        children of ``SeedSequence(seed).spawn(3)`` (sizes unused), as PCG64 states (the
+        service one ``None`` without service noise)."""
+        arrival = pcg64_states(seeds, 0)
+        service = pcg64_states(seeds, 1) if self._sigma > 0.0 else [None] * len(seeds)
+        return list(zip(arrival, service, strict=True))
+
+    def _draw_ahead(self) -> None:
+        """Draw the next episode's seed of every lane reset since the last call, from its
+        own ``np_random`` (the draw its next seedless reset would make), and compute the
+        generator states of all of them at once (``seeding.pcg64_states`` pays from about
+        6 lanes; about 5 of 1024 lanes reset in a step). A reset with an explicit seed
+        voids the lane's drawn-ahead states, so every lane's sequence of episodes is the
+        scalar env's."""
+        lanes = [n for n in dict.fromkeys(self._behind) if self._ahead[n] is None]
+        self._behind = []
+        seeds = [int(self._lane_rngs[n].integers(0, 2**63 - 1)) for n in lanes]
+        for n, state in zip(lanes, self._seed_states(seeds), strict=True):
+            self._ahead[n] = state
 
     def _lane_summaries(self, lanes: list[int]) -> dict[int, dict[str, Any]]:
-        """The episode summaries of ``lanes``, from the one metrics recorder (the latency
-        figures of all of them at once)."""
-        n_lat = np.zeros(len(lanes), dtype=np.int64)
-        need = np.zeros(len(lanes), dtype=np.int64)  # latency columns each lane writes
-        rest = []
-        for r, n in enumerate(lanes):
-            done = int(self._off[n] + self._ws[n])
-            L, E, M, D = float(self._L[n]), float(self._E[n]), int(self._M0[n]), int(self._drops[n])
-            nb, sb = int(self._nb[n]), int(self._sb[n])
-            if self._win[n]:
-                lo = int(self._w_entry[n])
-                k = int(self._nlog[n])
-                last = int(self._blog[n, k - 1, 1]) if k else int(self._lat_pos[n])
-                need[r] = min(max(last, lo), lo + self._H) - lo
-                window = WindowStart(
-                    time_s=float(self._w_time[n]), latency_integral_s=float(self._w_L[n]),
-                    energy_j=float(self._w_E[n]), misses=int(self._w_M[n]), drops=int(self._w_D[n]),
-                    entry=0, n_batches=int(self._w_nb[n]), sum_batch=int(self._w_sb[n]),
-                )
-                ehi = int(self._ehi[n]) if self._ehi[n] >= 0 else int(self._off[n] + self._i[n])
-                n_lat[r] = max(min(ehi, done) - lo, 0)
-                dend = int(self._dend[n]) if self._dend[n] >= 0 else int(self._drops[n])
-                drops_summary, n_entries = dend - window.drops, ehi - lo
-            else:  # the window never started: no summary request arrived
-                window = WindowStart(float(self._now[n]), L, E, M, D, 0, nb, sb)
-                drops_summary = n_entries = 0
-            rest.append((window, n_entries, drops_summary))
+        """The episode summaries of ``lanes``, from the one metrics recorder: the latency
+        figures (``latency_stats``) and the summaries (``summaries_from_totals``) of all of
+        them at once, from array gathers of their state."""
+        idx = np.asarray(lanes, dtype=np.int64)
+        win = self._win[idx]
+        off, ws, i, drops = self._off[idx], self._ws[idx], self._i[idx], self._drops[idx]
+        lo = self._w_entry[idx]
+        top = lo + self._H
+        nlog, lat_pos = self._nlog[idx], self._lat_pos[idx]
+        # the end entry of the last logged batch, else where the log starts
+        last = np.where(nlog > 0, self._blog[idx, np.maximum(nlog - 1, 0), 1].astype(np.int64), lat_pos)
+        need = np.where(win, np.minimum(np.maximum(last, lo), top) - lo, 0)  # columns written
+        ehi = np.where(self._ehi[idx] >= 0, self._ehi[idx], off + i)
+        n_lat = np.where(win, np.maximum(np.minimum(ehi, off + ws) - lo, 0), 0)
+        dend = np.where(self._dend[idx] >= 0, self._dend[idx], drops)
+        flushed = np.minimum(np.maximum(lat_pos, lo), top) - lo  # a prefix written earlier
         # the latencies go straight into a scratch array (flushed earlier ones copied first)
-        scratch = np.empty((len(lanes), int(max(n_lat.max(initial=0), need.max(initial=0)))))
-        for r, n in enumerate(lanes):
-            if self._win[n]:
-                lo = int(self._w_entry[n])
-                p = min(max(int(self._lat_pos[n]), lo), lo + self._H) - lo
+        scratch = np.empty((idx.size, int(max(n_lat.max(initial=0), need.max(initial=0)))))
+        for r, (n, p) in enumerate(zip(lanes, flushed.tolist(), strict=True)):
+            if win[r]:
                 scratch[r, :p] = self._latency[n, :p]
                 self._flush_latencies(n, scratch[r])
         stats = latency_stats(scratch, n_lat, self._sla, overwrite=True)
-        out = {}
-        for r, (n, (window, n_entries, drops_summary)) in enumerate(zip(lanes, rest, strict=True)):
-            out[n] = summary_from_totals(
-                {k: v[r] for k, v in stats.items()}, window=window, n_entries=n_entries,
-                drops_summary=drops_summary, now_s=float(self._now[n]),
-                latency_integral_s=float(self._L[n]), energy_j=float(self._E[n]),
-                misses=int(self._M0[n]), drops=int(self._drops[n]), n_batches=int(self._nb[n]),
-                sum_batch=int(self._sb[n]), in_system=int(self._i[n] - self._ws[n]),
-                weights=self._weights,
-            )
-        return out
+        # the window's start (a lane whose window never started: no summary request
+        # arrived, and the window is the episode's end)
+        L, E, M0, nb, sb = self._L[idx], self._E[idx], self._M0[idx], self._nb[idx], self._sb[idx]
+        window = WindowStart(
+            time_s=np.where(win, self._w_time[idx], self._now[idx]),
+            latency_integral_s=np.where(win, self._w_L[idx], L),
+            energy_j=np.where(win, self._w_E[idx], E), misses=np.where(win, self._w_M[idx], M0),
+            drops=np.where(win, self._w_D[idx], drops), entry=0,
+            n_batches=np.where(win, self._w_nb[idx], nb), sum_batch=np.where(win, self._w_sb[idx], sb),
+        )
+        out = summaries_from_totals(
+            stats, window=window, n_entries=np.where(win, ehi - lo, 0),
+            drops_summary=np.where(win, dend - window.drops, 0), now_s=self._now[idx],
+            latency_integral_s=L, energy_j=E, misses=M0, drops=drops, n_batches=nb,
+            sum_batch=sb, in_system=i - ws, weights=self._weights,
+        )
+        return dict(zip(lanes, out, strict=True))
 
     # -- vectorized helpers -------------------------------------------------------------
     def _search(self, idx: np.ndarray | slice, lo: np.ndarray, hi: np.ndarray, key: np.ndarray,
@@ -1182,9 +1210,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     self._latency = grown
                 dest = self._latency[n]
             off = int(self._off[n])
-            dest[first - lo : last - lo] = (
-                np.repeat(self._blog[n, :m, 0], cnt) - self._A[n, first - off : last - off]
-            )
+            np.subtract(np.repeat(self._blog[n, :m, 0], cnt), self._A[n, first - off : last - off],
+                        out=dest[first - lo : last - lo])
         self._lat_pos[n] = int(ends[-1])
         self._nlog[n] = 0
 
