@@ -25,7 +25,9 @@ episode before the first summary arrival) the rates are NaN too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import astuple, dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -82,7 +84,33 @@ class WindowStart:
     sum_batch: int
 
 
-_Q = np.array([50.0, 95.0, 99.0]) / 100.0
+_Q = (50.0 / 100.0, 95.0 / 100.0, 99.0 / 100.0)  # the quantiles, as np.percentile's q / 100
+
+
+@lru_cache(maxsize=4096)
+def _order_stats(n: int) -> tuple[tuple[int, int, float], ...]:
+    """For ``n`` sorted values, each quantile's NumPy order statistics and weight
+    (``method="linear"``: virtual index ``(n - 1) * q``, its floor, the next index capped
+    at ``n - 1``, and the fractional part), computed with the same float operations."""
+    n1 = n - 1
+    out = []
+    for q in _Q:
+        virtual = n1 * q
+        prev = math.floor(virtual)
+        out.append((prev, min(prev + 1, n1), virtual - prev))
+    return tuple(out)
+
+
+def _sorted_percentiles(srt: np.ndarray, n: int) -> list[float]:
+    """The 50/95/99th percentiles of the first ``n`` (>= 1) entries of the sorted row
+    ``srt``: NumPy's order statistics and its interpolation (``_lerp``), as Python float
+    operations (the same IEEE operations in the same order)."""
+    out = []
+    for lo, hi, gamma in _order_stats(n):
+        a, b = float(srt[lo]), float(srt[hi])
+        diff = b - a
+        out.append(b - diff * (1.0 - gamma) if gamma >= 0.5 else a + diff * gamma)
+    return out
 
 
 def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwrite: bool = False
@@ -93,7 +121,9 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwri
     The percentiles are NumPy's default (linear interpolation), bit-identical to
     ``np.percentile(row[:n], [50, 95, 99])``: the same order statistics (from one sort of
     the padded rows, which beats a partition per row) and the same interpolation
-    formula. The mean is ``row[:n].sum() / n``, as ``ndarray.mean`` computes it.
+    formula. The mean is ``row[:n].sum() / n``, as ``ndarray.mean`` computes it. Past the
+    sort, the work per row is a few scalar reads: the vector env calls this with the
+    handful of lanes ending in a step, where array code's fixed costs would dominate.
 
     :param rows: ``(k, W)`` float64, no NaN in the counted columns.
     :param counts: ``(k,)`` number of latencies per row (0..W).
@@ -104,51 +134,34 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwri
     """
     rows = np.asarray(rows, dtype=np.float64)
     counts = np.asarray(counts, dtype=np.int64)
-    k = counts.size
-    width = int(counts.max(initial=0))
+    ns = counts.tolist()
+    width = max(ns, default=0)
     lat = rows[:, :width] if overwrite else rows[:, :width].copy()
-    for r in np.flatnonzero(counts < width).tolist():
-        lat[r, counts[r]:] = np.inf  # (not NaN: sorts last, never within the SLA)
-    within = (lat <= sla_s).sum(axis=1)  # no NaN: the same as ~(lat > sla_s)
-    mean = np.full(k, np.nan)
-    pct = np.full((k, 3), np.nan)
-    has = np.flatnonzero(counts)
-    if has.size:
-        for r in has.tolist():
-            mean[r] = rows[r, : counts[r]].sum() / counts[r]
-        lat.sort(axis=1)
-        if has.size == k:  # (no copy of the sorted rows)
-            pct[:] = _sorted_percentiles(lat, counts)
-        else:
-            pct[has] = _sorted_percentiles(lat[has], counts[has])
+    mean = np.full(len(ns), np.nan)
+    pct = np.full((len(ns), 3), np.nan)
+    within = np.zeros(len(ns), dtype=np.int64)
+    for r, n in enumerate(ns):
+        if n:
+            mean[r] = lat[r, :n].sum() / n
+        if n < width:
+            lat[r, n:] = np.inf  # (not NaN: sorts last, never within the SLA)
+    lat.sort(axis=1)
+    for r, n in enumerate(ns):
+        if n:
+            row = lat[r]
+            within[r] = row.searchsorted(sla_s, "right")  # (sorted, no NaN: the count <= sla)
+            pct[r] = _sorted_percentiles(row, n)
     mean *= 1000.0
     pct *= 1000.0
     return {"completed": counts.copy(), "within": within, "mean_ms": mean,
             "p50_ms": pct[:, 0], "p95_ms": pct[:, 1], "p99_ms": pct[:, 2]}
 
 
-def _sorted_percentiles(srt: np.ndarray, n: np.ndarray) -> np.ndarray:
-    """The 50/95/99th percentiles of each row's first ``n[r]`` entries of the row-sorted
-    ``srt``: NumPy's order statistics and interpolation formula (``method="linear"``)."""
-    n1 = (n - 1)[:, None]
-    virtual = n1 * _Q
-    prev = np.floor(virtual)
-    gamma = virtual - prev
-    lo = prev.astype(np.intp)
-    hi = np.minimum(lo + 1, n1)  # the top order statistic for q = 1 (and n = 1)
-    base = (np.arange(n.size) * srt.shape[1])[:, None]
-    flat = srt.reshape(-1)
-    a, b = flat[base + lo], flat[base + hi]
-    diff = b - a
-    out = np.where(gamma >= 0.5, b - diff * (1.0 - gamma), a + diff * gamma)
-    return out
-
-
 def percentiles(values: np.ndarray) -> np.ndarray:
     """The 50th, 95th and 99th percentiles of ``values`` (1-D float64, no NaN, not empty),
     bit-identical to ``np.percentile(values, [50, 95, 99])`` (see :func:`latency_stats`).
     ``values`` is not modified."""
-    return _sorted_percentiles(np.sort(values)[None, :], np.array([values.size]))[0]
+    return np.array(_sorted_percentiles(np.sort(values), values.size))
 
 
 def summarize(
@@ -226,53 +239,54 @@ def summaries_from_totals(
     """The episode summaries of ``k`` episodes from the rows of :func:`latency_stats` and
     the totals at the window start and at the end (the parameters of :func:`summarize`;
     ``n_entries`` counts the admitted summary requests). Every argument but ``weights``
-    holds ``k`` values (arrays or sequences; ``window``'s fields too), and the k
-    summaries are computed with array operations: :func:`summarize` passes one episode,
-    the vector env all lanes ending in a step. The arithmetic is the same IEEE operations
-    in the same order for one episode or many, so a lane's summary equals the scalar
-    env's bit for bit.
+    holds ``k`` values (arrays or sequences; ``window``'s fields too): :func:`summarize`
+    passes one episode, the vector env all lanes ending in a step (a handful: plain
+    Python per episode costs less there than array code's fixed costs). The arithmetic
+    is the same for both, so a lane's summary equals the scalar env's bit for bit.
     """
-    f64 = lambda v: np.asarray(v, dtype=np.float64)  # noqa: E731
-    i64 = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
-    completed, within = i64(stats["completed"]), i64(stats["within"])
-    drops_summary, n_entries = i64(drops_summary), i64(n_entries)
-    n_summary = n_entries + drops_summary
-    elapsed = f64(now_s) - f64(window.time_s)
-    L = f64(latency_integral_s) - f64(window.latency_integral_s)
-    E = f64(energy_j) - f64(window.energy_j)
-    M = i64(misses) - i64(window.misses)
-    D = i64(drops) - i64(window.drops)
-    nb = i64(n_batches) - i64(window.n_batches)
-    sb = i64(sum_batch) - i64(window.sum_batch)
+    col = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v)  # noqa: E731
+    columns = [col(stats[k]) for k in ("completed", "within", "mean_ms", "p50_ms", "p95_ms", "p99_ms")]
+    columns += [col(getattr(window, f)) for f in
+                ("time_s", "latency_integral_s", "energy_j", "misses", "drops", "n_batches", "sum_batch")]
+    columns += [col(v) for v in (n_entries, drops_summary, now_s, latency_integral_s, energy_j, misses,
+                                 drops, n_batches, sum_batch, in_system)]
     wl, we, ws, wd = weights
-    reward = -(wl * L + we * E + ws * M + wd * D)
-    denom = completed + drops_summary
-    timed = elapsed > 0
-    nan = np.nan
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cols = {
+    nan = float("nan")
+    out = []
+    for (completed, within, mean, p50, p95, p99, w_time, w_L, w_E, w_M, w_D, w_nb, w_sb, n_ent, d_sum,
+         now, L_end, E_end, M_end, D_end, nb_end, sb_end, in_sys) in zip(*columns, strict=True):
+        completed, within, d_sum = int(completed), int(within), int(d_sum)
+        n_summary = int(n_ent) + d_sum
+        elapsed = float(now) - float(w_time)
+        L = float(L_end) - float(w_L)
+        E = float(E_end) - float(w_E)
+        M = int(M_end) - int(w_M)
+        D = int(D_end) - int(w_D)
+        nb = int(nb_end) - int(w_nb)
+        reward = -(wl * L + we * E + ws * M + wd * D)
+        denom = completed + d_sum
+        out.append({
             "completed": completed,
-            "dropped": drops_summary,
-            "in_system_at_end": i64(in_system),
-            "latency_mean_ms": f64(stats["mean_ms"]),
-            "latency_p50_ms": f64(stats["p50_ms"]),
-            "latency_p95_ms": f64(stats["p95_ms"]),
-            "latency_p99_ms": f64(stats["p99_ms"]),
-            "sla_attainment": np.where(denom != 0, within / denom, nan),
-            "throughput_rps": np.where(timed, completed / elapsed, nan),
-            "power_mean_w": np.where(timed, E / elapsed, nan),
-            "energy_per_request_j": np.where(completed != 0, E / completed, nan),
-            "batch_size_mean": np.where(nb != 0, sb / nb, 0.0),
-            "drop_rate": np.where(n_summary != 0, drops_summary / n_summary, 0.0),
-            "reward_rate_per_s": np.where(timed, reward / elapsed, nan),
+            "dropped": d_sum,
+            "in_system_at_end": int(in_sys),
+            "latency_mean_ms": float(mean),
+            "latency_p50_ms": float(p50),
+            "latency_p95_ms": float(p95),
+            "latency_p99_ms": float(p99),
+            "sla_attainment": within / denom if denom else nan,
+            "throughput_rps": completed / elapsed if elapsed > 0 else nan,
+            "power_mean_w": E / elapsed if elapsed > 0 else nan,
+            "energy_per_request_j": E / completed if completed else nan,
+            "batch_size_mean": (int(sb_end) - int(w_sb)) / nb if nb else 0.0,
+            "drop_rate": d_sum / n_summary if n_summary else 0.0,
+            "reward_rate_per_s": reward / elapsed if elapsed > 0 else nan,
             "elapsed_s": elapsed,
             "latency_integral_s": L,
             "energy_j": E,
             "sla_misses": M,
             "window_drops": D,
-        }
-    keys = list(cols)
-    return [dict(zip(keys, row, strict=True)) for row in zip(*(c.tolist() for c in cols.values()), strict=True)]
+        })
+    return out
 
 
 #: the LLM-specific summary keys of ``LLMBatching-v0`` (in addition to :data:`SERVING_KEYS`)

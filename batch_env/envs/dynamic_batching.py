@@ -573,7 +573,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             m = min(_COPY, len(res) - rp)
             A, P = self._A[n], self._P[n]
             A[fill : fill + m] = res[rp : rp + m]
-            np.cumsum(A[fill : fill + m], out=P[fill + 1 : fill + m + 1])
+            np.add.accumulate(A[fill : fill + m], out=P[fill + 1 : fill + m + 1])
             P[fill + 1 : fill + m + 1] += P[fill]
             self._fill[n] = fill + m
             self._rp[n] = rp + m
@@ -688,7 +688,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             A[n, :m] = res[:m]
             if old > m:
                 A[n, m:old] = np.inf
-            np.cumsum(res[:m], out=P[n, 1 : m + 1])
+            np.add.accumulate(res[:m], out=P[n, 1 : m + 1])  # (np.cumsum, without its wrapper)
             self._fill[n] = m
             # keep the draw only while part of it is unused (freed, its memory is reused hot)
             self._res[n], self._rp[n] = (res, m) if m < len(res) else (_EMPTY, 0)
