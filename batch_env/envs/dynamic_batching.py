@@ -506,6 +506,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             for row, name in zip(rows, names, strict=True):
                 setattr(self, name, row)
         self._fill = z(np.int64)
+        self._tail = z(np.float64)  # each lane's last buffered arrival (A at fill - 1)
         self._now, self._E, self._rate = (z(np.float64) for _ in range(3))
         self._clipped = z(bool)
         self._head = z(np.float64)  # each lane's entry at ws (its oldest request) at the last _obs
@@ -576,6 +577,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             np.add.accumulate(A[fill : fill + m], out=P[fill + 1 : fill + m + 1])
             P[fill + 1 : fill + m + 1] += P[fill]
             self._fill[n] = fill + m
+            self._tail[n] = A[fill + m - 1]
             self._rp[n] = rp + m
             if rp + m == len(res):
                 self._res[n], self._rp[n] = _EMPTY, 0
@@ -614,6 +616,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 np.cumsum(A[i + adm : fill], out=P[i + adm + 1 : fill + 1])
                 P[i + adm + 1 : fill + 1] += P[i + adm]
                 self._fill[n] = fill
+                self._tail[n] = A[fill - 1]
                 self._drops[n] += cut
             self._i[n] = i + adm
             self._arrived[n] += k
@@ -690,6 +693,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 A[n, m:old] = np.inf
             np.add.accumulate(res[:m], out=P[n, 1 : m + 1])  # (np.cumsum, without its wrapper)
             self._fill[n] = m
+            self._tail[n] = res[m - 1]
             # keep the draw only while part of it is unused (freed, its memory is reused hot)
             self._res[n], self._rp[n] = (res, m) if m < len(res) else (_EMPTY, 0)
         self._zero_i[:, lanes] = 0
@@ -857,20 +861,20 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _ensure(self, idx: np.ndarray | slice, t_end: np.ndarray) -> None:
         """Refill the lanes whose buffer does not reach past ``t_end``."""
-        rb = self._rowbase[idx]
-        last = self._Af[rb + self._fill[idx] - 1]
-        need = ~(last > t_end)
+        need = ~(self._tail[idx] > t_end)
         if need.any():
             lanes = np.arange(self.num_envs)[idx][need]
             for n, t in zip(lanes.tolist(), t_end[need].tolist(), strict=True):
                 self._refill(n, t)
 
     def _advance(self, idx: np.ndarray | slice, t_end: np.ndarray, power: np.ndarray | float,
-                 ws_from: np.ndarray, sm_prev: np.ndarray | None) -> None:
-        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``)."""
+                 ws_from: np.ndarray, sm_prev: np.ndarray | None, next_arrival: bool = False) -> None:
+        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``).
+        ``next_arrival``: ``t_end`` is each lane's next arrival, so exactly that one is
+        admitted (buffered arrivals strictly increase) and no search is needed."""
         i = self._i[idx]
         now = self._now[idx]
-        j = self._search(idx, i, self._fill[idx], t_end, False)
+        j = i + 1 if next_arrival else self._search(idx, i, self._fill[idx], t_end, False)
         k = j - i
         arrived = self._arrived[idx]
         room = self._cap - (i - self._ws[idx])
@@ -1077,7 +1081,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             idx = np.flatnonzero(empty)
             t2 = self._Af[self._rowbase[idx] + self._i[idx]]
             self._ensure(idx, t2)
-            self._advance(idx, t2, self._idle, self._ws[idx], None)
+            self._advance(idx, t2, self._idle, self._ws[idx], None, next_arrival=True)
         self._lastb[:] = b
         self._lastlat[:] = np.where(run, d, 0.0)
         self._clipped[:] = clipped
