@@ -210,7 +210,7 @@ class _PoissonStream(ArrivalStream):
         # random_exponential), so filling in place gives the same numbers without copies
         self._rng.standard_exponential(out=draws)
         draws *= self._scale
-        gap_min = float(draws.min())
+        gap_min = float(np.minimum.reduce(draws))
         np.add.accumulate(gaps, out=gaps)  # (np.cumsum, without its wrapper: 1.6 µs less)
         self._acc = float(gaps[-1])
         draws += self._base

@@ -815,9 +815,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             v = Af[rb + lo] if first is None else first
             p = key - v > sla
             p &= lo < hi
-            if not p.any():
+            if not np.count_nonzero(p):
                 return res
-            sub = np.flatnonzero(p)
+            sub = p.nonzero()[0]
             res[sub] += 1
             lo1 = res[sub]
             hi1 = hi[sub]
@@ -825,9 +825,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             v = Af[rb[sub] + lo1]  # the second entry: most waits stop there
             p = k1 - v > sla
             p &= lo1 < hi1
-            if not p.any():
+            if not np.count_nonzero(p):
                 return res
-            keep = np.flatnonzero(p)
+            keep = p.nonzero()[0]
             sub = sub[keep]
             lo1 = lo1[keep] + 1
             hi1 = hi1[keep]
@@ -842,11 +842,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         cnt = _count_rows(pw)
         out = lo1 + cnt
         more = cnt == _G
-        if more.any():  # binary search past the window
-            m = np.flatnonzero(more)
+        if np.count_nonzero(more):  # binary search past the window
+            m = more.nonzero()[0]
             a, z, kk, rbm = out[m], hi1[m], k1[m], self._rowbase[lanes[m]]
             act = a < z
-            while act.any():
+            while np.count_nonzero(act):
                 mid = (a + z) >> 1
                 vm = Af[rbm + mid]
                 pm = (kk - vm > sla) if late else (vm <= kk)
@@ -862,7 +862,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     def _ensure(self, idx: np.ndarray | slice, t_end: np.ndarray) -> None:
         """Refill the lanes whose buffer does not reach past ``t_end``."""
         need = ~(self._tail[idx] > t_end)
-        if need.any():
+        if np.count_nonzero(need):
             lanes = np.arange(self.num_envs)[idx][need]
             for n, t in zip(lanes.tolist(), t_end[need].tolist(), strict=True):
                 self._refill(n, t)
@@ -883,7 +883,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         drop = k > room
         slow = drop | (hit & ~self._win[idx])  # drops and the window's start: per lane
         end = hit & ~slow
-        if end.any():  # the window's end mark, without drops: where the scalar env stops
+        if np.count_nonzero(end):  # the window's end mark, without drops: where the scalar env stops
             lanes = self._lanes[idx][end]  # at the mark, only the end entry is recorded
             self._ehi[lanes] = self._off[lanes] + (i + mark - arrived)[end]
             self._dend[lanes] = self._drops[lanes]
@@ -894,7 +894,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         L = n_sys * (t_end - now)
         L += k * t_end - (Pf[rb1 + j] - Pf[rb1 + i])
         dE = power * (t_end - now)
-        if slow.any():
+        if np.count_nonzero(slow):
             fast = ~slow
             self._L[idx] += np.where(fast, L, 0.0)
             self._E[idx] += np.where(fast, dE, 0.0)
@@ -1019,7 +1019,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 )
         if not self._started and not mask.all():
             raise ValueError("options['reset_mask']: the first reset must reset every lane")
-        lanes = np.flatnonzero(mask)
+        lanes = mask.nonzero()[0]
         self._reset_lanes(lanes, [seeds[n] for n in lanes.tolist()])
         self._started = True
         self._autoreset[mask] = False
@@ -1046,7 +1046,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         b = np.where(clipped, q, a)
         d = self._lat[b]
         if self._sigma > 0.0:
-            lanes = np.flatnonzero(run)
+            lanes = run.nonzero()[0]
             for n in lanes[self._fk[lanes] >= _NOISE].tolist():
                 self._lane_noise(n)
             fk = self._fk[lanes]
@@ -1067,7 +1067,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._ensure(slice(None), t_end)
         ws_old = self._ws.copy()
         sm_prev = self._sm.copy()
-        if run.any():
+        if np.count_nonzero(run):
             hi = ws_old + b
             served_missed = self._search(slice(None), ws_old, hi, c, True, self._head) - ws_old
             self._sm += served_missed
@@ -1077,8 +1077,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._log_batches(run, c)
         self._advance(slice(None), t_end, power, ws_old, sm_prev)
         empty = run & (self._i == self._ws)
-        if empty.any():  # the batch emptied the queue: idle to the next arrival
-            idx = np.flatnonzero(empty)
+        if np.count_nonzero(empty):  # the batch emptied the queue: idle to the next arrival
+            idx = empty.nonzero()[0]
             t2 = self._Af[self._rowbase[idx] + self._i[idx]]
             self._ensure(idx, t2)
             self._advance(idx, t2, self._idle, self._ws[idx], None, next_arrival=True)
@@ -1092,7 +1092,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         head = self._Af[self._rowbase + ws]
         kd0 = np.maximum(self._kd, ws)
         first = head
-        behind = np.flatnonzero(self._kd > ws)  # lanes with requests already past deadline
+        behind = (self._kd > ws).nonzero()[0]  # lanes with requests already past deadline
         if behind.size:
             first = head.copy()
             first[behind] = self._Af[self._rowbase[behind] + kd0[behind]]
@@ -1115,7 +1115,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._steps += 1
 
         mode = self.autoreset_mode
-        redo = np.flatnonzero(self._autoreset) if mode == AutoresetMode.NEXT_STEP else _NONE
+        redo = self._autoreset.nonzero()[0] if mode == AutoresetMode.NEXT_STEP else _NONE
         if redo.size:  # lanes that ended last step start over; their step here is discarded
             self._reset_lanes(redo, [None] * redo.size)
             reward[redo] = 0.0
@@ -1134,8 +1134,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             if redo.size:
                 self._reset_info_lanes(info, redo)
         serving: dict[int, dict[str, Any]] = {}
-        if over.any():
-            serving = self._lane_summaries(np.flatnonzero(over).tolist())
+        if np.count_nonzero(over):
+            serving = self._lane_summaries(over.nonzero()[0].tolist())
             if mode != AutoresetMode.SAME_STEP:
                 arr = np.full(N, None, dtype=object)
                 for n, s in serving.items():
@@ -1144,7 +1144,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if mode == AutoresetMode.NEXT_STEP:
             self._autoreset[:] = truncated
         elif mode == AutoresetMode.SAME_STEP and truncated.any():
-            ended = np.flatnonzero(truncated)
+            ended = truncated.nonzero()[0]
             finals = {}
             for n in ended.tolist():
                 final_info = self._lane_info(info, n) if self.full_info else {}
@@ -1183,8 +1183,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._blogf[2 * flat + 1] = self._off + self._ws
         self._nlog += run & self._win
         full = self._nlog == _LOG
-        if full.any():
-            for n in np.flatnonzero(full).tolist():
+        if np.count_nonzero(full):
+            for n in full.nonzero()[0].tolist():
                 self._flush_latencies(n)
 
     def _flush_latencies(self, n: int, dest: np.ndarray | None = None) -> None:
@@ -1214,7 +1214,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     self._latency = grown
                 dest = self._latency[n]
             off = int(self._off[n])
-            np.subtract(np.repeat(self._blog[n, :m, 0], cnt), self._A[n, first - off : last - off],
+            np.subtract(self._blog[n, :m, 0].repeat(cnt), self._A[n, first - off : last - off],
                         out=dest[first - lo : last - lo])
         self._lat_pos[n] = int(ends[-1])
         self._nlog[n] = 0
