@@ -242,7 +242,7 @@ def summaries_from_totals(
     holds ``k`` values (arrays or sequences; ``window``'s fields too): :func:`summarize`
     passes one episode, the vector env all lanes ending in a step (a handful: plain
     Python per episode costs less there than array code's fixed costs). The arithmetic
-    is the same for both, so a lane's summary equals the scalar env's bit for bit.
+    is the same for both: given equal totals, a lane's summary equals the scalar env's.
     """
     col = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v)  # noqa: E731
     columns = [col(stats[k]) for k in ("completed", "within", "mean_ms", "p50_ms", "p95_ms", "p99_ms")]
