@@ -652,6 +652,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _reset_lanes(self, lanes: np.ndarray, seeds: list[int | None]) -> None:
         """Start the next episode of ``lanes``: the scalar env's ``reset(seed)``, per lane.
+        A seedless reset takes the generator states drawn ahead for the lane
+        (``_draw_ahead``) when there are some.
 
         :param lanes: lane indices.
         :param seeds: one seed or ``None`` (draw from the lane's ``np_random``) per lane.
