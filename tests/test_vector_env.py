@@ -28,6 +28,13 @@ def _close(a, b, rel=1e-9):
     return a == b or abs(a - b) <= rel * max(1.0, abs(a))
 
 
+def _check_cached_state(venv):
+    """What the vector env keeps per lane instead of reading its buffer every step equals
+    what the buffer holds: the last buffered arrival."""
+    lanes = np.arange(venv.num_envs)
+    assert np.array_equal(venv._tail, venv._A[lanes, venv._fill - 1])  # noqa: SLF001
+
+
 def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
     """Step the vector env and n scalar envs in lockstep (NEXT_STEP autoreset) and compare."""
     venv = gym.make_vec(ENV_ID, num_envs=n_envs, **kwargs)
@@ -49,6 +56,7 @@ def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
         else:  # greedy, with an occasional oversized action (clipped)
             acts = np.array([B if rng.random() < 0.1 else int(np.flatnonzero(m)[-1]) for m in masks])
         vobs, vrew, vterm, vtrunc, vinfo = venv.step(acts)
+        _check_cached_state(venv)
         assert venv.observation_space.contains(vobs)
         assert not vterm.any()
         for n, e in enumerate(envs):
@@ -119,8 +127,10 @@ def test_long_queues_grow_the_buffer():
         so, sr, _, _, _ = env.step(0)
         assert np.array_equal(vo[0], so) and _close(sr, float(vr[0]))
     assert venv._W > 4096  # the buffer grew
+    _check_cached_state(venv)
     for _ in range(400):
         vo, vr, _, vt, vi = venv.step(np.full(2, 32))
+        _check_cached_state(venv)
         so, sr, _, st, si = env.step(32)
         assert np.array_equal(vo[0], so) and _close(sr, float(vr[0])) and st == vt[0]
         if st:
