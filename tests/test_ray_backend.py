@@ -11,21 +11,14 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')")
 
+from test_compare import SMALL as COMPARE_SMALL  # noqa: E402
 from test_sweep import TINY  # noqa: E402
 
 from experiments.compare import run_cell, run_compare  # noqa: E402
 
-SMALL = {
-    "name": "small",
-    "env": {"profile": "resnet50-v100", "decision_interval_ms": 0.5, "horizon_requests": 300,
-            "reward_weights": {"sla": 0.0}},
-    "workloads": {"poisson": {"kind": "poisson"}},
-    "loads": [0.3, 0.7],
-    "seeds": 2,
-    "reference": "smdp",
-    "policies": {"greedy": {}, "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0}, "smdp": {}},
-    "pareto": {"workload": "poisson", "load": 0.3, "energy_weights": [0.0, 2.0]},
-}
+# test_compare's small comparison, shorter and without the structure cells
+SMALL = {k: v for k, v in COMPARE_SMALL.items() if k != "structure"}
+SMALL["env"] = {**COMPARE_SMALL["env"], "horizon_requests": 300}
 N_CELLS = 2 * 3 + 2 + 3
 #: a cell that raises when it runs (static batching of 0 requests)
 BROKEN = {"broken": {"name": "static", "batch_size": 0}}
