@@ -15,6 +15,7 @@ import pytest
 import yaml
 from conftest import tensorboard_scalars
 from gymnasium.vector import AutoresetMode
+from test_agents import SMALL_ENV as TRAIN_ENV  # the agents tests' small training env
 
 import batch_env  # noqa: F401  (registers the ids)
 from agents import load_policy
@@ -25,13 +26,6 @@ from batch_env import evaluate
 
 ENV_ID = "batch_env/DynamicBatching-v0"
 SHORT = {"horizon_requests": 30}  # episodes of a few dozen steps: many autoresets
-TRAIN_ENV = {
-    "profile": "resnet50-v100-linear",
-    "workload": {"kind": "poisson", "load": 0.6},
-    "idle_power_w": 0.0,
-    "reward_weights": {"sla": 0.0, "drop": 1.0},
-    "horizon_requests": 300,
-}
 TWINNED = [
     ("batch_env.wrappers.BinaryAction", {}),
     ("batch_env.wrappers.QueueFeatures", {}),
