@@ -615,8 +615,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 fill -= cut
                 np.cumsum(A[i + adm : fill], out=P[i + adm + 1 : fill + 1])
                 P[i + adm + 1 : fill + 1] += P[i + adm]
-                self._fill[n] = fill
-                self._tail[n] = A[fill - 1]
+                self._fill[n] = fill  # (_tail stays: _ensure left an arrival after t_end)
                 self._drops[n] += cut
             self._i[n] = i + adm
             self._arrived[n] += k
