@@ -33,6 +33,24 @@ import numpy as np
 
 SERVICE_LAWS = ("deterministic", "lognormal")
 
+#: Upper bound of ``max_batch_size`` and ``max_num_seqs`` (2**17 = 131072). Per-batch-size
+#: tables and action masks are O(B); the bound keeps one of them under 1 MiB, and is far above
+#: any batch in the published profiles (a few thousand requests at most).
+MAX_BATCH_LIMIT = 1 << 17
+
+#: Smallest ``decision_interval_ms`` (1 ns): a tick must move the clock, and a 1 ns tick
+#: still does for the first 100 days of simulated time (float64 seconds); a shorter one
+#: would round ``now + tick`` back to ``now`` much sooner.
+MIN_TICK_MS = 1e-6
+
+
+class ArgumentError(TypeError, ValueError):
+    """A bad argument: an unknown name, or a value of a type that is not allowed.
+
+    Both a ``TypeError`` (what Python raises for these) and a ``ValueError`` (what
+    batch-env raises for every bad input, and what the CLI turns into a one-line error).
+    """
+
 
 def is_real_number(value: Any) -> bool:
     """Whether ``value`` is a real number: ints, floats, NumPy real scalars (not bools).
@@ -140,7 +158,7 @@ class RewardWeights:
 class ServingConfig:
     """Configuration shared by every batching environment.
 
-    :param max_batch_size: largest batch the server runs (B).
+    :param max_batch_size: largest batch the server runs (B), at most :data:`MAX_BATCH_LIMIT`.
     :param sla_ms: latency target per request; a request misses it when its latency
         exceeds it (equal meets it).
     :param reward_weights: see :class:`RewardWeights`.
@@ -153,7 +171,8 @@ class ServingConfig:
     :param warmup_requests: arrivals before the summary requests (they still take part).
     :param horizon_s: episode time limit in simulated seconds; ``None`` derives a generous
         default from the workload's mean rate.
-    :param decision_interval_ms: relative tick interval (``None``: ticks off).
+    :param decision_interval_ms: relative tick interval (``None``: ticks off), at least
+        :data:`MIN_TICK_MS`.
     :param idle_power_w: override of the profile's idle power.
     :param rate_window_s: time constant of the observation's arrival-rate estimate;
         ``None`` means 200 mean inter-arrival times.
@@ -174,7 +193,7 @@ class ServingConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward_weights", RewardWeights.from_any(self.reward_weights))
-        check_number("max_batch_size", self.max_batch_size, low=1, integer=True)
+        check_number("max_batch_size", self.max_batch_size, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("sla_ms", self.sla_ms, low=0.0, low_inclusive=False)
         if self.service not in SERVICE_LAWS:
             raise ValueError(f"service={self.service!r} is invalid: allowed values are {SERVICE_LAWS}")
@@ -186,7 +205,7 @@ class ServingConfig:
         if self.horizon_s is not None:
             check_number("horizon_s", self.horizon_s, low=0.0, low_inclusive=False)
         if self.decision_interval_ms is not None:
-            check_number("decision_interval_ms", self.decision_interval_ms, low=0.0, low_inclusive=False)
+            check_number("decision_interval_ms", self.decision_interval_ms, low=MIN_TICK_MS)
         if self.idle_power_w is not None:
             check_number("idle_power_w", self.idle_power_w, low=0.0)
         if self.rate_window_s is not None:
@@ -217,7 +236,8 @@ class LLMConfig:
     """Configuration of ``batch_env/LLMBatching-v0`` (vLLM v0's scheduler knobs, SLAs, episode).
 
     :param max_num_seqs: the largest cap on running requests (vLLM's ``max_num_seqs``,
-        default 256); the default action grid is ``1..max_num_seqs``.
+        default 256, at most :data:`MAX_BATCH_LIMIT`); the default action grid is
+        ``1..max_num_seqs``.
     :param grid: the caps the actions select (increasing integers in ``1..max_num_seqs``);
         ``None``: ``1..max_num_seqs``.
     :param max_model_len: context limit: a prompt fits when ``prompt + 1 <= max_model_len``
@@ -272,7 +292,7 @@ class LLMConfig:
         object.__setattr__(
             self, "reward_weights", RewardWeights.from_any(self.reward_weights, LLM_REWARD_WEIGHTS)
         )
-        check_number("max_num_seqs", self.max_num_seqs, low=1, integer=True)
+        check_number("max_num_seqs", self.max_num_seqs, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("max_model_len", self.max_model_len, low=2, integer=True)
         if self.max_num_batched_tokens is None:
             object.__setattr__(self, "max_num_batched_tokens", max(int(self.max_model_len), 2048))

@@ -35,6 +35,8 @@ count just after the last one, so window totals are exact differences.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import warnings
 from bisect import bisect_left, bisect_right
@@ -42,14 +44,23 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.error import ResetNeeded
 
-from .config import ServingConfig
+from .config import ArgumentError, ServingConfig
 from .metrics import WindowStart, summarize
 from .profile import Profile
 from .profile import load as load_profile
 from .workload import ArrivalStream, Workload, make_workload
 
 _INF = math.inf
+_BEFORE_RESET = "call reset() before step(), action_masks() or render()"
+_AFTER_END = "the episode ended (truncated=True): call reset() before step()"
+
+
+@functools.cache
+def _init_arguments(cls: type) -> frozenset[str]:
+    """The keyword arguments ``cls.__init__`` takes."""
+    return frozenset(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 class ServingCore(gym.Env):
@@ -57,7 +68,36 @@ class ServingCore(gym.Env):
 
     Subclasses call :meth:`_setup_core` in ``__init__`` and :meth:`_reset_core` in
     ``reset``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`.
+
+    Order of calls (Gymnasium's convention, enforced here so that it also holds without
+    ``gymnasium.make``'s wrappers): ``step``, ``action_masks`` and ``render`` before the
+    first ``reset`` raise :class:`gymnasium.error.ResetNeeded`, and so does ``step`` after
+    the step that returned ``truncated=True``.
     """
+
+    #: Why the env cannot step now (``None``: it can). Set until the first ``reset``, and
+    #: again by the step that ends an episode; ``reset`` clears it.
+    _needs_reset: str | None = _BEFORE_RESET
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
+        """Refuse unknown keyword arguments, listing the allowed ones (Python's own
+        ``TypeError`` names only the first bad key)."""
+        unknown = sorted(set(kwargs) - _init_arguments(cls))
+        if unknown:
+            raise ArgumentError(
+                f"{cls.__name__}: unknown argument(s) {unknown}: allowed arguments are "
+                f"{sorted(_init_arguments(cls))}"
+            )
+        return super().__new__(cls)
+
+    def _refuse(self, call: str) -> None:
+        """Raise :class:`gymnasium.error.ResetNeeded`: ``call`` is not allowed now."""
+        raise ResetNeeded(f"{type(self).__name__}.{call}: {self._needs_reset}")
+
+    def _check_started(self, call: str) -> None:
+        """Refuse ``call`` (``action_masks``, ``render``) before the first ``reset``."""
+        if self._needs_reset is _BEFORE_RESET:
+            self._refuse(call)
 
     # -- construction -------------------------------------------------------------------
     def _init_env(
@@ -201,6 +241,7 @@ class ServingCore(gym.Env):
         """
         if seed is None:
             seed = int(self.np_random.integers(0, 2**63 - 1))
+        self._needs_reset = _BEFORE_RESET  # until this reset is complete
         arrivals, service, sizes = (
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
@@ -234,6 +275,7 @@ class ServingCore(gym.Env):
         self._advance(self._next_arrival(), self.idle_power_w)
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
         self.executor.reset(service)
+        self._needs_reset = None
         return service, sizes
 
     @property
@@ -438,7 +480,11 @@ class ServingCore(gym.Env):
         return self._entry_hi is not None and self._n_done >= self._entry_hi
 
     def _episode_over(self) -> bool:
-        return self._now >= self.horizon_s or self._summary_done()
+        """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""
+        if self._now >= self.horizon_s or self._summary_done():
+            self._needs_reset = _AFTER_END
+            return True
+        return False
 
     def _summary_drops(self) -> int:
         """Dropped summary requests: drops between the window's start and its end mark."""

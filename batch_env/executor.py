@@ -26,6 +26,8 @@ LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real 
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 import numpy as np
 
@@ -65,7 +67,7 @@ def make_executor(
         :class:`batch_env.torch_executor.TorchExecutor` (``width``, ``depth``, ``threads``,
         ``cuda_graphs``, ``weights``, ``warmup``, ``seed``, ``model_kwargs``).
     """
-    if _is_profile_kind(kind, model, options):
+    if _is_profile_kind(kind, model, torch_device, options):
         return ProfileExecutor(profile, max_batch_size, service, service_cv)
     if service != "deterministic":
         raise ValueError(
@@ -86,13 +88,27 @@ def make_executor(
     )
 
 
-def _is_profile_kind(kind: str, model: str | None, options: dict | None) -> bool:
-    """``True`` for ``"profile"`` (whose executor takes no model or options), ``False`` for
-    ``"torch"``; ``ValueError`` naming the value otherwise."""
+_TORCH_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
+
+
+def _is_profile_kind(kind: str, model: str | None, torch_device: Any, options: dict | None) -> bool:
+    """``True`` for ``"profile"`` (whose executor takes no model, device or options),
+    ``False`` for ``"torch"``; ``ValueError`` naming the value otherwise."""
+    if not isinstance(torch_device, str) or not _TORCH_DEVICE.fullmatch(torch_device):
+        raise ValueError(
+            f"torch_device={torch_device!r} is invalid: expected 'auto', 'cpu', 'cuda' or "
+            "'cuda:<index>'"
+        )
     if kind == "profile":
-        for name, value in (("model", model), ("executor_options", options)):
-            if value not in (None, {}):
-                raise ValueError(f"{name}={value!r} is only used with executor='torch'")
+        for name, value, default in (
+            ("model", model, None), ("torch_device", torch_device, "auto"),
+            ("executor_options", options, None),
+        ):
+            if value != default and not (name == "executor_options" and value == {}):
+                raise ValueError(
+                    f"{name}={value!r} is only used with executor='torch' (executor='profile' "
+                    "simulates from the profile); leave it out"
+                )
         return True
     if kind != "torch":
         raise ValueError(f"executor={kind!r} is invalid: allowed values are {list(EXECUTORS)}")
@@ -123,7 +139,7 @@ def make_llm_executor(
         :class:`batch_env.llm_torch_executor.LLMTorchExecutor` (``width``, ``depth``,
         ``threads``, ``warmup``, ``seed``, ``weights``, ``model_kwargs``).
     """
-    if _is_profile_kind(kind, model, options):
+    if _is_profile_kind(kind, model, torch_device, options):
         return LLMProfileExecutor(profile)
     from .llm_torch_executor import LLMTorchExecutor
 

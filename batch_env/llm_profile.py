@@ -84,7 +84,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from . import profile as _batch_profile
-from .config import check_number
+from .config import ArgumentError, check_number
 
 __all__ = ["LLMProfile", "available", "load"]
 
@@ -575,7 +575,7 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | LLMProfile) -> LLMProfi
     :raises ValueError: if ``x`` is neither a shipped name nor an existing file (the
         exception is also a ``FileNotFoundError``), names a batch-latency profile (use
         ``batch_env.profile.load``), is not valid JSON, or is an invalid profile.
-    :raises TypeError: for any other type of ``x``.
+    :raises ArgumentError: (a ``TypeError`` and a ``ValueError``) for any other type of ``x``.
     """
     if isinstance(x, LLMProfile):
         return x
@@ -590,10 +590,11 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | LLMProfile) -> LLMProfi
         )
         return LLMProfile(data, origin=origin)
     if isinstance(x, _batch_profile.Profile):
-        raise TypeError(
-            "load() got a batch_env.profile.Profile (a batch-latency profile); LLMBatching "
-            "needs an LLM profile (kind 'llm')"
+        raise ArgumentError(
+            f"profile={x.name!r} is invalid: it is a batch-latency Profile; LLMBatching needs "
+            "an LLM profile (kind 'llm')"
         )
-    raise TypeError(
-        f"load() takes an LLM profile name, a path, a dict or an LLMProfile, got {type(x).__name__}"
+    raise ArgumentError(
+        f"profile={x!r} is invalid: expected a shipped LLM profile name ({', '.join(available())}), "
+        f"a path to a JSON file, a dict or an LLMProfile, not a {type(x).__name__}"
     )

@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .config import is_real_number
+from .config import ArgumentError, is_real_number
 
 __all__ = ["Profile", "available", "load"]
 
@@ -545,6 +545,25 @@ def available() -> list[str]:
     return shipped_names(_profile_dir())
 
 
+def read_text(path: str | os.PathLike[str], what: str) -> str:
+    """The UTF-8 text of a user's file, or ``ValueError`` naming the file (binary or
+    unreadable) instead of a bare ``UnicodeDecodeError`` or ``OSError``.
+
+    :param path: the file.
+    :param what: what the file should be, for the message (``"profile"``, ``"trace"``).
+    """
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            return fh.read()
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{what} {os.fspath(path)!r}: not a UTF-8 text file (byte {e.start}: {e.reason}); "
+            "expected a text file"
+        ) from None
+    except OSError as e:
+        raise ValueError(f"{what} {os.fspath(path)!r}: cannot read it: {e.strerror or e}") from None
+
+
 def read_json_object(
     x: str | os.PathLike[str],
     directory: Any,
@@ -575,7 +594,7 @@ def read_json_object(
                 f"{what} {os.fspath(x)!r}: no shipped {what} of that name and no file at "
                 f"{str(path.resolve())!r}{hint}; shipped {what}s: {', '.join(names) or '(none)'}"
             )
-        text, origin = path.read_text(encoding="utf-8"), str(path)
+        text, origin = read_text(path, what), str(path)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -594,7 +613,7 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | Profile) -> Profile:
     :raises FileNotFoundError: if ``x`` is neither a shipped name nor an existing file; the
         message names the path and lists the shipped profiles.
     :raises ValueError: if the file is not valid JSON or the profile is invalid.
-    :raises TypeError: for any other type of ``x``.
+    :raises ArgumentError: (a ``TypeError`` and a ``ValueError``) for any other type of ``x``.
     """
     if isinstance(x, Profile):
         return x
@@ -603,6 +622,7 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | Profile) -> Profile:
     if isinstance(x, (str, os.PathLike)):
         data, origin = read_json_object(x, _profile_dir(), "profile")
         return Profile(data, origin=origin)
-    raise TypeError(
-        f"load() takes a profile name, a path, a dict or a Profile, got {type(x).__name__}"
+    raise ArgumentError(
+        f"profile={x!r} is invalid: expected a shipped profile name ({', '.join(available())}), "
+        f"a path to a JSON file, a dict or a Profile, not a {type(x).__name__}"
     )

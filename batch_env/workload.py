@@ -849,6 +849,28 @@ class _TraceData:
     cv: float
 
 
+def check_llm_tokens(prompt: np.ndarray, output: np.ndarray, where: str, columns: tuple[str, str]) -> None:
+    """Refuse token counts an LLM request cannot have: a prompt or an output of 0 tokens.
+
+    A request needs a prompt token to prefill and produces its first output token in the
+    prefill, so both counts must be >= 1 (nothing is rounded up silently).
+
+    :param prompt: prompt-token counts per row.
+    :param output: output-token counts per row.
+    :param where: the file, for the message.
+    :param columns: the names of the prompt and output columns.
+    :raises ValueError: naming the file, the column, the first bad row and its value.
+    """
+    for name, col in zip(columns, (prompt, output), strict=True):
+        bad = np.flatnonzero(col < 1)
+        if bad.size:
+            k = int(bad[0])
+            raise ValueError(
+                f"{where}: column {name!r} data row {k + 1}: token count {int(col[k])} is "
+                f"invalid for an LLM request: expected an integer >= 1 ({bad.size} such row(s))"
+            )
+
+
 _TZ_RE = re.compile(r"(?<=[T ]\d\d:\d\d)(?::\d\d(?:\.\d+)?)?(Z|[+-]\d\d:?\d\d)$")
 
 
@@ -920,21 +942,31 @@ def _load_trace(
     :raises ValueError: on any problem, naming the file, column, row and value.
     """
     where = f"Trace {path!r}"
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header: list[str] | None = None
-        rows: list[list[str]] = []
-        lines: list[int] = []
-        for rec in reader:
-            if header is None:
-                if not rec or not "".join(rec).strip() or rec[0].lstrip().startswith("#"):
+    header: list[str] | None = None
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            for rec in reader:
+                if header is None:
+                    if not rec or not "".join(rec).strip() or rec[0].lstrip().startswith("#"):
+                        continue
+                    header = [h.strip() for h in rec]
                     continue
-                header = [h.strip() for h in rec]
-                continue
-            if not rec or (len(rec) == 1 and not rec[0].strip()):
-                continue
-            rows.append(rec)
-            lines.append(reader.line_num)
+                if not rec or (len(rec) == 1 and not rec[0].strip()):
+                    continue
+                rows.append(rec)
+                lines.append(reader.line_num)
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{where}: not a UTF-8 text CSV file (byte {e.start}: {e.reason}); expected a CSV "
+            "with a header line"
+        ) from None
+    except csv.Error as e:
+        raise ValueError(f"{where}: not a readable CSV file: {e}") from None
+    except OSError as e:
+        raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
     if header is None:
         raise ValueError(f"{where}: the file is empty (no header, no rows)")
     if ts_col not in header:
@@ -1350,7 +1382,9 @@ class RequestLengths:
                 raise ValueError(f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path")
             if not os.path.isfile(self.path):
                 raise ValueError(f"lengths.path={self.path!r}: file not found")
-            self._table()
+            check_llm_tokens(
+                *self._table(), f"lengths.path={self.path!r}", ("ContextTokens", "GeneratedTokens")
+            )
         elif self.path is not None:
             raise ValueError(f"lengths.path={self.path!r} is only allowed with kind 'empirical'")
 
@@ -1378,7 +1412,7 @@ class RequestLengths:
         if self.kind == "empirical":
             p, o = self._table()
             idx = rng.integers(0, p.size, n)
-            return p[idx].astype(np.int64), np.maximum(o[idx], 1).astype(np.int64)
+            return p[idx].astype(np.int64), o[idx].astype(np.int64)
         if self.kind == "trace":
             raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
         out = []
@@ -1390,6 +1424,33 @@ class RequestLengths:
             x = rng.lognormal(math.log(mean) - s2 / 2.0, math.sqrt(s2), n)
             out.append(np.maximum(np.rint(x), 1).astype(np.int64))
         return out[0], out[1]
+
+    def fit_fraction(self, max_prompt: int) -> tuple[float, str]:
+        """The fraction of drawn prompts of at most ``max_prompt`` tokens, and what was drawn.
+
+        Exact for ``fixed`` and ``empirical``; for ``lognormal`` the fraction of draws that
+        round to at most ``max_prompt`` (the lognormal CDF at ``max_prompt + 0.5``).
+
+        :param max_prompt: the longest prompt that fits (``max_model_len - 1``).
+        :returns: ``(fraction, description of the prompt lengths for messages)``.
+        """
+        if self.kind == "fixed":
+            return float(self.prompt_tokens <= max_prompt), f"lengths.prompt_tokens={int(self.prompt_tokens)}"
+        if self.kind == "empirical":
+            p, _ = self._table()
+            return (
+                float(np.count_nonzero(p <= max_prompt)) / p.size,
+                f"the shortest prompt of lengths.path={self.path!r} has {int(p.min())} tokens",
+            )
+        if self.kind == "trace":
+            raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
+        mean, cv = self.prompt_tokens, self.prompt_cv
+        what = f"the prompts are lognormal with mean lengths.prompt_tokens={mean:g} and CV {cv:g}"
+        if cv == 0.0:
+            return float(max(1, round(mean)) <= max_prompt), what
+        s2 = math.log1p(cv * cv)
+        z = (math.log(max_prompt + 0.5) - (math.log(mean) - s2 / 2.0)) / math.sqrt(s2)
+        return 0.5 * math.erfc(-z / math.sqrt(2.0)), what
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (``make_lengths`` round-trips it)."""

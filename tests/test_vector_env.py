@@ -209,13 +209,17 @@ def test_seeds_drawn_ahead_give_the_scalar_env_episodes():
     venv = DynamicBatchingVectorEnv(num_envs=3, autoreset_mode=AutoresetMode.DISABLED, **kw)
     envs = [gym.make(ENV_ID, **kw) for _ in range(3)]
 
-    def run(lanes):  # a few greedy steps on every lane; compare the reset lanes
+    def run(lanes):  # a few greedy steps on every lane; compare the reset lanes until they end
+        lanes = list(lanes)
         for _ in range(12):
             acts = venv.action_masks().sum(axis=1) - 1
-            vobs, vrew, _, _, _ = venv.step(acts)
-            for n in lanes:
-                so, sr, _, _, _ = envs[n].step(int(acts[n]))
+            vobs, vrew, _, vtrunc, _ = venv.step(acts)
+            for n in list(lanes):
+                so, sr, _, st, _ = envs[n].step(int(acts[n]))
                 assert np.array_equal(so, vobs[n]) and _close(sr, float(vrew[n]))
+                assert st == vtrunc[n]
+                if st:  # the scalar env refuses to step past the end of its episode
+                    lanes.remove(n)
 
     venv.reset(seed=3)
     for n, e in enumerate(envs):

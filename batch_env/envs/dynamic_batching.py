@@ -207,6 +207,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a copy)."""
+        self._check_started("action_masks")
         q = len(self._arr) - self._ns
         return self._mask_table[min(q, self._B)].copy()
 
@@ -234,6 +235,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         :param action: 0 = wait, b >= 1 = run the b oldest requests.
         """
+        if self._needs_reset is not None:
+            self._refuse("step")
         if type(action) is not int or action < 0 or action > self._B:
             action = self._coerce_action(action)
         if action == 0:
@@ -267,6 +270,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Text view of the queue (``render_mode="ansi"``)."""
         if self.render_mode != "ansi":
             return None
+        self._check_started("render")
         q = len(self._arr) - self._ns
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         return (

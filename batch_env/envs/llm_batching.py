@@ -19,7 +19,7 @@ from ..executor import make_llm_executor
 from ..llm_profile import LLMProfile
 from ..llm_profile import load as load_llm_profile
 from ..metrics import llm_metrics, summarize
-from ..workload import Workload, make_workload
+from ..workload import Workload, check_llm_tokens, make_workload
 
 OBS_FEATURES: tuple[str, ...] = (
     "waiting_over_max_num_seqs",
@@ -38,6 +38,11 @@ OBS_FEATURES: tuple[str, ...] = (
 )
 _CLIP = 100.0
 _NAN = float("nan")
+#: Least fraction of drawn prompts that must fit ``max_model_len`` (see ``_check_admissible``).
+_MIN_FIT = 1e-3
+#: Rejected arrivals in a row after which ``_more`` gives up (at least this many; a trace's
+#: bound is twice its length, so a full loop of it always contains a fitting prompt).
+_MAX_REJECTED_RUN = 100_000
 
 
 class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
@@ -209,6 +214,18 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._set_render_mode(render_mode)
         prof = load_llm_profile(profile)
         prof.check_max_num_seqs(config.max_num_seqs)
+        limit = prof.max_batch_tokens
+        if max_num_batched_tokens is None and limit is not None:
+            # the default budget derives from max_model_len: name what the user set
+            if config.max_model_len > limit:
+                raise ValueError(
+                    f"max_model_len={config.max_model_len!r} is out of range: a prompt of up to "
+                    f"max_model_len - 1 tokens must fit one prefill, and profile '{prof.name}' "
+                    f"covers prefills of up to {limit} tokens (no extrapolation); expected "
+                    f"max_model_len <= {limit}"
+                )
+            if config.max_num_batched_tokens > limit:
+                config = replace(config, max_num_batched_tokens=limit)
         prof.check_max_num_batched_tokens(config.max_num_batched_tokens)
         if workload is None:
             workload = {"kind": "poisson", "rate_per_s": 2.0}
@@ -236,6 +253,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
             lengths = RequestLengths()
         self._lengths = lengths
+        self._maxlen = config.max_model_len
+        if self._lengths_from_trace:
+            columns = (wl.prompt_tokens_column, wl.output_tokens_column)
+            check_llm_tokens(data.prompt_tokens, data.output_tokens, f"Trace {wl.path!r}", columns)
+        self._check_admissible(data)
 
         # the KV cache
         bs = config.block_size
@@ -252,7 +274,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self.kv_blocks_total = self._total
         self._grid = config.grid
         self._N = config.max_num_seqs
-        self._maxlen = config.max_model_len
         self._budget = config.max_num_batched_tokens
         self._tpot = config.tpot_sla_ms / 1000.0
         self._recent_n = config.recent_iterations
@@ -294,9 +315,43 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 stacklevel=3,
             )
 
+    def _check_admissible(self, data: Any) -> None:
+        """Refuse a configuration under which (almost) no prompt fits ``max_model_len``.
+
+        Prompts that do not fit are rejected at arrival, so such a configuration would
+        reject arrival after arrival without ever reaching a decision. A trace is refused
+        when none of its prompts fits; drawn lengths when fewer than :data:`_MIN_FIT` of
+        them would. This bounds the search for an admissible arrival (see :meth:`_more`).
+        """
+        maxlen = self._maxlen
+        if self._lengths_from_trace:
+            if not np.any(data.prompt_tokens + 1 <= maxlen):
+                raise ValueError(
+                    f"no request can ever be admitted: a prompt fits when prompt + 1 <= "
+                    f"max_model_len={maxlen}, and the shortest prompt of trace "
+                    f"{self.workload.path!r} has {int(data.prompt_tokens.min())} tokens; raise "
+                    "max_model_len or use other lengths"
+                )
+            self._max_rejected_run = max(_MAX_REJECTED_RUN, 2 * int(data.prompt_tokens.size))
+            return
+        frac, what = self._lengths.fit_fraction(maxlen - 1)
+        if frac < _MIN_FIT:
+            raise ValueError(
+                f"almost no request can be admitted: a prompt fits when prompt + 1 <= max_model_len="
+                f"{maxlen}, and {what}: a fraction {frac:.3g} of the prompts would fit (at "
+                f"least {_MIN_FIT:g} is needed); raise max_model_len or shorten the prompts"
+            )
+        self._max_rejected_run = _MAX_REJECTED_RUN
+
     # -- arrivals with lengths ----------------------------------------------------------
     def _more(self) -> bool:
-        """Next chunk of arrivals with their lengths; rejected prompts leave the stream here."""
+        """Next chunk of arrivals with their lengths; rejected prompts leave the stream here.
+
+        Bounded: after ``_max_rejected_run`` rejected arrivals in a row it raises
+        ``ValueError`` (the construction-time check makes that practically impossible:
+        with at least :data:`_MIN_FIT` of the prompts fitting, its chance is below e**-100).
+        """
+        rejected_run = 0
         while not self._ended:
             ch = self._stream.next_chunk()
             times = ch.times
@@ -304,14 +359,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._ended = True
                 return False
             if self._lengths_from_trace:
-                p = np.maximum(np.asarray(ch.prompt_tokens, np.int64), 1)
-                o = np.maximum(np.asarray(ch.output_tokens, np.int64), 1)
+                p = np.asarray(ch.prompt_tokens, np.int64)
+                o = np.asarray(ch.output_tokens, np.int64)
             else:
                 p, o = self._lengths.sample(self._sizes_rng, len(times))
             fit = p + 1 <= self._maxlen
             if not fit.all():
                 self._rej_times.extend(times[~fit].tolist())
                 times, p, o = times[fit], p[fit], o[fit]
+                if not len(times):
+                    rejected_run += len(fit)
+                    if rejected_run > self._max_rejected_run:
+                        raise ValueError(
+                            f"{rejected_run} arrivals in a row were rejected: none had prompt + "
+                            f"1 <= max_model_len={self._maxlen}; raise max_model_len or shorten "
+                            "the prompts"
+                        )
             room = self._maxlen - p
             clip = o > room
             if clip.any():
@@ -561,6 +624,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def action_masks(self) -> np.ndarray:
         """Every cap is valid at every epoch (a copy of an all-true mask)."""
+        self._check_started("action_masks")
         return self._mask.copy()
 
     @property
@@ -618,6 +682,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         :param action: index into the grid of caps.
         """
+        if self._needs_reset is not None:
+            self._refuse("step")
         if type(action) is not int or action < 0 or action >= len(self._grid):
             action = self._coerce_action(action)
         cap = self._grid[action]
@@ -707,6 +773,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Text view of the server (``render_mode="ansi"``)."""
         if self.render_mode != "ansi":
             return None
+        self._check_started("render")
         return (
             f"t={self._now:10.3f} s  queue={len(self._W):5d}  running={len(self._R):4d} "
             f"(cap {self._cap_now})  KV {self._used}/{self._total} blocks  "

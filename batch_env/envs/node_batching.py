@@ -215,6 +215,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now (``a = d * (B + 1) + k``), as a new boolean array."""
+        self._check_started("action_masks")
         return self._mask()
 
     def _obs(self) -> np.ndarray:
@@ -335,6 +336,8 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         :param action: ``a = d * (max_batch_size + 1) + k`` (see the class docstring).
         """
+        if self._needs_reset is not None:
+            self._refuse("step")
         if type(action) is not int or action < 0 or action >= 2 * (self._B + 1):
             action = self._coerce_action(action)
         d, k = divmod(action, self._B + 1)
@@ -364,6 +367,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Text view of the queue and the groups in flight (``render_mode="ansi"``)."""
         if self.render_mode != "ansi":
             return None
+        self._check_started("render")
         q = len(self._arr) - self._ns
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         groups = " ".join(f"{g[1]}@{g[0]}" for g in self._groups) or "-"
