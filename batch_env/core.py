@@ -272,7 +272,7 @@ class ServingCore(gym.Env):
         self._entry_hi: int | None = None
         self._drops_at_end_mark: int | None = None
         self._more()
-        self._advance(self._next_arrival(), self.idle_power_w)
+        self._idle_until_arrival()  # (a finite trace with no admissible arrival: to the end)
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
         self.executor.reset(service)
         self._needs_reset = None
@@ -282,6 +282,36 @@ class ServingCore(gym.Env):
     def queue_len(self) -> int:
         """Requests waiting now (not counting those in service)."""
         return len(self._arr) - self._ns
+
+    def request_counts(self) -> dict[str, int]:
+        """Where every request that has arrived is now (DESIGN: Request life cycle).
+
+        ``arrived == completed + waiting + in_service + dropped + rejected`` holds at every
+        epoch, and ``in_system == waiting + in_service``; the counts come from separate
+        bookkeeping (arrival counter, completion counter, the queue, what is in service, the
+        drop counter, the latency integral's request count), so the identities are checks.
+        ``rejected`` counts LLM prompts that can never fit (0 elsewhere).
+        """
+        self._check_started("request_counts")
+        rejected = self._rejected_count()
+        return {
+            "arrived": self._arrived + rejected,
+            "completed": self._n_done,
+            "waiting": self.queue_len,
+            "in_service": self._in_service_count(),
+            "dropped": self._drops,
+            "rejected": rejected,
+            "in_system": self._n_sys,
+        }
+
+    def _in_service_count(self) -> int:
+        """Requests in service at an epoch: none for whole-model batches (they complete
+        inside the step that started them); overridden where work stays in flight."""
+        return 0
+
+    def _rejected_count(self) -> int:
+        """Arrivals rejected before admission (LLM prompts that cannot fit); 0 here."""
+        return 0
 
     # -- arrivals -------------------------------------------------------------------------
     def _more(self) -> bool:

@@ -1446,9 +1446,9 @@ class RequestLengths:
             raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
         mean, cv = self.prompt_tokens, self.prompt_cv
         what = f"the prompts are lognormal with mean lengths.prompt_tokens={mean:g} and CV {cv:g}"
-        if cv == 0.0:
-            return float(max(1, round(mean)) <= max_prompt), what
         s2 = math.log1p(cv * cv)
+        if s2 == 0.0:  # no spread (a CV of 0, or so small that its square underflows)
+            return float(max(1, round(mean)) <= max_prompt), what
         z = (math.log(max_prompt + 0.5) - (math.log(mean) - s2 / 2.0)) / math.sqrt(s2)
         return 0.5 * math.erfc(-z / math.sqrt(2.0)), what
 

@@ -205,3 +205,16 @@ def test_warnings_do_not_hide_errors():
     with warnings.catch_warnings(), pytest.raises(ValueError, match="torch_device"):
         warnings.simplefilter("ignore")
         DynamicBatchingEnv(reward_weights={"drop": 0.0}, torch_device="x")
+
+
+def test_llm_finite_trace_whose_every_prompt_is_rejected_ends_cleanly(tmp_path):
+    """Found by the fuzz suite: the clock went to infinity and the reward turned NaN."""
+    path = _trace(tmp_path, [(0.0, 100, 1)] * 4 + [(0.5, 30, 1)])
+    lengths = {"kind": "lognormal", "prompt_tokens": 1000, "prompt_cv": 1.0}  # 0.2% fit
+    env = LLMBatchingEnv(workload={"kind": "trace", "path": path, "loop": False}, max_model_len=64,
+                         lengths=lengths)
+    _, info = env.reset(seed=0)
+    assert info["now_s"] == 0.0
+    _, reward, _, truncated, info = env.step(0)
+    assert truncated and reward == 0.0 and info["serving"]["completed"] == 0
+    assert env.request_counts()["rejected"] == 4

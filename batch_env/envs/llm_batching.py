@@ -404,6 +404,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._W.extend(range(n0, n0 + adm))
             self._wtok += sum(self._bp[i : i + adm])
 
+    def _in_service_count(self) -> int:
+        """The running requests."""
+        return len(self._R)
+
+    def _rejected_count(self) -> int:
+        """Prompts rejected by now (they never fit ``max_model_len``)."""
+        return bisect_right(self._rej_times, self._now)
+
     def _on_mark(self) -> None:
         first = self._window is None
         ServingCore._on_mark(self)

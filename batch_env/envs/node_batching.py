@@ -196,6 +196,10 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             i += g[1]
         return out
 
+    def _in_service_count(self) -> int:
+        """Requests in the groups in flight."""
+        return sum(g[1] for g in self._groups)
+
     def _kmax(self) -> int:
         q = len(self._arr) - self._ns
         room = self._B - (self._ns - self._nk)
