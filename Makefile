@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test demo bench fuzz lint clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/batch-env bench
+
+# The long fuzz profile (minutes): thousands of random configurations and action sequences
+# per env; `make test` runs a short, derandomized one. FUZZ_EXAMPLES sets examples per test.
+FUZZ_EXAMPLES ?= 1500
+fuzz: $(STAMP)
+	BATCH_ENV_FUZZ=long BATCH_ENV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py --hypothesis-show-statistics
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check batch_env baselines agents experiments tests scripts
