@@ -717,10 +717,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._win[lanes] = False
             self._w_time[lanes] = self._w_E[lanes] = 0.0
             self._mark[lanes] = self._first_mark
-        # admit the first arrival at its own time (the scalar env's _advance to it): its
-        # wait and the idle time until it are 0, no mark is reached (marks count arrivals
-        # from 1) and the queue has room
-        self._i[lanes] = self._arrived[lanes] = 1
+        # admit the first arrival and those at the same instant (the scalar env's _advance
+        # to it; the clock is there already, so only the arrivals count): equal trace
+        # timestamps may bring several, past a summary mark or a full queue
+        self._advance(lanes, t, self._idle, self._ws[lanes], None, next_arrival=True)
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
         self._behind += todo
@@ -880,12 +880,21 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _advance(self, idx: np.ndarray | slice, t_end: np.ndarray, power: np.ndarray | float,
                  ws_from: np.ndarray, sm_prev: np.ndarray | None, next_arrival: bool = False) -> None:
-        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``).
-        ``next_arrival``: ``t_end`` is each lane's next arrival, so exactly that one is
-        admitted (buffered arrivals strictly increase) and no search is needed."""
+        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``):
+        every arrival at or before ``t_end`` joins, those at exactly ``t_end`` included.
+        ``next_arrival``: ``t_end`` is each lane's next arrival (its entry at ``_i``), so
+        that one joins without a search; only the lanes whose following entry is at the
+        same instant (equal trace timestamps) search for the rest of the tie."""
         i = self._i[idx]
         now = self._now[idx]
-        j = i + 1 if next_arrival else self._search(idx, i, self._fill[idx], t_end, False)
+        if next_arrival:
+            j = i + 1
+            tied = self._Af[self._rowbase[idx] + j] <= t_end
+            if np.count_nonzero(tied):
+                j[tied] = self._search(self._lanes[idx][tied], j[tied], self._fill[idx][tied],
+                                       t_end[tied], False)
+        else:
+            j = self._search(idx, i, self._fill[idx], t_end, False)
         k = j - i
         arrived = self._arrived[idx]
         room = self._cap - (i - self._ws[idx])
