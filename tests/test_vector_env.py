@@ -9,6 +9,7 @@ arrival times by prefix sums where the scalar env uses ``math.fsum``).
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import gymnasium as gym
 import numpy as np
@@ -394,10 +395,70 @@ def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():
     assert abs(a.mean() - b.mean()) < 4 * se
 
 
+def test_step_and_action_masks_before_reset_raise_reset_needed():
+    venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
+    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before action_masks"):
+        venv.action_masks()
+    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before step"):
+        venv.step(np.zeros(2, dtype=np.int64))
+    venv.reset(seed=0)
+    assert venv.action_masks().shape == (2, 33)
+    venv.step(np.zeros(2, dtype=np.int64))
+
+
+def test_action_masks_are_new_arrays_of_the_valid_actions():
+    """Both envs (and their ``info["action_mask"]``): entry ``a`` is ``a <= min(queue, B)``,
+    bool, in a new array at every call (a caller may write into it), for queues from 1 to
+    past ``B``."""
+    B = 8
+    kw = {**SMALL, "max_batch_size": B, "workload": {"kind": "poisson", "load": 1.5}}
+    venv = DynamicBatchingVectorEnv(num_envs=3, full_info=True, **kw)
+    env = gym.make(ENV_ID, **kw).unwrapped
+    _, vinfo = venv.reset(seed=0)
+    _, sinfo = env.reset(seed=0)
+    queues = set()
+    for _ in range(40):  # waits only: the queues grow
+        q = vinfo["queue_len"]
+        assert q[0] == sinfo["queue_len"] == env.queue_len
+        expected = np.arange(B + 1) <= np.minimum(q, B)[:, None]
+        for vm, sm in ((venv.action_masks(), env.action_masks()), (vinfo["action_mask"], sinfo["action_mask"])):
+            assert vm.dtype == sm.dtype == bool
+            assert np.array_equal(vm, expected) and np.array_equal(sm, expected[0])
+            vm[:] = ~vm
+            sm[:] = ~sm
+        assert np.array_equal(venv.action_masks(), expected) and np.array_equal(env.action_masks(), expected[0])
+        queues.update(q.tolist())
+        _, _, _, _, vinfo = venv.step(np.zeros(3, dtype=np.int64))
+        _, _, _, _, sinfo = env.step(0)
+    assert min(queues) == 1 and max(queues) > B
+
+
+def test_a_huge_max_batch_size_needs_memory_linear_in_it():
+    """``max_batch_size=10**5``: constructing, resetting and stepping both envs and their
+    masks take O(B) memory (a (B + 1) ** 2 mask table would take 10 GB)."""
+    B = 10**5
+    profile = {"name": "lin", "model": "m", "device": "d", "source": "test", "kind": "linear",
+               "alpha_ms": 0.1, "tau0_ms": 1.0, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10}
+    kw = {**SMALL, "profile": profile, "max_batch_size": B}
+    tracemalloc.start()
+    try:
+        env = gym.make(ENV_ID, **kw)
+        venv = DynamicBatchingVectorEnv(num_envs=2, **kw)
+        env.reset(seed=0)
+        venv.reset(seed=0)
+        for a in (0, 0, B, 0, 1):
+            _, _, _, _, info = env.step(a)
+            venv.step(np.full(2, a))
+            assert info["action_mask"].sum() == env.unwrapped.action_masks().sum() == 1 + info["queue_len"]
+            assert np.array_equal(venv.action_masks()[0], env.unwrapped.action_masks())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
 def test_bad_input_gives_clear_errors(tmp_path):
     venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
-    with pytest.raises(gym.error.ResetNeeded):
-        venv.step(np.zeros(2, dtype=np.int64))
     venv.reset(seed=0)
     with pytest.raises(ValueError, match=r"actions\[1\]=.*out of range.*0\.\.32"):
         venv.step(np.array([0, 33]))

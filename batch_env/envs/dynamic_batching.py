@@ -50,9 +50,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     ``Discrete(max_batch_size + 1)``. ``0`` waits until the next epoch; ``b >= 1`` runs the
     ``b`` oldest requests now. Valid actions are ``0`` and ``1..min(queue, max_batch_size)``:
-    ``action_masks()`` and ``info["action_mask"]`` give them (sb3-contrib convention). A
-    ``b`` larger than the queue runs the whole queue and sets ``info["clipped_action"]``.
-    An action outside the space raises ``ValueError``.
+    ``action_masks()`` and ``info["action_mask"]`` give them (sb3-contrib convention), each a
+    new bool array built from one array of ``2 * max_batch_size + 1`` entries (memory is
+    linear in ``max_batch_size``). A ``b`` larger than the queue runs the whole queue and
+    sets ``info["clipped_action"]``. An action outside the space raises ``ValueError``.
 
     ## Observation Space
 
@@ -167,9 +168,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
         self.observation_space = spaces.Box(np.zeros(5, dtype=np.float32), high, dtype=np.float32)
         self._obs_high = high
-        masks = np.tril(np.ones((B + 1, B + 1), dtype=bool))  # row m: actions 0..m valid
-        masks.setflags(write=False)
-        self._mask_table = masks
+        # row m: actions 0..m valid, as a read-only view of one array of B + 1 trues then B
+        # falses (row m is its window from B - m), so memory is O(B), not (B + 1) ** 2
+        valid = np.arange(2 * B + 1) <= B
+        self._mask_table = np.lib.stride_tricks.sliding_window_view(valid, B + 1)[::-1]
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False
@@ -206,7 +208,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         }
 
     def action_masks(self) -> np.ndarray:
-        """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a copy)."""
+        """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a new bool array)."""
         q = len(self._arr) - self._ns
         return self._mask_table[min(q, self._B)].copy()
 
@@ -338,8 +340,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``MultiDiscrete([max_batch_size + 1] * num_envs)``: one scalar action per lane, as in
     the scalar env (0 waits, b >= 1 runs the b oldest requests, a b above the queue runs
     the whole queue). ``action_masks()`` gives the valid actions of every lane,
-    ``(num_envs, max_batch_size + 1)`` bool. An action outside ``0..max_batch_size``
-    raises ``ValueError`` naming the lane.
+    ``(num_envs, max_batch_size + 1)`` bool (a new array). An action outside
+    ``0..max_batch_size`` raises ``ValueError`` naming the lane. Before the first
+    ``reset()``, ``step()`` and ``action_masks()`` raise ``gymnasium.error.ResetNeeded``.
 
     ## Observation Space
 
@@ -1057,7 +1060,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         :param actions: ``(num_envs,)`` integers, each in ``0..max_batch_size``.
         """
         if not self._started:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before step()")
         a = self._actions(actions)
         N = self.num_envs
         q = self._i - self._ws
@@ -1240,7 +1243,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._nlog[n] = 0
 
     def action_masks(self) -> np.ndarray:
-        """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a copy)."""
+        """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a new array).
+
+        :raises gymnasium.error.ResetNeeded: before the first ``reset()``.
+        """
+        if not self._started:
+            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before action_masks()")
+        # (fancy indexing copies the rows; ndarray.take would copy the whole strided view)
         return self._mask_table[np.minimum(self._i - self._ws, self._B)]
 
     def get_config(self) -> dict[str, Any]:
