@@ -720,10 +720,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._win[lanes] = False
             self._w_time[lanes] = self._w_E[lanes] = 0.0
             self._mark[lanes] = self._first_mark
-        # admit the first arrival and those at the same instant (the scalar env's _advance
-        # to it; the clock is there already, so only the arrivals count): equal trace
-        # timestamps may bring several, past a summary mark or a full queue
-        self._advance(lanes, t, self._idle, self._ws[lanes], None, next_arrival=True)
+        # admit the first arrival at its own time (the scalar env's _advance to it): its
+        # wait and the idle time until it are 0, no mark is reached (marks count arrivals
+        # from 1) and the queue has room; where equal trace timestamps bring more at that
+        # instant, the general advance admits the rest (past a mark or a full queue too)
+        self._i[lanes] = self._arrived[lanes] = 1
+        tied = self._Af[self._rowbase[lanes] + 1] <= t
+        if np.count_nonzero(tied):
+            self._advance(lanes[tied], t[tied], self._idle, self._ws[lanes[tied]], None)
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
         self._behind += todo
