@@ -9,6 +9,7 @@ arrival times by prefix sums where the scalar env uses ``math.fsum``).
 from __future__ import annotations
 
 import math
+import tracemalloc
 
 import gymnasium as gym
 import numpy as np
@@ -35,9 +36,28 @@ def _check_cached_state(venv):
     assert np.array_equal(venv._tail, venv._A[lanes, venv._fill - 1])  # noqa: SLF001
 
 
-def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
-    """Step the vector env and n scalar envs in lockstep (NEXT_STEP autoreset) and compare."""
-    venv = gym.make_vec(ENV_ID, num_envs=n_envs, **kwargs)
+def _policy(name, masks, rng, B):
+    """One action per lane from its mask: ``random`` (a uniform valid action, waits
+    included), ``greedy`` (the largest valid batch, now and then an oversized action,
+    which is clipped) or ``patient`` (wait until 3 requests wait, then greedy)."""
+    top = masks.shape[1] - 1 - np.argmax(masks[:, ::-1], axis=1)  # largest valid action
+    if name == "random":
+        return np.array([rng.integers(0, t + 1) for t in top])
+    if name == "greedy":
+        return np.where(rng.random(len(top)) < 0.1, B, top)
+    assert name == "patient"
+    return np.where(top >= 3, top, 0)
+
+
+def _final_serving(info, n):
+    """Lane ``n``'s summary in a SAME_STEP step's ``info["final_info"]`` (a dict of arrays)."""
+    return {k: v[n] for k, v in info["final_info"]["serving"].items()}
+
+
+def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random", mode=AutoresetMode.NEXT_STEP):
+    """Step the vector env and n scalar envs in lockstep and compare (autoreset ``mode``:
+    NEXT_STEP or SAME_STEP; the scalar envs are reset where the vector env resets)."""
+    venv = gym.make_vec(ENV_ID, num_envs=n_envs, autoreset_mode=mode, **kwargs)
     assert isinstance(venv, DynamicBatchingVectorEnv)
     envs = [gym.make(ENV_ID, **kwargs) for _ in range(n_envs)]
     vobs, _ = venv.reset(seed=seed)
@@ -51,10 +71,7 @@ def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
         masks = venv.action_masks()
         for n, e in enumerate(envs):
             assert np.array_equal(masks[n], e.unwrapped.action_masks())
-        if policy == "random":
-            acts = np.array([rng.integers(0, int(np.flatnonzero(m)[-1]) + 1) for m in masks])
-        else:  # greedy, with an occasional oversized action (clipped)
-            acts = np.array([B if rng.random() < 0.1 else int(np.flatnonzero(m)[-1]) for m in masks])
+        acts = _policy(policy, masks, rng, B)
         vobs, vrew, vterm, vtrunc, vinfo = venv.step(acts)
         _check_cached_state(venv)
         assert venv.observation_space.contains(vobs)
@@ -66,15 +83,21 @@ def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random"):
                 pending[n] = False
             else:
                 so, sr, _, strunc, sinfo = e.step(int(acts[n]))
-            assert np.array_equal(so, vobs[n])
             assert _close(sr, float(vrew[n]))
             assert strunc == bool(vtrunc[n])
             if strunc:
-                pending[n] = True
                 episodes += 1
-                assert vinfo["_serving"][n]
+                if mode == AutoresetMode.SAME_STEP:
+                    assert np.array_equal(so, vinfo["final_obs"][n])
+                    serving = _final_serving(vinfo, n)
+                    so, _ = e.reset()
+                else:
+                    pending[n] = True
+                    assert vinfo["_serving"][n]
+                    serving = vinfo["serving"][n]
                 for key, value in sinfo["serving"].items():
-                    assert _close(value, vinfo["serving"][n][key]), (key, value, vinfo["serving"][n][key])
+                    assert _close(value, serving[key]), (key, value, serving[key])
+            assert np.array_equal(so, vobs[n])
     venv.close()
     return episodes
 
@@ -99,12 +122,95 @@ def test_lanes_match_the_scalar_env_step_for_step(kwargs):
     assert episodes >= 3
 
 
-def test_lanes_match_with_a_looping_trace_and_greedy_batches(tmp_path):
-    path = tmp_path / "trace.csv"
-    times = np.cumsum(np.random.default_rng(3).exponential(1 / 2000.0, 500))
-    path.write_text("t\n" + "\n".join(repr(float(t)) for t in times) + "\n")
-    wl = {"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": True}
-    assert _lockstep({**SMALL, "workload": wl}, policy="greedy") >= 3
+# A time unit exact in binary (about 0.244 ms). Traces in whole units and the EXACT
+# profile (a batch of b takes (2 + b) units) make every event time exact, so completions
+# and ticks fall exactly on arrivals.
+U = 2.0**-12
+U_MS = U * 1000.0
+EXACT = {"name": "exact", "model": "m", "device": "d", "source": "test", "kind": "linear",
+         "alpha_ms": U_MS, "tau0_ms": 2 * U_MS, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10.0}
+
+
+def _trace(tmp_path, name, **fields):
+    """A trace workload (CSV in ``tmp_path``):
+
+    * ``exp``: 500 exponential gaps (no ties);
+    * ``repro``: the issue's trace, equal timestamps in pairs;
+    * ``runs``: 9 records in units, runs of 3 equal timestamps at the first arrival and
+      2 at the end (so ties on both sides of the loop seam); ``rate_scale=0.5`` puts the
+      arrivals on even units;
+    * ``shuffled``: 257 records whose 256 gaps are 0 (half of them), 2, 4 and 8 units,
+      shuffled but for 3 zeros first and 2 last (runs of 4 and 3 equal timestamps at the
+      start and the end); the loop period (span * 257 / 256) is a whole number of units.
+    """
+    if name == "exp":
+        times = [repr(float(t)) for t in np.cumsum(np.random.default_rng(3).exponential(1 / 2000.0, 500))]
+    elif name == "repro":
+        times = ["0.000", "0.010", "0.010", "0.020", "0.020", "0.030"]
+    else:
+        if name == "runs":
+            units = np.array([0, 0, 0, 1, 3, 3, 5, 8, 8])
+            fields = {"rate_scale": 0.5, **fields}
+        else:
+            inner = np.random.default_rng(5).permutation([0] * 123 + [2] * 64 + [4] * 32 + [8] * 32)
+            gaps = np.concatenate(([0, 0, 0], inner, [0, 0]))
+            units = np.concatenate(([0], np.cumsum(gaps)))
+        times = [repr(float(u * U)) for u in units]
+    path = tmp_path / f"{name}.csv"
+    path.write_text("t\n" + "\n".join(times) + "\n")
+    return {"kind": "trace", "path": str(path), "timestamp_column": "t", **fields}
+
+
+@pytest.mark.parametrize(
+    ("trace", "kwargs", "policy"),
+    [
+        ("repro", {}, "greedy"),
+        ("repro", {}, "random"),
+        ("runs", {"profile": EXACT}, "greedy"),
+        ("runs", {"profile": EXACT}, "patient"),
+        ("runs", {"profile": EXACT, "decision_interval_ms": 2 * U_MS}, "random"),
+        ("shuffled", {"profile": EXACT}, "greedy"),
+        ("shuffled", {"profile": EXACT}, "random"),
+        ("shuffled", {"profile": EXACT, "decision_interval_ms": 2 * U_MS}, "patient"),
+        ("shuffled", {"profile": EXACT, "warmup_requests": 1}, "greedy"),
+        ("shuffled", {"profile": EXACT, "warmup_requests": 2, "queue_capacity": 2}, "random"),
+        ("shuffled", {"profile": EXACT, "queue_capacity": 2, "horizon_requests": 2}, "greedy"),
+    ],
+    ids=["repro-greedy", "repro-random", "runs-greedy", "runs-patient", "runs-ticks-random",
+         "shuffled-greedy", "shuffled-random", "shuffled-ticks-patient", "warmup-1-greedy",
+         "warmup-2-drops-random", "tiny-horizon-greedy"],
+)
+def test_lanes_match_on_traces_with_equal_timestamps(tmp_path, trace, kwargs, policy):
+    """Equal timestamps all join the queue before the decision, wherever they fall: at
+    the first arrival (the reset), after a batch that empties the queue, after waits and
+    ticks (which fall on arrivals here), when a batch completes at an arrival, at the loop
+    seam, with the summary marks and drops among them."""
+    wl = _trace(tmp_path, trace)
+    assert _lockstep({**SMALL, **kwargs, "workload": wl}, policy=policy) >= 3
+
+
+def test_lanes_match_on_traces_with_equal_timestamps_and_same_step_autoreset(tmp_path):
+    wl = _trace(tmp_path, "shuffled")
+    assert _lockstep({**SMALL, "profile": EXACT, "workload": wl}, policy="greedy",
+                     mode=AutoresetMode.SAME_STEP) >= 3
+
+
+@pytest.mark.parametrize("policy", ["greedy", "patient", "random"])
+@pytest.mark.parametrize("workload", ["poisson", "gamma", "mmpp", "trace", "trace-offset", "ties-offset"])
+def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
+    """Every workload kind (the vector env refuses traces with ``loop=False``), under
+    greedy, patient and random policies; ``ties-offset`` starts each episode at a random
+    position of a trace with equal timestamps (often inside a run of them)."""
+    workloads = {
+        "poisson": lambda: {"kind": "poisson", "load": 0.7},
+        "gamma": lambda: {"kind": "gamma", "load": 0.7, "cv": 2.0},
+        "mmpp": lambda: {"kind": "mmpp", "load": 0.7, "rates_per_s": [100.0, 600.0],
+                         "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]]},
+        "trace": lambda: _trace(tmp_path, "exp"),
+        "trace-offset": lambda: _trace(tmp_path, "exp", random_offset=True),
+        "ties-offset": lambda: _trace(tmp_path, "shuffled", random_offset=True),
+    }
+    assert _lockstep({**SMALL, "workload": workloads[workload]()}, policy=policy) >= 3
 
 
 def test_lanes_match_when_latencies_are_written_mid_episode():
@@ -293,10 +399,70 @@ def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():
     assert abs(a.mean() - b.mean()) < 4 * se
 
 
+def test_step_and_action_masks_before_reset_raise_reset_needed():
+    venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
+    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before action_masks"):
+        venv.action_masks()
+    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before step"):
+        venv.step(np.zeros(2, dtype=np.int64))
+    venv.reset(seed=0)
+    assert venv.action_masks().shape == (2, 33)
+    venv.step(np.zeros(2, dtype=np.int64))
+
+
+def test_action_masks_are_new_arrays_of_the_valid_actions():
+    """Both envs (and their ``info["action_mask"]``): entry ``a`` is ``a <= min(queue, B)``,
+    bool, in a new array at every call (a caller may write into it), for queues from 1 to
+    past ``B``."""
+    B = 8
+    kw = {**SMALL, "max_batch_size": B, "workload": {"kind": "poisson", "load": 1.5}}
+    venv = DynamicBatchingVectorEnv(num_envs=3, full_info=True, **kw)
+    env = gym.make(ENV_ID, **kw).unwrapped
+    _, vinfo = venv.reset(seed=0)
+    _, sinfo = env.reset(seed=0)
+    queues = set()
+    for _ in range(40):  # waits only: the queues grow
+        q = vinfo["queue_len"]
+        assert q[0] == sinfo["queue_len"] == env.queue_len
+        expected = np.arange(B + 1) <= np.minimum(q, B)[:, None]
+        for vm, sm in ((venv.action_masks(), env.action_masks()), (vinfo["action_mask"], sinfo["action_mask"])):
+            assert vm.dtype == sm.dtype == bool
+            assert np.array_equal(vm, expected) and np.array_equal(sm, expected[0])
+            vm[:] = ~vm
+            sm[:] = ~sm
+        assert np.array_equal(venv.action_masks(), expected) and np.array_equal(env.action_masks(), expected[0])
+        queues.update(q.tolist())
+        _, _, _, _, vinfo = venv.step(np.zeros(3, dtype=np.int64))
+        _, _, _, _, sinfo = env.step(0)
+    assert min(queues) == 1 and max(queues) > B
+
+
+def test_a_huge_max_batch_size_needs_memory_linear_in_it():
+    """``max_batch_size=10**5``: constructing, resetting and stepping both envs and their
+    masks take O(B) memory (a (B + 1) ** 2 mask table would take 10 GB)."""
+    B = 10**5
+    profile = {"name": "lin", "model": "m", "device": "d", "source": "test", "kind": "linear",
+               "alpha_ms": 0.1, "tau0_ms": 1.0, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10}
+    kw = {**SMALL, "profile": profile, "max_batch_size": B}
+    tracemalloc.start()
+    try:
+        env = gym.make(ENV_ID, **kw)
+        venv = DynamicBatchingVectorEnv(num_envs=2, **kw)
+        env.reset(seed=0)
+        venv.reset(seed=0)
+        for a in (0, 0, B, 0, 1):
+            _, _, _, _, info = env.step(a)
+            venv.step(np.full(2, a))
+            assert info["action_mask"].sum() == env.unwrapped.action_masks().sum() == 1 + info["queue_len"]
+            assert np.array_equal(venv.action_masks()[0], env.unwrapped.action_masks())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
 def test_bad_input_gives_clear_errors(tmp_path):
     venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
-    with pytest.raises(gym.error.ResetNeeded):
-        venv.step(np.zeros(2, dtype=np.int64))
     venv.reset(seed=0)
     with pytest.raises(ValueError, match=r"actions\[1\]=.*out of range.*0\.\.32"):
         venv.step(np.array([0, 33]))

@@ -50,9 +50,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     ``Discrete(max_batch_size + 1)``. ``0`` waits until the next epoch; ``b >= 1`` runs the
     ``b`` oldest requests now. Valid actions are ``0`` and ``1..min(queue, max_batch_size)``:
-    ``action_masks()`` and ``info["action_mask"]`` give them (sb3-contrib convention). A
-    ``b`` larger than the queue runs the whole queue and sets ``info["clipped_action"]``.
-    An action outside the space raises ``ValueError``.
+    ``action_masks()`` and ``info["action_mask"]`` give them (sb3-contrib convention), each a
+    new bool array built from one array of ``2 * max_batch_size + 1`` entries (memory is
+    linear in ``max_batch_size``). A ``b`` larger than the queue runs the whole queue and
+    sets ``info["clipped_action"]``. An action outside the space raises ``ValueError``.
 
     ## Observation Space
 
@@ -167,9 +168,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
         self.observation_space = spaces.Box(np.zeros(5, dtype=np.float32), high, dtype=np.float32)
         self._obs_high = high
-        masks = np.tril(np.ones((B + 1, B + 1), dtype=bool))  # row m: actions 0..m valid
-        masks.setflags(write=False)
-        self._mask_table = masks
+        # row m: actions 0..m valid, as a read-only view of one array of B + 1 trues then B
+        # falses (row m is its window from B - m), so memory is O(B), not (B + 1) ** 2
+        valid = np.arange(2 * B + 1) <= B
+        self._mask_table = np.lib.stride_tricks.sliding_window_view(valid, B + 1)[::-1]
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False
@@ -206,7 +208,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         }
 
     def action_masks(self) -> np.ndarray:
-        """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a copy)."""
+        """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a new bool array)."""
         self._check_started("action_masks")
         q = len(self._arr) - self._ns
         return self._mask_table[min(q, self._B)].copy()
@@ -342,8 +344,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``MultiDiscrete([max_batch_size + 1] * num_envs)``: one scalar action per lane, as in
     the scalar env (0 waits, b >= 1 runs the b oldest requests, a b above the queue runs
     the whole queue). ``action_masks()`` gives the valid actions of every lane,
-    ``(num_envs, max_batch_size + 1)`` bool. An action outside ``0..max_batch_size``
-    raises ``ValueError`` naming the lane.
+    ``(num_envs, max_batch_size + 1)`` bool (a new array). An action outside
+    ``0..max_batch_size`` raises ``ValueError`` naming the lane. Before the first
+    ``reset()``, ``step()`` and ``action_masks()`` raise ``gymnasium.error.ResetNeeded``.
 
     ## Observation Space
 
@@ -723,8 +726,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._mark[lanes] = self._first_mark
         # admit the first arrival at its own time (the scalar env's _advance to it): its
         # wait and the idle time until it are 0, no mark is reached (marks count arrivals
-        # from 1) and the queue has room
+        # from 1) and the queue has room; where equal trace timestamps bring more at that
+        # instant, the general advance admits the rest (past a mark or a full queue too)
         self._i[lanes] = self._arrived[lanes] = 1
+        tied = self._Af[self._rowbase[lanes] + 1] <= t
+        if np.count_nonzero(tied):
+            self._advance(lanes[tied], t[tied], self._idle, self._ws[lanes[tied]], None)
         self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
         self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
         self._behind += todo
@@ -884,12 +891,21 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     def _advance(self, idx: np.ndarray | slice, t_end: np.ndarray, power: np.ndarray | float,
                  ws_from: np.ndarray, sm_prev: np.ndarray | None, next_arrival: bool = False) -> None:
-        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``).
-        ``next_arrival``: ``t_end`` is each lane's next arrival, so exactly that one is
-        admitted (buffered arrivals strictly increase) and no search is needed."""
+        """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``):
+        every arrival at or before ``t_end`` joins, those at exactly ``t_end`` included.
+        ``next_arrival``: ``t_end`` is each lane's next arrival (its entry at ``_i``), so
+        that one joins without a search; only the lanes whose following entry is at the
+        same instant (equal trace timestamps) search for the rest of the tie."""
         i = self._i[idx]
         now = self._now[idx]
-        j = i + 1 if next_arrival else self._search(idx, i, self._fill[idx], t_end, False)
+        if next_arrival:
+            j = i + 1
+            tied = self._Af[self._rowbase[idx] + j] <= t_end
+            if np.count_nonzero(tied):
+                j[tied] = self._search(self._lanes[idx][tied], j[tied], self._fill[idx][tied],
+                                       t_end[tied], False)
+        else:
+            j = self._search(idx, i, self._fill[idx], t_end, False)
         k = j - i
         arrived = self._arrived[idx]
         room = self._cap - (i - self._ws[idx])
@@ -1052,7 +1068,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         :param actions: ``(num_envs,)`` integers, each in ``0..max_batch_size``.
         """
         if not self._started:
-            raise gym.error.ResetNeeded("call reset() before step()")
+            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before step()")
         a = self._actions(actions)
         N = self.num_envs
         q = self._i - self._ws
@@ -1235,7 +1251,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._nlog[n] = 0
 
     def action_masks(self) -> np.ndarray:
-        """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a copy)."""
+        """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a new array).
+
+        :raises gymnasium.error.ResetNeeded: before the first ``reset()``.
+        """
+        if not self._started:
+            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before action_masks()")
+        # (fancy indexing copies the rows; ndarray.take would copy the whole strided view)
         return self._mask_table[np.minimum(self._i - self._ws, self._B)]
 
     def get_config(self) -> dict[str, Any]:
