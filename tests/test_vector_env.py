@@ -9,6 +9,7 @@ arrival times by prefix sums where the scalar env uses ``math.fsum``).
 from __future__ import annotations
 
 import math
+import re
 import tracemalloc
 
 import gymnasium as gym
@@ -311,21 +312,18 @@ def test_seeds_drawn_ahead_give_the_scalar_env_episodes():
     the scalar env's: seedless resets after seeded ones, an explicit reseed of some lanes
     (which voids what was drawn ahead), and masked resets. Trajectories are compared, as
     first observations alone hardly depend on the seed."""
-    kw = {"horizon_requests": 60, "service": "lognormal", "service_cv": 0.3}
+    kw = {"horizon_requests": 2000, "service": "lognormal", "service_cv": 0.3}  # no lane ends
     venv = DynamicBatchingVectorEnv(num_envs=3, autoreset_mode=AutoresetMode.DISABLED, **kw)
     envs = [gym.make(ENV_ID, **kw) for _ in range(3)]
 
-    def run(lanes):  # a few greedy steps on every lane; compare the reset lanes until they end
-        lanes = list(lanes)
+    def run(lanes):  # a few greedy steps on every lane; compare the reset lanes
         for _ in range(12):
             acts = venv.action_masks().sum(axis=1) - 1
             vobs, vrew, _, vtrunc, _ = venv.step(acts)
-            for n in list(lanes):
-                so, sr, _, st, _ = envs[n].step(int(acts[n]))
+            assert not vtrunc.any()
+            for n in lanes:
+                so, sr, _, _, _ = envs[n].step(int(acts[n]))
                 assert np.array_equal(so, vobs[n]) and _close(sr, float(vrew[n]))
-                assert st == vtrunc[n]
-                if st:  # the scalar env refuses to step past the end of its episode
-                    lanes.remove(n)
 
     venv.reset(seed=3)
     for n, e in enumerate(envs):
@@ -505,3 +503,19 @@ def test_max_episode_steps_truncates_lanes():
         assert not trunc.any()
     _, _, _, trunc, _ = venv.step(np.ones(2, dtype=np.int64))
     assert trunc.all()
+
+
+def test_disabled_autoreset_refuses_to_step_an_ended_lane_until_it_is_reset():
+    """As the scalar env refuses a step after its episode ended, so does a lane."""
+    venv = DynamicBatchingVectorEnv(num_envs=2, autoreset_mode=AutoresetMode.DISABLED, horizon_requests=5)
+    venv.reset(seed=0)
+    for _ in range(1000):
+        _, _, _, trunc, _ = venv.step(venv.action_masks().sum(axis=1) - 1)
+        if trunc.any():
+            break
+    ended = trunc.nonzero()[0].tolist()
+    assert ended
+    with pytest.raises(gym.error.ResetNeeded, match=rf"lane\(s\) {re.escape(str(ended))} ended"):
+        venv.step(np.ones(2, dtype=np.int64))
+    venv.reset(options={"reset_mask": trunc.copy()})
+    venv.step(venv.action_masks().sum(axis=1) - 1)

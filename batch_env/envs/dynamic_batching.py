@@ -372,7 +372,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     the next step resets the lane and ignores its action), ``SAME_STEP`` (the lane is
     reset inside the step; the final observation and info are in ``info["final_obs"]``
     and ``info["final_info"]``, as Gymnasium's ``SyncVectorEnv`` gives them; the mode
-    the SB3 adapter needs) and ``DISABLED`` (``reset(options={"reset_mask": mask})``).
+    the SB3 adapter needs) and ``DISABLED`` (the user resets ended lanes with
+    ``reset(options={"reset_mask": mask})``; stepping before that raises
+    ``gymnasium.error.ResetNeeded`` naming the lanes, as the scalar env refuses a step
+    after its episode ended).
 
     ## Arguments
 
@@ -1069,6 +1072,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         """
         if not self._started:
             raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before step()")
+        if self.autoreset_mode == AutoresetMode.DISABLED and np.count_nonzero(self._autoreset):
+            ended = self._autoreset.nonzero()[0].tolist()
+            raise gym.error.ResetNeeded(
+                f"DynamicBatchingVectorEnv: lane(s) {ended} ended (truncated=True) and autoreset "
+                "is DISABLED: reset them with reset(options={'reset_mask': mask}) before step()"
+            )
         a = self._actions(actions)
         N = self.num_envs
         q = self._i - self._ws
@@ -1172,7 +1181,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 for n, s in serving.items():
                     arr[n] = s
                 info["serving"], info["_serving"] = arr, over.copy()
-        if mode == AutoresetMode.NEXT_STEP:
+        if mode != AutoresetMode.SAME_STEP:  # NEXT_STEP: reset next step; DISABLED: refuse it
             self._autoreset[:] = truncated
         elif mode == AutoresetMode.SAME_STEP and truncated.any():
             ended = truncated.nonzero()[0]
