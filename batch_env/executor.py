@@ -25,8 +25,10 @@ LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real 
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -83,9 +85,8 @@ def make_executor(
             )
     from .torch_executor import TorchExecutor
 
-    return TorchExecutor(
-        model, max_batch_size, torch_device=torch_device, profile=profile, **(options or {})
-    )
+    options = _check_options(options, TorchExecutor, ("model", "max_batch_size", "torch_device", "profile"))
+    return TorchExecutor(model, max_batch_size, torch_device=torch_device, profile=profile, **options)
 
 
 _TORCH_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
@@ -143,10 +144,29 @@ def make_llm_executor(
         return LLMProfileExecutor(profile)
     from .llm_torch_executor import LLMTorchExecutor
 
+    options = _check_options(
+        options, LLMTorchExecutor, ("model", "max_num_seqs", "max_model_len", "torch_device", "profile")
+    )
     return LLMTorchExecutor(
         "gpt-small" if model is None else model, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, torch_device=torch_device, profile=profile, **(options or {}),
+        max_model_len=max_model_len, torch_device=torch_device, profile=profile, **options,
     )
+
+
+def _check_options(options: Any, cls: type, set_by_env: tuple[str, ...]) -> dict:
+    """``executor_options`` as a dict of ``cls``'s keyword arguments that the env does not
+    set itself; ``ValueError`` naming the value, or the unknown keys and the allowed ones."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ValueError(f"executor_options={options!r} is invalid: expected a dict of options")
+    allowed = sorted(set(inspect.signature(cls.__init__).parameters) - {"self", *set_by_env})
+    unknown = sorted(set(options) - set(allowed), key=str)
+    if unknown:
+        raise ValueError(
+            f"executor_options has unknown key(s) {unknown}: allowed keys are {allowed}"
+        )
+    return dict(options)
 
 
 class ProfileExecutor:

@@ -37,8 +37,10 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector import AutoresetMode
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from test_vector_env import _lockstep
 
 import batch_env  # noqa: F401
 from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv
@@ -368,6 +370,23 @@ def test_fuzz_node_batching(kw, seed, kind):
 @given(kw=llm_kwargs(), seed=SEEDS, kind=POLICIES)
 def test_fuzz_llm_batching(kw, seed, kind):
     fuzz_env(LLMBatchingEnv, kw, seed, kind)
+
+
+@FUZZ
+@given(kw=batch_kwargs(finite_traces=False), seed=st.integers(0, 2**20), n_envs=st.integers(1, 3),
+       policy=st.sampled_from(["random", "greedy", "patient"]),
+       mode=st.sampled_from([AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]))
+def test_fuzz_vector_env_lockstep(kw, seed, n_envs, policy, mode):
+    """Every lane equals the scalar env on the same seed, step for step, ties included."""
+    kw = materialize(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            DynamicBatchingEnv(**kw)
+        except ValueError:
+            assume(False)
+        event(f"workload {kw['workload']['kind']}")
+        _lockstep(kw, n_envs=n_envs, steps=MAX_STEPS, seed=seed, policy=policy, mode=mode)
 
 
 def test_gym_make_passes_the_same_checks():

@@ -218,3 +218,13 @@ def test_llm_finite_trace_whose_every_prompt_is_rejected_ends_cleanly(tmp_path):
     _, reward, _, truncated, info = env.step(0)
     assert truncated and reward == 0.0 and info["serving"]["completed"] == 0
     assert env.request_counts()["rejected"] == 4
+
+
+@pytest.mark.parametrize("env_id", ["batch_env/DynamicBatching-v0", "batch_env/LLMBatching-v0"])
+def test_executor_options_are_checked_before_a_model_is_built(env_id):
+    pytest.importorskip("torch")
+    kw = {"executor": "torch", "torch_device": "cpu"}
+    with pytest.raises(ValueError, match=r"executor_options='x' is invalid: expected a dict"):
+        ENVS[env_id](executor_options="x", **kw)
+    with pytest.raises(ValueError, match=r"executor_options has unknown key\(s\) \['bogus'\]: allowed keys are \[.*'width'\]"):
+        ENVS[env_id](executor_options={"bogus": 1}, **kw)
