@@ -21,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 from scipy import stats
 
+from .config import check_number
+
 
 class Policy(Protocol):
     """What ``evaluate`` needs from a policy."""
@@ -99,6 +101,7 @@ def evaluate(
     name: str | None = None,
     env_kwargs: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
+    max_steps: int | None = None,
 ) -> EvaluationResult:
     """Run ``policy`` on ``env`` for ``n_episodes`` seeded episodes.
 
@@ -109,10 +112,16 @@ def evaluate(
     :param name: label for the result (default: the policy's ``name`` attribute or class).
     :param env_kwargs: keyword arguments for ``gymnasium.make`` when ``env`` is an id.
     :param progress: called with the number of finished episodes after each episode.
+    :param max_steps: steps after which an episode that has not ended is an error (a bound
+        even on an env without the registration's ``TimeLimit``); ``None``:
+        :data:`batch_env.MAX_EPISODE_STEPS`.
     :returns: the per-episode summaries with confidence intervals.
     """
     if not isinstance(n_episodes, int) or n_episodes < 1:
         raise ValueError(f"n_episodes={n_episodes!r} is invalid: expected an integer >= 1")
+    if max_steps is None:
+        from . import MAX_EPISODE_STEPS as max_steps
+    check_number("max_steps", max_steps, low=1, integer=True)
     if isinstance(env, str):
         env = gym.make(env, **(env_kwargs or {}))
     elif not isinstance(env, gym.Env) and callable(env):
@@ -125,7 +134,7 @@ def evaluate(
         obs, info = env.reset(seed=s)
         total = 0.0
         steps = 0
-        while True:
+        while steps < max_steps:
             obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
             total += float(reward)
             steps += 1
@@ -134,8 +143,8 @@ def evaluate(
         if "serving" not in info:
             raise RuntimeError(
                 f"episode with seed {s} ended after {steps} steps without info['serving']: "
-                "the registration's max_episode_steps safety net cut it; raise it or lower "
-                "horizon_requests"
+                f"the step bound (max_steps={max_steps} here, or the registration's "
+                "max_episode_steps) cut it; raise it or lower horizon_requests"
             )
         result.episodes.append({**info["serving"], "return": total, "steps": steps, "seed": s})
         if progress is not None:

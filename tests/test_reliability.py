@@ -228,3 +228,19 @@ def test_executor_options_are_checked_before_a_model_is_built(env_id):
         ENVS[env_id](executor_options="x", **kw)
     with pytest.raises(ValueError, match=r"executor_options has unknown key\(s\) \['bogus'\]: allowed keys are \[.*'width'\]"):
         ENVS[env_id](executor_options={"bogus": 1}, **kw)
+
+
+def test_evaluate_bounds_an_episode_even_without_the_time_limit():
+    """An always-wait policy on an unwrapped env with ticks ends within max_steps."""
+    from batch_env.evaluate import evaluate
+
+    class Wait:
+        def reset(self):
+            pass
+
+        def act(self, obs, info):
+            return 0
+
+    env = DynamicBatchingEnv(decision_interval_ms=1e-3, horizon_s=1e6)
+    with pytest.raises(RuntimeError, match=r"ended after 500 steps without info\['serving'\].*max_steps=500"):
+        evaluate(Wait(), env, n_episodes=1, max_steps=500)
