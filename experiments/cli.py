@@ -202,8 +202,13 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     for name in names:
         if ":" in name:  # a trained agent: <algo>:<run_dir>
             from agents import load_policy, parse_policy_spec
+            from agents.policy import read_run_config
 
-            _, run_dir = parse_policy_spec(name)
+            algo, run_dir = parse_policy_spec(name)
+            saved = read_run_config(run_dir)["algo"]
+            if algo != saved:
+                raise ValueError(f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {saved} run: "
+                                 f"give {saved}:{run_dir}")
             policy = load_policy(run_dir, name=name)
         else:
             policy = baselines.make(name, env=env)
@@ -448,7 +453,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     from experiments.sweep import run_sweep
 
     for opt, dest, field in _SET_BY_SWEEP:
-        if getattr(args, dest) not in (None, False):
+        if getattr(args, dest) is not None and getattr(args, dest) is not False:
             raise ValueError(f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
                              f"sets it (field {field})")
     with _stdout_to_stderr(args.json):  # Ray Tune prints its tables: keep --json output pure

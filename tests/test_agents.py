@@ -317,9 +317,14 @@ def test_resume_falls_back_over_damaged_checkpoints(tmp_path, capsys):
         train(TrainArgs(run_dir=str(run), resume=True, progress=False))
 
 
-def test_an_edited_algo_in_config_yaml_is_named(tmp_path):
+def test_an_edited_algo_in_config_yaml_is_named(tmp_path, capsys):
+    from experiments.cli import main
+
     run = train(tiny_args(tmp_path))
     cfg = yaml.safe_load((run / "config.yaml").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", "--policy", f"dqn:{run}", "--episodes", "1"]) == 2
+    assert f"--policy 'dqn:{run}' names algo 'dqn' but run '{run}' is a ppo run" in capsys.readouterr().err
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "dqn"}))
     with pytest.raises(ValueError, match="says algo='dqn' but .*model.zip' holds a ppo model"):
         load_policy(run)

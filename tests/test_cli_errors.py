@@ -186,6 +186,8 @@ CASES = [
     (["train", "--sweep", "sweep_grid.yaml"], ["sweep_grid.yaml", "bogus_param"]),
     (["train", "--sweep", "sweep_grid.yaml", "--algo", "a2c"], ["--algo='a2c'", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--checkpoint-freq", "50000"], ["--checkpoint-freq=50000", "--sweep"]),
+    (["train", "--sweep", "sweep_grid.yaml", "--seed", "0"], ["--seed=0", "--sweep"]),
+    (["train", "--sweep", "sweep_grid.yaml", "--eval-freq", "0"], ["--eval-freq=0", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--runs-dir", "afile"], ["--runs-dir", "afile"]),
     # agents
     (["agents", "--workers", "0"], ["--workers", "'0'", ">= 1"]),
