@@ -231,8 +231,8 @@ def import_class(path: str) -> Any:
         raise ValueError(f"env_wrapper {path!r} cannot be imported: {exc}") from None
 
 
-def env_kwarg_names(env_id: str) -> list[str]:
-    """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
+def _env_parameters(env_id: str) -> list[Any]:
+    """The ``inspect.Parameter`` list of the registered env's constructor (entry point)."""
     import inspect
 
     import batch_env  # noqa: F401  (registers the ids)
@@ -241,7 +241,12 @@ def env_kwarg_names(env_id: str) -> list[str]:
     if isinstance(creator, str):
         module, _, name = creator.partition(":")
         creator = getattr(importlib.import_module(module), name)
-    return [p for p in inspect.signature(creator).parameters if p != "self"]
+    return [p for p in inspect.signature(creator).parameters.values() if p.name != "self"]
+
+
+def env_kwarg_names(env_id: str) -> list[str]:
+    """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
+    return [p.name for p in _env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwargs") -> gym.Env:
@@ -254,14 +259,14 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
         raise ValueError(f"env_id={env_id!r} is not a registered env: the batch_env ones are {list(batch_env.ENV_IDS)}")
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
+    allowed = env_kwarg_names(env_id)
+    unknown = sorted(str(k) for k in env_kwargs if k not in allowed)
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in _env_parameters(env_id)):
+        raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}")
     try:
         return gym.make(env_id, **env_kwargs)
-    except TypeError as exc:
+    except TypeError as exc:  # Gymnasium re-raises the constructor's TypeError with all the kwargs appended
         cause = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
-        allowed = env_kwarg_names(env_id)
-        unknown = sorted(k for k in env_kwargs if k not in allowed)
-        if unknown:
-            raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}") from None
         raise ValueError(f"{field}={env_kwargs!r} is refused by {env_id}: {' '.join(str(cause).split())}") from None
 
 

@@ -165,6 +165,16 @@ def check_settings(given: dict[str, Any]) -> None:
         check_device("device", given["device"])
 
 
+def given_settings(args: TrainArgs) -> dict[str, Any]:
+    """The settings ``args`` gives (not None), checked (:func:`check_settings`); a numeric
+    centring gain as text, as the CLI gives it and ``config.yaml`` keeps it."""
+    given = {k: getattr(args, k) for k in RUN_SETTINGS if getattr(args, k) is not None}
+    check_settings(given)
+    if "centering_gain" in given:
+        given["centering_gain"] = str(given["centering_gain"])
+    return given
+
+
 def _saved_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     """The settings a run was trained with: its config's ``args``, checked against the
     config's own top-level fields (a mismatch means the file was edited)."""
@@ -188,8 +198,7 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
     :raises ValueError: when a given setting differs from the saved one (naming both).
     """
     saved = _saved_settings(cfg, where)
-    given = {k: getattr(args, k) for k in RUN_SETTINGS if getattr(args, k) is not None}
-    check_settings(given)
+    given = given_settings(args)
     for key, value in given.items():
         if key not in RESUME_OVERRIDES and value != saved[key]:
             raise ValueError(
@@ -325,9 +334,7 @@ def train(args: TrainArgs) -> Path:
         st = resume_settings(args, cfg, str(run / "config.yaml"))
         cfg["n_timesteps"] = st["n_timesteps"]
     else:
-        given = {k: getattr(args, k) for k in RUN_SETTINGS if getattr(args, k) is not None}
-        check_settings(given)
-        st = {**DEFAULTS, **given}
+        st = {**DEFAULTS, **given_settings(args)}
         run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
         if run.exists() and not run.is_dir():
             raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")

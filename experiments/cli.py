@@ -10,6 +10,12 @@ LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
 SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox,
 and the comparison's local vs Ray backends).
+
+A mistake in the input (an option, a config or hyperparameter file, a run directory)
+ends in one line on stderr, ``error: ...`` naming the option or file, its value and what
+is allowed, with exit status 2 (as argparse's own errors), and a refused command writes
+nothing. A damaged file that a rerun reads back (a comparison cell, a sweep trial, a
+training checkpoint) is named on stderr, moved aside to ``<file>.corrupt`` and redone.
 """
 
 from __future__ import annotations
