@@ -12,6 +12,10 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
 * ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
   separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``.
 * hyperparameters as TensorBoard HParams.
+
+:class:`Checkpoints` saves the model and its normalization statistics every
+``checkpoint_freq`` steps, each file atomically (statistics first), so a kill never
+leaves a half-written checkpoint that looks whole.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from batch_env import evaluate
 from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
+from .files import atomic_save, atomic_write_text, read_json
 
 EVAL_KEYS = HEADLINE_KEYS
 COMPONENTS = ("latency", "energy", "sla", "drop")
@@ -78,6 +83,46 @@ class ServingMetricsCallback(BaseCallback):
         return True
 
 
+def checkpoint_paths(folder: Path, steps: int) -> tuple[Path, Path]:
+    """The model file and the normalization statistics of the checkpoint at ``steps``
+    (SB3's ``CheckpointCallback`` names: ``model_<steps>_steps.zip``,
+    ``model_vecnormalize_<steps>_steps.pkl``)."""
+    return folder / f"model_{steps}_steps.zip", folder / f"model_vecnormalize_{steps}_steps.pkl"
+
+
+class Checkpoints(BaseCallback):
+    """Save a checkpoint every ``save_freq`` calls (``checkpoint_freq // n_envs``), like
+    SB3's ``CheckpointCallback`` with ``save_vecnormalize``, but each file atomically and
+    the statistics before the model: a checkpoint's model file exists only once both
+    are complete.
+
+    :param save_freq: save every this many calls of the callback (env steps / n_envs).
+    :param folder: the run's ``checkpoints/`` folder.
+    """
+
+    def __init__(self, save_freq: int, folder: Path) -> None:
+        super().__init__()
+        self.save_freq, self.folder = save_freq, Path(folder)
+
+    def _init_callback(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def save_now(self) -> Path:
+        """Save the checkpoint at the model's current step count; return its model file."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        model_path, vn_path = checkpoint_paths(self.folder, int(self.model.num_timesteps))
+        vn = self.model.get_vec_normalize_env()
+        if vn is not None:
+            atomic_save(vn_path, lambda tmp: vn.save(str(tmp)))
+        atomic_save(model_path, self.model.save)
+        return model_path
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.save_freq == 0:
+            self.save_now()
+        return True
+
+
 class PeriodicEvaluation(BaseCallback):
     """Evaluate the current model every ``eval_freq`` steps on fixed seeds.
 
@@ -114,7 +159,9 @@ class PeriodicEvaluation(BaseCallback):
         self.eval_freq, self.n_episodes, self.seed = eval_freq, n_episodes, seed
         self.path = Path(run_dir) / "evaluations.json"
         self.smdp_gain = smdp_gain
-        self.history: list[dict[str, Any]] = json.loads(self.path.read_text()) if self.path.exists() else []
+        self.history: list[dict[str, Any]] = []
+        if self.path.exists():  # a resumed run: keep its history unless the file is damaged
+            self.history = read_json(self.path, "starting a new evaluation history", _check_history) or []
         self._next = None
 
     def _policy(self, deterministic: bool) -> AgentPolicy:
@@ -134,7 +181,7 @@ class PeriodicEvaluation(BaseCallback):
                 record[mode]["gap_percent"] = gap
                 self.logger.record(f"optimality/gap_eval_{mode}", gap)
         self.history.append(record)
-        self.path.write_text(json.dumps(self.history, indent=1))
+        atomic_write_text(self.path, json.dumps(self.history, indent=1))
         return record
 
     def _on_step(self) -> bool:
@@ -144,3 +191,8 @@ class PeriodicEvaluation(BaseCallback):
             self._next += self.eval_freq
             self.evaluate_now()
         return True
+
+
+def _check_history(value: Any) -> None:
+    if not isinstance(value, list) or not all(isinstance(r, dict) and "timesteps" in r for r in value):
+        raise ValueError("expected a JSON list of evaluation records")

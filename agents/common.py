@@ -39,22 +39,146 @@ def algo_class(algo: str) -> Any:
     return classes[algo]
 
 
+def check_int(field: str, value: Any, low: int) -> int:
+    """``value`` when it is an integer >= ``low`` (not a bool), else ``ValueError`` naming
+    the field, the value and what is allowed. The one check of every count option."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{field}={value!r} is invalid: expected an integer >= {low}")
+    return int(value)
+
+
+def check_device(field: str, device: Any) -> str:
+    """``device`` when torch accepts it (or it is ``auto``), else ``ValueError`` naming the field."""
+    if device == "auto":
+        return device
+    import torch
+
+    try:
+        torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{field}={device!r} is invalid: expected auto, cpu, cuda or cuda:<index>") from None
+    return device
+
+
+def hyperparameter_names(algo: str) -> list[str]:
+    """Keys a hyperparameter entry of ``algo`` may hold: the rl-zoo3 keys (``ZOO_KEYS``)
+    and the algorithm's constructor arguments that training does not set itself."""
+    import inspect
+
+    params = inspect.signature(algo_class(algo).__init__).parameters
+    return sorted({*(p for p in params if p not in _SET_BY_TRAINING), *ZOO_KEYS})
+
+
+#: constructor arguments that training sets itself (not allowed in a hyperparameter entry)
+_SET_BY_TRAINING = ("self", "policy", "env", "tensorboard_log", "verbose", "seed", "device", "_init_setup_model")
+
+
 def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> dict[str, Any]:
-    """The hyperparameter entry for ``env_id`` in an rl-zoo3 style YAML file.
+    """The hyperparameter entry for ``env_id`` in an rl-zoo3 style YAML file, checked: the
+    file reads as YAML, holds a mapping with a mapping for ``env_id``, every key is a
+    hyperparameter of ``algo`` (:func:`hyperparameter_names`) and every value has the type
+    of the algorithm's default; else ``ValueError`` (``FileNotFoundError`` for a missing
+    file) naming the file, the key, the value and what is allowed.
 
     :param algo: algorithm name (selects ``agents/hyperparams/<algo>.yml`` by default).
     :param env_id: the env id key.
     :param path: another YAML file.
     """
     if algo not in ALGO_NAMES:
-        raise ValueError(f"algo={algo!r} is unknown: allowed values are {ALGO_NAMES}")
+        raise ValueError(f"algo={algo!r} is unknown: allowed values are {list(ALGO_NAMES)}")
     file = Path(path) if path is not None else HYPERPARAMS_DIR / f"{algo}.yml"
-    if not file.exists():
-        raise FileNotFoundError(f"hyperparameter file {str(file)!r} not found")
-    data = yaml.safe_load(file.read_text()) or {}
+    if not file.is_file():
+        raise FileNotFoundError(f"hyperparameter file {str(file)!r} not found"
+                                + (" (it is a folder)" if file.is_dir() else ""))
+    where = f"hyperparameter file {str(file)!r}"
+    try:
+        data = yaml.safe_load(file.read_bytes().decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{where} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must hold a mapping of env id -> hyperparameters, got {type(data).__name__}")
     if env_id not in data:
-        raise ValueError(f"hyperparameter file {file} has no entry for env {env_id!r}: it has {sorted(data)}")
-    return dict(data[env_id])
+        raise ValueError(f"{where} has no entry for env {env_id!r}: it has {sorted(map(str, data))}")
+    entry = data[env_id]
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: the entry for {env_id!r} must be a mapping of hyperparameters, "
+                         f"got {entry!r}")
+    check_hyperparams(algo, entry, where)
+    return dict(entry)
+
+
+def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
+    """Raise ``ValueError`` naming ``where``, the key, the value and what is allowed when a
+    key of ``hp`` is not a hyperparameter of ``algo``, or a value's type does not match
+    the constructor default's (numbers and booleans) or the rl-zoo3 key's."""
+    import inspect
+
+    allowed = hyperparameter_names(algo)
+    unknown = sorted(k for k in hp if k not in allowed)
+    if unknown:
+        raise ValueError(f"{where}: {unknown} are not hyperparameters of {algo}: allowed are {allowed}")
+    for key in ("n_envs", "n_timesteps"):
+        if key in hp:
+            value = hp[key]
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            check_int(f"{where}: {key}", value, 1)
+    for key in ("policy",):
+        if key in hp and not isinstance(hp[key], str):
+            raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a policy name such as 'MlpPolicy'")
+    for key in ("policy_kwargs", "normalize"):
+        if key in hp:
+            value = literal(hp[key], f"{where}: {key}")
+            ok = isinstance(value, dict) or (key == "normalize" and isinstance(value, bool)) or value is None
+            if not ok:
+                raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a mapping"
+                                 + (" or true/false" if key == "normalize" else ""))
+    params = inspect.signature(algo_class(algo).__init__).parameters
+    for key, value in hp.items():
+        if key in ZOO_KEYS or key not in params:
+            continue
+        default = params[key].default
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(default, float):
+            ok, kind = isinstance(value, (int, float)) and not isinstance(value, bool), "a number"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{where}: {key}={value!r} is invalid: expected {kind} (the default is {default!r})")
+
+
+def model_file_info(path: str | Path) -> tuple[str | None, int]:
+    """``(algorithm, steps)`` of the SB3 model file ``path``, read from its ``data`` entry
+    without loading it: the algorithm is one of ``ALGO_NAMES`` (None when not
+    recognised), the steps its ``num_timesteps``.
+
+    :raises ValueError: when ``path`` is not a readable SB3 zip (truncated, garbage, ...).
+    """
+    import json
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            data = json.loads(z.read("data"))
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"not a readable SB3 model file ({type(exc).__name__}: {exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("policy_class"), dict):
+        raise ValueError("not a readable SB3 model file (its data entry lacks the policy class)")
+    steps = data.get("num_timesteps")
+    steps = steps if isinstance(steps, int) else -1
+    module = str(data["policy_class"].get("__module__", ""))
+    if module.startswith("sb3_contrib.common.maskable"):
+        return "ppo_mask", steps
+    if module == "stable_baselines3.dqn.policies":
+        return "dqn", steps
+    if module == "stable_baselines3.common.policies":
+        return ("ppo" if "clip_range" in data else "a2c"), steps
+    return None, steps
 
 
 def literal(value: Any, field: str) -> Any:
@@ -107,11 +231,49 @@ def import_class(path: str) -> Any:
         raise ValueError(f"env_wrapper {path!r} cannot be imported: {exc}") from None
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]) -> gym.Env:
-    """``gymnasium.make(env_id, **env_kwargs)`` wrapped by ``specs`` (innermost first)."""
+def _env_parameters(env_id: str) -> list[Any]:
+    """The ``inspect.Parameter`` list of the registered env's constructor (entry point)."""
+    import inspect
+
     import batch_env  # noqa: F401  (registers the ids)
 
-    env = gym.make(env_id, **env_kwargs)
+    creator = gym.spec(env_id).entry_point
+    if isinstance(creator, str):
+        module, _, name = creator.partition(":")
+        creator = getattr(importlib.import_module(module), name)
+    return [p for p in inspect.signature(creator).parameters.values() if p.name != "self"]
+
+
+def env_kwarg_names(env_id: str) -> list[str]:
+    """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
+    return [p.name for p in _env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwargs") -> gym.Env:
+    """``gymnasium.make(env_id, **env_kwargs)`` for user-given kwargs: an id that is not
+    registered, kwargs that are not a mapping or that the env refuses give a one-line
+    ``ValueError`` naming ``field`` (Gymnasium raises ``TypeError`` for unknown kwargs)."""
+    import batch_env
+
+    if env_id not in gym.registry:
+        raise ValueError(f"env_id={env_id!r} is not a registered env: the batch_env ones are {list(batch_env.ENV_IDS)}")
+    if not isinstance(env_kwargs, dict):
+        raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
+    allowed = env_kwarg_names(env_id)
+    unknown = sorted(str(k) for k in env_kwargs if k not in allowed)
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in _env_parameters(env_id)):
+        raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}")
+    try:
+        return gym.make(env_id, **env_kwargs)
+    except TypeError as exc:  # Gymnasium re-raises the constructor's TypeError with all the kwargs appended
+        cause = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
+        raise ValueError(f"{field}={env_kwargs!r} is refused by {env_id}: {' '.join(str(cause).split())}") from None
+
+
+def make_env(env_id: str, env_kwargs: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]) -> gym.Env:
+    """``gymnasium.make(env_id, **env_kwargs)`` wrapped by ``specs`` (innermost first);
+    kwargs the env refuses give a ``ValueError`` (see :func:`make_raw_env`)."""
+    env = make_raw_env(env_id, env_kwargs)
     for path, kwargs in specs:
         env = import_class(path)(env, **kwargs)
     return env
@@ -185,10 +347,35 @@ class AgentPolicy:
         return a
 
 
+#: what ``pickle.load`` raises on a damaged file (truncated, garbage, another object)
+PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, KeyError, TypeError,
+                 ValueError, OverflowError, MemoryError, UnicodeDecodeError)
+
+
+def read_normalizer(path: Path) -> Any:
+    """``VecNormalize`` statistics saved with ``VecNormalize.save`` (no env attached).
+
+    :raises ValueError: naming the file when it is damaged or holds something else.
+    """
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    try:
+        with open(path, "rb") as f:
+            vn = pickle.load(f)
+    except PICKLE_ERRORS as exc:
+        raise ValueError(f"{str(path)!r} is not readable normalization statistics "
+                         f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+    if not isinstance(vn, VecNormalize):
+        raise ValueError(f"{str(path)!r} holds a {type(vn).__name__}, not VecNormalize statistics")
+    return vn
+
+
 def load_normalizer(path: Path) -> Any:
-    """Load ``VecNormalize`` statistics saved with ``VecNormalize.save`` (no env needed)."""
-    with open(path, "rb") as f:
-        vn = pickle.load(f)
+    """Load ``VecNormalize`` statistics for acting (not training, no reward scaling).
+
+    :raises ValueError: naming the file when it is damaged (see :func:`read_normalizer`).
+    """
+    vn = read_normalizer(path)
     vn.training = False
     vn.norm_reward = False
     return vn

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .common import AgentPolicy, algo_class, load_normalizer
+from .common import ALGO_NAMES, AgentPolicy, algo_class, load_normalizer, model_file_info
 
 
 def read_run_config(run_dir: str | Path) -> dict[str, Any]:
@@ -25,12 +25,16 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     if not cfg_path.exists():
         raise FileNotFoundError(f"run directory {str(run)!r} has no config.yaml: not a batch-env training run")
     try:
-        cfg = yaml.safe_load(cfg_path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{cfg_path} is corrupt: {exc}") from None
+        cfg = yaml.safe_load(cfg_path.read_bytes().decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{cfg_path} is corrupt: {' '.join(str(exc).split())}") from None
     for key in ("algo", "env_id", "env_kwargs", "wrappers"):
         if not isinstance(cfg, dict) or key not in cfg:
             raise ValueError(f"{cfg_path} is corrupt: missing field {key!r}")
+    if cfg["algo"] not in ALGO_NAMES:
+        raise ValueError(f"{cfg_path}: algo={cfg['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}")
+    if not isinstance(cfg["env_kwargs"], dict) or not isinstance(cfg["wrappers"], list):
+        raise ValueError(f"{cfg_path} is corrupt: env_kwargs must be a mapping and wrappers a list")
     return cfg
 
 
@@ -55,6 +59,13 @@ def load_policy(
     if not path.exists():
         raise FileNotFoundError(f"model file {str(path)!r} not found (is the run finished? try --resume)")
     try:
+        algo, _ = model_file_info(path)
+    except ValueError as exc:
+        raise ValueError(f"model file {str(path)!r} is corrupt: {exc}") from None
+    if algo is not None and algo != cfg["algo"]:
+        raise ValueError(f"{run / 'config.yaml'} says algo={cfg['algo']!r} but {str(path)!r} holds a {algo} model: "
+                         f"was config.yaml edited? restore algo: {algo}")
+    try:
         model = algo_class(cfg["algo"]).load(path, device=device)
     except (zipfile.BadZipFile, ValueError, KeyError, EOFError, RuntimeError, OSError) as exc:
         raise ValueError(f"model file {str(path)!r} is corrupt or not a {cfg['algo']} model: {exc}") from None
@@ -63,10 +74,7 @@ def load_policy(
     if cfg.get("normalize"):
         if not norm_path.exists():
             raise FileNotFoundError(f"{str(norm_path)!r} not found: the run normalizes observations")
-        try:
-            norm = load_normalizer(norm_path)
-        except Exception as exc:  # pickle raises many types on corrupt input
-            raise ValueError(f"{str(norm_path)!r} is corrupt: {exc}") from None
+        norm = load_normalizer(norm_path)
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
     return AgentPolicy(
         model,

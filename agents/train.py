@@ -17,6 +17,16 @@
 5. Save ``model.zip``, ``vecnormalize.pkl`` and ``config.yaml`` in the run directory:
    the folder alone reproduces the run (``--resume`` continues it, ``agents.load_policy``
    loads it as a policy).
+
+Resuming (``resume=True``, ``batch-env train --resume --run-dir <run>``) continues from
+the newest usable checkpoint with every setting saved in the run's ``config.yaml``
+(:data:`RUN_SETTINGS`: checkpoint and evaluation frequencies, env kwargs,
+hyperparameters, algorithm, seed, ...). A setting given again must equal the saved one
+(else ``ValueError`` naming it, the saved and the given value); only ``n_timesteps`` may
+change, to extend the run. A damaged checkpoint (model or normalization statistics) is
+named on stderr, moved aside (``<file>.corrupt``) and the previous one is used; with no
+usable checkpoint left, resuming is an error (:class:`NoCheckpointError`). Every setting
+is checked before anything is written, and every file is written atomically.
 """
 
 from __future__ import annotations
@@ -24,14 +34,29 @@ from __future__ import annotations
 import json
 import platform
 import re
+import shutil
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .common import ZOO_KEYS, algo_class, literal, load_hyperparams, make_env, wrapper_specs
+from .common import (
+    ALGO_NAMES,
+    PICKLE_ERRORS,
+    ZOO_KEYS,
+    algo_class,
+    check_device,
+    check_int,
+    literal,
+    load_hyperparams,
+    make_env,
+    model_file_info,
+    wrapper_specs,
+)
+from .files import atomic_save, atomic_write_text, set_aside
 
 CENTERING = "batch_env.wrappers.AverageRewardCentering"
 #: per-step info keys that ServingMetricsCallback reads (a vectorized run copies them to
@@ -39,52 +64,148 @@ CENTERING = "batch_env.wrappers.AverageRewardCentering"
 STEP_INFO_KEYS = ("reward_components", "centering_gain")
 
 
+#: the run's settings (fields of :class:`TrainArgs`): saved in ``config.yaml`` under
+#: ``args``; a resumed run takes them from there
+RUN_SETTINGS = ("algo", "env_id", "env_kwargs", "hyperparams", "n_timesteps", "seed", "vectorized", "num_envs",
+                "vector_mode", "centering_gain", "device", "threads", "checkpoint_freq", "eval_freq",
+                "eval_episodes", "eval_seed")
+#: a new run's settings when not given (None: from the hyperparameter file)
+DEFAULTS: dict[str, Any] = {
+    "algo": "ppo", "env_id": "batch_env/DynamicBatching-v0", "env_kwargs": {}, "hyperparams": None,
+    "n_timesteps": None, "seed": 0, "vectorized": False, "num_envs": None, "vector_mode": "auto",
+    "centering_gain": "greedy", "device": "auto", "threads": 1, "checkpoint_freq": 50_000, "eval_freq": 50_000,
+    "eval_episodes": 3, "eval_seed": 100_000,
+}
+#: the settings a resumed run may change: n_timesteps, to extend the run
+RESUME_OVERRIDES = ("n_timesteps",)
+#: counts among the settings and their least allowed value
+_COUNTS = {"n_timesteps": 1, "seed": 0, "num_envs": 1, "threads": 1, "checkpoint_freq": 1, "eval_freq": 0,
+           "eval_episodes": 1, "eval_seed": 0}
+
+
+class NoCheckpointError(FileNotFoundError):
+    """``resume=True`` on a run that has no usable checkpoint (none yet, or all damaged)."""
+
+
 @dataclass
 class TrainArgs:
-    """Arguments of a training run (each is a ``batch-env train`` option)."""
+    """Arguments of a training run (each is a ``batch-env train`` option).
 
-    algo: str = "ppo"
-    """ppo, a2c, dqn or ppo_mask (sb3-contrib's MaskablePPO)."""
-    env_id: str = "batch_env/DynamicBatching-v0"
-    """registered env id."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """keyword arguments of gymnasium.make."""
+    The run's settings (:data:`RUN_SETTINGS`, every field but ``run_dir``, ``resume``,
+    ``progress`` and ``verbose``) default to None, "not given": a new run takes
+    :data:`DEFAULTS` (the value in brackets below), a resumed run the value saved in its
+    ``config.yaml``. Counts must be integers: ``n_timesteps``, ``num_envs``, ``threads``,
+    ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``, ``eval_seed``, ``eval_freq`` >= 0.
+    """
+
+    algo: str | None = None
+    """ppo, a2c, dqn or ppo_mask (sb3-contrib's MaskablePPO) [ppo]."""
+    env_id: str | None = None
+    """registered env id [batch_env/DynamicBatching-v0]."""
+    env_kwargs: dict[str, Any] | None = None
+    """keyword arguments of gymnasium.make [{}]."""
     hyperparams: str | None = None
-    """rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml)."""
+    """rl-zoo3 style YAML [agents/hyperparams/<algo>.yml]."""
     n_timesteps: int | None = None
-    """total environment steps (default: the hyperparameter file's)."""
-    seed: int = 0
-    """seed of the model and of env i (seed + i)."""
-    vectorized: bool = False
+    """total environment steps [the hyperparameter file's]; on resume, a larger value extends the run."""
+    seed: int | None = None
+    """seed of the model and of env i (seed + i) [0]."""
+    vectorized: bool | None = None
     """train on a Gymnasium vector env through agents.vec_env.SB3VecEnv (the env's native
-    vector env when registered, else SyncVectorEnv) instead of SB3's DummyVecEnv."""
+    vector env when registered, else SyncVectorEnv) instead of SB3's DummyVecEnv [False]."""
     num_envs: int | None = None
-    """training envs (lanes of the vector env); default: the hyperparameter file's n_envs."""
-    vector_mode: str = "auto"
+    """training envs (lanes of the vector env) [the hyperparameter file's n_envs]."""
+    vector_mode: str | None = None
     """with vectorized: auto (vector_entry_point when the env registers one, else sync),
-    sync or vector_entry_point."""
+    sync or vector_entry_point [auto]."""
     run_dir: str | None = None
-    """output folder (default runs/<algo>-s<seed>-<time>)."""
-    centering_gain: str = "greedy"
-    """g of average-reward centring: greedy, smdp, online or a number (cost per second)."""
-    device: str = "auto"
-    """torch device: auto, cpu or cuda."""
-    threads: int = 1
-    """torch.set_num_threads (recorded in the config)."""
-    checkpoint_freq: int = 50_000
-    """save a checkpoint every this many steps."""
-    eval_freq: int = 50_000
-    """evaluate every this many steps (0: never)."""
-    eval_episodes: int = 3
-    """episodes per periodic evaluation."""
-    eval_seed: int = 100_000
-    """first seed of the evaluation episodes (held out from training)."""
+    """output folder (default runs/<algo>-s<seed>-<time>); with resume, the run to continue."""
+    centering_gain: str | None = None
+    """g of average-reward centring: greedy, smdp, online or a number (cost per second) [greedy]."""
+    device: str | None = None
+    """torch device: auto, cpu or cuda [auto]."""
+    threads: int | None = None
+    """torch.set_num_threads (recorded in the config) [1]."""
+    checkpoint_freq: int | None = None
+    """save a checkpoint every this many steps [50000]."""
+    eval_freq: int | None = None
+    """evaluate every this many steps, 0: never [50000]."""
+    eval_episodes: int | None = None
+    """episodes per periodic evaluation [3]."""
+    eval_seed: int | None = None
+    """first seed of the evaluation episodes, held out from training [100000]."""
     resume: bool = False
-    """continue the run in run_dir from its latest checkpoint."""
+    """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
     progress: bool = True
     """show a progress bar."""
     verbose: int = 0
     """SB3 verbosity."""
+
+
+def check_settings(given: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming the setting, its value and what is allowed for any
+    nonsense value among ``given`` (settings of :data:`RUN_SETTINGS`; None = not given)."""
+    for key, low in _COUNTS.items():
+        if given.get(key) is not None:
+            check_int(key, given[key], low)
+    if given.get("algo") is not None and given["algo"] not in ALGO_NAMES:
+        raise ValueError(f"algo={given['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}")
+    if given.get("env_kwargs") is not None and not isinstance(given["env_kwargs"], dict):
+        raise ValueError(f"env_kwargs={given['env_kwargs']!r} is invalid: expected a mapping of env kwargs")
+    if given.get("vectorized") is not None and not isinstance(given["vectorized"], bool):
+        raise ValueError(f"vectorized={given['vectorized']!r} is invalid: expected True or False")
+    gain = given.get("centering_gain")
+    if gain is not None and str(gain) not in ("greedy", "smdp", "online"):
+        try:
+            float(gain)
+        except (TypeError, ValueError):
+            raise ValueError(f"centering_gain={gain!r} is invalid: expected greedy, smdp, online or a number "
+                             "(cost per second)") from None
+    if given.get("device") is not None:
+        check_device("device", given["device"])
+
+
+def given_settings(args: TrainArgs) -> dict[str, Any]:
+    """The settings ``args`` gives (not None), checked (:func:`check_settings`); a numeric
+    centring gain as text, as the CLI gives it and ``config.yaml`` keeps it."""
+    given = {k: getattr(args, k) for k in RUN_SETTINGS if getattr(args, k) is not None}
+    check_settings(given)
+    if "centering_gain" in given:
+        given["centering_gain"] = str(given["centering_gain"])
+    return given
+
+
+def _saved_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The settings a run was trained with: its config's ``args``, checked against the
+    config's own top-level fields (a mismatch means the file was edited)."""
+    args = cfg.get("args") if isinstance(cfg.get("args"), dict) else {}
+    top = {"algo": cfg.get("algo"), "env_id": cfg.get("env_id"), "env_kwargs": cfg.get("env_kwargs"),
+           "seed": cfg.get("seed"), "n_timesteps": cfg.get("n_timesteps"), "vectorized": cfg.get("vectorized"),
+           "num_envs": cfg.get("n_envs"), "threads": cfg.get("threads"), "device": cfg.get("device")}
+    for key, value in top.items():
+        if value is not None and args.get(key) is not None and args[key] != value:
+            raise ValueError(f"{where} is inconsistent: {key}={value!r} but args.{key}={args[key]!r} (was it edited? "
+                             f"a run's settings cannot change; restore {key}: {args[key]!r})")
+    saved = {**DEFAULTS, **{k: v for k, v in top.items() if v is not None},
+             **{k: args[k] for k in RUN_SETTINGS if args.get(k) is not None}}
+    check_settings(saved)
+    return saved
+
+
+def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """The settings of a resumed run: the saved ones, with ``n_timesteps`` when given.
+
+    :raises ValueError: when a given setting differs from the saved one (naming both).
+    """
+    saved = _saved_settings(cfg, where)
+    given = given_settings(args)
+    for key, value in given.items():
+        if key not in RESUME_OVERRIDES and value != saved[key]:
+            raise ValueError(
+                f"resume: {key}={value!r} was given but run {str(args.run_dir)!r} was trained with {key}="
+                f"{saved[key]!r} ({where}); a resumed run keeps every setting of the original (only n_timesteps "
+                f"may change, to extend it): leave the option out, or start a new run with another run_dir")
+    return {**saved, **{k: given[k] for k in RESUME_OVERRIDES if k in given}}
 
 
 def resolve_gain(mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> float | None:
@@ -126,28 +247,81 @@ def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
     return float(solve(SMDPProblem.from_env(env)).gain)
 
 
-def _latest_checkpoint(run: Path) -> tuple[Path, Path | None, int] | None:
-    best = None
+def _candidates(run: Path) -> list[tuple[int, Path, Path | None]]:
+    """The run's checkpoints, newest first: ``(steps, model file, statistics file)``;
+    ``model.zip`` (and ``vecnormalize.pkl``) only in a run that has no checkpoint files."""
+    from .callbacks import checkpoint_paths
+
+    found = []
     for p in (run / "checkpoints").glob("model_*_steps.zip"):
         m = re.fullmatch(r"model_(\d+)_steps\.zip", p.name)
-        if m and (best is None or int(m.group(1)) > best[2]):
-            vn = run / "checkpoints" / f"model_vecnormalize_{m.group(1)}_steps.pkl"
-            best = (p, vn if vn.exists() else None, int(m.group(1)))
-    return best
+        if m:
+            found.append((int(m.group(1)), p, checkpoint_paths(run / "checkpoints", int(m.group(1)))[1]))
+    if not found and (run / "model.zip").exists():
+        found.append((-1, run / "model.zip", run / "vecnormalize.pkl"))
+    return sorted(found, key=lambda c: -c[0])
+
+
+def _load_latest(run: Path, cfg: dict[str, Any], venv: Any, device: str) -> Any:
+    """The model of the newest usable checkpoint, on ``venv`` (under its statistics when
+    the run normalizes). Damaged files are named, moved aside and the previous checkpoint
+    is tried; a checkpoint of another algorithm than the config's is an error.
+
+    :raises NoCheckpointError: when no usable checkpoint is left.
+    """
+    from .common import read_normalizer
+
+    cls = algo_class(cfg["algo"])
+    damaged = []
+    for _, path, vn_path in _candidates(run):
+        then = "trying the previous checkpoint"
+        try:
+            algo, _ = model_file_info(path)
+        except ValueError as exc:
+            damaged.append(set_aside(path, str(exc), then).name)
+            continue
+        if algo is not None and algo != cfg["algo"]:
+            raise ValueError(f"{run / 'config.yaml'} says algo={cfg['algo']!r} but checkpoint {path} holds a {algo} "
+                             f"model: was config.yaml edited? restore algo: {algo}")
+        env = venv
+        if cfg["normalize"]:
+            if vn_path is None or not vn_path.exists():
+                print(f"warning: checkpoint {path} has no normalization statistics beside it ({vn_path} is missing); "
+                      f"{then}", file=sys.stderr, flush=True)
+                continue
+            try:
+                env = read_normalizer(vn_path)
+            except ValueError as exc:
+                damaged.append(set_aside(vn_path, str(exc), then).name)
+                continue
+            env.set_venv(venv)
+            env.training = True
+        try:
+            return cls.load(path, env=env, device=device, tensorboard_log=str(run / "tb"))
+        except ValueError as exc:  # a readable model that does not fit the config's env
+            raise ValueError(f"checkpoint {path} does not fit the run's {run / 'config.yaml'} (was it edited?): "
+                             f"{' '.join(str(exc).split())}") from None
+        except (KeyError, RuntimeError, EOFError, OSError, *PICKLE_ERRORS) as exc:
+            damaged.append(set_aside(path, f"{type(exc).__name__}: {exc}", then).name)
+    extra = f" (damaged, moved aside: {', '.join(damaged)})" if damaged else ""
+    raise NoCheckpointError(f"run {str(run)!r} has no usable checkpoint to resume from{extra}: delete the run "
+                            "directory (or give another run_dir) to start it again")
 
 
 def train(args: TrainArgs) -> Path:
-    """Run (or resume) one training run and return its directory."""
+    """Run (or resume) one training run and return its directory.
+
+    Every setting is checked, the hyperparameters read and the env and model built
+    before anything is written, so a refused run leaves nothing on disk.
+    """
     import torch
-    from stable_baselines3.common.callbacks import CallbackList, CheckpointCallback
+    from stable_baselines3.common.callbacks import CallbackList
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    from .callbacks import PeriodicEvaluation, ServingMetricsCallback
+    from .callbacks import Checkpoints, PeriodicEvaluation, ServingMetricsCallback
     from .vec_env import make_vec_env as make_lane_vec_env
     from .vec_env import resolve_mode
-
-    torch.set_num_threads(args.threads)
 
     # 1. the run's configuration: fresh, or the saved one when resuming
     if args.resume:
@@ -157,47 +331,49 @@ def train(args: TrainArgs) -> Path:
         from .policy import read_run_config
 
         cfg = read_run_config(run)
-        if args.n_timesteps is not None:
-            cfg["n_timesteps"] = int(args.n_timesteps)
+        st = resume_settings(args, cfg, str(run / "config.yaml"))
+        cfg["n_timesteps"] = st["n_timesteps"]
     else:
-        if args.num_envs is not None and (isinstance(args.num_envs, bool) or not isinstance(args.num_envs, int)
-                                          or args.num_envs < 1):
-            raise ValueError(f"num_envs={args.num_envs!r} is invalid: expected an integer >= 1")
-        run = Path(args.run_dir or f"runs/{args.algo}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}")
+        st = {**DEFAULTS, **given_settings(args)}
+        run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
+        if run.exists() and not run.is_dir():
+            raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")
         if (run / "config.yaml").exists():
             raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
-        hp = load_hyperparams(args.algo, args.env_id, args.hyperparams)
+        hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
         specs = wrapper_specs(hp.get("env_wrapper"))
+        make_env(st["env_id"], st["env_kwargs"], specs).close()  # refuse bad env kwargs before writing
         gain = None
         if any(path == CENTERING for path, _ in specs):
-            gain = resolve_gain(args.centering_gain, args.env_id, args.env_kwargs, args.seed)
+            gain = resolve_gain(str(st["centering_gain"]), st["env_id"], st["env_kwargs"], st["seed"])
             specs = [(p, {**kw, "gain": gain}) if p == CENTERING else (p, kw) for p, kw in specs]
         normalize = literal(hp.get("normalize", False), "normalize")
+        st["num_envs"] = int(st["num_envs"] if st["num_envs"] is not None else hp.get("n_envs", 1))
+        st["n_timesteps"] = int(st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"]))
         cfg = {
-            "algo": args.algo,
-            "env_id": args.env_id,
-            "env_kwargs": args.env_kwargs,
+            "algo": st["algo"],
+            "env_id": st["env_id"],
+            "env_kwargs": st["env_kwargs"],
             "wrappers": [{"class": p, "kwargs": kw} for p, kw in specs],
-            "n_envs": int(args.num_envs if args.num_envs is not None else hp.get("n_envs", 1)),
-            "vectorized": bool(args.vectorized),
-            "vector_mode": resolve_mode(args.env_id, args.vector_mode) if args.vectorized else None,
-            "n_timesteps": int(args.n_timesteps if args.n_timesteps is not None else float(hp["n_timesteps"])),
+            "n_envs": st["num_envs"],
+            "vectorized": bool(st["vectorized"]),
+            "vector_mode": resolve_mode(st["env_id"], st["vector_mode"]) if st["vectorized"] else None,
+            "n_timesteps": st["n_timesteps"],
             "policy": hp.get("policy", "MlpPolicy"),
             "normalize": normalize if isinstance(normalize, dict) else bool(normalize),
             "policy_kwargs": literal(hp.get("policy_kwargs"), "policy_kwargs") or {},
             "algo_kwargs": {k: v for k, v in hp.items() if k not in ZOO_KEYS},
             "centering_gain": gain,
-            "centering_mode": args.centering_gain,
-            "smdp_gain": smdp_gain_if_exact(args.env_id, args.env_kwargs),
-            "seed": args.seed,
-            "threads": args.threads,
-            "device": args.device,
-            "args": asdict(args),
+            "centering_mode": str(st["centering_gain"]),
+            "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
+            "seed": st["seed"],
+            "threads": st["threads"],
+            "device": st["device"],
+            "args": {},
             "versions": _versions(),
         }
-        run.mkdir(parents=True, exist_ok=True)
-        (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-
+    cfg["args"] = {k: st[k] for k in RUN_SETTINGS}
+    torch.set_num_threads(st["threads"])
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
 
     # 2. vectorized, wrapped, optionally normalized training envs
@@ -213,44 +389,40 @@ def train(args: TrainArgs) -> Path:
     norm_kwargs = norm if isinstance(norm, dict) else {}
     gamma = float(cfg["algo_kwargs"].get("gamma", 0.99))
 
-    # 3. the model: new, or the latest checkpoint
-    cls = algo_class(cfg["algo"])
-    done = 0
-    ckpt = _latest_checkpoint(run) if args.resume else None
-    if args.resume and ckpt is None and (run / "model.zip").exists():
-        ckpt = (run / "model.zip", run / "vecnormalize.pkl" if (run / "vecnormalize.pkl").exists() else None, -1)
-    if ckpt is not None:
-        if norm:
-            if ckpt[1] is None:
-                raise FileNotFoundError(f"no normalization statistics next to checkpoint {ckpt[0]}")
-            venv = VecNormalize.load(str(ckpt[1]), venv)
-            venv.training = True
-        model = cls.load(ckpt[0], env=venv, device=args.device, tensorboard_log=str(run / "tb"))
+    # 3. the model: new, or the newest usable checkpoint
+    if args.resume:
+        model = _load_latest(run, cfg, venv, st["device"])
         done = int(model.num_timesteps)
+        if args.n_timesteps is not None and args.n_timesteps < done:
+            raise ValueError(f"resume: n_timesteps={args.n_timesteps} is below the {done} steps run {str(run)!r} "
+                             "has already trained: give a larger value to extend it, or leave it out")
     else:
-        if args.resume:
-            raise FileNotFoundError(f"run {str(run)!r} has no checkpoint to resume from")
+        done = 0
         if norm:
             venv = VecNormalize(venv, gamma=gamma, **norm_kwargs)
-        model = cls(
-            cfg["policy"],
-            venv,
-            policy_kwargs=dict(cfg["policy_kwargs"]) or None,  # a copy: A2C adds its optimizer to it
-            tensorboard_log=str(run / "tb"),
-            seed=cfg["seed"],
-            device=args.device,
-            verbose=args.verbose,
-            **dict(cfg["algo_kwargs"]),
-        )
+        where = f"hyperparameters of {st['algo']} ({st['hyperparams'] or 'agents/hyperparams/' + st['algo'] + '.yml'})"
+        try:
+            model = algo_class(cfg["algo"])(
+                cfg["policy"],
+                venv,
+                policy_kwargs=dict(cfg["policy_kwargs"]) or None,  # a copy: A2C adds its optimizer to it
+                tensorboard_log=str(run / "tb"),
+                seed=cfg["seed"],
+                device=st["device"],
+                verbose=args.verbose,
+                **dict(cfg["algo_kwargs"]),
+            )
+        except (TypeError, ValueError, KeyError, AssertionError) as exc:  # what the algorithm refuses
+            venv.close()
+            raise ValueError(f"{where} are refused by {st['algo']}: {type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())}") from None
+        run.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
 
     # 4. callbacks: checkpoints, serving metrics, periodic evaluation
+    checkpoints = Checkpoints(max(st["checkpoint_freq"] // cfg["n_envs"], 1), run / "checkpoints")
     callbacks = [
-        CheckpointCallback(
-            save_freq=max(args.checkpoint_freq // cfg["n_envs"], 1),
-            save_path=str(run / "checkpoints"),
-            name_prefix="model",
-            save_vecnormalize=bool(norm),
-        ),
+        checkpoints,
         ServingMetricsCallback(
             smdp_gain=cfg["smdp_gain"],
             hparams={"algo": cfg["algo"], **cfg["algo_kwargs"], "n_envs": cfg["n_envs"], "seed": cfg["seed"],
@@ -258,33 +430,63 @@ def train(args: TrainArgs) -> Path:
         ),
     ]
     evaluator = None
-    if args.eval_freq > 0:
+    if st["eval_freq"] > 0:
         evaluator = PeriodicEvaluation(
-            cfg["env_id"], cfg["env_kwargs"], specs, args.eval_freq, args.eval_episodes, args.eval_seed, run,
+            cfg["env_id"], cfg["env_kwargs"], specs, st["eval_freq"], st["eval_episodes"], st["eval_seed"], run,
             smdp_gain=cfg["smdp_gain"],
         )
         callbacks.append(evaluator)
 
-    # 5. train, then save everything the folder needs to reproduce and reload the run
-    remaining = cfg["n_timesteps"] - done
-    if remaining > 0:
-        model.learn(
-            total_timesteps=remaining,
-            callback=CallbackList(callbacks),
-            tb_log_name="run",
-            log_interval=1,  # dump every rollout (A2C's default, 100, would hide short runs)
-            reset_num_timesteps=not args.resume,
-            progress_bar=args.progress,
-        )
-    model.save(run / "model.zip")
+    # 5. train (nothing left to train still sets the callbacks up), then save everything the
+    # folder needs to reproduce and reload the run: a final checkpoint first, so that a
+    # kill while the final files are written leaves a checkpoint to resume from
+    model.learn(
+        total_timesteps=max(cfg["n_timesteps"] - done, 0),
+        callback=CallbackList(callbacks),
+        tb_log_name="run",
+        log_interval=1,  # dump every rollout (A2C's default, 100, would hide short runs)
+        reset_num_timesteps=not args.resume,
+        progress_bar=args.progress,
+    )
+    checkpoints.save_now()
     if norm:
-        model.get_vec_normalize_env().save(str(run / "vecnormalize.pkl"))
-    (run / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        vn = model.get_vec_normalize_env()
+        atomic_save(run / "vecnormalize.pkl", lambda tmp: vn.save(str(tmp)))
+    atomic_save(run / "model.zip", model.save)
+    atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
     if evaluator is not None:
         final = evaluator.evaluate_now()
-        (run / "final_evaluation.json").write_text(json.dumps(final, indent=1))
+        atomic_write_text(run / "final_evaluation.json", json.dumps(final, indent=1))
     venv.close()
     return run
+
+
+def train_or_reuse(args: TrainArgs) -> Path:
+    """The finished run in ``args.run_dir``, trained first when needed; for experiments
+    that own their run directories (``demo``, ``agents``, ``lazybatching``, ``llm``).
+
+    A run with a readable ``model.zip`` is reused as it is. An interrupted one (a
+    ``config.yaml`` but no ``model.zip``; or a damaged ``model.zip``, moved aside) is
+    resumed from its newest usable checkpoint with the same settings, or, with none,
+    removed and trained again. A missing one is trained.
+    """
+    if args.run_dir is None:
+        raise ValueError("train_or_reuse needs run_dir")
+    run = Path(args.run_dir)
+    model = run / "model.zip"
+    if model.exists():
+        try:
+            model_file_info(model)
+            return run
+        except ValueError as exc:
+            set_aside(model, str(exc), "resuming the run")
+    if (run / "config.yaml").exists():
+        try:
+            return train(replace(args, resume=True))
+        except NoCheckpointError as exc:
+            print(f"warning: {exc}; training {run} again from the start", file=sys.stderr, flush=True)
+            shutil.rmtree(run)
+    return train(args)
 
 
 def _versions() -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 For every setting of the config (``experiments/configs/agents.yml``): train the agent
 once per training seed (runs in parallel, one torch thread each; finished runs are
-reused), evaluate each run deterministically on held-out seeds, evaluate greedy, the
+reused, interrupted ones resumed), evaluate each run deterministically on held-out seeds, evaluate greedy, the
 SMDP policy (solved for the mean arrival rate) and, where ticks are on, a grid of Triton
 dynamic-batcher settings on the same seeds, and write ``results/<name>/summary.md``,
 ``summary.json`` and ``gaps.png``.
@@ -24,26 +24,38 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
 
 import baselines
 import batch_env
+from agents.common import check_int
 from batch_env.evaluate import ci95_half_width
 
-from .compare import CONFIG_DIR
+from .compare import check_mapping, check_name, read_yaml_config
+
+_KEYS = {"name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings", "centering_gain",
+         "eval_horizon_requests", "triton_grid"}
 
 
 def load_agents_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     """Read the agents experiment config (a name in ``experiments/configs`` or a path)."""
-    path = Path(path_or_name)
-    if not path.is_file():
-        path = CONFIG_DIR / f"{path_or_name}.yml"
-    if not path.exists():
-        raise FileNotFoundError(f"agents config {str(path_or_name)!r} not found")
-    cfg = yaml.safe_load(path.read_text())
-    for key in ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings"):
-        if key not in cfg:
-            raise ValueError(f"agents config {path}: missing key {key!r}")
+    cfg = read_yaml_config(path_or_name)
+    where = f"agents config {cfg['_path']}"
+    cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env",
+                                            "settings"))
+    check_name(cfg["name"], where)
+    check_int(f"{where}: n_timesteps", cfg["n_timesteps"], 1)
+    for key in ("train_seeds", "eval_seeds"):
+        seeds = cfg[key]
+        if not isinstance(seeds, list) or not seeds or not all(
+                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds):
+            raise ValueError(f"{where}: {key}={seeds!r} must be a non-empty list of integers >= 0")
+    for key in ("env", "settings"):
+        if not isinstance(cfg[key], dict):
+            raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
+    for name, setting in cfg["settings"].items():
+        if not isinstance(setting, dict) or not isinstance(setting.get("workload"), dict):
+            raise ValueError(f"{where}: settings.{name}={setting!r} must be a mapping of env kwargs with a workload "
+                             "mapping")
     return cfg
 
 
@@ -54,11 +66,9 @@ def setting_env(cfg: dict[str, Any], setting: str) -> dict[str, Any]:
 
 def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
     cfg, setting, seed, run_dir = job
-    from agents.train import TrainArgs, train
+    from agents.train import TrainArgs, train_or_reuse
 
-    if (Path(run_dir) / "model.zip").exists():
-        return run_dir
-    train(
+    train_or_reuse(
         TrainArgs(
             algo=cfg["algo"], env_kwargs=setting_env(cfg, setting), n_timesteps=int(cfg["n_timesteps"]),
             seed=seed, run_dir=run_dir, centering_gain=str(cfg.get("centering_gain", "greedy")),

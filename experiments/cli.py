@@ -10,6 +10,12 @@ LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
 SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox,
 and the comparison's local vs Ray backends).
+
+A mistake in the input (an option, a config or hyperparameter file, a run directory)
+ends in one line on stderr, ``error: ...`` naming the option or file, its value and what
+is allowed, with exit status 2 (as argparse's own errors), and a refused command writes
+nothing. A damaged file that a rerun reads back (a comparison cell, a sweep trial, a
+training checkpoint) is named on stderr, moved aside to ``<file>.corrupt`` and redone.
 """
 
 from __future__ import annotations
@@ -61,61 +67,123 @@ def format_table(results: list[Any], keys: tuple[str, ...] = SHOWN_KEYS) -> str:
     return "\n".join(lines)
 
 
+def _one_line(text: Any) -> str:
+    """``text`` on one line (YAML and library messages span several)."""
+    return " ".join(str(text).split())
+
+
 def _parse_mapping(text: str | None, field: str) -> dict[str, Any] | None:
+    """The YAML/JSON mapping an option gives (None when the option is not given).
+
+    :raises ValueError: naming the option and its value when the text is not YAML or not a mapping.
+    """
     if text is None:
         return None
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SystemExit(f"error: {field}={text!r} is not valid YAML/JSON: {exc}") from None
+        raise ValueError(f"{field}={text!r} is not valid YAML/JSON: {_one_line(exc)}") from None
     if not isinstance(value, dict):
-        raise SystemExit(f"error: {field}={text!r} must be a mapping such as '{{kind: poisson, load: 0.6}}'")
+        raise ValueError(f"{field}={text!r} must be a mapping, e.g. '{{key: value, other: 2}}'")
     return value
 
 
-def _llm_env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """LLMBatching-v0's kwargs: only the options it has (its own defaults otherwise)."""
-    kw: dict[str, Any] = {}
-    if args.profile != "resnet50-v100":
-        kw["profile"] = args.profile
-    workload = _parse_mapping(args.workload, "--workload")
-    if workload is not None:
-        kw["workload"] = workload
-    weights = _parse_mapping(args.reward_weights, "--reward-weights")
-    if weights is not None:
-        kw["reward_weights"] = weights
-    for name in ("horizon_requests", "warmup_requests", "queue_capacity"):
-        if getattr(args, name) is not None:
-            kw[name] = getattr(args, name)
-    kw.update(_parse_mapping(getattr(args, "env_kwargs", None), "--env-kwargs") or {})
-    return kw
+def _count(low: int) -> Any:
+    """An argparse ``type``: an integer >= ``low`` (argparse names the option on error)."""
+    from agents.common import check_int
+
+    def parse(text: str) -> int:
+        try:
+            return check_int("value", int(text), low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected an integer >= {low}") from None
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _positive(text: str) -> float:
+    """An argparse ``type``: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected a finite number > 0")
+    return value
+
+
+#: env options of evaluate and solve-smdp: (option, dest, env keyword argument it sets)
+_ENV_OPTIONS = (
+    ("--profile", "profile", "profile"), ("--load", "load", "workload"), ("--workload", "workload", "workload"),
+    ("--max-batch-size", "max_batch_size", "max_batch_size"), ("--sla-ms", "sla_ms", "sla_ms"),
+    ("--horizon-requests", "horizon_requests", "horizon_requests"),
+    ("--decision-interval-ms", "decision_interval_ms", "decision_interval_ms"),
+    ("--service", "service", "service"), ("--service-cv", "service_cv", "service_cv"),
+    ("--queue-capacity", "queue_capacity", "queue_capacity"), ("--warmup-requests", "warmup_requests", "warmup_requests"),
+    ("--reward-weights", "reward_weights", "reward_weights"),
+)
+#: what to use instead of an env option that an env lacks
+_ENV_OPTION_HINTS = {
+    "--sla-ms": "the LLM env takes its SLAs via --env-kwargs '{ttft_sla_ms: 500, tpot_sla_ms: 50}'",
+    "--max-batch-size": "the LLM env's cap on running requests is --env-kwargs '{max_num_seqs: 64}'",
+    "--load": "give the LLM env its arrival rate: --workload '{kind: poisson, rate_per_s: 4}'",
+    "--decision-interval-ms": "the LLM env decides at every iteration boundary",
+}
+#: the DynamicBatching-v0 / NodeBatching-v0 defaults of the options that have one here
+_ENV_DEFAULTS = {"profile": "resnet50-v100", "load": 0.6, "max_batch_size": 32}
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    if getattr(args, "env_id", None) == "batch_env/LLMBatching-v0":
-        return _llm_env_kwargs(args)
-    kw: dict[str, Any] = {"profile": args.profile, "max_batch_size": args.max_batch_size}
-    workload = _parse_mapping(args.workload, "--workload")
-    kw["workload"] = workload if workload is not None else {"kind": "poisson", "load": args.load}
-    weights = _parse_mapping(args.reward_weights, "--reward-weights")
-    if weights is not None:
-        kw["reward_weights"] = weights
-    for name in ("sla_ms", "horizon_requests", "warmup_requests", "queue_capacity", "decision_interval_ms",
-                 "service", "service_cv"):
-        value = getattr(args, name)
-        if value is not None:
-            kw[name] = value
-    kw.update(_parse_mapping(getattr(args, "env_kwargs", None), "--env-kwargs") or {})
+    """The env kwargs that evaluate's and solve-smdp's options give.
+
+    An option is refused (``ValueError`` naming it, the env and what it takes) when the
+    env has no such keyword argument (LLMBatching-v0 has no --sla-ms, --max-batch-size,
+    --load, ...), and when two options give the same setting (--load and --workload,
+    an option and a key of --env-kwargs), instead of one silently winning.
+    """
+    from agents.common import env_kwarg_names
+
+    env_id = getattr(args, "env_id", "batch_env/DynamicBatching-v0")
+    names = env_kwarg_names(env_id)
+    given = [(opt, dest, kw) for opt, dest, kw in _ENV_OPTIONS if getattr(args, dest) is not None]
+    for opt, dest, kw in given:
+        if kw not in names or (opt == "--load" and "max_batch_size" not in names):
+            hint = _ENV_OPTION_HINTS.get(opt, f"its keyword arguments are {names}, given with --env-kwargs")
+            raise ValueError(f"{opt}={getattr(args, dest)!r} does not apply to {env_id}: {hint}")
+    if args.load is not None and args.workload is not None:
+        raise ValueError(f"--load={args.load!r} and --workload={args.workload!r} both set the workload: give one")
+    kw: dict[str, Any] = {}
+    if "max_batch_size" in names:  # DynamicBatching-v0 and NodeBatching-v0: this command's defaults
+        kw = {"profile": _ENV_DEFAULTS["profile"], "max_batch_size": _ENV_DEFAULTS["max_batch_size"],
+              "workload": {"kind": "poisson", "load": _ENV_DEFAULTS["load"]}}
+    for opt, dest, name in given:
+        value = getattr(args, dest)
+        if opt == "--load":
+            value = {"kind": "poisson", "load": value}
+        elif opt in ("--workload", "--reward-weights"):
+            value = _parse_mapping(value, opt)
+        kw[name] = value
+    extra = _parse_mapping(getattr(args, "env_kwargs", None), "--env-kwargs") or {}
+    both = sorted(k for k in extra if any(k == name for _, _, name in given))
+    if both:
+        opts = [opt for opt, _, name in given if name in both]
+        raise ValueError(f"--env-kwargs={args.env_kwargs!r} sets {both}, which {opts} give too: give each once")
+    kw.update(extra)
     return kw
 
 
 def _add_env_args(p: argparse.ArgumentParser) -> None:
     from batch_env.profile import available
 
-    p.add_argument("--profile", default="resnet50-v100", help=f"profile name or JSON path; shipped: {', '.join(available())}")
-    p.add_argument("--load", type=float, default=0.6, help="Poisson load rho = rate / max throughput (default 0.6)")
-    p.add_argument("--workload", default=None, help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], switch_rates_per_s: [2, 2]}' (overrides --load)")
-    p.add_argument("--max-batch-size", type=int, default=32, help="largest batch (default 32)")
+    p.add_argument("--profile", default=None,
+                   help=f"profile name or JSON path (default resnet50-v100; the LLM env: its own); shipped: "
+                        f"{', '.join(available())}")
+    p.add_argument("--load", type=_positive, default=None,
+                   help="Poisson load rho = rate / max throughput (default 0.6; not with --workload)")
+    p.add_argument("--workload", default=None, help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], "
+                                                    "switch_rates_per_s: [2, 2]}' (not with --load)")
+    p.add_argument("--max-batch-size", type=int, default=None, help="largest batch (default 32)")
     p.add_argument("--sla-ms", type=float, default=None, help="latency SLA in ms (default 15)")
     p.add_argument("--horizon-requests", type=int, default=None, help="summary requests per episode (default 2000)")
     p.add_argument("--decision-interval-ms", type=float, default=None, help="relative tick interval (default: ticks off)")
@@ -124,25 +192,29 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue-capacity", type=int, default=None, help="waiting requests admitted (default 2000)")
     p.add_argument("--warmup-requests", type=int, default=None, help="arrivals before the summary requests (default 0)")
     p.add_argument("--reward-weights", default=None, help="weights mapping, e.g. '{energy: 0.1}'")
-    p.add_argument("--episodes", type=int, default=5, help="seeded episodes (default 5)")
-    p.add_argument("--seed", type=int, default=0, help="first episode seed (default 0)")
+    p.add_argument("--episodes", type=_count(1), default=5, help="seeded episodes (default 5)")
+    p.add_argument("--seed", type=_count(0), default=0, help="first episode seed (default 0)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     """Evaluate baselines (default parameters) on the env the arguments describe."""
-    import gymnasium as gym
-
     import baselines
     import batch_env
+    from agents.common import make_raw_env
 
-    env = gym.make(getattr(args, "env_id", "batch_env/DynamicBatching-v0"), **_env_kwargs(args))
+    env = make_raw_env(getattr(args, "env_id", "batch_env/DynamicBatching-v0"), _env_kwargs(args), "--env-kwargs")
     results = []
     for name in names:
         if ":" in name:  # a trained agent: <algo>:<run_dir>
             from agents import load_policy, parse_policy_spec
+            from agents.policy import read_run_config
 
-            _, run_dir = parse_policy_spec(name)
+            algo, run_dir = parse_policy_spec(name)
+            saved = read_run_config(run_dir)["algo"]
+            if algo != saved:
+                raise ValueError(f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {saved} run: "
+                                 f"give {saved}:{run_dir}")
             policy = load_policy(run_dir, name=name)
         else:
             policy = baselines.make(name, env=env)
@@ -160,13 +232,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     run = Path(args.runs_dir) / f"{cfg['name']}-ppo"
     if args.train_steps > 0:
         if not (run / "model.zip").exists():
-            from agents.train import TrainArgs, train
+            print(f"training PPO for {args.train_steps} steps -> {run}/", file=sys.stderr)
+        from agents.train import TrainArgs, train_or_reuse
 
-            load = float(cfg["loads"][0])
-            env_kwargs = {**cfg["env"], "workload": {**next(iter(cfg["workloads"].values())), "load": load}}
-            print(f"training PPO for {args.train_steps} steps on load {load:g} -> {run}/", file=sys.stderr)
-            train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=args.train_steps, run_dir=str(run),
-                            eval_freq=0, checkpoint_freq=args.train_steps, progress=not args.json))
+        load = float(cfg["loads"][0])
+        env_kwargs = {**cfg["env"], "workload": {**next(iter(cfg["workloads"].values())), "load": load}}
+        train_or_reuse(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=args.train_steps, run_dir=str(run),
+                                 eval_freq=0, checkpoint_freq=args.train_steps, progress=not args.json))
         cfg = load_config(args.config)
         cfg["policies"]["ppo-demo"] = {"agent": str(run)}
     return _print_compare(run_compare(cfg, results_dir=args.results_dir, progress=not args.json), args,
@@ -234,9 +306,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     comparison's cells/s on the local and the Ray backend (--skip-ray to leave it out)."""
     from experiments.bench import run_bench, write_results
 
-    sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
+    _check_folder("--out", args.out)
+    try:
+        sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
+    except ValueError:
+        sizes = ()
     if not sizes or min(sizes) < 1:
-        raise SystemExit(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
+        raise ValueError(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
     result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo,
                        vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch,
                        backends=not args.skip_ray)
@@ -293,6 +369,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     With --vectorized the training envs are the lanes of one Gymnasium vector env (the
     env's NumPy vector env when it registers one), stepped through agents.vec_env.SB3VecEnv.
 
+    --resume --run-dir <run> continues a run from its newest usable checkpoint with every
+    setting saved in its config.yaml (algorithm, env kwargs, hyperparameters, seed,
+    centring gain, --vectorized/--num-envs, --n-timesteps, --checkpoint-freq,
+    --eval-freq, --eval-episodes, --device, --threads). An option given with --resume
+    must equal the saved value, else the command is refused naming the option, the saved
+    and the given value; the one exception is a larger --n-timesteps, which extends the
+    run. A damaged checkpoint is named on stderr, moved aside (<file>.corrupt) and the
+    previous one is used; with none left, the command is refused. A refused command
+    writes nothing.
+
     With --sweep <yaml> it runs a training sweep instead (algorithms x hyperparameter grid
     x seeds, see experiments/configs/sweep-demo.yaml): every trial is one run of this same
     training code, its TensorBoard logs under <runs-dir>/sweeps/<name>/trials/, and the
@@ -308,10 +394,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"{opt}={getattr(args, dest)!r} applies to a sweep: give --sweep <yaml> too")
     from agents.train import TrainArgs, train
 
-    env_kwargs: dict[str, Any] = {}
+    env_kwargs: dict[str, Any] | None = None
     if args.env_config is not None:
-        env_kwargs.update(_load_yaml_mapping(args.env_config, "--env-config"))
-    env_kwargs.update(_parse_mapping(args.env_kwargs, "--env-kwargs") or {})
+        env_kwargs = _load_yaml_mapping(args.env_config, "--env-config")
+    if args.env_kwargs is not None:
+        env_kwargs = {**(env_kwargs or {}), **(_parse_mapping(args.env_kwargs, "--env-kwargs") or {})}
+    if args.resume and args.run_dir is None:
+        raise ValueError("--resume needs --run-dir <the run to continue>")
     targs = TrainArgs(
         algo=args.algo,
         env_id=args.env_id,
@@ -319,7 +408,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         hyperparams=args.hyperparams,
         n_timesteps=args.n_timesteps,
         seed=args.seed,
-        vectorized=args.vectorized,
+        vectorized=True if args.vectorized else None,
         num_envs=args.num_envs,
         run_dir=args.run_dir,
         centering_gain=args.centering_gain,
@@ -351,18 +440,17 @@ def cmd_train(args: argparse.Namespace) -> int:
 #: train options that only a sweep uses: (option, dest, default)
 _SWEEP_ONLY = (("--backend", "backend", "local"), ("--address", "address", None), ("--num-cpus", "num_cpus", None),
                ("--max-retries", "max_retries", 3), ("--runs-dir", "runs_dir", "runs"))
-#: train options that a sweep's YAML sets instead: (option, dest, default, YAML field)
+#: train options that a sweep's YAML sets instead: (option, dest, YAML field); not given = None (False for flags)
 _SET_BY_SWEEP = (
-    ("--algo", "algo", "ppo", "algo"), ("--env-id", "env_id", "batch_env/DynamicBatching-v0", "env_id"),
-    ("--env-kwargs", "env_kwargs", None, "env"), ("--env-config", "env_config", None, "env"),
-    ("--hyperparams", "hyperparams", None, "hyperparams"), ("--n-timesteps", "n_timesteps", None, "n_timesteps"),
-    ("--seed", "seed", 0, "seeds"), ("--vectorized", "vectorized", False, "vectorized"),
-    ("--num-envs", "num_envs", None, "num_envs"), ("--run-dir", "run_dir", None, "name (with --runs-dir)"),
-    ("--centering-gain", "centering_gain", "greedy", "centering_gain"),
-    ("--eval-episodes", "eval_episodes", 3, "eval_episodes"), ("--resume", "resume", False, "(a rerun resumes)"),
-    ("--device", "device", "auto", "(trials train on the CPU)"), ("--threads", "threads", 1, "(one thread per trial)"),
-    ("--checkpoint-freq", "checkpoint_freq", 50_000, "(one checkpoint at the end)"),
-    ("--eval-freq", "eval_freq", 50_000, "(one evaluation at the end, eval_episodes)"),
+    ("--algo", "algo", "algo"), ("--env-id", "env_id", "env_id"), ("--env-kwargs", "env_kwargs", "env"),
+    ("--env-config", "env_config", "env"), ("--hyperparams", "hyperparams", "hyperparams"),
+    ("--n-timesteps", "n_timesteps", "n_timesteps"), ("--seed", "seed", "seeds"),
+    ("--vectorized", "vectorized", "vectorized"), ("--num-envs", "num_envs", "num_envs"),
+    ("--run-dir", "run_dir", "name (with --runs-dir)"), ("--centering-gain", "centering_gain", "centering_gain"),
+    ("--eval-episodes", "eval_episodes", "eval_episodes"), ("--resume", "resume", "(a rerun resumes)"),
+    ("--device", "device", "(trials train on the CPU)"), ("--threads", "threads", "(one thread per trial)"),
+    ("--checkpoint-freq", "checkpoint_freq", "(one checkpoint at the end)"),
+    ("--eval-freq", "eval_freq", "(one evaluation at the end, eval_episodes)"),
 )
 
 
@@ -370,8 +458,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     """``train --sweep``: run the sweep, print its summary (see cmd_train)."""
     from experiments.sweep import run_sweep
 
-    for opt, dest, default, field in _SET_BY_SWEEP:
-        if getattr(args, dest) != default:
+    for opt, dest, field in _SET_BY_SWEEP:
+        if getattr(args, dest) is not None and getattr(args, dest) is not False:
             raise ValueError(f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
                              f"sets it (field {field})")
     with _stdout_to_stderr(args.json):  # Ray Tune prints its tables: keep --json output pure
@@ -388,14 +476,19 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
+    """The mapping in the YAML file an option names; ``ValueError`` (``FileNotFoundError``)
+    naming the option and the file when it is missing, unreadable, not YAML or not a mapping."""
     from pathlib import Path
 
     p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{field}={path!r}: file not found")
-    value = yaml.safe_load(p.read_text())
+    if not p.is_file():
+        raise FileNotFoundError(f"{field}={path!r}: file not found" + (" (it is a folder)" if p.is_dir() else ""))
+    try:
+        value = yaml.safe_load(p.read_bytes().decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{field}={path!r} is not valid YAML: {_one_line(exc)}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{field}={path!r} must hold a mapping of env kwargs")
+        raise ValueError(f"{field}={path!r} must hold a mapping of env kwargs, got {type(value).__name__}")
     return value
 
 
@@ -430,9 +523,12 @@ def cmd_lazybatching(args: argparse.Namespace) -> int:
 def cmd_llm(args: argparse.Namespace) -> int:
     """LLM batching on LLMBatching-v0: capacity and throughput at the SLA of static caps,
     Pang et al.'s memory-aware / SLA-feedback / combined policies and a PPO agent."""
-    from experiments.llm import run_llm
+    from experiments.compare import check_name
+    from experiments.llm import load_llm_config, run_llm
 
-    out = f"{args.results_dir}/{args.name}" if args.name else None
+    name = args.name if args.name is not None else load_llm_config(args.config)["name"]
+    check_name(name, "--name")
+    out = f"{args.results_dir}/{name}"
     result = run_llm(args.config, out_dir=out, progress=not args.json, train=not args.no_train)
     if args.json:
         print(dumps(result["gains"], indent=1))
@@ -444,15 +540,25 @@ def cmd_llm(args: argparse.Namespace) -> int:
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure a latency/power profile of a real PyTorch model and write it as JSON."""
+    from pathlib import Path
+
+    from agents.common import check_device
+    from batch_env.models import MODELS
     from batch_env.profiling import measure_profile, write_profile
 
     try:
         sizes = tuple(int(x) for x in args.batch_sizes.split(","))
     except ValueError:
-        raise ValueError(f"--batch-sizes={args.batch_sizes!r} is invalid: expected integers separated by commas") from None
-    model_kwargs = yaml.safe_load(args.model_kwargs) if args.model_kwargs else None
-    if model_kwargs is not None and not isinstance(model_kwargs, dict):
-        raise ValueError(f"--model-kwargs={args.model_kwargs!r} must be a mapping, e.g. '{{image_size: 64}}'")
+        sizes = ()
+    if not sizes or min(sizes) < 1 or list(sizes) != sorted(set(sizes)):
+        raise ValueError(f"--batch-sizes={args.batch_sizes!r} is invalid: expected increasing integers >= 1 "
+                         "separated by commas, e.g. 1,2,4,8")
+    if args.model not in MODELS:
+        raise ValueError(f"--model={args.model!r} is unknown: allowed values are {sorted(MODELS)}")
+    check_device("--device", args.device)
+    model_kwargs = _parse_mapping(args.model_kwargs, "--model-kwargs")
+    if Path(args.out).is_dir():
+        raise ValueError(f"--out={args.out!r} is a folder: give the JSON file to write, e.g. {args.out}/profile.json")
     prof = measure_profile(
         args.model, torch_device=args.device, batch_sizes=sizes, min_time_s=args.min_time_s, nodes=not args.no_nodes,
         width=args.width, depth=args.depth, threads=args.threads, cuda_graphs=args.cuda_graphs,
@@ -475,6 +581,7 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     """Measure a small model's profile, then compare profile mode with real mode on the same seeds."""
     from experiments.roundtrip import run_roundtrip
 
+    _check_folder("--out", args.out)
     res = run_roundtrip(args.out, load=args.load, horizon_requests=args.horizon_requests, episodes=args.episodes,
                         repeats=args.repeats)
     if args.json:
@@ -487,15 +594,16 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
 
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
     """Solve the SMDP-optimal batching policy of an env configuration."""
-    import gymnasium as gym
-
-    import batch_env  # noqa: F401
+    from agents.common import make_raw_env
     from baselines.smdp import SMDPProblem, solve
 
     kw = _env_kwargs(args)
     if args.rate_per_s is not None:
+        if args.load is not None or args.workload is not None:
+            raise ValueError(f"--rate-per-s={args.rate_per_s!r} sets the workload, as --load and --workload do: "
+                             "give one of them")
         kw["workload"] = {"kind": "poisson", "rate_per_s": args.rate_per_s}
-    env = gym.make("batch_env/DynamicBatching-v0", **kw)
+    env = make_raw_env("batch_env/DynamicBatching-v0", kw, "env options")
     sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
     out = sol.to_dict()
     out["load"] = env.unwrapped.load
@@ -521,13 +629,13 @@ def _add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
     p.add_argument("--address", default=None,
                    help="ray backend: the Ray cluster to join, e.g. auto (the cluster this node belongs to) or "
                         "ray://<head>:10001 (default: start a local Ray instance)")
-    p.add_argument("--num-cpus", type=int, default=None,
+    p.add_argument("--num-cpus", type=_count(1), default=None,
                    help="ray backend without --address: CPUs of the local Ray instance (default: all)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``batch-env`` (every subcommand has ``--help``)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="batch-env",
         description="Dynamic batching for ML inference serving as RL environments.",
     )
@@ -538,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="demo", help="comparison config name or YAML path (default: demo)")
     p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
     p.add_argument("--runs-dir", default="runs", help="parent folder of the training run (default runs)")
-    p.add_argument("--train-steps", type=int, default=30_000, help="PPO steps to train first (0: no agent; default 30000)")
+    p.add_argument("--train-steps", type=_count(0), default=30_000, help="PPO steps to train first (0: no agent; default 30000)")
     p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_demo)
 
@@ -547,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="default", help="config name in experiments/configs or a YAML path (default: default)")
     p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
     _add_backend_args(p, "cell")
-    p.add_argument("--max-retries", type=int, default=3,
+    p.add_argument("--max-retries", type=_count(0), default=3,
                    help="ray backend: retries of a cell whose worker process died (default 3); a cell that "
                         "raises is not retried but recorded as failed")
     p.add_argument("--json", action="store_true", help="print the records as JSON")
@@ -556,8 +664,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("solve-smdp", help="solve the SMDP-optimal policy of an env configuration",
                        description=cmd_solve_smdp.__doc__)
     _add_env_args(p)
-    p.add_argument("--rate-per-s", type=float, default=None, help="Poisson arrival rate (overrides --load/--workload)")
-    p.add_argument("--max-states", type=int, default=None, help="truncation level (default: the queue capacity, exact)")
+    p.add_argument("--rate-per-s", type=_positive, default=None,
+                   help="Poisson arrival rate per second (instead of --load/--workload)")
+    p.add_argument("--max-states", type=_count(1), default=None, help="truncation level (default: the queue capacity, exact)")
     p.add_argument("--method", choices=["pi", "rvi"], default="pi", help="policy iteration (default) or relative value iteration")
     p.set_defaults(func=cmd_solve_smdp)
 
@@ -567,10 +676,13 @@ def build_parser() -> argparse.ArgumentParser:
     import batch_env
 
     p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", choices=list(batch_env.ENV_IDS),
-                   help="registered env id (default batch_env/DynamicBatching-v0); for LLMBatching-v0 the "
-                        "options above that it lacks are ignored (give its own with --env-kwargs)")
+                   help="registered env id (default batch_env/DynamicBatching-v0); an option above that the env "
+                        "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
+                        "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
+                        "tpot_sla_ms, max_num_seqs, with --env-kwargs)")
     p.add_argument("--env-kwargs", default=None,
-                   help="more env kwargs, a mapping applied last, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}'")
+                   help="more env kwargs, a mapping, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}' (not the ones "
+                        "the options above give)")
     from baselines import available
 
     p.add_argument("--policy", nargs="+", default=["greedy"],
@@ -579,35 +691,47 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train an SB3 agent and log it to TensorBoard",
                        description=cmd_train.__doc__)
-    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "ppo_mask"], default="ppo", help="algorithm (default ppo)")
-    p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", help="registered env id")
-    p.add_argument("--env-kwargs", default=None, help="env kwargs mapping, e.g. '{workload: {kind: poisson, load: 0.6}}'")
+    kept = "; --resume keeps the run's own"
+    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "ppo_mask"], default=None,
+                   help=f"algorithm (default ppo{kept})")
+    p.add_argument("--env-id", default=None, help=f"registered env id (default batch_env/DynamicBatching-v0{kept})")
+    p.add_argument("--env-kwargs", default=None,
+                   help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})")
     p.add_argument("--env-config", default=None, help="YAML file of env kwargs (--env-kwargs override it)")
-    p.add_argument("--hyperparams", default=None, help="rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml)")
-    p.add_argument("--n-timesteps", type=int, default=None, help="total env steps (default: the hyperparameter file's)")
-    p.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p.add_argument("--hyperparams", default=None,
+                   help=f"rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml{kept})")
+    p.add_argument("--n-timesteps", type=_count(1), default=None,
+                   help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
+                        "larger value to extend it)")
+    p.add_argument("--seed", type=_count(0), default=None, help=f"seed (default 0{kept})")
     p.add_argument("--vectorized", action="store_true",
                    help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
                         "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
-                        "same training otherwise")
-    p.add_argument("--num-envs", type=int, default=None, metavar="N",
+                        f"same training otherwise{kept}")
+    p.add_argument("--num-envs", type=_count(1), default=None, metavar="N",
                    help="training envs (lanes of the vector env with --vectorized); default: the "
-                        "hyperparameter file's n_envs")
+                        f"hyperparameter file's n_envs{kept}")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)")
-    p.add_argument("--centering-gain", default="greedy", help="g of average-reward centring: greedy, smdp, online or a number")
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    p.add_argument("--checkpoint-freq", type=int, default=50_000, help="checkpoint every N steps")
-    p.add_argument("--eval-freq", type=int, default=50_000, help="evaluate every N steps (0: never)")
-    p.add_argument("--eval-episodes", type=int, default=3, help="episodes per evaluation")
-    p.add_argument("--resume", action="store_true", help="continue --run-dir from its latest checkpoint")
+    p.add_argument("--centering-gain", default=None,
+                   help=f"g of average-reward centring: greedy, smdp, online or a number (default greedy{kept})")
+    p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
+    p.add_argument("--threads", type=_count(1), default=None, help=f"torch threads (default 1{kept})")
+    p.add_argument("--checkpoint-freq", type=_count(1), default=None,
+                   help=f"checkpoint every N steps (default 50000{kept})")
+    p.add_argument("--eval-freq", type=_count(0), default=None,
+                   help=f"evaluate every N steps, 0: never (default 50000{kept})")
+    p.add_argument("--eval-episodes", type=_count(1), default=None,
+                   help=f"episodes per evaluation (default 3{kept})")
+    p.add_argument("--resume", action="store_true",
+                   help="continue --run-dir from its newest usable checkpoint with its saved settings; an option "
+                        "given again must equal the saved value, except a larger --n-timesteps (extends the run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--sweep", default=None, metavar="YAML",
                    help="run a training sweep from a YAML file or a config name (e.g. sweep-demo): algorithms x "
                         "hyperparameter grid x seeds, one run per trial, best trial by evaluation reward; the "
                         "options above that the YAML sets are not allowed with it")
     _add_backend_args(p, "trial of --sweep")
-    p.add_argument("--max-retries", type=int, default=3,
+    p.add_argument("--max-retries", type=_count(0), default=3,
                    help="--sweep on ray: retries of a trial whose worker process died (default 3)")
     p.add_argument("--runs-dir", default="runs", help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -619,7 +743,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--settings", nargs="+", default=None, help="only these settings of the config")
     p.add_argument("--runs-dir", default="runs", help="parent folder of the training runs (default runs)")
     p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
-    p.add_argument("--workers", type=int, default=2, help="training processes in parallel (default 2)")
+    p.add_argument("--workers", type=_count(1), default=2, help="training processes in parallel (default 2)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_agents)
 
@@ -645,10 +769,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="resnet50", help="resnet50, googlenet, bert-base or gpt-small (default resnet50)")
     p.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda (default auto)")
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128", help="comma-separated, increasing")
-    p.add_argument("--min-time-s", type=float, default=2.0, help="back-to-back seconds per batch size (default 2)")
-    p.add_argument("--width", type=float, default=1.0, help="model width multiplier (default 1 = the real model)")
-    p.add_argument("--depth", type=int, default=None, help="model depth (default: the real model's)")
-    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (recorded)")
+    p.add_argument("--min-time-s", type=_positive, default=2.0, help="back-to-back seconds per batch size (default 2)")
+    p.add_argument("--width", type=_positive, default=1.0, help="model width multiplier (default 1 = the real model)")
+    p.add_argument("--depth", type=_count(1), default=None, help="model depth (default: the real model's)")
+    p.add_argument("--threads", type=_count(1), default=None, help="torch.set_num_threads (recorded)")
     p.add_argument("--cuda-graphs", action="store_true", help="time whole-model batches with CUDA graphs")
     p.add_argument("--model-kwargs", default=None, help="more model arguments, e.g. '{image_size: 64}'")
     p.add_argument("--no-nodes", action="store_true", help="skip the per-node tables")
@@ -660,17 +784,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("roundtrip", help="profile mode vs real mode on a small CPU model (same seeds)",
                        description=cmd_roundtrip.__doc__)
     p.add_argument("--out", default="results/roundtrip", help="output folder (default results/roundtrip)")
-    p.add_argument("--load", type=float, default=0.5, help="load of the measured profile (default 0.5)")
-    p.add_argument("--horizon-requests", type=int, default=1000, help="requests per episode (default 1000)")
-    p.add_argument("--episodes", type=int, default=3, help="seeded episodes per mode (default 3)")
-    p.add_argument("--repeats", type=int, default=3, help="measure-and-compare cycles; the median counts (default 3)")
+    p.add_argument("--load", type=_positive, default=0.5, help="load of the measured profile (default 0.5)")
+    p.add_argument("--horizon-requests", type=_count(1), default=1000, help="requests per episode (default 1000)")
+    p.add_argument("--episodes", type=_count(1), default=3, help="seeded episodes per mode (default 3)")
+    p.add_argument("--repeats", type=_count(1), default=3, help="measure-and-compare cycles; the median counts (default 3)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_roundtrip)
 
     p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
                        description=cmd_bench.__doc__)
-    p.add_argument("--steps", type=int, default=200_000, help="steps per timed round (default 200000)")
-    p.add_argument("--repeats", type=int, default=3, help="timed rounds; the best counts (default 3)")
+    p.add_argument("--steps", type=_count(1), default=200_000, help="steps per timed round (default 200000)")
+    p.add_argument("--repeats", type=_count(1), default=3, help="timed rounds; the best counts (default 3)")
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
     p.add_argument("--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part")
     p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
@@ -685,21 +809,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: what a user's input can raise besides ValueError and FileNotFoundError: a path that is
+#: a folder or not readable, a damaged file read by a library. Reported as one line.
+_USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
+                PermissionError, yaml.YAMLError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``batch-env`` console script."""
+    """Entry point of the ``batch-env`` console script.
+
+    A mistake in the user's input (options, config files, run directories) ends in one
+    line on stderr, ``error: ...`` naming the option or file, its value and what is
+    allowed, and exit status 2, like argparse's own errors; nothing is written before
+    the input is checked.
+    """
     args = build_parser().parse_args(argv)
     try:
+        for dest in ("results_dir", "runs_dir"):
+            if getattr(args, dest, None) is not None:
+                _check_folder(f"--{dest.replace('_', '-')}", getattr(args, dest))
         return args.func(args)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except _USER_ERRORS as exc:
+        print(f"error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
         return 2
     except ImportError as exc:
         from experiments.backends import RayUnavailableError
 
         if not isinstance(exc, RayUnavailableError):
             raise
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose usage errors are one line, ``error: ...``, exit status 2."""
+
+    def error(self, message: str) -> Any:
+        self.exit(2, f"error: {self.prog}: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _check_folder(option: str, path: Any) -> None:
+    """Refuse an output folder option that names an existing file (before any work)."""
+    from pathlib import Path
+
+    if Path(path).exists() and not Path(path).is_dir():
+        raise ValueError(f"{option}={str(path)!r} is a file: give a folder")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ Every cell (workload, load, policy) is evaluated with the same seeds through
 comparison enables ticks for every policy alike (``env.decision_interval_ms``). Each
 finished cell is written to ``results/<name>/cells/`` under a key that hashes everything
 it depends on (config and package version); a rerun skips cells already there
-(resumable, and a changed config never reuses stale cells). After changing the simulator
+(resumable, and a changed config never reuses stale cells). A damaged cell file (not
+JSON, or not a whole record of its cell) is named on stderr, moved aside to
+``<file>.corrupt`` and recomputed. After changing the simulator
 without bumping ``batch_env.__version__``, delete ``results/<name>/cells/``.
 
 Cells run on a backend (:mod:`experiments.backends`): ``local`` (this process, the
@@ -55,6 +57,7 @@ import yaml
 
 import baselines
 import batch_env
+from agents.files import atomic_write_text, read_json, require_keys
 from batch_env.evaluate import EvaluationResult, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 
@@ -89,6 +92,20 @@ class Cell:
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
         return f"{self.group}-{self.workload.replace('/', '_')}-{self.load:g}-{self.policy}-{digest}"
 
+    def check_record(self, record: Any) -> None:
+        """Raise ``ValueError`` saying what is wrong unless ``record`` (read back from this
+        cell's file) is a whole record of this cell, as :func:`run_cell` returns it."""
+        require_keys(record, ("group", "workload", "load", "policy", "result"), "a cell record")
+        require_keys(record["result"], ("policy", "seeds", "episodes"), "a cell result")
+        mine = {"group": self.group, "workload": self.workload, "load": self.load, "policy": self.policy}
+        theirs = {k: record[k] for k in mine}
+        if theirs != mine:
+            raise ValueError(f"it holds the cell {theirs}, not {mine}")
+        episodes = record["result"]["episodes"]
+        if not isinstance(episodes, list) or len(episodes) != len(self.seeds) or record["result"]["seeds"] != list(
+                self.seeds):
+            raise ValueError(f"its result does not hold one episode per seed {list(self.seeds)}")
+
 
 def read_yaml_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     """A YAML mapping from a path or a name in ``experiments/configs`` (``.yaml`` or ``.yml``).
@@ -105,9 +122,9 @@ def read_yaml_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
         shipped = sorted(p.stem for p in (*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("*.yml")))
         raise FileNotFoundError(f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}")
     try:
-        cfg = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ValueError(f"config {path}: invalid YAML: {exc}") from None
+        cfg = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ValueError(f"config {path}: invalid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}")
     cfg["_path"] = str(path)
@@ -140,6 +157,16 @@ def check_mapping(cfg: Any, where: str, allowed: set[str], required: tuple[str, 
     return cfg
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
+
+
+def check_name(name: Any, where: str) -> None:
+    """Refuse a config ``name`` that is not a plain folder name (outputs go to ``<dir>/<name>/``)."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
+        raise ValueError(f"{where}: name={name!r} must be a non-empty folder name (no '/', not starting with '.')")
+
+
 def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     """Check a comparison config and fill its defaults; raise ``ValueError`` naming the field.
 
@@ -150,13 +177,27 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     """
     where = f"config {source}"
     cfg = check_mapping(cfg, where, _KEYS, ("name", "workloads", "loads", "policies"))
-    if not isinstance(cfg["workloads"], dict) or not cfg["workloads"]:
-        raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload")
-    if not isinstance(cfg["policies"], dict) or not cfg["policies"]:
-        raise ValueError(f"{where}: policies={cfg['policies']!r} must be a non-empty mapping of label -> parameters")
+    check_name(cfg["name"], where)
+    if (not isinstance(cfg["workloads"], dict) or not cfg["workloads"]
+            or not all(isinstance(v, dict) for v in cfg["workloads"].values())):
+        raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload "
+                         "mapping")
+    if (not isinstance(cfg["policies"], dict) or not cfg["policies"]
+            or not all(v is None or isinstance(v, dict) for v in cfg["policies"].values())):
+        raise ValueError(f"{where}: policies={cfg['policies']!r} must be a non-empty mapping of label -> parameters "
+                         "mapping")
     loads = cfg["loads"]
-    if not isinstance(loads, list) or not loads or not all(isinstance(x, (int, float)) and x > 0 for x in loads):
+    if not isinstance(loads, list) or not loads or not all(_is_number(x) and x > 0 for x in loads):
         raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of positive numbers")
+    for key in ("env", "pareto", "structure"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
+    pareto = cfg.get("pareto") or {}
+    weights = pareto.get("energy_weights", [])
+    if not isinstance(weights, list) or not all(_is_number(w) and w >= 0 for w in weights):
+        raise ValueError(f"{where}: pareto.energy_weights={weights!r} must be a list of numbers >= 0")
+    if not (_is_number(pareto.get("load", 0.6)) and pareto.get("load", 0.6) > 0):
+        raise ValueError(f"{where}: pareto.load={pareto['load']!r} must be a number > 0")
     env_id = cfg.get("env_id", DEFAULT_ENV_ID)
     if env_id not in batch_env.ENV_IDS:
         raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
@@ -173,8 +214,9 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     seeds = cfg.get("seeds", 5)
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
         cfg["seeds"] = list(range(seeds))
-    elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) for s in seeds)):
-        raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers")
+    elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                        for s in seeds)):
+        raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers >= 0")
     policies = {}
     for label, params in cfg["policies"].items():
         params = dict(params or {})
@@ -251,6 +293,24 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
             yield Cell("pareto", wname, load, f"smdp-we{w:g}", {"name": "smdp"}, _with_weights(kw, float(w)), seeds)
         for label, params in cfg["policies"].items():  # the other policies as points
             yield Cell("pareto-point", wname, load, label, dict(params or {}), kw, seeds)
+
+
+def check_envs(cfg: dict[str, Any], every: list[Cell]) -> None:
+    """Build the env of each workload's first cell once, so that env kwargs the env refuses
+    (an unknown key, a bad value) stop the comparison before anything is written, with a
+    ``ValueError`` naming the config, instead of failing every cell."""
+    from agents.common import make_raw_env
+
+    seen = set()
+    for cell in every:
+        if (cell.group, cell.workload) not in seen:
+            seen.add((cell.group, cell.workload))
+            where = f"config {cfg['_path']}: env of workload {cell.workload!r}"
+            try:
+                make_raw_env(cell.env_id, cell.env_kwargs, where).close()
+            except ValueError as exc:
+                msg = " ".join(str(exc).split())
+                raise ValueError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -345,17 +405,19 @@ def run_compare(
         require_ray()
     run = run_cell if run is None else run
     cfg = validate_config(config) if isinstance(config, dict) else load_config(config)
+    every = list(cells(cfg))
+    check_envs(cfg, every)
     out = Path(results_dir) / cfg["name"]
     cell_dir = out / "cells"
     cell_dir.mkdir(parents=True, exist_ok=True)
-    every = list(cells(cfg))
     bar = _progress(len(every), f"compare {cfg['name']} ({backend})") if progress else None
     by_key: dict[str, dict[str, Any]] = {}
     todo: list[Cell] = []
     for cell in every:
         path = cell_dir / f"{cell.key}.json"
-        if path.exists():
-            by_key[cell.key] = json.loads(path.read_text())
+        record = read_json(path, "recomputing the cell", cell.check_record) if path.exists() else None
+        if record is not None:
+            by_key[cell.key] = record
             if bar is not None:
                 bar.update(1)
             if on_cell is not None:
@@ -411,9 +473,7 @@ def run_compare(
 
 def _write_cell(path: Path, record: dict[str, Any]) -> None:
     """Write a finished cell atomically: an interrupted run never leaves half a cell."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(record))
 
 
 def _write_failures(out: Path, failed: list[dict[str, Any]]) -> None:

@@ -34,6 +34,8 @@ import numpy as np
 from .compare import _result, read_yaml_config, run_compare, validate_config
 
 _EXTRA_KEYS = ("train", "paper")
+#: keys of a ``train`` entry
+_TRAIN_KEYS = {"algo", "load", "seed", "centering_gain", "n_timesteps"}
 
 
 def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatching") -> tuple[dict, dict, dict]:
@@ -45,28 +47,35 @@ def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatchin
 
 
 def train_missing_agents(raw: dict[str, Any], train: dict[str, Any], progress: bool = True) -> list[str]:
-    """Train every agent run named in the config's policies that has no ``model.zip`` yet.
+    """Train every agent run named in the config's policies that has no ``model.zip`` yet
+    (an interrupted one is resumed, a damaged ``model.zip`` moved aside: see
+    :func:`agents.train.train_or_reuse`).
 
     :param raw: the comparison part of the config (before validation).
     :param train: ``{policy label: {algo, load, seed, centering_gain, n_timesteps?}}``.
     :returns: the run directories trained now.
     """
-    from agents.train import TrainArgs
-    from agents.train import train as train_run
+    from agents.train import TrainArgs, train_or_reuse
 
+    where = f"config {raw.get('_path', 'dict')}"
+    if not isinstance(train, dict) or not isinstance(raw.get("policies"), dict):
+        raise ValueError(f"{where}: train={train!r} and policies must be mappings")
     trained = []
     for label, spec in train.items():
         params = raw["policies"].get(label) or {}
-        runs = params.get("agent")
+        runs = params.get("agent") if isinstance(params, dict) else None
         if runs is None:
-            raise ValueError(f"train.{label}: policies.{label} has no agent run to train")
+            raise ValueError(f"{where}: train.{label}: policies.{label} has no agent run to train")
+        unknown = sorted(set(spec) - _TRAIN_KEYS) if isinstance(spec, dict) else None
+        if unknown is None or unknown:
+            raise ValueError(f"{where}: train.{label}={spec!r} is invalid: expected a mapping with keys among "
+                             f"{sorted(_TRAIN_KEYS)}")
         runs = runs if isinstance(runs, dict) else {None: runs}
         for variant, run in runs.items():
-            if (Path(run) / "model.zip").exists():
-                continue
+            existed = (Path(run) / "model.zip").exists()
             env_kwargs = {**raw.get("env", {}), **((raw.get("envs") or {}).get(variant) or {})}
             env_kwargs["workload"] = {**next(iter(raw["workloads"].values())), "load": float(spec.get("load", 0.5))}
-            train_run(
+            train_or_reuse(
                 TrainArgs(
                     algo=spec.get("algo", "ppo_mask"), env_id=raw.get("env_id", "batch_env/NodeBatching-v0"),
                     env_kwargs=env_kwargs, n_timesteps=spec.get("n_timesteps"), seed=int(spec.get("seed", 0)),
@@ -74,7 +83,8 @@ def train_missing_agents(raw: dict[str, Any], train: dict[str, Any], progress: b
                     eval_freq=0, progress=progress,
                 )
             )
-            trained.append(str(run))
+            if not existed:
+                trained.append(str(run))
     return trained
 
 

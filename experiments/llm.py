@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import read_yaml_config
+from .compare import check_name, read_yaml_config
 
 PAPER = {"throughput_gain": "8-28%", "capacity_gain": "22%"}
 _METRICS = (
@@ -72,7 +72,13 @@ def load_llm_config(path_or_name: str = "llm") -> dict[str, Any]:
     for key in ("profiles", "traffic", "policies", "seeds"):
         if not cfg.get(key):
             raise ValueError(f"config {src}: field {key!r} is missing or empty")
+    for key in ("profiles", "traffic", "policies", "train", "env_kwargs"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ValueError(f"config {src}: {key}={cfg[key]!r} must be a mapping")
+    check_name(cfg.setdefault("name", "llm"), f"config {src}")
     for prof, spec in cfg["profiles"].items():
+        if spec is not None and not isinstance(spec, dict):
+            raise ValueError(f"config {src}: profiles.{prof}={spec!r} must be a mapping with rates")
         rates = (spec or {}).get("rates")
         if not rates or any(not isinstance(r, (int, float)) or r <= 0 for r in rates) or sorted(rates) != rates:
             raise ValueError(
@@ -185,17 +191,26 @@ def capacity_search(evaluate_at, rates: list[float], attainment: float, steps: i
 
 
 def train_missing_agents(cfg: dict[str, Any], progress: bool = False) -> list[str]:
-    """Train the agents of the config's ``train`` section whose run has no ``model.zip``."""
-    from agents.train import TrainArgs
-    from agents.train import train as train_run
+    """Train the agents of the config's ``train`` section whose run has no ``model.zip``
+    (an interrupted one is resumed: see :func:`agents.train.train_or_reuse`)."""
+    import dataclasses
+
+    from agents.train import RUN_SETTINGS, TrainArgs, train_or_reuse
 
     done = []
     for label, spec in (cfg.get("train") or {}).items():
+        where = f"config {cfg['_path']}: train.{label}"
+        if label not in cfg["policies"] or "agent" not in cfg["policies"][label]:
+            raise ValueError(f"{where}: policies.{label} has no agent run to train")
+        unknown = sorted(set(spec or {}) - set(RUN_SETTINGS)) if isinstance(spec, dict) else None
+        if unknown is None or unknown:
+            raise ValueError(f"{where}={spec!r} is invalid: expected a mapping of training settings "
+                             f"{list(RUN_SETTINGS)}" + (f"; unknown: {unknown}" if unknown else ""))
         run = cfg["policies"][label]["agent"]
-        if (Path(run) / "model.zip").exists():
-            continue
-        train_run(TrainArgs(**{**spec, "run_dir": run, "progress": progress}))
-        done.append(run)
+        existed = (Path(run) / "model.zip").exists()
+        train_or_reuse(dataclasses.replace(TrainArgs(**spec), run_dir=run, progress=progress))
+        if not existed:
+            done.append(run)
     return done
 
 

@@ -39,13 +39,13 @@ directory: ``model.zip``, ``config.yaml``, ``hyperparams.yml``, ``trial.json``,
 <root>/trials`` compares every trial), ``summary.json``, ``summary.csv`` and
 ``summary.md`` (every trial, per-configuration means over seeds, the best trial and its
 run directory), and with Ray ``tune/`` (Tune's own experiment records). A rerun reuses
-every finished trial (same ``trial.json``) and restarts interrupted ones.
+every finished trial (same ``trial.json``) and restarts interrupted ones; a trial folder
+with a damaged file is moved aside to ``trials/<trial>.corrupt`` and trained again.
 """
 
 from __future__ import annotations
 
 import csv
-import inspect
 import itertools
 import json
 import math
@@ -59,15 +59,12 @@ from typing import Any
 
 import yaml
 
+from agents.files import atomic_write_text, set_aside
 from experiments.cli import dumps
-from experiments.compare import check_mapping, read_yaml_config
+from experiments.compare import check_mapping, check_name, read_yaml_config
 
 _KEYS = {"name", "algo", "env_id", "env", "n_timesteps", "seeds", "eval_episodes", "grid", "algo_grid",
          "hyperparams", "centering_gain", "vectorized", "num_envs"}
-#: hyperparameter-file keys a grid may set besides the algorithm's constructor arguments
-_ZOO_GRID_KEYS = ("n_envs", "policy", "normalize", "env_wrapper", "policy_kwargs")
-#: constructor arguments that train() sets itself (or that a sweep sets at the top level)
-_RESERVED = ("self", "policy", "env", "tensorboard_log", "verbose", "seed", "device", "_init_setup_model")
 METRIC = "eval_reward_rate_per_s"
 EVAL_NEVER = 10**15  # eval_freq that never fires: only the final evaluation runs
 
@@ -79,10 +76,9 @@ def load_sweep(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _hyperparameter_names(algo: str) -> list[str]:
-    from agents.common import algo_class
+    from agents.common import hyperparameter_names
 
-    params = inspect.signature(algo_class(algo).__init__).parameters
-    return sorted({*(p for p in params if p not in _RESERVED), *_ZOO_GRID_KEYS})
+    return [k for k in hyperparameter_names(algo) if k != "n_timesteps"]  # n_timesteps is a top-level field
 
 
 def _check_grid(grid: Any, field: str, where: str, algos: list[str]) -> dict[str, list[Any]]:
@@ -113,9 +109,7 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
 
     where = f"sweep {source}"
     cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps"))
-    name = cfg["name"]
-    if not isinstance(name, str) or not name or "/" in name or name.startswith("."):
-        raise ValueError(f"{where}: name={name!r} must be a non-empty folder name (no '/')")
+    check_name(cfg["name"], where)
     algos = cfg["algo"] if isinstance(cfg["algo"], list) else [cfg["algo"]]
     bad = [a for a in algos if a not in ALGO_NAMES]
     if not algos or bad or len(set(algos)) != len(algos):
@@ -226,8 +220,9 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
 
     The trial's hyperparameters are written over the base rl-zoo3 file into
     ``<run_dir>/hyperparams.yml``, which ``train`` reads. A run directory left by an
-    interrupted run of the same trial is cleared and trained again; one that holds
-    something else is an error (it is never deleted).
+    interrupted run of the same trial is cleared and trained again; one whose files are
+    damaged is moved aside (``<trial>.corrupt``, named on stderr) and trained again; one
+    that holds something else is an error (it is never deleted).
 
     :returns: ``{"trial", "algo", "params", "seed", "run_dir", "eval_reward_rate_per_s",
         "eval_reward_rate_ci95", "train_s", "reused"}``.
@@ -240,22 +235,18 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
     reused = False
     t0 = time.perf_counter()
     if run.exists():
-        old = json.loads(spec_path.read_text()) if spec_path.exists() else None
-        if old != trial:
-            raise FileExistsError(
-                f"run directory {str(run)!r} holds something other than trial {trial['name']!r} "
-                f"({'no trial.json' if old is None else 'another trial.json'}): delete it or rename the sweep")
-        if final_path.exists() and (run / "model.zip").exists():
+        state = _trial_state(run, trial)
+        if state == "finished":
             reused = True
-        else:  # an interrupted run of this trial: start it again
+        elif state == "interrupted":  # an interrupted run of this trial: start it again
             shutil.rmtree(run)
     if not reused:
         run.mkdir(parents=True)
-        spec_path.write_text(json.dumps(trial, indent=1) + "\n")
+        atomic_write_text(spec_path, json.dumps(trial, indent=1) + "\n")
         hp = load_hyperparams(trial["algo"], trial["env_id"], trial["hyperparams"])
         hp.update(trial["params"])
         hp_path = run / "hyperparams.yml"
-        hp_path.write_text(yaml.safe_dump({trial["env_id"]: hp}, sort_keys=False))
+        atomic_write_text(hp_path, yaml.safe_dump({trial["env_id"]: hp}, sort_keys=False))
         train(TrainArgs(
             algo=trial["algo"], env_id=trial["env_id"], env_kwargs=trial["env_kwargs"], hyperparams=str(hp_path),
             n_timesteps=trial["n_timesteps"], seed=trial["seed"], vectorized=trial["vectorized"],
@@ -267,6 +258,38 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
     return {"trial": trial["name"], "algo": trial["algo"], "params": trial["params"], "seed": trial["seed"],
             "run_dir": trial["run_dir"], METRIC: mean, "eval_reward_rate_ci95": ci,
             "train_s": time.perf_counter() - t0, "reused": reused}
+
+
+def _trial_state(run: Path, trial: dict[str, Any]) -> str:
+    """What the existing run directory of ``trial`` holds: ``"finished"`` (its result can
+    be reused), ``"interrupted"`` (this trial, unfinished) or ``"damaged"`` (a file of this
+    trial cannot be read: the folder is moved aside to ``<name>.corrupt``, named on
+    stderr, and the trial runs again).
+
+    :raises FileExistsError: when the folder holds something other than this trial.
+    """
+    from agents.common import model_file_info
+
+    spec_path, final_path, model = run / "trial.json", run / "final_evaluation.json", run / "model.zip"
+    then = "training the trial again"
+    try:
+        old = json.loads(spec_path.read_bytes().decode("utf-8")) if spec_path.exists() else None
+    except (UnicodeDecodeError, ValueError) as exc:
+        set_aside(run, f"{spec_path.name}: {exc}", then)
+        return "damaged"
+    if old != trial:
+        raise FileExistsError(
+            f"run directory {str(run)!r} holds something other than trial {trial['name']!r} "
+            f"({'no trial.json' if old is None else 'another trial.json'}): delete it or rename the sweep")
+    if not (final_path.exists() and model.exists()):
+        return "interrupted"
+    try:
+        _score(json.loads(final_path.read_bytes().decode("utf-8")))
+        model_file_info(model)
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, IndexError) as exc:
+        set_aside(run, f"{final_path.name} or {model.name}: {type(exc).__name__}: {exc}", then)
+        return "damaged"
+    return "finished"
 
 
 def run_sweep(

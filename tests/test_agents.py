@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -213,3 +214,140 @@ def test_binary_action_serves_full_batches():
     for _ in range(50):
         _, _, _, _, info = raw.step(0)
     assert info["queue_len"] > 4 and info["last_batch_size"] == 0
+
+
+# -- resuming, damaged checkpoints, refused settings ------------------------------------------
+
+#: a PPO small enough to train a few hundred steps in a second: one env, 64-step rollouts,
+#: one epoch, an 8-unit network; normalized observations (so runs have statistics files)
+TINY_PPO = {ENV_ID: {
+    "n_envs": 1, "n_timesteps": 256, "policy": "MlpPolicy", "normalize": "{'norm_obs': True, 'norm_reward': False}",
+    "env_wrapper": ["batch_env.wrappers.BinaryAction", "batch_env.wrappers.QueueFeatures",
+                    {"batch_env.wrappers.AverageRewardCentering": {"gain": None}}],
+    "n_steps": 64, "batch_size": 64, "n_epochs": 1, "policy_kwargs": "dict(net_arch=[8])",
+}}
+TINY_ENV = {**SMALL_ENV, "horizon_requests": 50}
+
+
+def tiny_hyperparams(folder: Path) -> str:
+    """Write TINY_PPO to ``folder/tiny.yml`` and return its path."""
+    path = folder / "tiny.yml"
+    path.write_text(yaml.safe_dump(TINY_PPO))
+    return str(path)
+
+
+def tiny_args(tmp_path: Path, **kw) -> TrainArgs:
+    """A tiny run: 128 steps, a checkpoint every 64, no periodic evaluation."""
+    return TrainArgs(**{"algo": "ppo", "env_kwargs": TINY_ENV, "hyperparams": tiny_hyperparams(tmp_path),
+                        "n_timesteps": 128, "run_dir": str(tmp_path / "run"), "centering_gain": "100",
+                        "checkpoint_freq": 64, "eval_freq": 0, "progress": False, **kw})
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_resume_keeps_every_setting_of_the_run(tmp_path):
+    from stable_baselines3 import PPO
+
+    run = train(tiny_args(tmp_path, eval_freq=64, eval_episodes=1, seed=3))
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["args"]["checkpoint_freq"] == 64 and saved["args"]["eval_episodes"] == 1
+    # only the run and a larger n_timesteps: every other setting comes from config.yaml
+    train(TrainArgs(run_dir=str(run), resume=True, n_timesteps=256, progress=False))
+    assert PPO.load(run / "model.zip").num_timesteps == 256
+    ckpts = sorted(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("model_*_steps.zip"))
+    assert ckpts == [64, 128, 192, 256]  # the run's own --checkpoint-freq, not the default 50,000
+    evals = json.loads((run / "evaluations.json").read_text())
+    assert [e["timesteps"] for e in evals] == [64, 128, 128, 192, 256, 256]  # periodic + final, each part
+    resumed = yaml.safe_load((run / "config.yaml").read_text())
+    assert resumed["args"] == {**saved["args"], "n_timesteps": 256}
+    assert {k: v for k, v in resumed.items() if k not in ("args", "n_timesteps")} == \
+        {k: v for k, v in saved.items() if k not in ("args", "n_timesteps")}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"checkpoint_freq": 100}, "checkpoint_freq=100 was given but run .* was trained with checkpoint_freq=64"),
+    ({"eval_freq": 10}, "eval_freq=10 was given .* eval_freq=0"),
+    ({"algo": "a2c"}, "algo='a2c' was given .* algo='ppo'"),
+    ({"seed": 1}, "seed=1 was given .* seed=0"),
+    ({"env_kwargs": {**TINY_ENV, "horizon_requests": 60}}, "env_kwargs=.* was given"),
+    ({"threads": 2}, "threads=2 was given .* threads=1"),
+    ({"n_timesteps": 64}, "n_timesteps=64 is below the 128 steps"),
+    ({"checkpoint_freq": 0}, "checkpoint_freq=0 is invalid: expected an integer >= 1"),
+])
+def test_resume_refuses_a_changed_setting_and_writes_nothing(tmp_path, change, message):
+    run = train(tiny_args(tmp_path))
+    before = files(run)
+    with pytest.raises(ValueError, match=message):
+        train(TrainArgs(run_dir=str(run), resume=True, progress=False, **change))
+    assert files(run) == before
+
+
+@pytest.mark.parametrize("bad", [{"n_timesteps": -5}, {"n_timesteps": 0}, {"checkpoint_freq": 0},
+                                 {"eval_freq": -1}, {"eval_episodes": 0}, {"num_envs": 0}, {"threads": 0},
+                                 {"seed": -1}, {"n_timesteps": 2.5}, {"algo": "nope"}, {"centering_gain": "x"},
+                                 {"device": "nope"}, {"env_kwargs": {"bogus_key": 1}}, {"env_kwargs": [1]}])
+def test_nonsense_settings_are_refused_before_anything_is_written(tmp_path, bad):
+    (key, value), = bad.items()
+    with pytest.raises(ValueError, match=f"{key}"):
+        train(tiny_args(tmp_path, **bad))
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_falls_back_over_damaged_checkpoints(tmp_path, capsys):
+    from stable_baselines3 import PPO
+
+    run = train(tiny_args(tmp_path, n_timesteps=256))
+    ck = run / "checkpoints"
+    (ck / "model_256_steps.zip").write_bytes((ck / "model_256_steps.zip").read_bytes()[:300])  # truncated
+    (ck / "model_vecnormalize_192_steps.pkl").write_text("{}")  # not a pickle
+    capsys.readouterr()
+    train(TrainArgs(run_dir=str(run), resume=True, n_timesteps=320, progress=False))
+    err = capsys.readouterr().err
+    assert f"warning: {ck / 'model_256_steps.zip'} is damaged" in err
+    assert f"warning: {ck / 'model_vecnormalize_192_steps.pkl'} is damaged" in err
+    assert (ck / "model_256_steps.zip.corrupt").exists() and (ck / "model_vecnormalize_192_steps.pkl.corrupt").exists()
+    # resumed from step 128: the 192 and 256 checkpoints are written again on the way to 320
+    assert PPO.load(run / "model.zip").num_timesteps == 320
+    assert PPO.load(ck / "model_256_steps.zip").num_timesteps == 256
+    for p in ck.glob("model_*_steps.zip"):
+        p.write_bytes(b"garbage")
+    with pytest.raises(FileNotFoundError, match="no usable checkpoint .*model_64_steps.zip.corrupt"):
+        train(TrainArgs(run_dir=str(run), resume=True, progress=False))
+
+
+def test_an_edited_algo_in_config_yaml_is_named(tmp_path, capsys):
+    from experiments.cli import main
+
+    run = train(tiny_args(tmp_path))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", "--policy", f"dqn:{run}", "--episodes", "1"]) == 2
+    assert f"--policy 'dqn:{run}' names algo 'dqn' but run '{run}' is a ppo run" in capsys.readouterr().err
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "dqn"}))
+    with pytest.raises(ValueError, match="says algo='dqn' but .*model.zip' holds a ppo model"):
+        load_policy(run)
+    with pytest.raises(ValueError, match="inconsistent: algo='dqn' but args.algo='ppo'"):
+        train(TrainArgs(run_dir=str(run), resume=True, progress=False))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "dqn", "args": {**cfg["args"], "algo": "dqn"}}))
+    with pytest.raises(ValueError, match="says algo='dqn' but checkpoint .* holds a ppo model"):
+        train(TrainArgs(run_dir=str(run), resume=True, progress=False))
+    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "a2c", "args": {**cfg["args"], "algo": "a2c"}}))
+    with pytest.raises(ValueError, match="says algo='a2c' but checkpoint .* holds a ppo model"):
+        train(TrainArgs(run_dir=str(run), resume=True, progress=False))
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"bogus_param": 1}, r"\['bogus_param'\] are not hyperparameters of ppo"),
+    ({"gamma": "high"}, "gamma='high' is invalid: expected a number"),
+    ({"n_steps": 6.5}, "n_steps=6.5 is invalid: expected an integer"),
+    ({"normalize": "[1]"}, "normalize='\\[1\\]' is invalid"),
+    ({"n_timesteps": "lots"}, "n_timesteps='lots' is invalid"),
+    ({"policy": 3}, "policy=3 is invalid"),
+])
+def test_bad_hyperparameter_files_are_named(tmp_path, entry, message):
+    path = tmp_path / "hp.yml"
+    path.write_text(yaml.safe_dump({ENV_ID: {**TINY_PPO[ENV_ID], **entry}}))
+    with pytest.raises(ValueError, match=f"hp.yml.*{message}"):
+        load_hyperparams("ppo", ENV_ID, path)

@@ -74,8 +74,8 @@ def test_cli_reports_bad_input_cleanly(capsys):
     assert "decision_interval_ms" in capsys.readouterr().err
     assert main(["compare", "--config", "no-such-config"]) == 2
     assert "no-such-config" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["evaluate", "--workload", "[1, 2]"])
+    assert main(["evaluate", "--workload", "[1, 2]"]) == 2
+    assert "--workload='[1, 2]' must be a mapping" in capsys.readouterr().err
 
 
 def test_bench_reports_ratio(tmp_path):

@@ -124,3 +124,34 @@ def test_dict_configs_are_validated_too(tmp_path, patch, needle):
     with pytest.raises(ValueError) as exc:
         run_compare({**SMALL, **patch}, results_dir=tmp_path, progress=False)
     assert needle in str(exc.value)
+
+
+#: ways a cell file gets damaged: truncated mid-write, emptied, garbage, another cell's record
+DAMAGE = {
+    "truncated": lambda path, other: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
+    "empty-object": lambda path, other: path.write_text("{}"),
+    "garbage": lambda path, other: path.write_bytes(b"\x00\xff\x13garbage"),
+    "empty-file": lambda path, other: path.write_bytes(b""),
+    "other-cell": lambda path, other: path.write_bytes(other.read_bytes()),
+    "no-episodes": lambda path, other: path.write_text(json.dumps(
+        {**json.loads(path.read_text()), "result": {"policy": "greedy", "seeds": [0, 1], "episodes": []}})),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_cell_is_named_moved_aside_and_recomputed(tmp_path, capsys, damage):
+    cfg = {**SMALL, "env": {**SMALL["env"], "horizon_requests": 100}, "policies": {"greedy": {}, "smdp": {}}}
+    cfg.pop("pareto")
+    cfg.pop("structure")
+    first = run_compare(dict(cfg), results_dir=tmp_path, progress=False)
+    cells = sorted((first["dir"] / "cells").glob("*.json"))
+    victim, other = cells[0], cells[1]
+    DAMAGE[damage](victim, other)
+    capsys.readouterr()
+    again = run_compare(dict(cfg), results_dir=tmp_path, progress=False)
+    err = capsys.readouterr().err
+    assert f"warning: {victim} is damaged" in err and "recomputing the cell" in err
+    assert (victim.parent / f"{victim.name}.corrupt").exists()
+    assert again["computed"] == 1 and again["reused"] == len(cells) - 1
+    assert again["records"] == first["records"]
+    assert json.loads(victim.read_text()) == json.loads(json.dumps(first["records"][0]))
