@@ -17,18 +17,20 @@ from typing import Any
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: a reader (or a
-    rerun after a kill) sees the old file or the new one, never half of one."""
-    atomic_save(path, lambda tmp: Path(tmp).write_text(text))
+    rerun after a kill) sees the old file or the new one, never half of one. The
+    temporary file is ``<name>.tmp``, so globs for ``*.json`` and the like never see it."""
+    atomic_save(path, lambda tmp: Path(tmp).write_text(text), keep_suffix=False)
 
 
-def atomic_save(path: str | os.PathLike[str], save: Callable[[Path], Any]) -> None:
+def atomic_save(path: str | os.PathLike[str], save: Callable[[Path], Any], keep_suffix: bool = True) -> None:
     """Call ``save(tmp)`` to write a temporary file beside ``path``, then rename it to ``path``.
 
-    The temporary name keeps ``path``'s suffix (``model.zip`` -> ``model.tmp.zip``), so
-    savers that add a missing suffix (SB3's ``model.save``) write exactly there.
+    :param keep_suffix: the temporary name keeps ``path``'s suffix (``model.zip`` ->
+        ``model.tmp.zip``), so that savers which add a missing suffix (SB3's
+        ``model.save``) write exactly there; otherwise it is ``<name>.tmp``.
     """
     path = Path(path)
-    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}")
+    tmp = path.with_name(f"{path.stem}.tmp{path.suffix}" if keep_suffix else f"{path.name}.tmp")
     try:
         save(tmp)
         os.replace(tmp, path)

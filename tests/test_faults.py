@@ -99,7 +99,7 @@ def kill_at(argv: list[str], cwd: Path, pattern: str, k: int, timeout_s: float =
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + timeout_s
     try:
-        while len(list(cwd.glob(pattern))) < k:
+        while len(written(cwd, pattern)) < k:
             if proc.poll() is not None:
                 raise AssertionError(f"batch-env {' '.join(argv)} ended ({proc.returncode}) before {k} x {pattern}: "
                                      f"{proc.stderr.read().decode()[-2000:]}")
@@ -156,8 +156,14 @@ def runs(tmp_path_factory) -> tuple[dict[str, tuple[Path, Path]], Path]:
     return killed, reference
 
 
+def written(cwd: Path, pattern: str) -> list[Path]:
+    """The files matching ``pattern``, without temporary files of an atomic write (a
+    kill between the write and the rename leaves one, which nothing reads back)."""
+    return [p for p in cwd.glob(pattern) if ".tmp" not in p.name]
+
+
 def newest(cwd: Path, pattern: str) -> Path:
-    return max(cwd.glob(pattern), key=lambda p: (p.stat().st_mtime_ns, p.name))
+    return max(written(cwd, pattern), key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
 def rerun(argv: list[str], capsys) -> tuple[str, str]:
