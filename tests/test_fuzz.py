@@ -48,6 +48,8 @@ from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv
 LONG = os.environ.get("BATCH_ENV_FUZZ") == "long"
 EXAMPLES = int(os.environ.get("BATCH_ENV_FUZZ_EXAMPLES", 1500 if LONG else 25))
 MAX_STEPS = 1500 if LONG else 400
+#: vector lockstep steps (each steps up to 3 lanes and 3 scalar envs)
+VECTOR_STEPS = 600 if LONG else 300
 #: seconds one reset or step may take before it counts as a hang
 CALL_ALARM_S = 30
 
@@ -386,7 +388,7 @@ def test_fuzz_vector_env_lockstep(kw, seed, n_envs, policy, mode):
         except ValueError:
             assume(False)
         event(f"workload {kw['workload']['kind']}")
-        _lockstep(kw, n_envs=n_envs, steps=MAX_STEPS, seed=seed, policy=policy, mode=mode)
+        _lockstep(kw, n_envs=n_envs, steps=VECTOR_STEPS, seed=seed, policy=policy, mode=mode)
 
 
 def test_gym_make_passes_the_same_checks():
