@@ -144,14 +144,13 @@ DTYPE_BYTES = 2
 VIDUR_CITE = (
     "microsoft/vidur data/profiling/compute/{gpu}/meta-llama/Llama-2-7b-hf/mlp.csv "
     "(HEAD 7d47513; MIT), summed over the non-attention operators (median per layer x 32 "
-    "layers) in batch-env's ../shared/data/vidur_llama_linear_ops_ms.csv"
+    "layers) by batch-env's scripts/llm_profiles.py"
 )
 SPLITWISE_COMMIT = "378088013a54df6f2052c27ff5ae6ea7619c3ecc"
 SPLITWISE_CITE = (
     f"Mutinifni/splitwise-sim data/perf_model.csv @{SPLITWISE_COMMIT[:7]} (MIT; Patel et al., "
     "'Splitwise: Efficient Generative LLM Inference Using Phase Splitting', ISCA 2024), rows "
-    "model=llama2-70b, hardware=a100-80gb, tensor_parallel=8 (copied in batch-env's "
-    "../shared/data/splitwise_llm_perf_model.csv)"
+    "model=llama2-70b, hardware=a100-80gb, tensor_parallel=8"
 )
 SPLITWISE_POWER_CODE = (
     f"Mutinifni/splitwise-sim @{SPLITWISE_COMMIT[:7]}: performance_model.py reads only the "
