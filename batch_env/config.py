@@ -24,6 +24,8 @@ Defaults (and why):
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 from dataclasses import asdict, dataclass, field, fields
@@ -42,6 +44,12 @@ MAX_BATCH_LIMIT = 1 << 17
 #: still does for the first 100 days of simulated time (float64 seconds); a shorter one
 #: would round ``now + tick`` back to ``now`` much sooner.
 MIN_TICK_MS = 1e-6
+
+
+@functools.cache
+def init_arguments(cls: type) -> frozenset[str]:
+    """The keyword arguments ``cls.__init__`` takes (for messages listing what is allowed)."""
+    return frozenset(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 class ArgumentError(TypeError, ValueError):

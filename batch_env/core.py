@@ -35,8 +35,6 @@ count just after the last one, so window totals are exact differences.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import math
 import warnings
 from bisect import bisect_left, bisect_right
@@ -46,7 +44,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
-from .config import ArgumentError, ServingConfig
+from .config import ArgumentError, ServingConfig, init_arguments
 from .metrics import WindowStart, summarize
 from .profile import Profile
 from .profile import load as load_profile
@@ -55,12 +53,6 @@ from .workload import ArrivalStream, Workload, make_workload
 _INF = math.inf
 _BEFORE_RESET = "call reset() before step(), action_masks() or render()"
 _AFTER_END = "the episode ended (truncated=True): call reset() before step()"
-
-
-@functools.cache
-def _init_arguments(cls: type) -> frozenset[str]:
-    """The keyword arguments ``cls.__init__`` takes."""
-    return frozenset(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 
 
 class ServingCore(gym.Env):
@@ -82,11 +74,11 @@ class ServingCore(gym.Env):
     def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
         """Refuse unknown keyword arguments, listing the allowed ones (Python's own
         ``TypeError`` names only the first bad key)."""
-        unknown = sorted(set(kwargs) - _init_arguments(cls))
+        unknown = sorted(set(kwargs) - init_arguments(cls))
         if unknown:
             raise ArgumentError(
                 f"{cls.__name__}: unknown argument(s) {unknown}: allowed arguments are "
-                f"{sorted(_init_arguments(cls))}"
+                f"{sorted(init_arguments(cls))}"
             )
         return super().__new__(cls)
 

@@ -25,7 +25,6 @@ LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real 
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .config import init_arguments
 from .profile import Profile
 
 _BLOCK = 4096
@@ -160,7 +160,7 @@ def _check_options(options: Any, cls: type, set_by_env: tuple[str, ...]) -> dict
         return {}
     if not isinstance(options, Mapping):
         raise ValueError(f"executor_options={options!r} is invalid: expected a dict of options")
-    allowed = sorted(set(inspect.signature(cls.__init__).parameters) - {"self", *set_by_env})
+    allowed = sorted(init_arguments(cls) - set(set_by_env))
     unknown = sorted(set(options) - set(allowed), key=str)
     if unknown:
         raise ValueError(

@@ -1327,6 +1327,12 @@ def make_workload(
 # Request lengths (LLMBatching-v0)
 # ----------------------------------------------------------------------------------
 
+def _lognormal_params(mean: float, cv: float) -> tuple[float, float]:
+    """``(mu, sigma)`` of the lognormal with this mean and coefficient of variation."""
+    s2 = math.log1p(cv * cv)
+    return math.log(mean) - s2 / 2.0, math.sqrt(s2)
+
+
 #: Kinds of :class:`RequestLengths`.
 LENGTH_KINDS = ("lognormal", "fixed", "empirical", "trace")
 
@@ -1420,8 +1426,7 @@ class RequestLengths:
             if cv == 0.0:
                 out.append(np.full(n, max(1, round(mean)), np.int64))
                 continue
-            s2 = math.log1p(cv * cv)
-            x = rng.lognormal(math.log(mean) - s2 / 2.0, math.sqrt(s2), n)
+            x = rng.lognormal(*_lognormal_params(mean, cv), n)
             out.append(np.maximum(np.rint(x), 1).astype(np.int64))
         return out[0], out[1]
 
@@ -1446,10 +1451,10 @@ class RequestLengths:
             raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
         mean, cv = self.prompt_tokens, self.prompt_cv
         what = f"the prompts are lognormal with mean lengths.prompt_tokens={mean:g} and CV {cv:g}"
-        s2 = math.log1p(cv * cv)
-        if s2 == 0.0:  # no spread (a CV of 0, or so small that its square underflows)
+        mu, sigma = _lognormal_params(mean, cv)
+        if sigma == 0.0:  # no spread (a CV of 0, or so small that its square underflows)
             return float(max(1, round(mean)) <= max_prompt), what
-        z = (math.log(max_prompt + 0.5) - (math.log(mean) - s2 / 2.0)) / math.sqrt(s2)
+        z = (math.log(max_prompt + 0.5) - mu) / sigma
         return 0.5 * math.erfc(-z / math.sqrt(2.0)), what
 
     def to_dict(self) -> dict[str, Any]:
