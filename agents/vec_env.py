@@ -2,7 +2,7 @@
 
 SB3 steps its own ``VecEnv`` (``DummyVecEnv``: one Python ``step`` per env and a deep copy
 of every info dict). A ``gymnasium.vector.VectorEnv``, such as the NumPy twin registered as
-an env id's ``vector_entry_point`` (DESIGN: Vector envs) or Gymnasium's ``SyncVectorEnv``,
+an env id's ``vector_entry_point`` (docs/design.md: Vector envs) or Gymnasium's ``SyncVectorEnv``,
 steps every lane in one call. :class:`SB3VecEnv` puts the second behind the first::
 
     venv = make_vec_env("batch_env/DynamicBatching-v0", num_envs=8, env_kwargs={...}, seed=0)

@@ -1,6 +1,6 @@
 """Pieces shared by the baseline policies: reading the env's settings, validating parameters.
 
-A policy may read the env's configuration at construction (DESIGN: Policies). These
+A policy may read the env's configuration at construction (docs/design.md: Policies). These
 helpers look through Gymnasium wrappers (``env.unwrapped``) for the settings the
 baselines need (``max_batch_size``, ``sla_ms``, ``decision_interval_ms``), validate a
 policy's parameters with errors that name the parameter, its value and what is allowed

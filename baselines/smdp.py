@@ -9,7 +9,7 @@ Model
 * **State** ``s``: requests waiting at a decision epoch (server idle), ``0..S``.
 * **Actions**: ``0`` = wait, ``b`` in ``1..min(s, B)`` = serve the ``b`` oldest. State 0
   keeps its forced wait (the env folds it into the step that emptied the queue, which
-  leaves the average cost per unit time unchanged: DESIGN, SMDP-exact subset).
+  leaves the average cost per unit time unchanged: docs/design.md, SMDP-exact subset).
 * **Wait**: the sojourn is ``Exp(lambda)`` (to the next arrival) or, with relative ticks
   of interval ``D``, ``min(Exp(lambda), D)``: mean ``(1 - exp(-lambda D)) / lambda``;
   the next state is ``s + 1`` with probability ``1 - exp(-lambda D)`` and ``s``
@@ -184,7 +184,7 @@ class SMDPProblem:
 
 
 def is_exact_for(env: gym.Env) -> bool:
-    """Whether the env is in DESIGN's SMDP-exact subset (Poisson, ``w_sla = 0``)."""
+    """Whether the env is in docs/design.md's SMDP-exact subset (Poisson, ``w_sla = 0``)."""
     core = env.unwrapped
     return isinstance(core.workload, Poisson) and core.config.reward_weights.sla == 0.0
 
@@ -527,7 +527,7 @@ def _env_of(env: gym.Env | None, name: str) -> gym.Env:
 class SMDPPolicy:
     """The SMDP-optimal policy of the env (Xu et al., ICC 2023), solved at construction.
 
-    Optimal for the env's own reward in DESIGN's SMDP-exact subset (Poisson arrivals,
+    Optimal for the env's own reward in docs/design.md's SMDP-exact subset (Poisson arrivals,
     ``w_sla = 0``); elsewhere a heuristic built on the workload's mean rate.
 
     :param env: the ``DynamicBatching-v0`` env (configuration read at construction).

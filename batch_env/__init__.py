@@ -17,7 +17,7 @@ from gymnasium.envs.registration import register, registry
 
 __version__ = "0.1.0"
 
-#: Safety net only: episodes end on a budget of work (DESIGN: Episodes).
+#: Safety net only: episodes end on a budget of work (docs/design.md: Episodes).
 MAX_EPISODE_STEPS = 1_000_000
 
 ENV_IDS: tuple[str, ...] = (

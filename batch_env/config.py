@@ -14,7 +14,7 @@ Defaults (and why):
   hyperparameters handle. An SLA miss costs as much as 10 ms of extra latency; set it to 0
   for the SMDP-exact subset. A drop costs 1.0, about 40x the cheapest energy cost of
   serving a request (0.5 x 0.045 J) and far above any latency a request can save by being
-  dropped at the default queue capacity, so dropping never pays (DESIGN: "Dropping must
+  dropped at the default queue capacity, so dropping never pays (docs/design.md: "Dropping must
   not pay").
 * ``sla_ms`` 15: MLPerf Inference server-scenario p99 target for ResNet-50.
 * ``max_batch_size`` 32, ``queue_capacity`` 2000, ``horizon_requests`` 2000.

@@ -2,7 +2,7 @@
 
 :class:`ServingCore` owns the simulated clock, the arrival stream, the FIFO queue, the
 counters that make up the reward (latency integral, energy, SLA misses, drops) and the
-summary window, and implements the normative event semantics of ``DESIGN.md``. Concrete
+summary window, and implements the normative event semantics of ``docs/design.md``. Concrete
 environments (``envs/``) subclass it and only decide what a step does: wait until the
 next epoch (:meth:`ServingCore._advance`), start a batch (:meth:`_start_batch`), finish
 it (:meth:`_finish_batch`).
@@ -27,7 +27,7 @@ arrival order, the cumulative number of misses whose deadline has passed at an e
 ``t`` is ``served_missed + #(entries past _nk with t - arrival > sla)``: an entry whose
 completion is unknown at ``t`` and whose deadline has passed has missed.
 
-Summary window (DESIGN: Episodes). Arrival numbers ``warmup`` .. ``warmup + horizon - 1``
+Summary window (docs/design.md: Episodes). Arrival numbers ``warmup`` .. ``warmup + horizon - 1``
 are the summary requests. The loop snapshots its cumulative totals at the exact instant
 the first summary request arrives (splitting a step if need be) and the admitted-entry
 count just after the last one, so window totals are exact differences.
@@ -132,7 +132,7 @@ class ServingCore(gym.Env):
         torch_device: str,
         executor_options: dict | None,
     ) -> None:
-        """Build ``self.executor`` (DESIGN: Executors) and record how, for ``get_config``."""
+        """Build ``self.executor`` (docs/design.md: Executors) and record how, for ``get_config``."""
         from .executor import make_executor
 
         cfg = self.config
@@ -148,7 +148,7 @@ class ServingCore(gym.Env):
             )
 
     def _check_drop_weight(self) -> None:
-        """Warn when dropping a request costs less than serving it (DESIGN: Dropping)."""
+        """Warn when dropping a request costs less than serving it (docs/design.md: Dropping)."""
         lat, energy = self.profile.tables(self._B)
         cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
         w = self.config.reward_weights
@@ -276,7 +276,7 @@ class ServingCore(gym.Env):
         return len(self._arr) - self._ns
 
     def request_counts(self) -> dict[str, int]:
-        """Where every request that has arrived is now (DESIGN: Request life cycle).
+        """Where every request that has arrived is now (docs/design.md: Request life cycle).
 
         ``arrived == completed + waiting + in_service + dropped + rejected`` holds at every
         epoch, and ``in_system == waiting + in_service``; the counts come from separate
@@ -391,7 +391,7 @@ class ServingCore(gym.Env):
             self._mark = 1 << 62
 
     def _wait(self) -> None:
-        """Idle until the next epoch: the next arrival or relative tick (DESIGN: Ticks)."""
+        """Idle until the next epoch: the next arrival or relative tick (docs/design.md: Ticks)."""
         t = self._next_arrival()
         if self._tick is not None and self._now + self._tick < t:
             t = self._now + self._tick

@@ -3,8 +3,8 @@
 :class:`ProfileExecutor` simulates a batch from a profile: its duration is the profile's
 mean latency (``service="deterministic"``) or a lognormal draw with that mean and a
 coefficient of variation (``service="lognormal"``), and its energy is the batch's busy
-power (``energy(b) / latency(b)``, DESIGN: Energy) times the actual duration. Draws come
-only from the env's service-time stream (DESIGN: Random streams), in blocks, so that the
+power (``energy(b) / latency(b)``, docs/design.md: Energy) times the actual duration. Draws come
+only from the env's service-time stream (docs/design.md: Random streams), in blocks, so that the
 hot path is a list lookup.
 
 Node-level execution (``NodeBatching-v0``) uses the same executor through three more

@@ -5,7 +5,7 @@ schedules, a prefill of newly admitted requests or one decode step of every runn
 request, runs a real GPT-style decoder (:class:`batch_env.models.GPTSmall`) with a real KV
 cache, on CUDA when present, else the CPU, and the env's clock advances by the measured
 duration. Arrivals and request lengths still come from the workload, so an episode is a
-reproducible emulation of serving (DESIGN: Executors and energy).
+reproducible emulation of serving (docs/design.md: Executors and energy).
 
 Interface (duck-typed, shared with the profile executor)
     ``needs_sequences = True`` tells the env to say which requests an iteration involves

@@ -2,7 +2,7 @@
 
 The event loop (:mod:`batch_env.core`) keeps per-request arrival and completion times
 and cumulative totals; :func:`summarize` turns them into ``info["serving"]`` at episode
-end. Keys (DESIGN: The environments), latency in milliseconds:
+end. Keys (docs/design.md: The environments), latency in milliseconds:
 
 ``completed``, ``dropped``, ``in_system_at_end``, ``latency_mean_ms``, ``latency_p50_ms``,
 ``latency_p95_ms``, ``latency_p99_ms``, ``sla_attainment``, ``throughput_rps``,

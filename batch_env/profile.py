@@ -494,7 +494,7 @@ class Profile:
         return np.concatenate(([0.0], lat)), np.concatenate(([0.0], en))
 
     def max_throughput_rps(self, max_batch_size: int) -> float:
-        """Max over integer 1 <= b <= B of ``b / latency_s(b)`` (DESIGN: Load).
+        """Max over integer 1 <= b <= B of ``b / latency_s(b)`` (docs/design.md: Load).
 
         :param max_batch_size: B (checked with :meth:`check_max_batch_size`).
         :returns: requests per second.

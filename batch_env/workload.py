@@ -14,7 +14,7 @@ requests arrive. Four kinds exist:
 ``workload.stream(rng)`` returns an :class:`ArrivalStream` whose
 :meth:`ArrivalStream.next_chunk` yields the arrival times in vectorized chunks of a few
 thousand (:class:`ArrivalChunk`). All randomness comes from the generator that is passed
-in (the env's *arrivals* child stream, see DESIGN.md "Random streams"), so the same seed
+in (the env's *arrivals* child stream, see docs/design.md, "Random streams"), so the same seed
 gives the same arrival times, independently of the policy.
 
 Times are float64 seconds from the start of the episode (0). Within a stream they are
@@ -1339,14 +1339,14 @@ LENGTH_KINDS = ("lognormal", "fixed", "empirical", "trace")
 
 @dataclass(frozen=True)
 class RequestLengths:
-    """Prompt and output token counts of LLM requests (DESIGN: LLMBatching-v0).
+    """Prompt and output token counts of LLM requests (docs/design.md: LLMBatching-v0).
 
     Drawn from the env's request-size stream (the third child stream), one pair per
     arrival, so two policies on the same seed see the same requests.
 
     * ``lognormal`` (default): independent lognormals with the given means and
       coefficients of variation, rounded to integers >= 1. The defaults are the
-      Azure LLM conversation trace's (2023, ``shared/data/azure_llm_2023_conv.csv``):
+      Azure LLM conversation trace's (2023, dataset ``azure-conv-2023``):
       prompt mean 1155 tokens, CV 0.96; output mean 211 tokens, CV 0.77.
     * ``fixed``: every request has ``prompt_tokens`` and ``output_tokens``.
     * ``empirical``: pairs (prompt, output) sampled uniformly with replacement from the

@@ -39,7 +39,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     decision process of the SMDP model of Xu et al. (ICC 2023): the agent decides at
     every epoch where the server is idle and requests wait.
 
-    Decision epochs (DESIGN: Event semantics): after a batch completes with a non-empty
+    Decision epochs (docs/design.md: Event semantics): after a batch completes with a non-empty
     queue, at an arrival while idle, and, with ``decision_interval_ms`` set, at relative
     ticks (after a wait the next epoch is ``min(next arrival, now + interval)``). A batch
     that completes with an empty queue is followed, inside the same step, by idling to the
@@ -327,7 +327,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     The NumPy-native twin of :class:`DynamicBatchingEnv`, registered as the id's
     ``vector_entry_point`` (as Gymnasium's CartPole does), so
     ``gymnasium.make_vec("batch_env/DynamicBatching-v0", num_envs=N)`` builds it. Every
-    lane follows the scalar env's event semantics exactly (DESIGN: Event semantics):
+    lane follows the scalar env's event semantics exactly (docs/design.md: Event semantics):
     lane ``i`` after ``reset(seed=s)`` is the scalar env after ``reset(seed=s + i)``.
 
     The hot path is array code over all lanes: per-lane queues are rows of an arrival
