@@ -266,6 +266,22 @@ def sha256_of(file: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+def check_sha256(name: str, sha256: str | None) -> str | None:
+    """``sha256`` normalised (lower-case hex), checked against the registry's value if any.
+
+    :raises DatasetError: when it is not 64 hex digits, or differs from the registry's.
+    """
+    if sha256 is None:
+        return None
+    d = get(name)
+    value = str(sha256).strip().lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise DatasetError(f"sha256={sha256!r} is invalid: expected 64 hexadecimal digits")
+    if d.sha256 is not None and value != d.sha256:
+        raise DatasetError(f"sha256={value} differs from the registry's {d.sha256} for dataset {name!r}")
+    return value
+
+
 def _file_downloader(url: str, output_file: Any, pooch_obj: Any, check_only: bool = False) -> Any:
     """A pooch downloader for ``file://`` URLs (a local mirror or copy of a dataset)."""
     src = Path(unquote(urlparse(url).path))
@@ -306,14 +322,7 @@ def fetch(
     :raises DatasetError: unknown name, pooch missing, checksum mismatch, network failure.
     """
     d = get(name)
-    if sha256 is not None:
-        sha256 = sha256.strip().lower()
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise DatasetError(f"sha256={sha256!r} is invalid: expected 64 hexadecimal digits")
-        if d.sha256 is not None and sha256 != d.sha256:
-            raise DatasetError(
-                f"sha256={sha256} differs from the registry's {d.sha256} for dataset {name!r}"
-            )
+    sha256 = check_sha256(name, sha256)
     if d.shipped:
         p = path(name)
         return p, sha256_of(p)
