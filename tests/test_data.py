@@ -304,3 +304,22 @@ def test_llm_experiment_without_the_dataset_names_the_command(cache, tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     r = run_llm(str(path), out_dir=str(tmp_path / "out"), progress=False)
     assert {c["traffic"] for c in r["cells"]} == {"trace", "poisson"}
+
+
+@pytest.mark.parametrize("env_id", ["batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0"])
+def test_envs_replay_a_dataset_by_name(env_id, cache):
+    import gymnasium as gym
+
+    import batch_env  # noqa: F401
+
+    wl = {"kind": "trace", "dataset": "azure-code-2023-excerpt", "load": 0.5, "random_offset": True}
+    env = gym.make(env_id, workload=wl, horizon_requests=50)
+    env.reset(seed=0)
+    done, steps = False, 0
+    while not done:
+        _, _, term, trunc, _ = env.step(env.action_space.sample())
+        done, steps = term or trunc, steps + 1
+    assert steps > 1
+    env.close()
+    with pytest.raises(ValueError, match="batch-env data fetch azure-code-2023"):
+        gym.make(env_id, workload={**wl, "dataset": "azure-code-2023"})
