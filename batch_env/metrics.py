@@ -108,8 +108,18 @@ class SummaryWarning(UserWarning):
     Warnings)."""
 
 
+def hides_outside_drops(summary: dict[str, Any]) -> bool:
+    """Drops outside the window change the picture (module docstring: Warnings):
+    ``dropped_outside_window > 0`` and ``drop_rate_total > 2 * drop_rate + 0.01``."""
+    out = summary.get("dropped_outside_window", 0)
+    return out > 0 and summary["drop_rate_total"] > 2.0 * summary["drop_rate"] + 0.01
+
+
 def summary_warning(summary: dict[str, Any]) -> str | None:
-    """A sentence on what the summary hides (module docstring: Warnings), or ``None``."""
+    """A sentence on what the summary hides (module docstring: Warnings), or ``None``
+    (also for a summary without the keys it reads)."""
+    if "completed" not in summary or "dropped_outside_window" not in summary:
+        return None
     problems = []
     completed, dropped = int(summary["completed"]), int(summary["dropped"])
     if completed == 0:
@@ -117,12 +127,12 @@ def summary_warning(summary: dict[str, Any]) -> str | None:
             f"no summary request completed (completed=0, dropped={dropped}, "
             f"in_system_at_end={int(summary['in_system_at_end'])}): the latency figures are NaN"
         )
-    out, rate, total = int(summary["dropped_outside_window"]), summary["drop_rate"], summary["drop_rate_total"]
-    if out > 0 and total > 2.0 * rate + 0.01:
+    if hides_outside_drops(summary):
+        out = int(summary["dropped_outside_window"])
         problems.append(
             f"{out} of the episode's {int(summary['arrived_total'])} arrivals were dropped outside "
-            f"the summary window (dropped_outside_window={out}; drop_rate={rate:.4g} counts summary "
-            f"requests only, drop_rate_total={total:.4g})"
+            f"the summary window (dropped_outside_window={out}; drop_rate={summary['drop_rate']:.4g} "
+            f"counts summary requests only, drop_rate_total={summary['drop_rate_total']:.4g})"
         )
     return "; and ".join(problems) if problems else None
 
