@@ -351,7 +351,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``MultiDiscrete([max_batch_size + 1] * num_envs)``: one scalar action per lane, as in
     the scalar env (0 waits, b >= 1 runs the b oldest requests, a b above the queue runs
     the whole queue). ``action_masks()`` gives the valid actions of every lane,
-    ``(num_envs, max_batch_size + 1)`` bool (a new array). An action outside
+    ``(num_envs, max_batch_size + 1)`` bool (a new array); ``call("action_masks")`` gives
+    them one row per lane, as ``SyncVectorEnv.call`` does (through wrappers:
+    :func:`batch_env.wrappers.vector_action_masks`). An action outside
     ``0..max_batch_size`` raises ``ValueError`` naming the lane. Before the first
     ``reset()``, ``step()`` and ``action_masks()`` raise ``gymnasium.error.ResetNeeded``.
 
@@ -374,8 +376,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     As the scalar env, per lane (truncation only). ``max_episode_steps`` (set by
     ``make_vec`` from the registration) truncates a lane after that many steps. The
-    episode summary of a lane that ended is in ``info["serving"]`` (object array, mask
-    ``info["_serving"]``). Autoreset modes (``autoreset_mode=``): ``NEXT_STEP`` (default:
+    episode summaries of lanes that ended are in ``info["serving"]``, a dict of arrays
+    with ``_key`` masks and the mask ``info["_serving"]``, as ``SyncVectorEnv`` batches
+    them (a :class:`batch_env.metrics.SummaryWarning` per step flags summaries that hide
+    something). Autoreset modes (``autoreset_mode=``): ``NEXT_STEP`` (default:
     the next step resets the lane and ignores its action), ``SAME_STEP`` (the lane is
     reset inside the step; the final observation and info are in ``info["final_obs"]``
     and ``info["final_info"]``, as Gymnasium's ``SyncVectorEnv`` gives them; the mode
@@ -386,11 +390,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     ## Arguments
 
-    ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (also return
-    the scalar env's per-step info keys as arrays: ``queue_len``, ``oldest_wait_s``,
-    ``now_s``, ``dt_s``, ``last_batch_size``, ``last_batch_latency_s``,
-    ``reward_components``, ``action_mask``, ``clipped_action``, ``dropped_total``,
-    ``energy_source``; off by default, they cost time), and every keyword argument of :class:`DynamicBatchingEnv`
+    ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (default
+    ``True``: every step and reset returns the scalar env's per-step info keys,
+    ``queue_len``, ``oldest_wait_s``, ``now_s``, ``dt_s``, ``last_batch_size``,
+    ``last_batch_latency_s``, ``reward_components``, ``action_mask``, ``clipped_action``,
+    ``dropped_total``, ``energy_source``, in ``SyncVectorEnv``'s layout and dtypes;
+    ``False``: none, for speed, only the episode-end keys), and every keyword argument of :class:`DynamicBatchingEnv`
     except the real executor (``executor="torch"`` needs one model per lane: use
     ``vectorization_mode="sync"``) and non-looping traces (a lane whose stream ends
     would need the scalar env's end-of-trace path: use the scalar env or ``loop=True``).
