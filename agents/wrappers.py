@@ -168,6 +168,15 @@ def format_serving(serving: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _enjoying() -> bool:
+    """Whether this process runs rl-zoo3's enjoy script (``python -m rl_zoo3.enjoy``, ``rl_zoo3 enjoy``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    return name == "rl_zoo3.enjoy" or (name in ("rl_zoo3.cli", "agents.zoo") and "enjoy" in sys.argv[:1]) or \
+        any(arg.endswith(("rl_zoo3/enjoy.py", "rl_zoo3.enjoy")) for arg in sys.argv[:1])
+
+
 class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Print each episode's serving summary (``info["serving"]``) and, at ``close()``, the
     mean reward rate per second over the episodes; the episodes' summaries are kept in
@@ -175,15 +184,15 @@ class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     :param env: a batching env.
     :param verbose: print (1) or not (0); ``None`` (default): print when the env renders
-        for a person (``render_mode="human"``, as ``rl_zoo3.enjoy`` makes it), not while
-        training.
+        for a person (``render_mode="human"``, as ``rl_zoo3.enjoy`` makes it) or the process
+        runs ``rl_zoo3.enjoy`` (``--no-render`` too), not while training.
     :param stream: where to print (default stdout).
     """
 
     def __init__(self, env: gym.Env, verbose: int | None = None, stream: Any = None) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, verbose=verbose)
         gym.Wrapper.__init__(self, env)
-        self.verbose = int(env.render_mode == "human") if verbose is None else int(verbose)
+        self.verbose = int(env.render_mode == "human" or _enjoying()) if verbose is None else int(verbose)
         self.stream = stream
         self.episodes: list[dict[str, Any]] = []
 
