@@ -15,27 +15,32 @@ that gives SB3 what it expects: the next episode's first observation in the same
 the final observation for bootstrapping truncated episodes.
 
 The run's scalar wrappers (``batch_env.wrappers``, from the hyperparameter file's
-``env_wrapper``) cannot wrap a native vector env, so each has a vector twin here
-(:class:`VectorBinaryAction`, :class:`VectorQueueFeatures`,
-:class:`VectorAverageRewardCentering`) that computes the same numbers for every lane at
-once; a trained model is still loaded and evaluated through the scalar wrappers.
+``env_wrapper``) cannot wrap a native vector env, so each has a vector twin in
+``batch_env.wrappers`` (``VectorBinaryAction``, ``VectorQueueFeatures``,
+``VectorAverageRewardCentering``, mapped here in :data:`VECTOR_TWINS`) that computes the
+same numbers for every lane at once; a trained model is still loaded and evaluated
+through the scalar wrappers.
 """
 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
-from gymnasium.vector.utils import batch_space
 from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+from batch_env.wrappers import (
+    VectorAverageRewardCentering,
+    VectorBinaryAction,
+    VectorQueueFeatures,
+    vector_action_masks,
+)
 
 from .common import import_class, make_env
 
@@ -223,11 +228,9 @@ class SB3VecEnv(VecEnv):
         return not isinstance(holder, VectorWrapper) and hasattr(holder, "envs")
 
     def action_masks(self) -> np.ndarray:
-        """Valid actions of every lane, ``(num_envs, n_actions)`` bool."""
-        holder = self._holder("action_masks")
-        if self._per_lane(holder):
-            return np.stack(holder.call("action_masks")).astype(bool, copy=False)
-        return np.asarray(holder.action_masks(), dtype=bool)
+        """Valid actions of every lane, ``(num_envs, n_actions)`` bool
+        (:func:`batch_env.wrappers.vector_action_masks`)."""
+        return vector_action_masks(self.vector_env)
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """An attribute per lane: each sub-env's (``SyncVectorEnv``), or the vector env's
@@ -289,165 +292,12 @@ def _copy_obs(obs: Any) -> Any:
 # -- vector twins of batch_env.wrappers ---------------------------------------------------------
 
 
-class VectorBinaryAction(VectorWrapper):
-    """Vector twin of :class:`batch_env.wrappers.BinaryAction`: per lane, ``0`` = wait,
-    ``1`` = serve ``min(queue, max_batch_size)``; with ``serve_full``, a wait while a full
-    batch waits serves it.
-
-    The queue comes from observation feature 0 (queue / max_batch_size, exact), so the
-    vector env need not return per-step info.
-
-    :param env: a vector env of ``DynamicBatching-v0`` lanes.
-    :param max_batch_size: the env's ``max_batch_size``.
-    :param serve_full: as the scalar wrapper's.
-    """
-
-    needs_step_info = False
-
-    def __init__(self, env: VectorEnv, max_batch_size: int, serve_full: bool = True) -> None:
-        super().__init__(env)
-        self._B = int(max_batch_size)
-        self.serve_full = bool(serve_full)
-        self.single_action_space = spaces.Discrete(2)
-        self.action_space = batch_space(self.single_action_space, env.num_envs)
-        self._queue = np.zeros(env.num_envs, dtype=np.int64)
-
-    def _observe(self, obs: np.ndarray) -> None:
-        self._queue = np.rint(obs[:, 0].astype(np.float64) * self._B).astype(np.int64)
-
-    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset and read every lane's queue."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        self._observe(obs)
-        return obs, info
-
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Map wait/serve to batch sizes, step, and read every lane's new queue."""
-        out = self.env.step(self.actions(actions))
-        self._observe(out[0])
-        return out
-
-    def actions(self, actions: Any) -> np.ndarray:
-        """The env's batch-size actions for binary ones (one per lane)."""
-        a = np.asarray(actions)
-        bad = (a != 0) & (a != 1)
-        if bad.any():
-            lane = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"actions[{lane}]={a[lane].item()!r} is out of range: expected 0 (wait) or 1 (serve)")
-        serve = a.astype(bool)
-        if self.serve_full:
-            serve = serve | (self._queue >= self._B)
-        return np.where(serve, self._B, 0)
-
-    def action_masks(self) -> np.ndarray:
-        """Both actions are always valid."""
-        return np.ones((self.num_envs, 2), dtype=bool)
-
-
-class VectorQueueFeatures(VectorWrapper):
-    """Vector twin of :class:`batch_env.wrappers.QueueFeatures`: append
-    ``log(1 + queue) / log(1 + capacity)`` and ``min(queue, B) / B`` to every lane's
-    observation (and to ``info["final_obs"]`` of lanes that ended).
-
-    :param env: a vector env of ``DynamicBatching-v0`` lanes.
-    :param max_batch_size: the env's ``max_batch_size``.
-    :param queue_capacity: the env's ``queue_capacity``.
-    """
-
-    needs_step_info = False
-
-    def __init__(self, env: VectorEnv, max_batch_size: int, queue_capacity: int) -> None:
-        super().__init__(env)
-        self._B = int(max_batch_size)
-        self._log_cap = math.log1p(queue_capacity)
-        base = env.single_observation_space
-        low = np.concatenate([base.low, np.zeros(2, dtype=np.float32)])
-        high = np.concatenate([base.high, np.ones(2, dtype=np.float32)])
-        self.single_observation_space = spaces.Box(low, high, dtype=np.float32)
-        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
-
-    def observations(self, obs: np.ndarray) -> np.ndarray:
-        """Add the two queue features to a ``(lanes, features)`` array."""
-        q = obs[:, 0].astype(np.float64) * self._B
-        extra = np.stack([np.log1p(q) / self._log_cap, np.minimum(q, self._B) / self._B], axis=1)
-        return np.concatenate([obs, np.minimum(extra.astype(np.float32), 1.0)], axis=1).astype(np.float32)
-
-    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """Reset with the features added."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self.observations(obs), info
-
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Step with the features added, final observations included."""
-        obs, rewards, terminated, truncated, info = self.env.step(actions)
-        if "final_obs" in info:
-            final = info["final_obs"]
-            for i in np.flatnonzero(info["_final_obs"]).tolist():
-                final[i] = self.observations(np.asarray(final[i])[None])[0]
-        return self.observations(obs), rewards, terminated, truncated, info
-
-
-class VectorAverageRewardCentering(VectorWrapper):
-    """Vector twin of :class:`batch_env.wrappers.AverageRewardCentering`: add
-    ``gain x dt_s`` to every lane's reward, with one gain per lane (a fixed one, or each
-    lane's online estimate total cost / total time, as the scalar wrapper on that lane).
-
-    ``info["centering_gain"]`` (also in ``final_info`` of lanes that ended) gives the gains.
-    Needs the per-step ``info["dt_s"]`` (lanes that ended: ``final_info["dt_s"]``).
-
-    :param env: a vector env of batching lanes.
-    :param gain: reference cost rate per second, or ``None`` for the online estimate.
-    :param initial_gain: starting value of the online estimate (``None``: 0).
-    """
-
-    needs_step_info = True
-
-    def __init__(self, env: VectorEnv, gain: float | None = None, initial_gain: float | None = None) -> None:
-        super().__init__(env)
-        self.online = gain is None
-        self.gain = np.full(env.num_envs, float(gain if gain is not None else (initial_gain or 0.0)))
-        self._cost = np.zeros(env.num_envs)
-        self._time = np.zeros(env.num_envs)
-
-    def freeze(self) -> None:
-        """Stop updating the online estimates."""
-        self.online = False
-
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Step and return the centred rewards."""
-        obs, rewards, terminated, truncated, info = self.env.step(actions)
-        if "dt_s" not in info:
-            raise ValueError(
-                "VectorAverageRewardCentering needs info['dt_s'] at every step: build the vector "
-                "env with its per-step info (e.g. full_info=True for a native batch_env vector env)"
-            )
-        dt = np.asarray(info["dt_s"], dtype=np.float64)
-        ended = np.logical_or(terminated, truncated)
-        final = info.get("final_info")
-        if ended.any():
-            lanes = np.flatnonzero(ended)
-            dt = dt.copy()
-            dt[lanes] = np.asarray(final["dt_s"], dtype=np.float64)[lanes]
-        rewards = np.asarray(rewards, dtype=np.float64)
-        if self.online:
-            self._cost -= rewards
-            self._time += dt
-            np.divide(self._cost, self._time, out=self.gain, where=self._time > 0.0)
-        info["centering_gain"] = self.gain.copy()
-        info["_centering_gain"] = np.ones(self.num_envs, dtype=bool)
-        if ended.any():
-            final["centering_gain"] = self.gain.copy()
-            final["_centering_gain"] = np.asarray(info["_final_info"], dtype=bool).copy()
-        return obs, rewards + self.gain * dt, terminated, truncated, info
-
-
 def _binary_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
-    return VectorBinaryAction(env, wrapper.unwrapped.config.max_batch_size, serve_full=wrapper.serve_full)
+    return VectorBinaryAction(env, serve_full=wrapper.serve_full)
 
 
 def _features_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
-    config = wrapper.unwrapped.config
-    return VectorQueueFeatures(env, config.max_batch_size, config.queue_capacity)
+    return VectorQueueFeatures(env)
 
 
 def _centering_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
@@ -509,8 +359,8 @@ def make_vector_env(
     :param env_kwargs: keyword arguments of the env.
     :param mode: ``auto``, ``sync`` or ``vector_entry_point`` (see :func:`resolve_mode`).
     :param wrappers: ``[(dotted class path, kwargs), ...]``, innermost first.
-    :param step_info: the caller reads per-step info keys (a native vector env that returns
-        them only on request, through a ``full_info`` argument, is asked for them).
+    :param step_info: the caller reads per-step info keys (a native vector env with a
+        ``full_info`` argument is built with ``full_info=False`` unless they or a twin need them).
     """
     import batch_env  # noqa: F401  (registers the ids)
 
@@ -531,8 +381,8 @@ def make_vector_env(
         entry = gym.spec(env_id).vector_entry_point
         creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
         kwargs = dict(env_kwargs)
-        if needs_info and _accepts(creator, "full_info"):
-            kwargs.setdefault("full_info", True)
+        if _accepts(creator, "full_info"):  # per-step info only when read (it costs time)
+            kwargs.setdefault("full_info", needs_info)
         # make_vec refuses vector_kwargs in this mode: the autoreset mode is an env argument
         venv = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode=mode,
                             autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)

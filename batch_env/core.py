@@ -30,7 +30,12 @@ completion is unknown at ``t`` and whose deadline has passed has missed.
 Summary window (docs/design.md: Episodes). Arrival numbers ``warmup`` .. ``warmup + horizon - 1``
 are the summary requests. The loop snapshots its cumulative totals at the exact instant
 the first summary request arrives (splitting a step if need be) and the admitted-entry
-count just after the last one, so window totals are exact differences.
+count just after the last one, so window totals are exact differences. The summary also
+counts the whole episode (``arrived_total``, ``completed_total``, ``dropped_total`` and the
+requests outside the window), and a summary that hides something (no summary request
+completed, or drops outside the window) comes with a
+:class:`batch_env.metrics.SummaryWarning` (:mod:`batch_env.metrics`: Outside the window,
+Warnings).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from .config import ArgumentError, ServingConfig, init_arguments
-from .metrics import WindowStart, summarize
+from .metrics import WindowStart, summarize, warn_summaries
 from .profile import Profile
 from .profile import load as load_profile
 from .workload import ArrivalStream, Workload, make_workload
@@ -513,9 +518,20 @@ class ServingCore(gym.Env):
         end = self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops
         return end - (self._window.drops if self._window is not None else self._drops)
 
+    def _episode_totals(self) -> dict[str, int]:
+        """The whole episode's arrivals and completions (``summarize``'s ``arrived_total``
+        and ``completed_total``), as :meth:`request_counts` counts them."""
+        return {"arrived_total": self._arrived + self._rejected_count(), "completed_total": self._n_done}
+
+    def _warn_summary(self, summary: dict[str, Any]) -> None:
+        """Warn once for this episode if its summary hides something (metrics: Warnings)."""
+        name = self.spec.id if self.spec is not None else type(self).__name__
+        warn_summaries(summary, f"{name} episode ending at t={self._now:.6g} s", stacklevel=4)
+
     def _serving_summary(self) -> dict[str, Any]:
-        """The episode summary (``info["serving"]``), from the one metrics recorder."""
-        return summarize(
+        """The episode summary (``info["serving"]``), from the one metrics recorder; warns
+        (:class:`batch_env.metrics.SummaryWarning`) when it hides something."""
+        summary = summarize(
             arrivals=self._arr,
             completions=self._comp,
             n_done=self._n_done,
@@ -532,4 +548,7 @@ class ServingCore(gym.Env):
             in_system=self._n_sys,
             sla_s=self._sla,
             weights=(self._wl, self._we, self._ws, self._wd),
+            **self._episode_totals(),
         )
+        self._warn_summary(summary)
+        return summary

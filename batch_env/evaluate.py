@@ -8,11 +8,20 @@ evaluated with the same ``seed`` see the same arrivals (common random numbers) a
 
 Confidence intervals are Student-t 95% intervals over episodes (each episode's summary
 is one observation); with a single episode the half-width is NaN.
+
+Summaries that hide something (:mod:`batch_env.metrics`: Outside the window, Warnings): the
+envs' per-episode :class:`~batch_env.metrics.SummaryWarning` is replaced by one warning
+per evaluation that counts the episodes concerned (no summary request completed: their
+NaN latency figures are left out of the means; drops outside the summary window), and
+:attr:`EvaluationResult.warnings` keeps each episode's sentence. The summary keys
+``completed``, ``dropped_outside_window``, ``drop_rate_total`` and the other episode
+counts are in every result (and ``metrics.HEADLINE_KEYS`` puts the first two in tables).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from .config import check_number
+from .metrics import SummaryWarning, hides_outside_drops, summary_warning
 
 
 class Policy(Protocol):
@@ -55,11 +65,14 @@ class EvaluationResult:
     :param seeds: the episode seeds.
     :param episodes: one dict per episode: ``info["serving"]`` plus ``return``, ``steps``
         and ``seed``.
+    :param warnings: one sentence per episode whose summary hides something
+        (``"seed 3: ..."``, :func:`batch_env.metrics.summary_warning`).
     """
 
     policy: str
     seeds: list[int]
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def values(self, key: str) -> np.ndarray:
         """Per-episode values of ``key`` (a ``serving`` key, ``return`` or ``steps``)."""
@@ -89,7 +102,27 @@ class EvaluationResult:
             "seeds": self.seeds,
             "episodes": self.episodes,
             "summary": {k: {"mean": m, "ci95": h} for k, (m, h) in self.summary().items()},
+            "warnings": list(self.warnings),
         }
+
+    def warning(self) -> str | None:
+        """One sentence on the episodes whose summaries hide something, or ``None``."""
+        if not self.warnings:
+            return None
+        n = len(self.episodes)
+        parts = []
+        idle = [ep for ep in self.episodes if ep.get("completed", 1) == 0]
+        if idle:
+            parts.append(f"{len(idle)} of {n} episodes completed no summary request (their NaN "
+                         f"latency figures are left out of the means)")
+        drops = [ep for ep in self.episodes if hides_outside_drops(ep)]
+        if drops:
+            out = sum(int(ep["dropped_outside_window"]) for ep in drops)
+            inside = sum(int(ep["dropped"]) for ep in drops)
+            parts.append(f"{len(drops)} of {n} episodes dropped {out} requests outside the summary "
+                         f"window ({inside} summary requests dropped in them; see "
+                         f"dropped_outside_window, drop_rate_total)")
+        return f"evaluation of {self.policy!r}: " + "; ".join(parts) + " (EvaluationResult.warnings)"
 
 
 def evaluate(
@@ -129,6 +162,18 @@ def evaluate(
     label = name or getattr(policy, "name", None) or type(policy).__name__
     seeds = [seed + k for k in range(n_episodes)]
     result = EvaluationResult(policy=label, seeds=seeds)
+    with warnings.catch_warnings():  # one warning per evaluation instead of one per episode
+        warnings.simplefilter("ignore", SummaryWarning)
+        _run_episodes(policy, env, seeds, result, max_steps, progress)
+    message = result.warning()
+    if message:
+        warnings.warn(message, SummaryWarning, stacklevel=2)
+    return result
+
+
+def _run_episodes(policy: Policy, env: gym.Env, seeds: list[int], result: EvaluationResult,
+                  max_steps: int, progress: Callable[[int], None] | None) -> None:
+    """The episodes of :func:`evaluate`, appended to ``result``."""
     for k, s in enumerate(seeds):
         policy.reset()
         obs, info = env.reset(seed=s)
@@ -147,9 +192,11 @@ def evaluate(
                 "max_episode_steps) cut it; raise it or lower horizon_requests"
             )
         result.episodes.append({**info["serving"], "return": total, "steps": steps, "seed": s})
+        message = summary_warning(info["serving"])
+        if message:
+            result.warnings.append(f"seed {s}: {message}")
         if progress is not None:
             progress(k + 1)
-    return result
 
 
 def paired_difference(a: EvaluationResult, b: EvaluationResult, key: str) -> tuple[float, float]:

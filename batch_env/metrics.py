@@ -10,7 +10,9 @@ end. Keys (docs/design.md: The environments), latency in milliseconds:
 ``reward_rate_per_s``, ``elapsed_s``, and the window's raw totals
 ``latency_integral_s``, ``energy_j``, ``sla_misses``, plus ``window_drops`` (drops of any
 request during the window, the D in the reward; ``dropped`` counts dropped *summary*
-requests).
+requests), and the whole episode's counts (every request, summary or not):
+``arrived_total``, ``completed_total``, ``dropped_total``, ``completed_outside_window``,
+``dropped_outside_window`` and ``drop_rate_total``.
 
 Definitions: the window runs from the first summary arrival to the end of the episode;
 ``elapsed_s``, ``power_mean_w``, ``energy_per_request_j``, ``throughput_rps`` and
@@ -21,11 +23,34 @@ SLA figures use the summary requests; ``sla_attainment`` = completed within SLA 
 completed summary request the latency figures are NaN (nothing was measured) and
 ``energy_per_request_j`` is NaN; if the window never started (``horizon_s`` ended the
 episode before the first summary arrival) the rates are NaN too.
+
+Outside the window. The summary requests are a subset of the episode's arrivals: warm-up
+arrivals come before them, and arrivals keep coming after the last one until the episode
+ends. The keys above never count those others (``drop_rate`` = dropped summary requests /
+summary requests), so a policy that never serves can show ``drop_rate`` 0 while the queue
+it filled with summary requests rejects every later arrival. The episode keys say so:
+``arrived_total`` counts every arrival of the episode (admitted, dropped, and LLM prompts
+rejected for length), ``completed_total`` every completed request, ``dropped_total`` every
+drop (the per-step ``info["dropped_total"]`` at the end); ``completed_outside_window`` =
+``completed_total - completed`` and ``dropped_outside_window`` = ``dropped_total -
+dropped`` are the requests that are not summary requests; ``drop_rate_total`` =
+``dropped_total / arrived_total`` (0.0 with no arrival).
+
+Warnings. :func:`summary_warning` flags a summary whose headline figures misdescribe the
+episode, and the envs emit it (:class:`SummaryWarning`, once per episode; the vector env
+once per step for the lanes that ended in it; :func:`batch_env.evaluate.evaluate` once per
+evaluation instead): when no summary request completed (``completed`` 0: the latency
+figures are NaN, nothing was measured), and when drops outside the window change the
+picture: ``dropped_outside_window > 0`` and ``drop_rate_total > 2 * drop_rate + 0.01``
+(drops outside the window at a rate well above the summary's; a rate that merely
+fluctuates around the summary's does not warn). Silence them with
+``warnings.simplefilter("ignore", batch_env.metrics.SummaryWarning)``.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import astuple, dataclass
 from functools import lru_cache
 from typing import Any
@@ -52,6 +77,12 @@ SERVING_KEYS: tuple[str, ...] = (
     "energy_j",
     "sla_misses",
     "window_drops",
+    "arrived_total",
+    "completed_total",
+    "dropped_total",
+    "completed_outside_window",
+    "dropped_outside_window",
+    "drop_rate_total",
 )
 
 
@@ -67,7 +98,60 @@ HEADLINE_KEYS: tuple[str, ...] = (
     "throughput_rps",
     "batch_size_mean",
     "drop_rate",
+    "completed",
+    "dropped_outside_window",
 )
+
+
+class SummaryWarning(UserWarning):
+    """An episode summary whose headline figures misdescribe the episode (module docstring:
+    Warnings)."""
+
+
+def hides_outside_drops(summary: dict[str, Any]) -> bool:
+    """Drops outside the window change the picture (module docstring: Warnings):
+    ``dropped_outside_window > 0`` and ``drop_rate_total > 2 * drop_rate + 0.01``."""
+    out = summary.get("dropped_outside_window", 0)
+    return out > 0 and summary["drop_rate_total"] > 2.0 * summary["drop_rate"] + 0.01
+
+
+def summary_warning(summary: dict[str, Any]) -> str | None:
+    """A sentence on what the summary hides (module docstring: Warnings), or ``None``
+    (also for a summary without the keys it reads)."""
+    if "completed" not in summary or "dropped_outside_window" not in summary:
+        return None
+    problems = []
+    completed, dropped = int(summary["completed"]), int(summary["dropped"])
+    if completed == 0:
+        problems.append(
+            f"no summary request completed (completed=0, dropped={dropped}, "
+            f"in_system_at_end={int(summary['in_system_at_end'])}): the latency figures are NaN"
+        )
+    if hides_outside_drops(summary):
+        out = int(summary["dropped_outside_window"])
+        problems.append(
+            f"{out} of the episode's {int(summary['arrived_total'])} arrivals were dropped outside "
+            f"the summary window (dropped_outside_window={out}; drop_rate={summary['drop_rate']:.4g} "
+            f"counts summary requests only, drop_rate_total={summary['drop_rate_total']:.4g})"
+        )
+    return "; and ".join(problems) if problems else None
+
+
+def warn_summaries(summaries: dict[int, dict[str, Any]] | dict[str, Any], where: str,
+                   stacklevel: int = 3) -> None:
+    """Emit one :class:`SummaryWarning` for the summaries that hide something.
+
+    :param summaries: one summary, or ``{lane: summary}`` (the vector env's lanes).
+    :param where: what ended, e.g. ``"DynamicBatching-v0 episode"``.
+    """
+    if "completed" in summaries:
+        msg = summary_warning(summaries)  # type: ignore[arg-type]
+        text = f"{where}: {msg}" if msg else None
+    else:
+        lines = [f"lane {n}: {m}" for n, s in summaries.items() if (m := summary_warning(s))]
+        text = f"{where}: " + " | ".join(lines) if lines else None
+    if text:
+        warnings.warn(text, SummaryWarning, stacklevel=stacklevel)
 
 
 @dataclass(frozen=True)
@@ -182,6 +266,8 @@ def summarize(
     in_system: int,
     sla_s: float,
     weights: tuple[float, float, float, float],
+    arrived_total: int,
+    completed_total: int,
 ) -> dict[str, Any]:
     """Build the episode summary from the event loop's records.
 
@@ -201,6 +287,8 @@ def summarize(
     :param in_system: requests still in the system at the end.
     :param sla_s: the SLA in seconds.
     :param weights: reward weights (latency, energy, sla, drop).
+    :param arrived_total: every arrival of the episode (admitted, dropped or rejected).
+    :param completed_total: every request completed in the episode.
     """
     if window is None:
         window = WindowStart(now_s, latency_integral_s, energy_j, misses, drops, len(arrivals), n_batches, sum_batch)
@@ -216,7 +304,8 @@ def summarize(
         stats, window=one, n_entries=[entry_hi - lo], drops_summary=[drops_summary],
         now_s=[now_s], latency_integral_s=[latency_integral_s], energy_j=[energy_j],
         misses=[misses], drops=[drops], n_batches=[n_batches], sum_batch=[sum_batch],
-        in_system=[in_system], weights=weights,
+        in_system=[in_system], weights=weights, arrived_total=[arrived_total],
+        completed_total=[completed_total],
     )[0]
 
 
@@ -235,6 +324,8 @@ def summaries_from_totals(
     sum_batch: Any,
     in_system: Any,
     weights: tuple[float, float, float, float],
+    arrived_total: Any,
+    completed_total: Any,
 ) -> list[dict[str, Any]]:
     """The episode summaries of ``k`` episodes from the rows of :func:`latency_stats` and
     the totals at the window start and at the end (the parameters of :func:`summarize`;
@@ -249,12 +340,12 @@ def summaries_from_totals(
     columns += [col(getattr(window, f)) for f in
                 ("time_s", "latency_integral_s", "energy_j", "misses", "drops", "n_batches", "sum_batch")]
     columns += [col(v) for v in (n_entries, drops_summary, now_s, latency_integral_s, energy_j, misses,
-                                 drops, n_batches, sum_batch, in_system)]
+                                 drops, n_batches, sum_batch, in_system, arrived_total, completed_total)]
     wl, we, ws, wd = weights
     nan = float("nan")
     out = []
     for (completed, within, mean, p50, p95, p99, w_time, w_L, w_E, w_M, w_D, w_nb, w_sb, n_ent, d_sum,
-         now, L_end, E_end, M_end, D_end, nb_end, sb_end, in_sys) in zip(*columns, strict=True):
+         now, L_end, E_end, M_end, D_end, nb_end, sb_end, in_sys, arr_tot, comp_tot) in zip(*columns, strict=True):
         completed, within, d_sum = int(completed), int(within), int(d_sum)
         n_summary = int(n_ent) + d_sum
         elapsed = float(now) - float(w_time)
@@ -285,6 +376,12 @@ def summaries_from_totals(
             "energy_j": E,
             "sla_misses": M,
             "window_drops": D,
+            "arrived_total": int(arr_tot),
+            "completed_total": int(comp_tot),
+            "dropped_total": int(D_end),
+            "completed_outside_window": int(comp_tot) - completed,
+            "dropped_outside_window": int(D_end) - d_sum,
+            "drop_rate_total": int(D_end) / int(arr_tot) if int(arr_tot) else 0.0,
         })
     return out
 

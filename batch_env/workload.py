@@ -8,8 +8,9 @@ requests arrive. Four kinds exist:
   continuous-time Markov chain over two or more states);
 - :class:`Gamma`: a renewal process with gamma inter-arrival times of a chosen
   coefficient of variation (the "burstiness" knob of vLLM's benchmarks);
-- :class:`Trace`: a replay of the timestamps (and optional token counts) of a CSV file,
-  rescaled to a target rate, optionally started at a random offset, looped by default.
+- :class:`Trace`: a replay of the timestamps (and optional token counts) of a CSV file
+  (``path``) or of a named dataset (``dataset``, see :mod:`batch_env.data`), rescaled to a
+  target rate, optionally started at a random offset, looped by default.
 
 ``workload.stream(rng)`` returns an :class:`ArrivalStream` whose
 :meth:`ArrivalStream.next_chunk` yields the arrival times in vectorized chunks of a few
@@ -1060,6 +1061,27 @@ def _load_trace(
     return _TraceData(rel, prompt, output, period, cv)
 
 
+def _dataset_path(dataset: Any, path: Any, owner: str) -> str | None:
+    """The local file of ``dataset`` (None when no dataset is given); never downloads.
+
+    ``path`` may only be None or that same file (as :func:`dataclasses.replace` passes it).
+
+    :raises ValueError: for an unknown dataset, one not fetched (naming the command that
+        fetches it), or a ``path`` given together with the dataset.
+    """
+    if dataset is None:
+        return None
+    from . import data
+
+    if not isinstance(dataset, str):
+        raise ValueError(f"{owner}: dataset={dataset!r} is invalid; expected a dataset name "
+                         f"({', '.join(data.DATASETS)})")
+    file = str(data.path(dataset))
+    if path is not None and (not isinstance(path, (str, os.PathLike)) or os.fspath(path) != file):
+        raise ValueError(f"{owner}: give either path={path!r} or dataset={dataset!r}, not both")
+    return file
+
+
 @dataclass(frozen=True)
 class Trace(Workload):
     """Replay of a CSV trace of request arrivals.
@@ -1074,6 +1096,12 @@ class Trace(Workload):
     Looping: the replay repeats with period ``span + mean gap`` (``span`` = last - first
     timestamp, mean gap = ``span / (n - 1)``), so the looped traffic keeps the trace's
     mean rate ``n / period`` and no two arrivals meet at the seam.
+
+    Give exactly one of ``path`` and ``dataset``. A dataset (``"azure-conv-2023"``; see
+    :mod:`batch_env.data` and ``batch-env data list``) is a shipped excerpt or a file
+    fetched before with ``batch-env data fetch NAME``: nothing is downloaded here, and a
+    dataset that is not in the cache is a ValueError naming that command. ``path`` then
+    holds the dataset's local file, and :meth:`to_dict` gives the dataset without it.
 
     :param path: CSV file path.
     :param timestamp_column: name of the timestamp column.
@@ -1090,10 +1118,11 @@ class Trace(Workload):
         replays each record exactly once (from the offset, wrapping once, if
         ``random_offset``) and then returns empty chunks: the env must end the episode
         by its horizon.
+    :param dataset: a dataset name of :data:`batch_env.data.DATASETS`, instead of ``path``.
     """
 
     kind: ClassVar[str] = "trace"
-    path: str
+    path: str | None = None
     timestamp_column: str = "TIMESTAMP"
     prompt_tokens_column: str | None = "ContextTokens"
     output_tokens_column: str | None = "GeneratedTokens"
@@ -1101,10 +1130,17 @@ class Trace(Workload):
     target_rate_per_s: float | None = None
     random_offset: bool = False
     loop: bool = True
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         """Validate the fields and load the file (raising ValueError on any problem)."""
-        p = self.path
+        p = _dataset_path(self.dataset, self.path, "Trace")
+        if p is None and self.path is None:
+            raise ValueError(
+                "Trace: give a CSV file (path=...) or a dataset name (dataset=...; "
+                "see `batch-env data list`)"
+            )
+        p = self.path if p is None else p
         if not isinstance(p, (str, os.PathLike)) or not os.fspath(p):
             raise ValueError(f"Trace: path={p!r} is invalid; expected a CSV file path")
         path = os.fspath(p)
@@ -1199,9 +1235,11 @@ class Trace(Workload):
         return dataclasses.replace(self, rate_scale=1.0, target_rate_per_s=rate)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return all fields with ``"kind": "trace"``."""
+        """Return all fields with ``"kind": "trace"`` (``path`` None when ``dataset`` is set)."""
         d: dict[str, Any] = {"kind": self.kind}
         d.update({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+        if self.dataset is not None:
+            d["path"] = None
         return d
 
     def stream(
@@ -1350,8 +1388,9 @@ class RequestLengths:
       prompt mean 1155 tokens, CV 0.96; output mean 211 tokens, CV 0.77.
     * ``fixed``: every request has ``prompt_tokens`` and ``output_tokens``.
     * ``empirical``: pairs (prompt, output) sampled uniformly with replacement from the
-      rows of an Azure-format CSV (``path``; columns ``ContextTokens``,
-      ``GeneratedTokens``), keeping their joint distribution.
+      rows of an Azure-format CSV (``path``, or a named ``dataset`` of
+      :mod:`batch_env.data`; columns ``ContextTokens``, ``GeneratedTokens``), keeping their
+      joint distribution.
     * ``trace``: the lengths come with the arrivals (a ``trace`` workload with token
       columns), row by row.
 
@@ -1361,6 +1400,8 @@ class RequestLengths:
     :param prompt_cv: lognormal coefficient of variation of the prompt length.
     :param output_cv: lognormal coefficient of variation of the output length.
     :param path: CSV file for ``empirical``.
+    :param dataset: instead of ``path``, a dataset name (``azure-conv-2023``; a shipped
+        excerpt or a file fetched with ``batch-env data fetch NAME``, never downloaded here).
     """
 
     kind: str = "lognormal"
@@ -1369,6 +1410,7 @@ class RequestLengths:
     prompt_cv: float = 0.96
     output_cv: float = 0.77
     path: str | None = None
+    dataset: str | None = None
 
     def __post_init__(self) -> None:
         """Validate the fields (ValueError naming the field, value and what is allowed)."""
@@ -1383,9 +1425,15 @@ class RequestLengths:
             object.__setattr__(self, name, v)
         for name in ("prompt_cv", "output_cv"):
             object.__setattr__(self, name, _nonnegative(getattr(self, name), name, "lengths"))
+        if self.dataset is not None and self.kind != "empirical":
+            raise ValueError(f"lengths.dataset={self.dataset!r} is only allowed with kind 'empirical'")
         if self.kind == "empirical":
+            file = _dataset_path(self.dataset, self.path, "lengths")
+            if file is not None:
+                object.__setattr__(self, "path", file)
             if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
-                raise ValueError(f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path")
+                raise ValueError(f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path "
+                                 "or a dataset name (dataset=...)")
             if not os.path.isfile(self.path):
                 raise ValueError(f"lengths.path={self.path!r}: file not found")
             check_llm_tokens(
@@ -1458,8 +1506,11 @@ class RequestLengths:
         return 0.5 * math.erfc(-z / math.sqrt(2.0)), what
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (``make_lengths`` round-trips it)."""
-        return dataclasses.asdict(self)
+        """Plain dict (``make_lengths`` round-trips it; ``path`` None when ``dataset`` is set)."""
+        d = dataclasses.asdict(self)
+        if self.dataset is not None:
+            d["path"] = None
+        return d
 
 
 def make_lengths(spec: RequestLengths | Mapping[str, Any] | None) -> RequestLengths:

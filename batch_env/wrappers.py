@@ -27,6 +27,18 @@ RL (Tijms; Das, Gosavi et al. 1999, "SMART"):
   thresholds at small queue lengths are hard to represent with the raw ratio alone.
 
 All three preserve ``info`` (including ``info["serving"]``) and the action masks.
+
+Vector twins. :class:`VectorBinaryAction`, :class:`VectorQueueFeatures` and
+:class:`VectorAverageRewardCentering` compute the same numbers for every lane of a
+``gymnasium.vector.VectorEnv`` at once (the NumPy ``DynamicBatchingVectorEnv`` or
+Gymnasium's ``SyncVectorEnv``/``AsyncVectorEnv`` over the scalar env). Like the scalar
+wrappers they read the env's own configuration (:func:`vector_config`), and they work
+in every autoreset mode (``NEXT_STEP``, ``SAME_STEP``, ``DISABLED``). Gymnasium's vector
+wrappers do not forward ``call`` or any attribute of the env they wrap, so the action
+masks of a wrapped vector env come from :func:`vector_action_masks` (the outermost
+wrapper that defines ``action_masks`` wins, as ``get_wrapper_attr`` does for scalar
+envs); the twins also answer ``call("action_masks")`` themselves, and the per-step
+``info["action_mask"]`` passes through every wrapper.
 """
 
 from __future__ import annotations
@@ -37,8 +49,10 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector.utils import batch_space
 
-from .config import check_number
+from .config import ServingConfig, check_number
 
 
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -147,6 +161,262 @@ class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         q = float(observation[0]) * self._B
         extra = np.array([math.log1p(q) / self._log_cap, min(q, self._B) / self._B], dtype=np.float32)
         return np.concatenate([observation, np.minimum(extra, 1.0)]).astype(np.float32)
+
+
+# -- vector twins ------------------------------------------------------------------------------
+
+
+def vector_config(env: VectorEnv) -> ServingConfig:
+    """The serving configuration every lane of ``env`` shares: the native vector env's
+    ``config``, else the sub-envs' (``get_attr("config")``, e.g. ``SyncVectorEnv``).
+
+    :raises TypeError: ``env`` is not a vector env of batching lanes.
+    """
+    base = env.unwrapped
+    config = getattr(base, "config", None)
+    if config is None and hasattr(base, "get_attr"):
+        try:
+            configs = base.get_attr("config")
+        except AttributeError:
+            configs = ()
+        if configs and all(c == configs[0] for c in configs):
+            config = configs[0]
+    if not isinstance(config, ServingConfig):
+        raise TypeError(
+            f"{env} is not a vector env of batch_env lanes with one shared configuration "
+            "(its .config or get_attr('config'))"
+        )
+    return config
+
+
+def _defines(obj: Any, name: str) -> bool:
+    """Whether ``obj``'s class itself (not ``VectorWrapper`` or ``VectorEnv``) defines ``name``."""
+    return any(name in vars(c) for c in type(obj).__mro__ if c not in (VectorWrapper, VectorEnv, object))
+
+
+def vector_action_masks(env: VectorEnv) -> np.ndarray:
+    """Valid actions of every lane, ``(num_envs, n_actions)`` bool, through any wrappers.
+
+    The outermost wrapper whose class defines ``action_masks`` gives them (a twin such as
+    :class:`VectorBinaryAction` changes the actions); Gymnasium's own vector wrappers
+    (``RecordEpisodeStatistics``, ...) forward nothing, so they are passed through. At the
+    base: the native vector env's ``action_masks()``, or the sub-envs' (``call``).
+    """
+    e: Any = env
+    while isinstance(e, VectorWrapper):
+        if _defines(e, "action_masks"):
+            return np.asarray(e.action_masks(), dtype=bool)
+        e = e.env
+    if hasattr(e, "action_masks"):
+        return np.asarray(e.action_masks(), dtype=bool)
+    if hasattr(e, "call"):
+        return np.stack(e.call("action_masks")).astype(bool, copy=False)
+    raise AttributeError(f"{env} has no action masks")
+
+
+class _BatchingVectorWrapper(VectorWrapper):
+    """Base of the twins: ``SyncVectorEnv``'s ``call``/``get_attr`` through the wrapper
+    chain, with ``call("action_masks")`` from :func:`vector_action_masks`."""
+
+    #: the twin reads per-step info keys (``dt_s``): a native vector env must give them
+    needs_step_info = False
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """One result per lane (as ``SyncVectorEnv.call``): ``action_masks`` as
+        :func:`vector_action_masks` gives them, anything else from the first env inside
+        that has ``call`` (Gymnasium's wrappers have none)."""
+        if name == "action_masks" and not args and not kwargs:
+            return tuple(vector_action_masks(self))
+        e: Any = self.env
+        while not hasattr(e, "call") and isinstance(e, VectorWrapper):
+            e = e.env
+        if not hasattr(e, "call"):
+            raise AttributeError(f"{self}: no env inside has call({name!r})")
+        return e.call(name, *args, **kwargs)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``call(name)``, as ``SyncVectorEnv.get_attr``."""
+        return self.call(name)
+
+    def _mode(self) -> AutoresetMode:
+        mode = self.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        return AutoresetMode(mode)
+
+
+class VectorBinaryAction(_BatchingVectorWrapper):
+    """Vector twin of :class:`BinaryAction`: per lane, ``0`` = wait, ``1`` = serve
+    ``min(queue, max_batch_size)``; with ``serve_full``, a wait while a full batch waits
+    serves it. ``max_batch_size`` is the env's (:func:`vector_config`).
+
+    The queue comes from observation feature 0 (queue / max_batch_size, exact), so the
+    vector env need not return per-step info; ``reset`` (a masked one too) and every step
+    return every lane's observation, so this holds in every autoreset mode.
+
+    :param env: a vector env of ``DynamicBatching-v0`` lanes.
+    :param serve_full: as the scalar wrapper's.
+    """
+
+    def __init__(self, env: VectorEnv, serve_full: bool = True) -> None:
+        super().__init__(env)
+        self._B = int(vector_config(env).max_batch_size)
+        self.serve_full = bool(serve_full)
+        self.single_action_space = spaces.Discrete(2)
+        self.action_space = batch_space(self.single_action_space, env.num_envs)
+        self._queue = np.zeros(env.num_envs, dtype=np.int64)
+
+    def _observe(self, obs: np.ndarray) -> None:
+        self._queue = np.rint(obs[:, 0].astype(np.float64) * self._B).astype(np.int64)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset and read every lane's queue."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._observe(obs)
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Map wait/serve to batch sizes, step, and read every lane's new queue."""
+        out = self.env.step(self.actions(actions))
+        self._observe(out[0])
+        return out
+
+    def actions(self, actions: Any) -> np.ndarray:
+        """The env's batch-size actions for binary ones (one per lane)."""
+        a = np.asarray(actions)
+        bad = (a != 0) & (a != 1)
+        if bad.any():
+            lane = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"actions[{lane}]={a[lane].item()!r} is out of range: expected 0 (wait) or 1 (serve)")
+        serve = a.astype(bool)
+        if self.serve_full:
+            serve = serve | (self._queue >= self._B)
+        return np.where(serve, self._B, 0)
+
+    def action_masks(self) -> np.ndarray:
+        """Both actions are always valid."""
+        return np.ones((self.num_envs, 2), dtype=bool)
+
+
+class VectorQueueFeatures(_BatchingVectorWrapper):
+    """Vector twin of :class:`QueueFeatures`: append ``log(1 + queue) / log(1 + capacity)``
+    and ``min(queue, B) / B`` to every lane's observation (and to ``info["final_obs"]``
+    of lanes that ended, ``SAME_STEP``). ``B`` and the capacity are the env's
+    (:func:`vector_config`).
+
+    :param env: a vector env of ``DynamicBatching-v0`` lanes.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        super().__init__(env)
+        config = vector_config(env)
+        self._B = int(config.max_batch_size)
+        self._log_cap = math.log1p(config.queue_capacity)
+        base = env.single_observation_space
+        low = np.concatenate([base.low, np.zeros(2, dtype=np.float32)])
+        high = np.concatenate([base.high, np.ones(2, dtype=np.float32)])
+        self.single_observation_space = spaces.Box(low, high, dtype=np.float32)
+        self.observation_space = batch_space(self.single_observation_space, env.num_envs)
+
+    def observations(self, obs: np.ndarray) -> np.ndarray:
+        """Add the two queue features to a ``(lanes, features)`` array."""
+        q = obs[:, 0].astype(np.float64) * self._B
+        extra = np.stack([np.log1p(q) / self._log_cap, np.minimum(q, self._B) / self._B], axis=1)
+        return np.concatenate([obs, np.minimum(extra.astype(np.float32), 1.0)], axis=1).astype(np.float32)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset with the features added."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self.observations(obs), info
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step with the features added, final observations included."""
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if "final_obs" in info:
+            final = info["final_obs"]
+            for i in np.flatnonzero(info["_final_obs"]).tolist():
+                final[i] = self.observations(np.asarray(final[i])[None])[0]
+        return self.observations(obs), rewards, terminated, truncated, info
+
+
+class VectorAverageRewardCentering(_BatchingVectorWrapper):
+    """Vector twin of :class:`AverageRewardCentering`: add ``gain x dt_s`` to every lane's
+    reward, with one gain per lane (a fixed one, or each lane's online estimate total
+    cost / total time, as the scalar wrapper on that lane).
+
+    ``info["centering_gain"]`` gives the gains, masked (``_centering_gain``) to the lanes
+    that stepped: in ``NEXT_STEP`` mode a lane that is reset by the step gets its reset
+    info, without a gain, as the scalar wrapper's ``reset`` gives none; in ``SAME_STEP``
+    mode lanes that ended also get it in ``final_info``. Needs the per-step
+    ``info["dt_s"]`` (lanes that ended in ``SAME_STEP`` mode: ``final_info["dt_s"]``), which
+    the native vector env gives unless built with ``full_info=False``.
+
+    :param env: a vector env of batching lanes.
+    :param gain: reference cost rate per second, or ``None`` for the online estimate.
+    :param initial_gain: starting value of the online estimate (``None``: 0).
+    """
+
+    needs_step_info = True
+
+    def __init__(self, env: VectorEnv, gain: float | None = None, initial_gain: float | None = None) -> None:
+        super().__init__(env)
+        if gain is not None:
+            check_number("gain", gain)
+        if initial_gain is not None:
+            check_number("initial_gain", initial_gain)
+        self.online = gain is None
+        self.gain = np.full(env.num_envs, float(gain if gain is not None else (initial_gain or 0.0)))
+        self._cost = np.zeros(env.num_envs)
+        self._time = np.zeros(env.num_envs)
+        self._resetting = np.zeros(env.num_envs, dtype=bool)  # NEXT_STEP: lanes this step resets
+
+    def freeze(self) -> None:
+        """Stop updating the online estimates."""
+        self.online = False
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset (the gains and online estimates carry over, as the scalar wrapper's)."""
+        out = self.env.reset(seed=seed, options=options)
+        mask = (options or {}).get("reset_mask")
+        if mask is None:
+            self._resetting[:] = False
+        else:
+            self._resetting[np.asarray(mask, dtype=bool)] = False
+        return out
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step and return the centred rewards."""
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if "dt_s" not in info:
+            raise ValueError(
+                "VectorAverageRewardCentering needs info['dt_s'] at every step: build the vector "
+                "env with its per-step info (a native batch_env vector env gives it unless "
+                "built with full_info=False)"
+            )
+        dt = np.asarray(info["dt_s"], dtype=np.float64)
+        ended = np.logical_or(terminated, truncated)
+        same_step = self._mode() == AutoresetMode.SAME_STEP
+        stepped = np.ones(self.num_envs, dtype=bool)
+        if same_step and ended.any():  # the ended lanes' last step is in final_info
+            final = info["final_info"]
+            if "dt_s" not in final:
+                raise ValueError("VectorAverageRewardCentering needs final_info['dt_s'] of the lanes that ended")
+            lanes = np.flatnonzero(ended)
+            dt = dt.copy()
+            dt[lanes] = np.asarray(final["dt_s"], dtype=np.float64)[lanes]
+        elif self._mode() == AutoresetMode.NEXT_STEP:
+            stepped = ~self._resetting  # reset lanes: reward 0, dt 0, no step
+            dt = np.where(stepped, dt, 0.0)
+            self._resetting = ended.copy()
+        rewards = np.asarray(rewards, dtype=np.float64)
+        if self.online:
+            self._cost -= np.where(stepped, rewards, 0.0)
+            self._time += dt
+            np.divide(self._cost, self._time, out=self.gain, where=self._time > 0.0)
+        info["centering_gain"] = np.where(stepped, self.gain, 0.0)
+        info["_centering_gain"] = stepped
+        if same_step and ended.any():
+            final["centering_gain"] = np.where(ended, self.gain, 0.0)
+            final["_centering_gain"] = ended.copy()
+        return obs, np.where(stepped, rewards + self.gain * dt, rewards), terminated, truncated, info
 
 
 WRAPPERS: dict[str, type[gym.Wrapper]] = {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -110,9 +111,21 @@ def run_agents_experiment(
     skipped = {}
     for s in list(names):
         wl = cfg["settings"][s]["workload"]
-        if wl.get("kind") == "trace" and not Path(wl["path"]).exists():
-            skipped[s] = f"trace {wl['path']} not found"
+        if wl.get("kind") != "trace":
+            continue
+        if wl.get("dataset") is not None:  # skipped until fetched (docs/data.md)
+            from batch_env import data
+
+            try:
+                data.path(wl["dataset"])
+            except data.DatasetError as exc:
+                skipped[s] = f"trace not found: {exc}"
+                names.remove(s)
+        elif not Path(wl.get("path") or "").exists():
+            skipped[s] = f"trace {wl.get('path')} not found"
             names.remove(s)
+    for s, why in skipped.items():
+        print(f"skipped setting {s}: {why}", file=sys.stderr)
     root = Path(runs_dir) / cfg["name"]
     jobs = [(cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]]
     with ProcessPoolExecutor(max_workers=workers) as pool:

@@ -30,6 +30,9 @@ cache) with its ``rates`` to scan.
 Traffic: ``trace`` (the Azure LLM conversation trace, rescaled to each rate, from a random
 offset per seed; lengths from the trace) and ``poisson`` (Poisson arrivals at the rate,
 lengths sampled jointly from the same trace's rows: the matching length distribution).
+The trace is a dataset (``dataset: azure-conv-2023``, fetched once with ``batch-env data
+fetch azure-conv-2023``; an experiment whose dataset is not fetched stops with that
+command, see docs/data.md) or a file (``path:``).
 An agent (``agent: <run dir>``) is evaluated with its training grid; it is trained first
 (``train`` section) when its run does not exist.
 """
@@ -87,9 +90,9 @@ def load_llm_config(path_or_name: str = "llm") -> dict[str, Any]:
     for name, spec in cfg["traffic"].items():
         if not isinstance(spec, dict) or spec.get("kind") not in ("trace", "poisson"):
             raise ValueError(f"config {src}: traffic.{name}.kind must be 'trace' or 'poisson', got {spec!r}")
-        if "path" not in spec and not (spec["kind"] == "poisson" and spec.get("lengths")):
-            raise ValueError(f"config {src}: traffic.{name} needs 'path' (an Azure-format CSV) or, for "
-                             "poisson, 'lengths'")
+        if ("path" in spec) + ("dataset" in spec) != 1 and not (spec["kind"] == "poisson" and spec.get("lengths")):
+            raise ValueError(f"config {src}: traffic.{name} needs one of 'dataset' (a name of `batch-env data "
+                             "list`) or 'path' (an Azure-format CSV) or, for poisson, 'lengths'")
     for label, spec in cfg["policies"].items():
         if not isinstance(spec, dict) or ("policy" in spec) == ("agent" in spec):
             raise ValueError(f"config {src}: policies.{label} needs exactly one of 'policy' or 'agent'")
@@ -109,9 +112,10 @@ def load_llm_config(path_or_name: str = "llm") -> dict[str, Any]:
 
 def _traffic(spec: dict[str, Any], rate: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The workload and lengths of a traffic entry at ``rate`` requests/s."""
+    source = {k: spec[k] for k in ("path", "dataset") if k in spec}
     if spec["kind"] == "trace":
-        return {"kind": "trace", "path": spec["path"], "target_rate_per_s": rate, "random_offset": True}, None
-    lengths = spec.get("lengths") or {"kind": "empirical", "path": spec["path"]}
+        return {"kind": "trace", **source, "target_rate_per_s": rate, "random_offset": True}, None
+    lengths = spec.get("lengths") or {"kind": "empirical", **source}
     return {"kind": "poisson", "rate_per_s": rate}, lengths
 
 
@@ -226,11 +230,18 @@ def run_llm(
     :returns: the results (``cells``, ``gains``, ``markdown``, ``dir``, ``seconds``).
     """
     cfg = load_llm_config(config)
-    for spec in cfg["traffic"].values():
+    for name, spec in cfg["traffic"].items():
+        if "dataset" in spec:  # not fetched: an error naming `batch-env data fetch NAME`
+            from batch_env import data
+
+            try:
+                data.path(spec["dataset"])
+            except data.DatasetError as exc:
+                raise FileNotFoundError(f"traffic.{name}: {exc}") from None
         if "path" in spec and not Path(spec["path"]).is_file():
             raise FileNotFoundError(
-                f"traffic path {spec['path']!r} not found: the experiment reads the Azure trace from "
-                "../shared/data (give another path in the config)"
+                f"traffic.{name}: path {spec['path']!r} not found (name a dataset instead, e.g. "
+                "dataset: azure-conv-2023, see `batch-env data list`)"
             )
     if train:
         train_missing_agents(cfg, progress=progress)

@@ -1,13 +1,13 @@
 """Write the shipped LLM iteration-time and power profiles (``batch_env/profiles/llm/``).
 
-Run ``python scripts/llm_profiles.py`` from the repository root. It reads two files of
-``../shared/data/`` and writes ``llama-2-7b-a100.json``, ``llama-2-7b-h100.json`` and
-``llama-2-70b-tp8-a100.json``; the JSON files are self-contained (every number copied,
-with its citation), so the shared files are not needed at run time. The loader and the
-evaluation formulas are in ``batch_env/llm_profile.py``; ``docs/llm_profiles.md`` explains
-the same rules for readers. ``--out DIR`` writes elsewhere, ``--data DIR`` reads the
-shared files from elsewhere (the test regenerates into a temporary directory and compares
-byte for byte).
+Run ``python scripts/llm_profiles.py`` from the repository root. It reads two tables of
+the repository's ``data/`` folder (``data/README.md`` gives their sources) and writes
+``llama-2-7b-a100.json``, ``llama-2-7b-h100.json`` and ``llama-2-70b-tp8-a100.json``; the
+JSON files are self-contained (every number copied, with its citation), so the tables are
+not needed at run time. The loader and the evaluation formulas are in
+``batch_env/llm_profile.py``; ``docs/llm_profiles.md`` explains the same rules for readers.
+``--out DIR`` writes elsewhere, ``--data DIR`` reads the tables from elsewhere (the test
+regenerates into a temporary directory and compares byte for byte).
 
 Iteration time (every profile)::
 
@@ -132,7 +132,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "batch_env" / "profiles" / "llm"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "data"
 VIDUR = "vidur_llama_linear_ops_ms.csv"
 SPLITWISE = "splitwise_llm_perf_model.csv"
 
@@ -598,7 +598,7 @@ def dumps(obj: Any, indent: int = 0) -> str:
 
 
 def build(data_dir: Path) -> dict[str, dict[str, Any]]:
-    """The shipped profiles by name, built from the two shared CSV files in ``data_dir``."""
+    """The shipped profiles by name, built from the two CSV tables in ``data_dir``."""
     sw = splitwise_70b(read_splitwise(data_dir / SPLITWISE))
     out = {"llama-2-70b-tp8-a100": llama70b(sw)}
     for key in ("a100", "h100"):
@@ -609,7 +609,7 @@ def build(data_dir: Path) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=SHARED_DATA, help="folder with the shared CSVs")
+    ap.add_argument("--data", type=Path, default=DATA, help="folder with the two CSV tables (default: data/)")
     ap.add_argument("--out", type=Path, default=OUT, help="folder to write the JSON profiles to")
     args = ap.parse_args(argv)
     for f in (VIDUR, SPLITWISE):

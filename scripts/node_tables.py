@@ -17,7 +17,7 @@ else. The rule, recorded in each profile's ``nodes.rule``:
   - ResNet-50: the mean of (a) its share of the model's multiply-accumulates (MACs,
     computed below from the architecture at 224x224) and (b) the median over batch sizes
     1..16 of its share of the per-stage latencies measured on a 2-core CPU
-    (``shared/data/resnet50_cpu_stage_latency.json``, "ours", PyTorch eager). The MAC share
+    (``data/resnet50_cpu_stage_latency.json``, the project's own, PyTorch eager). The MAC share
     stands for the accelerator's compute-bound time at large batch; the measured share adds
     what FLOPs miss (memory-bound early layers, downsampling blocks).
   - BERT-base (sequence length 128): MAC shares only (no per-layer measurement is
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ROOT / "batch_env" / "profiles"
-CPU_STAGES = ROOT.parent / "shared" / "data" / "resnet50_cpu_stage_latency.json"
+CPU_STAGES = ROOT / "data" / "resnet50_cpu_stage_latency.json"
 OVERHEAD_FRACTION = 0.3
 
 

@@ -1,5 +1,5 @@
-"""Shared test configuration: hypothesis profiles, paths to shared reference data, and
-helpers several test modules use (``from conftest import ...``)."""
+"""Test configuration: hypothesis profiles, the path of the repository's reference tables
+(``data/``), and helpers several test modules use (``from conftest import ...``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ settings.register_profile(
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
-#: ../shared/data beside the checkout (present in CI and developer sessions).
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: The published tables the shipped profiles are derived from (``data/README.md``), in the repository.
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def tensorboard_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:

@@ -233,6 +233,14 @@ CASES = [
     (["bench", "--vector-sizes", "0,1"], ["--vector-sizes='0,1'", "positive"]),
     (["bench", "--vector-sizes", "a"], ["--vector-sizes='a'", "positive"]),
     (["bench", "--out", "afile"], ["--out", "afile", "folder"]),
+    # data (issue 18): user mistakes only; nothing is downloaded or written
+    (["data"], ["batch-env data", "required"]),
+    (["data", "bogus"], ["invalid choice", "'bogus'"]),
+    (["data", "fetch"], ["name"]),
+    (["data", "fetch", "bogus"], ["'bogus' is unknown", "known datasets", "azure-conv-2023"]),
+    (["data", "fetch", "azure-conv-2023", "--sha256", "xyz"], ["sha256='xyz'", "64 hexadecimal"]),
+    (["data", "fetch", "azure-conv-2023", "--sha256", "0" * 64], ["differs from the registry"]),
+    (["data", "list", "--nope"], ["--nope"]),
     # no subcommand, unknown option
     ([], ["command"]),
     (["evaluate", "--bogus-option"], ["--bogus-option"]),

@@ -381,7 +381,7 @@ def test_mean_latency_matches_inoue(gpu, alpha_ms, tau0_ms, rho, n_requests):
         "name": f"{gpu}-fit",
         "model": "resnet50",
         "device": gpu,
-        "source": "Inoue Table 1 least-squares fit (shared/data/README.md)",
+        "source": "Inoue Table 1 least-squares fit (data/README.md)",
         "kind": "linear",
         "alpha_ms": alpha_ms,
         "tau0_ms": tau0_ms,

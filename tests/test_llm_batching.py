@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -15,7 +14,7 @@ from batch_env.envs.llm_batching import OBS_FEATURES, LLMBatchingEnv
 from batch_env.metrics import LLM_KEYS, SERVING_KEYS
 
 LLM = "batch_env/LLMBatching-v0"
-AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "azure_llm_2023_conv.csv"
+EXCERPT = "azure-conv-2023-excerpt"  # shipped: the first 2,000 requests of the Azure 2023 conversation trace
 
 
 def small(**kw):
@@ -292,16 +291,17 @@ def test_bad_action(action):
         env.step(action)
 
 
-@pytest.mark.skipif(not AZURE.exists(), reason="shared/data/azure_llm_2023_conv.csv not present")
 def test_azure_trace_lengths_come_from_the_trace():
+    from batch_env import data
+
     env = LLMBatchingEnv(
-        workload={"kind": "trace", "path": str(AZURE), "target_rate_per_s": 3.0},
+        workload={"kind": "trace", "dataset": EXCERPT, "target_rate_per_s": 3.0},
         horizon_requests=100,
     )
     _, _, info = run(env, baselines.make("pang2025", env=env), seed=0, check_every=10)
     import csv
 
-    with open(AZURE) as fh:
+    with open(data.path(EXCERPT)) as fh:
         rows = list(csv.DictReader(fh))
     fits = [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in rows if int(r["ContextTokens"]) + 1 <= 4096]
     assert env._P[:50] == [p for p, _ in fits[:50]]

@@ -14,7 +14,7 @@ import pytest
 from batch_env import llm_profile as L
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+DATA = ROOT / "data"  # data/README.md: the published tables
 VIDUR = DATA / "vidur_llama_linear_ops_ms.csv"
 SPLITWISE = DATA / "splitwise_llm_perf_model.csv"
 SHIPPED = ["llama-2-70b-tp8-a100", "llama-2-7b-a100", "llama-2-7b-h100"]
@@ -163,7 +163,6 @@ def test_7b_table_points_equal_the_table():
     assert p.decode_time_s(516, 0) == pytest.approx((33.36 + 36.944) / 2 / 1e3)
 
 
-@pytest.mark.skipif(not VIDUR.is_file(), reason="../shared/data/vidur_llama_linear_ops_ms.csv absent")
 @pytest.mark.parametrize("gpu, name", [("a100-80gb", "llama-2-7b-a100"), ("h100-80gb", "llama-2-7b-h100")])
 @pytest.mark.parametrize("tokens", [1, 64, 512, 4096])
 def test_7b_decode_matches_vidur_csv(gpu, name, tokens):
@@ -181,7 +180,6 @@ def test_70b_decode_reproduces_splitwise_token_time():
     assert p.prefill_time_s(8192, 8192**2) == p.prefill_time_s(8192, 0)  # attention included
 
 
-@pytest.mark.skipif(not SPLITWISE.is_file(), reason="../shared/data/splitwise_llm_perf_model.csv absent")
 def test_70b_matches_splitwise_csv():
     rows = [
         r for r in csv.DictReader(SPLITWISE.open())
@@ -443,9 +441,6 @@ def test_numpy_scalars_accepted_in_calls():
 # ----------------------------------------------------------------- generator
 
 
-@pytest.mark.skipif(
-    not (VIDUR.is_file() and SPLITWISE.is_file()), reason="../shared/data LLM CSVs absent"
-)
 def test_script_regenerates_shipped_json(tmp_path):
     spec = importlib.util.spec_from_file_location("llm_profiles", ROOT / "scripts" / "llm_profiles.py")
     mod = importlib.util.module_from_spec(spec)

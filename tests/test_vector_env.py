@@ -68,9 +68,15 @@ def _policy(name, masks, rng, B):
     return np.where(top >= 3, top, 0)
 
 
+def _lane_summary(serving, n):
+    """Lane ``n``'s summary in a batched ``serving`` dict (arrays and ``_key`` masks)."""
+    assert all(serving[f"_{k}"][n] for k in serving if not k.startswith("_"))
+    return {k: v[n].item() for k, v in serving.items() if not k.startswith("_")}
+
+
 def _final_serving(info, n):
     """Lane ``n``'s summary in a SAME_STEP step's ``info["final_info"]`` (a dict of arrays)."""
-    return {k: v[n] for k, v in info["final_info"]["serving"].items()}
+    return _lane_summary(info["final_info"]["serving"], n)
 
 
 def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random", mode=AutoresetMode.NEXT_STEP):
@@ -113,7 +119,7 @@ def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random", mode=Autore
                 else:
                     pending[n] = True
                     assert vinfo["_serving"][n]
-                    serving = vinfo["serving"][n]
+                    serving = _lane_summary(vinfo["serving"], n)
                 _check_same_summary(sinfo["serving"], serving)
             assert np.array_equal(so, vobs[n])
     venv.close()
@@ -258,8 +264,8 @@ def test_long_queues_grow_the_buffer():
         so, sr, _, st, si = env.step(32)
         assert np.array_equal(vo[0], so) and _close(sr, float(vr[0])) and st == vt[0]
         if st:
-            assert si["serving"]["dropped"] == vi["serving"][0]["dropped"] > 0
-            assert _close(si["serving"]["latency_p99_ms"], vi["serving"][0]["latency_p99_ms"])
+            assert si["serving"]["dropped"] == vi["serving"]["dropped"][0] > 0
+            assert _close(si["serving"]["latency_p99_ms"], float(vi["serving"]["latency_p99_ms"][0]))
             break
     assert st
 
@@ -400,7 +406,7 @@ def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():
     while len(vec_lat) < n:
         acts = np.array([int(np.flatnonzero(m)[-1]) for m in venv.action_masks()])
         _, _, _, trunc, info = venv.step(acts)
-        vec_lat += [info["serving"][i]["latency_mean_ms"] for i in np.flatnonzero(trunc)]
+        vec_lat += [info["serving"]["latency_mean_ms"][i] for i in np.flatnonzero(trunc)]
     env = gym.make(ENV_ID, **kw)
     sc_lat = []
     for s in range(n):

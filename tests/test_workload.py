@@ -20,7 +20,7 @@ from batch_env.workload import (
     make_workload,
 )
 
-AZURE = Path(__file__).resolve().parents[2] / "shared" / "data" / "azure_llm_2023_conv.csv"
+EXCERPT = "azure-conv-2023-excerpt"  # shipped: the first 2,000 requests of the Azure 2023 conversation trace
 
 N = 200_000  # arrivals for the statistical tests
 
@@ -303,20 +303,70 @@ def test_trace_no_loop_ends(azure_style: Path) -> None:
         assert np.all(np.diff(c.times) >= 0) and c.times[0] >= 0
 
 
-@pytest.mark.skipif(not AZURE.is_file(), reason="shared Azure trace not present")
-def test_real_azure_trace() -> None:
-    wl = Trace(str(AZURE))
-    assert wl.n_records == 19_366
-    assert wl.mean_rate_per_s == pytest.approx(5.5, abs=0.1)
-    assert wl.arrival_cv == pytest.approx(1.1, abs=0.1)
+def test_real_azure_trace_excerpt() -> None:
+    """The shipped excerpt of the Azure 2023 conversation trace, by dataset name."""
+    from batch_env import data
+
+    wl = Trace(dataset=EXCERPT)
+    assert wl.path == str(data.path(EXCERPT)) and wl.dataset == EXCERPT
+    assert wl.n_records == 2_000
+    assert wl.mean_rate_per_s == pytest.approx(4.71, abs=0.01)
+    assert wl.arrival_cv == pytest.approx(1.14, abs=0.01)
     c = wl.stream(np.random.default_rng(0)).next_chunk()
     assert c.times[0] == 0.0 and c.times[1] == pytest.approx(4.314579)
     assert c.prompt_tokens is not None and c.output_tokens is not None
     assert (c.prompt_tokens[0], c.output_tokens[0]) == (374, 44)
-    t = take(wl, 2 * 19_366 + 1).times
+    t = take(wl, 2 * 2_000 + 1).times
     assert np.all(np.diff(t) >= 0)
-    assert t[19_366] == pytest.approx(wl.period_s)
-    assert Trace(str(AZURE), target_rate_per_s=50).mean_rate_per_s == pytest.approx(50)
+    assert t[2_000] == pytest.approx(wl.period_s)
+    assert Trace(dataset=EXCERPT, target_rate_per_s=50).mean_rate_per_s == pytest.approx(50)
+    # the same file by path: the same arrivals
+    by_path = Trace(str(data.path(EXCERPT)))
+    assert np.array_equal(take(by_path, 500).times, take(wl, 500).times)
+
+
+def test_trace_dataset_spec_round_trip_and_load() -> None:
+    wl = make_workload({"kind": "trace", "dataset": EXCERPT, "load": 0.5, "random_offset": True},
+                       max_throughput_rps=100.0)
+    assert isinstance(wl, Trace) and wl.mean_rate_per_s == pytest.approx(50)
+    d = wl.to_dict()
+    assert d["dataset"] == EXCERPT and d["path"] is None  # portable: no machine-specific path
+    assert make_workload(d) == wl
+    assert wl.with_mean_rate(7.0).dataset == EXCERPT
+    code = Trace(dataset="azure-code-2023-excerpt")
+    assert code.n_records == 2_000 and code.arrival_cv > 5  # the bursty coding trace
+
+
+def test_trace_dataset_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BATCH_ENV_DATA_DIR", str(tmp_path))  # an empty cache: nothing fetched
+    with pytest.raises(ValueError, match="not downloaded.*batch-env data fetch azure-conv-2023"):
+        Trace(dataset="azure-conv-2023")
+    with pytest.raises(ValueError, match="not downloaded.*batch-env data fetch azure-code-2024"):
+        make_workload({"kind": "trace", "dataset": "azure-code-2024", "load": 0.5}, max_throughput_rps=10)
+    with pytest.raises(ValueError, match="'nope' is unknown; known datasets: azure-conv-2023"):
+        Trace(dataset="nope")
+    with pytest.raises(ValueError, match="either path='x.csv' or dataset"):
+        Trace("x.csv", dataset=EXCERPT)
+    with pytest.raises(ValueError, match="give a CSV file"):
+        make_workload({"kind": "trace"})
+    with pytest.raises(ValueError, match="dataset=3 is invalid"):
+        Trace(dataset=3)  # type: ignore[arg-type]
+
+
+def test_empirical_lengths_from_a_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from batch_env import data
+    from batch_env.workload import make_lengths
+
+    lengths = make_lengths({"kind": "empirical", "dataset": EXCERPT})
+    assert lengths.path == str(data.path(EXCERPT))
+    p, o = lengths.sample(np.random.default_rng(0), 1000)
+    assert p.min() >= 1 and o.min() >= 1 and 500 < p.mean() < 2000
+    assert make_lengths(lengths.to_dict()) == lengths and lengths.to_dict()["path"] is None
+    with pytest.raises(ValueError, match="only allowed with kind 'empirical'"):
+        make_lengths({"kind": "lognormal", "dataset": EXCERPT})
+    monkeypatch.setenv("BATCH_ENV_DATA_DIR", str(tmp_path))
+    with pytest.raises(ValueError, match="batch-env data fetch azure-conv-2023"):
+        make_lengths({"kind": "empirical", "dataset": "azure-conv-2023"})
 
 
 # ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from gymnasium.vector import AutoresetMode
 
 from ..config import ServingConfig
 from ..core import ServingCore
-from ..metrics import WindowStart, latency_stats, summaries_from_totals
+from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
 from ..profile import Profile
 from ..seeding import pcg64_states
 from ..workload import Workload
@@ -302,6 +302,13 @@ _EMPTY = np.empty(0)
 _NONE = np.empty(0, dtype=np.int64)  # no lanes
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 _BYTE_SUM = np.uint64(0x0101010101010101)
+#: the scalar env's per-step info keys (DynamicBatchingEnv._info), in its order
+_INFO_KEYS = ("queue_len", "oldest_wait_s", "now_s", "dt_s", "last_batch_size", "last_batch_latency_s",
+              "reward_components", "action_mask", "clipped_action", "dropped_total", "energy_source")
+#: attributes every lane shares with the scalar env (DynamicBatchingVectorEnv.call)
+_SHARED_ATTRS = frozenset({"config", "get_config", "profile", "workload", "max_throughput_rps",
+                           "horizon_s", "load", "mean_rate_per_s", "idle_power_w", "action_space",
+                           "observation_space", "metadata"})
 
 
 def _count_rows(p: np.ndarray) -> np.ndarray:
@@ -344,7 +351,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``MultiDiscrete([max_batch_size + 1] * num_envs)``: one scalar action per lane, as in
     the scalar env (0 waits, b >= 1 runs the b oldest requests, a b above the queue runs
     the whole queue). ``action_masks()`` gives the valid actions of every lane,
-    ``(num_envs, max_batch_size + 1)`` bool (a new array). An action outside
+    ``(num_envs, max_batch_size + 1)`` bool (a new array); ``call("action_masks")`` gives
+    them one row per lane, as ``SyncVectorEnv.call`` does (through wrappers:
+    :func:`batch_env.wrappers.vector_action_masks`). An action outside
     ``0..max_batch_size`` raises ``ValueError`` naming the lane. Before the first
     ``reset()``, ``step()`` and ``action_masks()`` raise ``gymnasium.error.ResetNeeded``.
 
@@ -367,8 +376,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     As the scalar env, per lane (truncation only). ``max_episode_steps`` (set by
     ``make_vec`` from the registration) truncates a lane after that many steps. The
-    episode summary of a lane that ended is in ``info["serving"]`` (object array, mask
-    ``info["_serving"]``). Autoreset modes (``autoreset_mode=``): ``NEXT_STEP`` (default:
+    episode summaries of lanes that ended are in ``info["serving"]``, a dict of arrays
+    with ``_key`` masks and the mask ``info["_serving"]``, as ``SyncVectorEnv`` batches
+    them (a :class:`batch_env.metrics.SummaryWarning` per step flags summaries that hide
+    something). Autoreset modes (``autoreset_mode=``): ``NEXT_STEP`` (default:
     the next step resets the lane and ignores its action), ``SAME_STEP`` (the lane is
     reset inside the step; the final observation and info are in ``info["final_obs"]``
     and ``info["final_info"]``, as Gymnasium's ``SyncVectorEnv`` gives them; the mode
@@ -379,11 +390,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     ## Arguments
 
-    ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (also return
-    the scalar env's per-step info keys as arrays: ``queue_len``, ``oldest_wait_s``,
-    ``now_s``, ``dt_s``, ``last_batch_size``, ``last_batch_latency_s``,
-    ``reward_components``, ``action_mask``, ``clipped_action``, ``dropped_total``,
-    ``energy_source``; off by default, they cost time), and every keyword argument of :class:`DynamicBatchingEnv`
+    ``num_envs``, ``autoreset_mode``, ``max_episode_steps``, ``full_info`` (default
+    ``True``: every step and reset returns the scalar env's per-step info keys,
+    ``queue_len``, ``oldest_wait_s``, ``now_s``, ``dt_s``, ``last_batch_size``,
+    ``last_batch_latency_s``, ``reward_components``, ``action_mask``, ``clipped_action``,
+    ``dropped_total``, ``energy_source``, in ``SyncVectorEnv``'s layout and dtypes;
+    ``False``: none, for speed, only the episode-end keys), and every keyword argument of :class:`DynamicBatchingEnv`
     except the real executor (``executor="torch"`` needs one model per lane: use
     ``vectorization_mode="sync"``) and non-looping traces (a lane whose stream ends
     would need the scalar env's end-of-trace path: use the scalar env or ``loop=True``).
@@ -404,7 +416,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         num_envs: int = 1,
         autoreset_mode: str | AutoresetMode = AutoresetMode.NEXT_STEP,
         max_episode_steps: int | None = None,
-        full_info: bool = False,
+        full_info: bool = True,
         **kwargs: Any,
     ) -> None:
         from ..config import check_number
@@ -797,7 +809,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 window = (st["_now"][r], st["_L"][r], st["_E"][r], st["_M0"][r], drops, 0, st["_nb"][r],
                           st["_sb"][r])
                 d_sum = n_ent = 0
-            rows.append((window, n_ent, d_sum, i - ws))
+            rows.append((window, n_ent, d_sum, i - ws, st["_arrived"][r], off + ws))
         # the latencies go straight into a scratch array (flushed earlier ones copied first)
         scratch = np.empty((len(lanes), max(max(n_lat), max(need))))
         for r, (n, p) in enumerate(zip(lanes, flushed, strict=True)):
@@ -805,12 +817,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 scratch[r, :p] = self._latency[n, :p]
                 self._flush_latencies(n, scratch[r])
         stats = latency_stats(scratch, np.array(n_lat), self._sla, overwrite=True)
-        windows, n_entries, drops_summary, in_system = zip(*rows, strict=True)
+        windows, n_entries, drops_summary, in_system, arrived, completed = zip(*rows, strict=True)
         out = summaries_from_totals(
             stats, window=WindowStart(*zip(*windows, strict=True)), n_entries=n_entries,
             drops_summary=drops_summary, now_s=st["_now"], latency_integral_s=st["_L"],
             energy_j=st["_E"], misses=st["_M0"], drops=st["_drops"], n_batches=st["_nb"],
             sum_batch=st["_sb"], in_system=in_system, weights=self._weights,
+            arrived_total=arrived, completed_total=completed,
         )
         return dict(zip(lanes, out, strict=True))
 
@@ -972,26 +985,88 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         return obs
 
     def _info_arrays(self, dt: np.ndarray, comps: dict[str, np.ndarray]) -> dict[str, Any]:
-        """The scalar env's per-step info keys as per-lane arrays (``full_info=True``)."""
+        """The scalar env's per-step info keys as per-lane arrays with their masks, in the
+        layout, dtypes and values ``SyncVectorEnv`` gives (``full_info=True``). ``comps``
+        are the reward components (float64 latency and energy; sla and drop int64 at a
+        step, float64 at a reset, as the scalar env's Python types make them)."""
         q = self._i - self._ws
         oldest = self._now - self._Af[self._rowbase + self._ws]
+        N = self.num_envs
+        # (the arrays are rows of three 2D arrays: three allocations instead of thirty
+        # keep the cost per step low with few lanes; rows never overlap)
+        ints = np.array([q, self._lastb, self._drops], dtype=np.int64)
+        floats = np.array([np.where(q > 0, oldest, 0.0), self._now, dt, self._lastlat], dtype=np.float64)
+        ones = np.ones((len(_INFO_KEYS) + len(comps), N), dtype=bool)
+        rc: dict[str, Any] = {}
+        for r, (k, v) in enumerate(comps.items()):
+            rc[k] = v.copy()
+            rc[f"_{k}"] = ones[len(_INFO_KEYS) + r]
         info: dict[str, Any] = {
-            "queue_len": q.copy(),
-            "oldest_wait_s": np.where(q > 0, oldest, 0.0),
-            "now_s": self._now.copy(),
-            "dt_s": np.asarray(dt, dtype=np.float64).copy(),
-            "last_batch_size": self._lastb.copy(),
-            "last_batch_latency_s": self._lastlat.copy(),
-            "reward_components": {k: np.asarray(v, dtype=np.float64).copy() for k, v in comps.items()},
-            "action_mask": self.action_masks(),
+            "queue_len": ints[0],
+            "oldest_wait_s": floats[0],
+            "now_s": floats[1],
+            "dt_s": floats[2],
+            "last_batch_size": ints[1],
+            "last_batch_latency_s": floats[3],
+            "reward_components": rc,
+            "action_mask": self._mask_table[np.minimum(q, self._B)],
             "clipped_action": self._clipped.copy(),
-            "dropped_total": self._drops.copy(),
+            "dropped_total": ints[2],
             "energy_source": self._energy_source.copy(),
         }
-        ones = np.ones(self.num_envs, dtype=bool)
-        info["reward_components"].update({f"_{k}": ones for k in comps})
-        info.update({f"_{k}": ones for k in list(info)})
+        for r, k in enumerate(_INFO_KEYS):
+            info[f"_{k}"] = ones[r]
         return info
+
+    def _reset_info(self) -> dict[str, Any]:
+        """Every lane's reset info (the scalar env's: dt 0, reward components 0.0)."""
+        z = np.zeros(self.num_envs)
+        return self._info_arrays(z, dict.fromkeys(("latency", "energy", "sla", "drop"), z))
+
+    def _serving_arrays(self, serving: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """Summaries ``{lane: summary}`` as ``SyncVectorEnv``'s ``_add_info`` batches them:
+        per key an array (dtype of the value's Python type, zeros for the other lanes) and
+        its mask ``_key``."""
+        N = self.num_envs
+        lanes = list(serving)
+        mask = np.zeros(N, dtype=bool)
+        mask[lanes] = True
+        rows = list(serving.values())
+        out: dict[str, Any] = {}
+        for key, v0 in rows[0].items():
+            arr = np.zeros(N, dtype=type(v0))
+            arr[lanes] = [r[key] for r in rows]
+            out[key] = arr
+            out[f"_{key}"] = mask.copy()
+        return out
+
+    def _final_info(self, info: dict[str, Any], ended: np.ndarray,
+                    serving: dict[int, dict[str, Any]]) -> dict[str, Any]:
+        """``info["final_info"]`` (``SAME_STEP``): the ended lanes' last per-step info and
+        summaries, as ``SyncVectorEnv`` batches them (other lanes zero, masks the lanes)."""
+        N = self.num_envs
+        mask = np.zeros(N, dtype=bool)
+        mask[ended] = True
+
+        def sub(d: dict[str, Any]) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for k, v in d.items():
+                if k.startswith("_"):
+                    continue
+                if isinstance(v, dict):
+                    out[k] = sub(v)
+                else:
+                    arr = np.zeros_like(v) if v.dtype != object else np.full(N, None, dtype=object)
+                    arr[ended] = v[ended]
+                    out[k] = arr
+                out[f"_{k}"] = mask.copy()
+            return out
+
+        final = sub(info)
+        if serving:
+            final["serving"] = self._serving_arrays(serving)
+            final["_serving"] = final["serving"]["_completed"].copy()
+        return final
 
     def _lane_info(self, info: dict[str, Any], n: int) -> dict[str, Any]:
         """Lane ``n``'s entries of a vector info dict, as the scalar env's info."""
@@ -1004,6 +1079,43 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             elif info.get(f"_{k}") is not None and info[f"_{k}"][n]:
                 out[k] = v[n].item() if isinstance(v[n], np.generic) else v[n]
         return out
+
+    # -- SyncVectorEnv's call / get_attr / set_attr -------------------------------------
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """One result per lane, as ``SyncVectorEnv.call`` gives them (a method is called,
+        an attribute read): ``call("action_masks")`` gives each lane's mask (rows of
+        :meth:`action_masks`), ``call("queue_len")`` each lane's queue, and the attributes
+        every lane shares (:data:`_SHARED_ATTRS`: ``config``, ``get_config``, ``profile``,
+        ``workload``, ...) the scalar env's value for each lane."""
+        if name == "action_masks":
+            return tuple(self.action_masks(*args, **kwargs))
+        if name == "queue_len":
+            self._check_reset("queue_len")
+            return tuple((self._i - self._ws).tolist())
+        if name in _SHARED_ATTRS:
+            value = getattr(self._template, name)
+            value = value(*args, **kwargs) if callable(value) else value
+            return tuple(value for _ in range(self.num_envs))
+        raise AttributeError(
+            f"DynamicBatchingVectorEnv.call({name!r}): the NumPy vector env has no sub-envs; "
+            f"per lane it gives 'action_masks', 'queue_len' and the shared attributes "
+            f"{sorted(_SHARED_ATTRS)}"
+        )
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """``call(name)``, as ``SyncVectorEnv.get_attr``."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: Any) -> None:
+        """Refused: the lanes have no sub-env objects, and they share one configuration."""
+        raise AttributeError(
+            f"DynamicBatchingVectorEnv.set_attr({name!r}): the lanes share one configuration; "
+            "build a new vector env with the arguments you need"
+        )
+
+    def _check_reset(self, call: str) -> None:
+        if not self._started:
+            raise gym.error.ResetNeeded(f"DynamicBatchingVectorEnv: call reset() before {call}()")
 
     def _actions(self, actions: Any) -> np.ndarray:
         N, B = self.num_envs, self._B
@@ -1059,8 +1171,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._autoreset[mask] = False
         info: dict[str, Any] = {}
         if self.full_info:
-            z = np.zeros(N)
-            info = self._info_arrays(z, {"latency": z, "energy": z, "sla": z, "drop": z})
+            info = self._reset_info()
+            if not mask.all():  # as SyncVectorEnv: only the reset lanes' info
+                info = self._final_info(info, lanes, {})
         return self._obs(slice(None)), info
 
     def step(
@@ -1169,40 +1282,37 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         terminated = np.zeros(N, dtype=bool)
         info: dict[str, Any] = {}
         if self.full_info:
-            comps = {"latency": dL, "energy": dE, "sla": dM.astype(np.float64), "drop": dD.astype(np.float64)}
-            info = self._info_arrays(dt, comps)
+            info = self._info_arrays(dt, {"latency": dL, "energy": dE, "sla": dM, "drop": dD})
             if redo.size:
                 self._reset_info_lanes(info, redo)
         serving: dict[int, dict[str, Any]] = {}
         if np.count_nonzero(over):
             serving = self._lane_summaries(over.nonzero()[0].tolist())
+            warn_summaries(serving, "DynamicBatchingVectorEnv: episode summaries", stacklevel=3)
             if mode != AutoresetMode.SAME_STEP:
-                arr = np.full(N, None, dtype=object)
-                for n, s in serving.items():
-                    arr[n] = s
-                info["serving"], info["_serving"] = arr, over.copy()
+                info["serving"] = self._serving_arrays(serving)
+                info["_serving"] = over.copy()
         if mode != AutoresetMode.SAME_STEP:  # NEXT_STEP: reset next step; DISABLED: refuse it
             self._autoreset[:] = truncated
         elif mode == AutoresetMode.SAME_STEP and truncated.any():
             ended = truncated.nonzero()[0]
-            finals = {}
+            final_obs = np.full(N, None, dtype=object)
             for n in ended.tolist():
-                final_info = self._lane_info(info, n) if self.full_info else {}
-                if n in serving:
-                    final_info["serving"] = serving[n]
-                finals[n] = {"final_obs": obs[n].copy(), "final_info": final_info}
+                final_obs[n] = obs[n].copy()
+            final_info = self._final_info(info, ended, serving)
             self._reset_lanes(ended, [None] * ended.size)
             obs[ended] = self._obs(ended)
             if self.full_info:
                 self._reset_info_lanes(info, ended)
-            for n, final in finals.items():
-                info = self._add_info(info, final, n)
+            info["final_obs"], info["_final_obs"] = final_obs, truncated.copy()
+            info["final_info"], info["_final_info"] = final_info, truncated.copy()
         return obs, reward, terminated, truncated, info
 
     def _reset_info_lanes(self, info: dict[str, Any], lanes: np.ndarray) -> None:
-        """Overwrite ``lanes``' per-step info with their reset info (``full_info=True``)."""
-        zero = np.zeros(self.num_envs)
-        sub = self._info_arrays(zero, dict.fromkeys(("latency", "energy", "sla", "drop"), zero))
+        """Overwrite ``lanes``' per-step info with their reset info (``full_info=True``).
+        The reward components keep the step's dtypes (``SyncVectorEnv`` takes a key's dtype
+        from the first lane that gives it; the values are equal)."""
+        sub = self._reset_info()
         for k, v in sub.items():
             if k.startswith("_"):
                 continue

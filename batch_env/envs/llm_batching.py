@@ -749,6 +749,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             in_system=self._n_sys,
             sla_s=math.inf,
             weights=(self._wl, self._we, self._ws, self._wd),
+            **self._episode_totals(),
         )
         w0 = self._w0 if self._w0 is not None else (
             self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped
@@ -775,6 +776,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 clipped=self._clipped - w0[5],
             )
         )
+        self._warn_summary(base)
         return base
 
     def render(self) -> str | None:
