@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.resources
 import pickle
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,13 @@ import gymnasium as gym
 import numpy as np
 import yaml
 
-HYPERPARAMS_DIR = Path(__file__).resolve().parent / "hyperparams"
+#: the shipped hyperparameter files (package data of ``agents.hyperparams``, found through
+#: ``importlib.resources``, so that a wheel install has them too)
+HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
 ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
-ZOO_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "policy_kwargs")
+#: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it)
+ZOO_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "policy_kwargs", "callback")
 
 
 def algo_class(algo: str) -> Any:

@@ -3,6 +3,11 @@
 A run directory (written by :mod:`agents.train`) holds ``config.yaml`` (everything needed
 to rebuild the env and wrappers), ``model.zip``, ``vecnormalize.pkl`` (when the run
 normalizes observations), ``checkpoints/`` and ``tb/`` (TensorBoard logs).
+
+An rl-zoo3 run folder (``python -m rl_zoo3.train``: ``logs/<algo>/<env name>_<n>/``) loads
+too: its model ``<env name>.zip`` (the env id with ``/`` replaced by ``-``), and in the
+``<env name>/`` subfolder ``args.yml`` (algorithm, env id, env kwargs), ``config.yml``
+(the hyperparameters: wrappers, normalization, env kwargs) and ``vecnormalize.pkl``.
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ from .common import ALGO_NAMES, AgentPolicy, algo_class, load_normalizer, model_
 
 
 def read_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """The ``config.yaml`` of a run, with a clear error if the run is missing or broken."""
+    """The configuration of a run: a ``batch-env train`` run's ``config.yaml``, or the one
+    :func:`read_zoo_run` builds from an rl-zoo3 run folder; a clear error if the run is
+    missing or broken. An rl-zoo3 run's also holds ``layout: rl-zoo3``, ``model_file``
+    and ``normalizer_file`` (where its final model and statistics are)."""
     run = Path(run_dir)
     if not run.is_dir():
         raise FileNotFoundError(f"run directory {str(run)!r} not found")
     cfg_path = run / "config.yaml"
     if not cfg_path.exists():
-        raise FileNotFoundError(f"run directory {str(run)!r} has no config.yaml: not a batch-env training run")
+        if _zoo_subfolders(run):
+            return read_zoo_run(run)
+        raise FileNotFoundError(f"run directory {str(run)!r} has no config.yaml: not a batch-env training run "
+                                "(nor an rl-zoo3 one: no <env name>/args.yml in it)")
     try:
         cfg = yaml.safe_load(cfg_path.read_bytes().decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -38,6 +49,87 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     return cfg
 
 
+class _ZooLoader(yaml.SafeLoader):
+    """A safe YAML loader that also reads the ``OrderedDict`` rl-zoo3 dumps (as a dict)."""
+
+
+def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
+    pairs = loader.construct_sequence(node.value[0], deep=True) if node.value else []
+    return {k: v for k, v in pairs}
+
+
+_ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", _ordered_dict)
+
+
+def _zoo_subfolders(run: Path) -> list[Path]:
+    """The ``<env name>/`` subfolders of an rl-zoo3 run folder (those holding ``args.yml``)."""
+    return sorted(p.parent for p in run.glob("*/args.yml"))
+
+
+def _read_zoo_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"rl-zoo3 run file {str(path)!r} not found")
+    try:
+        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=_ZooLoader)  # noqa: S506 (a safe loader)
+    except (yaml.YAMLError, UnicodeDecodeError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path} is corrupt: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is corrupt: expected a mapping, got {type(data).__name__}")
+    return data
+
+
+def read_zoo_run(run_dir: str | Path) -> dict[str, Any]:
+    """A run configuration (the fields of ``config.yaml``: ``algo``, ``env_id``,
+    ``env_kwargs``, ``wrappers``, ``normalize``, plus ``model_file`` and
+    ``normalizer_file``) from an rl-zoo3 run folder: the algorithm, env id and env kwargs
+    from ``<env name>/args.yml`` (its ``env_kwargs`` over the hyperparameters'
+    ``env_kwargs``, as ``rl_zoo3.enjoy`` does; ``render_mode`` left out), the wrappers and
+    normalization from ``<env name>/config.yml``.
+
+    :raises FileNotFoundError: when a file is missing; ``ValueError`` naming the file and
+        field when one is damaged or names what batch-env cannot load.
+    """
+    from .common import literal, wrapper_specs
+
+    run = Path(run_dir)
+    subs = _zoo_subfolders(run)
+    if len(subs) != 1:
+        raise ValueError(f"run directory {str(run)!r} is not one rl-zoo3 run: it has {len(subs)} <env name>/args.yml "
+                         "subfolders, expected 1")
+    sub = subs[0]
+    args = _read_zoo_yaml(sub / "args.yml")
+    hp = _read_zoo_yaml(sub / "config.yml")
+    where = str(sub / "args.yml")
+    algo = args.get("algo")
+    if algo not in ALGO_NAMES:
+        raise ValueError(f"{where}: algo={algo!r} cannot be loaded by batch-env: allowed values are {list(ALGO_NAMES)}")
+    env_id = str(args.get("env") or "")
+    if not env_id:
+        raise ValueError(f"{where} is corrupt: missing field 'env'")
+    env_kwargs = dict(literal(hp.get("env_kwargs"), f"{sub / 'config.yml'}: env_kwargs") or {})
+    if args.get("env_kwargs") is not None:
+        if not isinstance(args["env_kwargs"], dict):
+            raise ValueError(f"{where}: env_kwargs={args['env_kwargs']!r} is invalid: expected a mapping")
+        env_kwargs.update(args["env_kwargs"])
+    env_kwargs.pop("render_mode", None)
+    try:
+        specs = wrapper_specs(hp.get("env_wrapper"))
+    except ValueError as exc:
+        raise ValueError(f"{sub / 'config.yml'}: {exc}") from None
+    normalize = literal(hp.get("normalize", False), f"{sub / 'config.yml'}: normalize")
+    model = run / f"{sub.name}.zip"
+    return {
+        "algo": algo,
+        "env_id": env_id,
+        "env_kwargs": env_kwargs,
+        "wrappers": [{"class": p, "kwargs": kw} for p, kw in specs],
+        "normalize": bool(normalize),
+        "layout": "rl-zoo3",
+        "model_file": str(model),
+        "normalizer_file": str(sub / "vecnormalize.pkl"),
+    }
+
+
 def load_policy(
     run_dir: str | Path,
     deterministic: bool = True,
@@ -47,7 +139,7 @@ def load_policy(
 ) -> AgentPolicy:
     """A trained agent as a ``reset()`` / ``act(obs, info)`` policy for the raw env.
 
-    :param run_dir: the training run's directory.
+    :param run_dir: the training run's directory (``batch-env train``'s or rl-zoo3's).
     :param deterministic: greedy actions (default) or sampled ones.
     :param model_file: a checkpoint to load instead of ``model.zip``.
     :param device: torch device for inference.
@@ -55,7 +147,7 @@ def load_policy(
     """
     run = Path(run_dir)
     cfg = read_run_config(run)
-    path = Path(model_file) if model_file is not None else run / "model.zip"
+    path = Path(model_file) if model_file is not None else Path(cfg.get("model_file", run / "model.zip"))
     if not path.exists():
         raise FileNotFoundError(f"model file {str(path)!r} not found (is the run finished? try --resume)")
     try:
@@ -63,6 +155,8 @@ def load_policy(
     except ValueError as exc:
         raise ValueError(f"model file {str(path)!r} is corrupt: {exc}") from None
     if algo is not None and algo != cfg["algo"]:
+        if cfg.get("layout") == "rl-zoo3":
+            raise ValueError(f"{str(path)!r} holds a {algo} model but the rl-zoo3 run says algo={cfg['algo']!r}")
         raise ValueError(f"{run / 'config.yaml'} says algo={cfg['algo']!r} but {str(path)!r} holds a {algo} model: "
                          f"was config.yaml edited? restore algo: {algo}")
     try:
@@ -70,7 +164,7 @@ def load_policy(
     except (zipfile.BadZipFile, ValueError, KeyError, EOFError, RuntimeError, OSError) as exc:
         raise ValueError(f"model file {str(path)!r} is corrupt or not a {cfg['algo']} model: {exc}") from None
     norm = None
-    norm_path = run / "vecnormalize.pkl"
+    norm_path = Path(cfg.get("normalizer_file", run / "vecnormalize.pkl"))
     if cfg.get("normalize"):
         if not norm_path.exists():
             raise FileNotFoundError(f"{str(norm_path)!r} not found: the run normalizes observations")

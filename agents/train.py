@@ -4,8 +4,10 @@
 
 1. Read the hyperparameters (rl-zoo3 format, ``agents/hyperparams/<algo>.yml``).
 2. Resolve the centring gain g of :class:`batch_env.wrappers.AverageRewardCentering`
-   (``--centering-gain``: ``greedy`` = greedy's measured cost rate, ``smdp`` = the SMDP
-   gain, ``online`` = estimated while training, or a number).
+   (``--centering-gain``: ``greedy`` = greedy's measured cost rate, the default
+   :data:`agents.wrappers.DEFAULT_CENTERING_GAIN`; ``smdp`` = the SMDP gain, ``online`` =
+   estimated while training, or a number; :func:`agents.wrappers.resolve_gain`). The run
+   saves the wrapper as ``AverageRewardCentering`` with the resolved gain.
 3. Build ``n_envs`` wrapped envs (``DummyVecEnv``, seeded ``seed + i``), or with
    ``--vectorized`` one Gymnasium vector env of ``n_envs`` lanes (the env's native NumPy
    vector env when it registers one, else ``SyncVectorEnv``; the wrappers' vector twins;
@@ -57,8 +59,15 @@ from .common import (
     wrapper_specs,
 )
 from .files import atomic_save, atomic_write_text, set_aside
+from .wrappers import (
+    CENTERING_WRAPPERS,
+    DEFAULT_CENTERING_GAIN,
+    check_gain_mode,
+    resolve_gain,
+    run_specs,
+)
 
-CENTERING = "batch_env.wrappers.AverageRewardCentering"
+CENTERING = CENTERING_WRAPPERS[0]
 #: per-step info keys that ServingMetricsCallback reads (a vectorized run copies them to
 #: every lane's info; otherwise only lanes whose episode ended report)
 STEP_INFO_KEYS = ("reward_components", "centering_gain")
@@ -73,7 +82,7 @@ RUN_SETTINGS = ("algo", "env_id", "env_kwargs", "hyperparams", "n_timesteps", "s
 DEFAULTS: dict[str, Any] = {
     "algo": "ppo", "env_id": "batch_env/DynamicBatching-v0", "env_kwargs": {}, "hyperparams": None,
     "n_timesteps": None, "seed": 0, "vectorized": False, "num_envs": None, "vector_mode": "auto",
-    "centering_gain": "greedy", "device": "auto", "threads": 1, "checkpoint_freq": 50_000, "eval_freq": 50_000,
+    "centering_gain": DEFAULT_CENTERING_GAIN, "device": "auto", "threads": 1, "checkpoint_freq": 50_000, "eval_freq": 50_000,
     "eval_episodes": 3, "eval_seed": 100_000,
 }
 #: the settings a resumed run may change: n_timesteps, to extend the run
@@ -154,13 +163,8 @@ def check_settings(given: dict[str, Any]) -> None:
         raise ValueError(f"env_kwargs={given['env_kwargs']!r} is invalid: expected a mapping of env kwargs")
     if given.get("vectorized") is not None and not isinstance(given["vectorized"], bool):
         raise ValueError(f"vectorized={given['vectorized']!r} is invalid: expected True or False")
-    gain = given.get("centering_gain")
-    if gain is not None and str(gain) not in ("greedy", "smdp", "online"):
-        try:
-            float(gain)
-        except (TypeError, ValueError):
-            raise ValueError(f"centering_gain={gain!r} is invalid: expected greedy, smdp, online or a number "
-                             "(cost per second)") from None
+    if given.get("centering_gain") is not None:
+        check_gain_mode(given["centering_gain"])
     if given.get("device") is not None:
         check_device("device", given["device"])
 
@@ -206,31 +210,6 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
                 f"{saved[key]!r} ({where}); a resumed run keeps every setting of the original (only n_timesteps "
                 f"may change, to extend it): leave the option out, or start a new run with another run_dir")
     return {**saved, **{k: given[k] for k in RESUME_OVERRIDES if k in given}}
-
-
-def resolve_gain(mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> float | None:
-    """The centring gain g (cost per second) for ``mode`` (see :class:`TrainArgs`)."""
-    import gymnasium as gym
-
-    if mode == "online":
-        return None
-    if mode in ("greedy", "smdp"):
-        import baselines
-        from batch_env import evaluate
-
-        env = gym.make(env_id, **env_kwargs)
-        if mode == "smdp":
-            from baselines.smdp import SMDPProblem, solve
-
-            return float(solve(SMDPProblem.from_env(env)).gain)
-        res = evaluate(baselines.make("greedy", env=env), env, n_episodes=3, seed=seed + 50_000)
-        return -res.mean("reward_rate_per_s")
-    try:
-        return float(mode)
-    except ValueError:
-        raise ValueError(
-            f"centering_gain={mode!r} is invalid: expected greedy, smdp, online or a number (cost per second)"
-        ) from None
 
 
 def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
@@ -331,6 +310,9 @@ def train(args: TrainArgs) -> Path:
         from .policy import read_run_config
 
         cfg = read_run_config(run)
+        if cfg.get("layout") == "rl-zoo3":
+            raise ValueError(f"run_dir={str(run)!r} is an rl-zoo3 run: continue it with rl-zoo3 "
+                             "(python -m rl_zoo3.train --trained-agent ...), not with resume")
         st = resume_settings(args, cfg, str(run / "config.yaml"))
         cfg["n_timesteps"] = st["n_timesteps"]
     else:
@@ -342,11 +324,16 @@ def train(args: TrainArgs) -> Path:
             raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
         hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
         specs = wrapper_specs(hp.get("env_wrapper"))
-        make_env(st["env_id"], st["env_kwargs"], specs).close()  # refuse bad env kwargs before writing
+        make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)).close()  # refuse bad env kwargs first
         gain = None
-        if any(path == CENTERING for path, _ in specs):
+        if any(path in CENTERING_WRAPPERS for path, _ in specs):
+            # --centering-gain when given, else the file's CenteredReward gain, else the default
+            file_gain = [kw["gain"] for p, kw in specs if p == CENTERING_WRAPPERS[1] and "gain" in kw]
+            if args.centering_gain is None and file_gain:
+                check_gain_mode(file_gain[0], "env_wrapper: agents.wrappers.CenteredReward: gain")
+                st["centering_gain"] = "online" if file_gain[0] is None else str(file_gain[0])
             gain = resolve_gain(str(st["centering_gain"]), st["env_id"], st["env_kwargs"], st["seed"])
-            specs = [(p, {**kw, "gain": gain}) if p == CENTERING else (p, kw) for p, kw in specs]
+        specs = run_specs(specs, gain)
         normalize = literal(hp.get("normalize", False), "normalize")
         st["num_envs"] = int(st["num_envs"] if st["num_envs"] is not None else hp.get("n_envs", 1))
         st["n_timesteps"] = int(st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"]))

@@ -53,6 +53,7 @@ from .config import ArgumentError, ServingConfig, init_arguments
 from .metrics import WindowStart, summarize, warn_summaries
 from .profile import Profile
 from .profile import load as load_profile
+from .render import HumanWindow, ServerView
 from .workload import ArrivalStream, Workload, make_workload
 
 _INF = math.inf
@@ -129,6 +130,49 @@ class ServingCore(gym.Env):
                 f"{[None] + self.metadata['render_modes']}"
             )
         self.render_mode = render_mode
+        self._view: ServerView | None = None  # the frame layout, built on the first frame
+        self._human: HumanWindow | None = None  # the window of render_mode="human"
+
+    def render(self) -> str | np.ndarray | None:
+        """The current state, as ``render_mode`` asks (Gymnasium's convention).
+
+        * ``"ansi"``: a line of text;
+        * ``"rgb_array"``: an ``H x W x 3`` uint8 image (a new array each call; see
+          :mod:`batch_env.render` and ``docs/render.md``);
+        * ``"human"``: shows that image in a window, or prints the text when no display
+          is available (warning once), and returns ``None``; ``reset`` and ``step`` call
+          it by themselves in this mode;
+        * ``None``: returns ``None``.
+
+        Before the first ``reset`` it raises :class:`gymnasium.error.ResetNeeded`.
+        """
+        mode = self.render_mode
+        if mode is None:
+            return None
+        self._check_started("render")
+        if mode == "ansi":
+            return self._render_text()
+        if self._view is None:
+            self._view = self._make_view()
+        frame = self._render_frame(self._view)
+        if mode == "rgb_array":
+            return frame
+        if self._human is None:
+            self._human = HumanWindow(type(self).__name__, self.metadata["render_fps"])
+        self._human.show(frame, self._render_text())
+        return None
+
+    def _render_text(self) -> str:
+        """The ``"ansi"`` text (each env its own)."""
+        raise NotImplementedError
+
+    def _make_view(self) -> ServerView:
+        """The env's frame layout (captions of its panels)."""
+        raise NotImplementedError
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """Draw the current state with ``view`` and return the frame."""
+        raise NotImplementedError
 
     def _init_executor(
         self,
@@ -183,10 +227,13 @@ class ServingCore(gym.Env):
         return a
 
     def close(self) -> None:
-        """Release the executor's resources (a real model, an energy meter); idempotent."""
+        """Release the executor's resources (a real model, an energy meter) and close the
+        ``"human"`` window; idempotent."""
         close = getattr(getattr(self, "executor", None), "close", None)
         if close is not None:
             close()
+        if getattr(self, "_human", None) is not None:
+            self._human.close()
         super().close()
 
     def get_config(self) -> dict[str, Any]:

@@ -225,14 +225,12 @@ def _ppo_setup() -> tuple[str, dict[str, Any], list, dict[str, Any], dict[str, A
     import torch
 
     from agents.common import ZOO_KEYS, literal, load_hyperparams, wrapper_specs
+    from agents.wrappers import run_specs
 
     torch.set_num_threads(1)
     env_id = "batch_env/DynamicBatching-v0"
     hp = load_hyperparams("ppo", env_id)
-    specs = [
-        (p, {**kw, "gain": 100.0}) if p.endswith("AverageRewardCentering") else (p, kw)
-        for p, kw in wrapper_specs(hp["env_wrapper"])
-    ]
+    specs = run_specs(wrapper_specs(hp["env_wrapper"]), 100.0)
     algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
     policy_kwargs = dict(literal(hp["policy_kwargs"], "policy_kwargs"))
     return env_id, hp, specs, algo_kwargs, policy_kwargs

@@ -145,7 +145,7 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """
     from agents.common import env_kwarg_names
 
-    env_id = getattr(args, "env_id", "batch_env/DynamicBatching-v0")
+    env_id = getattr(args, "env_id", None) or DEFAULT_ENV_ID
     names = env_kwarg_names(env_id)
     given = [(opt, dest, kw) for opt, dest, kw in _ENV_OPTIONS if getattr(args, dest) is not None]
     for opt, dest, kw in given:
@@ -198,24 +198,76 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
+#: the env that evaluate and solve-smdp use when no --env-id is given
+DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
+
+
+def _env_options_given(args: argparse.Namespace) -> list[str]:
+    """The env options (``--env-id``, ``--env-kwargs`` and the options of ``_ENV_OPTIONS``) given."""
+    given = [opt for opt, dest, _ in _ENV_OPTIONS if getattr(args, dest, None) is not None]
+    return given + [opt for opt in ("--env-id", "--env-kwargs") if getattr(args, opt[2:].replace("-", "_"), None) is not None]
+
+
+def env_differences(trained: tuple[str, dict[str, Any]], here: tuple[str, dict[str, Any]]) -> list[str]:
+    """What differs between the env a run was trained on and another, ``(env id, kwargs)``
+    each: ``"<kwarg> (trained <value>, here <value>)"`` per differing keyword argument,
+    a kwarg left out counting as the env's default (the Poisson load 0.6 for no workload)."""
+    from agents.common import _env_parameters
+
+    (id_a, kw_a), (id_b, kw_b) = trained, here
+    if id_a != id_b:
+        return [f"env id (trained {id_a}, here {id_b})"]
+    defaults = {p.name: p.default for p in _env_parameters(id_a)}
+    if "max_batch_size" in defaults:
+        defaults["workload"] = {"kind": "poisson", "load": _ENV_DEFAULTS["load"]}
+    out = []
+    for key in sorted(set(kw_a) | set(kw_b)):
+        a, b = kw_a.get(key, defaults.get(key)), kw_b.get(key, defaults.get(key))
+        if a != b:
+            out.append(f"{key} (trained {a!r}, here {b!r})")
+    return out
+
+
 def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
-    """Evaluate baselines (default parameters) on the env the arguments describe."""
+    """Evaluate baselines (default parameters) and trained agents (``<algo>:<run_dir>``).
+
+    The env: the one the env options describe when any is given; else, with an agent
+    among the policies, the env the first agent was trained on (its env id and kwargs);
+    else the default env. An agent evaluated on an env other than its training env gets
+    a one-line notice on stderr naming the differing keyword arguments.
+    """
     import baselines
     import batch_env
     from agents.common import make_raw_env
 
-    env = make_raw_env(getattr(args, "env_id", "batch_env/DynamicBatching-v0"), _env_kwargs(args), "--env-kwargs")
-    results = []
+    runs = {}
     for name in names:
         if ":" in name:  # a trained agent: <algo>:<run_dir>
-            from agents import load_policy, parse_policy_spec
+            from agents import parse_policy_spec
             from agents.policy import read_run_config
 
             algo, run_dir = parse_policy_spec(name)
-            saved = read_run_config(run_dir)["algo"]
-            if algo != saved:
-                raise ValueError(f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {saved} run: "
-                                 f"give {saved}:{run_dir}")
+            cfg = read_run_config(run_dir)
+            if algo != cfg["algo"]:
+                raise ValueError(f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {cfg['algo']} run: "
+                                 f"give {cfg['algo']}:{run_dir}")
+            runs[name] = (run_dir, cfg)
+    if runs and not _env_options_given(args):
+        _, first = next(iter(runs.values()))
+        env_id, env_kwargs = first["env_id"], dict(first["env_kwargs"])
+    else:
+        env_id, env_kwargs = getattr(args, "env_id", None) or DEFAULT_ENV_ID, _env_kwargs(args)
+    env = make_raw_env(env_id, env_kwargs, "--env-kwargs")
+    results = []
+    for name in names:
+        if name in runs:
+            from agents import load_policy
+
+            run_dir, cfg = runs[name]
+            diff = env_differences((cfg["env_id"], cfg["env_kwargs"]), (env_id, env_kwargs))
+            if diff:
+                print(f"note: {name} is evaluated on another env than it was trained on: {'; '.join(diff)}",
+                      file=sys.stderr, flush=True)
             policy = load_policy(run_dir, name=name)
         else:
             policy = baselines.make(name, env=env)
@@ -293,7 +345,14 @@ def _print_compare(result: dict[str, Any], args: argparse.Namespace, tensorboard
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Evaluate baselines on one env configuration."""
+    """Evaluate baselines and trained agents on one env configuration.
+
+    A trained agent is <algo>:<run_dir>, a batch-env train run or an rl-zoo3 run folder
+    (logs/<algo>/<env name>_<n>). With no env option (--env-id, --env-kwargs, --profile,
+    --load, ...), the env is the one the (first) agent was trained on, its env id and
+    kwargs; with env options, it is the env they describe, and an agent trained on another
+    env gets a one-line note on stderr naming the differing keyword arguments.
+    """
     results = _run_policies(args, args.policy)
     if args.json:
         print(dumps([r.to_dict() for r in results], indent=2))
@@ -671,13 +730,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=["pi", "rvi"], default="pi", help="policy iteration (default) or relative value iteration")
     p.set_defaults(func=cmd_solve_smdp)
 
-    p = sub.add_parser("evaluate", help="evaluate baselines on one env configuration",
+    p = sub.add_parser("evaluate", help="evaluate baselines and trained agents on one env configuration",
                        description=cmd_evaluate.__doc__)
     _add_env_args(p)
     import batch_env
 
-    p.add_argument("--env-id", default="batch_env/DynamicBatching-v0", choices=list(batch_env.ENV_IDS),
-                   help="registered env id (default batch_env/DynamicBatching-v0); an option above that the env "
+    p.add_argument("--env-id", default=None, choices=list(batch_env.ENV_IDS),
+                   help="registered env id (default batch_env/DynamicBatching-v0; with an agent and no env option, "
+                        "the agent's own env); an option above that the env "
                         "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
                         "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
                         "tpot_sla_ms, max_num_seqs, with --env-kwargs)")
@@ -713,8 +773,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training envs (lanes of the vector env with --vectorized); default: the "
                         f"hyperparameter file's n_envs{kept}")
     p.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)")
+    from agents.wrappers import DEFAULT_CENTERING_GAIN
+
     p.add_argument("--centering-gain", default=None,
-                   help=f"g of average-reward centring: greedy, smdp, online or a number (default greedy{kept})")
+                   help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
+                        f"number; default {DEFAULT_CENTERING_GAIN}, or the gain the hyperparameter file gives "
+                        f"agents.wrappers.CenteredReward{kept}")
     p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
     p.add_argument("--threads", type=_count(1), default=None, help=f"torch threads (default 1{kept})")
     p.add_argument("--checkpoint-freq", type=_count(1), default=None,

@@ -96,7 +96,10 @@ def test_hyperparameter_files_parse(algo):
     hp = load_hyperparams(algo, ENV_ID)
     assert {"n_envs", "n_timesteps", "policy", "env_wrapper", "policy_kwargs"} <= set(hp)
     assert isinstance(literal(hp["policy_kwargs"], "policy_kwargs"), dict)
-    assert any(p == "batch_env.wrappers.AverageRewardCentering" for p, _ in wrapper_specs(hp["env_wrapper"]))
+    specs = wrapper_specs(hp["env_wrapper"])
+    # the default centring (no gain: agents.wrappers.DEFAULT_CENTERING_GAIN) and the enjoy summary
+    assert ("agents.wrappers.CenteredReward", {}) in specs and specs[-1][0] == "agents.wrappers.ServingSummary"
+    assert hp["callback"] == "agents.callbacks.ServingMetricsCallback"
 
 
 def test_literal_refuses_code():

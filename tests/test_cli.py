@@ -144,3 +144,34 @@ def test_train_vectorized_writes_tensorboard_logs(capsys, tmp_path):
     assert {"rollout/ep_rew_mean", "serving/latency_p99_ms", "reward_components/energy"} <= set(ea.Tags()["scalars"])
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["vectorized"] is True and cfg["n_envs"] == 2
+
+
+def test_evaluate_keeps_an_agent_on_its_own_env(tmp_path, capsys):
+    """An agent is evaluated on the env it was trained on (id and kwargs from its run)
+    unless env options are given; then a note names every differing kwarg."""
+    import yaml
+
+    from agents.train import TrainArgs, train
+
+    env_kwargs = {"profile": "resnet50-t4-trt", "sla_ms": 20.0, "horizon_requests": 40, "max_batch_size": 8}
+    hp = {"batch_env/DynamicBatching-v0": {
+        "n_envs": 1, "n_timesteps": 64, "policy": "MlpPolicy", "normalize": False,
+        "env_wrapper": ["batch_env.wrappers.BinaryAction", "agents.wrappers.CenteredReward"],
+        "n_steps": 64, "batch_size": 64, "n_epochs": 1, "policy_kwargs": "dict(net_arch=[8])"}}
+    (tmp_path / "hp.yml").write_text(yaml.safe_dump(hp))
+    run = train(TrainArgs(env_kwargs=env_kwargs, hyperparams=str(tmp_path / "hp.yml"), run_dir=str(tmp_path / "run"),
+                          centering_gain="100", eval_freq=0, checkpoint_freq=64, progress=False))
+    capsys.readouterr()
+    assert main(["evaluate", "--policy", f"ppo:{run}", "greedy", "--episodes", "1", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "note:" not in out.err
+    records = json.loads(out.out)
+    # both policies on the run's env: 40 summary requests per episode, not the default 2000
+    assert [r["episodes"][0]["completed"] + r["episodes"][0]["dropped"] for r in records] == [40, 40]
+    assert main(["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--horizon-requests", "40"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note:") == 1 and err.count("\n") == 1
+    for key in ("profile (trained 'resnet50-t4-trt', here 'resnet50-v100')", "sla_ms (trained 20.0, here 15.0)",
+                "max_batch_size (trained 8, here 32)"):
+        assert key in err
+    assert "horizon_requests" not in err

@@ -328,7 +328,7 @@ def test_always_wait_ends(cfg):
         ({"reward_weights": {"latency": -1.0}}, "reward_weights.latency=-1.0"),
         ({"reward_weights": {"speed": 1.0}}, "speed"),
         ({"idle_power_w": float("inf")}, "idle_power_w=inf"),
-        ({"render_mode": "human"}, "render_mode='human'"),
+        ({"render_mode": "video"}, "render_mode='video'"),
         ({"profile": "no-such-profile"}, "no-such-profile"),
         ({"workload": {"kind": "poisson", "rate_per_s": -3.0}}, "rate_per_s"),
         ({"workload": {"kind": "uniform"}}, "uniform"),

@@ -14,6 +14,7 @@ from ..config import ServingConfig
 from ..core import ServingCore
 from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
 from ..profile import Profile
+from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
 from ..seeding import pcg64_states
 from ..workload import Workload
 
@@ -110,7 +111,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       ``queue_capacity`` (2000), ``horizon_requests`` (2000), ``warmup_requests`` (0),
       ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
       ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
-    * ``render_mode``: ``None`` or ``"ansi"``.
+    * ``render_mode``: ``None``, ``"rgb_array"`` (an image of the queue, the last batch
+      and a timeline of recent batches: ``docs/render.md``), ``"human"`` (that image in a
+      window, or the text when there is no display) or ``"ansi"`` (a line of text).
     * ``executor``: ``"profile"`` (default: durations and energy simulated from the
       profile) or ``"torch"`` (each batch runs a real PyTorch model, CUDA when present else
       CPU, and its measured duration advances the clock; arrivals still come from the
@@ -135,7 +138,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     * v0: initial version.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
 
     def __init__(
         self,
@@ -230,6 +233,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         q = len(self._arr) - self._ns
         self._deadline_prefix(self._now)  # for the past-deadline feature
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), self._info(q, 0.0, comps)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -266,19 +271,36 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         truncated = self._episode_over()
         if truncated:
             info["serving"] = self._serving_summary()
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), reward, False, truncated, info
 
-    def render(self) -> str | None:
+    # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
+    def _render_text(self) -> str:
         """Text view of the queue (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi":
-            return None
-        self._check_started("render")
         q = len(self._arr) - self._ns
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         return (
             f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
             f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self._drops}"
         )
+
+    def _make_view(self) -> ServerView:
+        """Frame layout: the service panel shows the last batch."""
+        return ServerView("DYNAMICBATCHING-V0", "LAST BATCH: LATENCY/SLA", "LAST BATCHES: SIZE/MAX",
+                          "LAST BATCHES: LATENCY/SLA OF THE OLDEST REQUEST", CompletionTimeline())
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """The frame (``render_mode="rgb_array"``), from the queue and the completion record."""
+        arr, ns, now, sla, B = self._arr, self._ns, self._now, self._sla, self._B
+        q = len(arr) - ns
+        waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
+        b = self._last_b
+        batch = (self._comp[ns - 1] - np.array(arr[ns - b : ns])) / sla if b else np.empty(0)
+        view.timeline.sync(arr, self._comp, B, sla)
+        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
+        return view.frame(header, waits, q, self._cap, batch_panel(batch, b, B, self._last_lat, sla),
+                          view.timeline)
 
 
 # ----------------------------------------------------------------------------------------

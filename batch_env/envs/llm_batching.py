@@ -7,6 +7,7 @@ import warnings
 from bisect import bisect_right
 from collections import deque
 from dataclasses import replace
+from itertools import islice
 from typing import Any
 
 import gymnasium as gym
@@ -19,6 +20,7 @@ from ..executor import make_llm_executor
 from ..llm_profile import LLMProfile
 from ..llm_profile import load as load_llm_profile
 from ..metrics import llm_metrics, summarize
+from ..render import PURPLE, QUEUE_BARS, ServerView, Timeline, llm_panel, sla_colors
 from ..workload import Workload, check_llm_tokens, make_workload
 
 OBS_FEATURES: tuple[str, ...] = (
@@ -144,7 +146,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``"llama-2-7b-a100"``, a path or a dict), ``workload`` (a dict with a rate, e.g.
     ``{"kind": "poisson", "rate_per_s": 4}``, or a trace ``{"kind": "trace", "path":
     ..., "target_rate_per_s": 4}``; ``load`` is not defined for LLMs), ``render_mode``
-    (``None`` or ``"ansi"``), the executor arguments below and the fields of
+    (``None``, ``"rgb_array"``: an image of the queue, the running requests, the KV cache
+    and a timeline of iterations, see ``docs/render.md``; ``"human"``: that image in a
+    window, or the text without a display; ``"ansi"``: a line of text), the executor arguments below and the fields of
     :class:`batch_env.config.LLMConfig` (``max_num_seqs``, ``grid``, ``max_model_len``,
     ``max_num_batched_tokens``, ``block_size``, ``watermark``, ``gpu_memory_utilization``,
     ``ttft_sla_ms``, ``tpot_sla_ms``, ``reward_weights``, ``lengths``, ``queue_capacity``,
@@ -180,7 +184,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       unchanged.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
 
     def __init__(
         self,
@@ -212,6 +216,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ) -> None:
         config = LLMConfig.from_arguments(locals())
         self._set_render_mode(render_mode)
+        # the iterations' timeline of the frame modes (None otherwise: nothing per step)
+        self._iterations = Timeline() if render_mode in ("rgb_array", "human") else None
+        self._iter_tokens = 0
         prof = load_llm_profile(profile)
         prof.check_max_num_seqs(config.max_num_seqs)
         limit = prof.max_batch_tokens
@@ -683,6 +690,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._reset_core(seed)
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        if self._iterations is not None:
+            self._iterations.clear()
+            self._iter_tokens = 0
+            if self.render_mode == "human":
+                self.render()
         return self._obs(), self._info(0.0, comps, "idle", 0.0)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -707,6 +719,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             else:  # cannot happen: config validation makes the head admissible when idle
                 raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
             self._n_iter += 1
+            if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
+                self._iterations.push((self._tokens - self._iter_tokens) / self._N, it / self._tpot, 1 if k else 0)
+                self._iter_tokens = self._tokens
         while self._n_sys == 0:  # empty system: idle to the next arrival
             if not self._idle_until_arrival():
                 break
@@ -715,6 +730,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         truncated = self._episode_over()
         if truncated:
             info["serving"] = self._serving_summary()
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), reward, False, truncated, info
 
     # -- the summary --------------------------------------------------------------------
@@ -779,13 +796,31 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._warn_summary(base)
         return base
 
-    def render(self) -> str | None:
+    # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
+    def _render_text(self) -> str:
         """Text view of the server (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi":
-            return None
-        self._check_started("render")
         return (
             f"t={self._now:10.3f} s  queue={len(self._W):5d}  running={len(self._R):4d} "
             f"(cap {self._cap_now})  KV {self._used}/{self._total} blocks  "
             f"preempted={self._preempt}  dropped={self._drops}"
         )
+
+    def _make_view(self) -> ServerView:
+        """Frame layout: the service panel shows the running requests and the KV cache."""
+        return ServerView("LLMBATCHING-V0", "RUNNING: CONTEXT/MAX_MODEL_LEN", "LAST ITERATIONS: BATCH/MAX_NUM_SEQS",
+                          "LAST ITERATIONS: TIME/TPOT SLA", self._iterations)
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """The frame (``render_mode="rgb_array"``), from the queue, the running requests,
+        the KV cache and the iteration log (kept only in the frame modes)."""
+        arr, now, P, G = self._arr, self._now, self._P, self._G
+        waiting = list(islice(self._W, QUEUE_BARS))
+        waits = (now - np.array([arr[e] for e in waiting], dtype=np.float64)) / self._sla
+        colors = sla_colors(waits)
+        colors[np.array([G[e] > 0 for e in waiting], dtype=bool)] = PURPLE  # preempted
+        R = self._R
+        ctx = np.array([P[e] + G[e] for e in R[:QUEUE_BARS]], dtype=np.float64) / self._maxlen
+        header = (f"T {now:.2f} S  WAIT {len(self._W)}  RUN {len(R)}  PREEMPT {self._preempt}  "
+                  f"DROP {self._drops}")
+        panel = llm_panel(ctx, len(R), self._N, self._cap_now, self._used, self._total, self._wm)
+        return view.frame(header, waits, len(self._W), self._cap, panel, view.timeline, queue_colors=colors)

@@ -11,6 +11,7 @@ from gymnasium import spaces
 from ..config import ServingConfig
 from ..core import ServingCore
 from ..profile import Profile
+from ..render import QUEUE_BARS, CompletionTimeline, ServerView, groups_panel
 from ..workload import Workload
 
 OBS_FEATURES: tuple[str, ...] = (
@@ -123,14 +124,16 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``reward_weights``, ``service``, ``service_cv``, ``queue_capacity``,
     ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``decision_interval_ms``,
     ``idle_power_w``, ``rate_window_s``, ``render_mode``). The profile's ``nodes`` tables
-    define the chain (see :mod:`batch_env.profile`).
+    define the chain (see :mod:`batch_env.profile`). ``render_mode="rgb_array"`` draws
+    the queue, the groups at their node positions and a timeline of group completions
+    (``docs/render.md``); ``"human"`` shows it in a window (text without a display).
 
     ## Version History
 
     * v0: initial version.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
 
     def __init__(
         self,
@@ -333,6 +336,8 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._clipped = False
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), self._info(0.0, comps)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -365,13 +370,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         truncated = self._episode_over()
         if truncated:
             info["serving"] = self._serving_summary()
+        if self.render_mode == "human":
+            self.render()
         return self._obs(), reward, False, truncated, info
 
-    def render(self) -> str | None:
+    # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
+    def _render_text(self) -> str:
         """Text view of the queue and the groups in flight (``render_mode="ansi"``)."""
-        if self.render_mode != "ansi":
-            return None
-        self._check_started("render")
         q = len(self._arr) - self._ns
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         groups = " ".join(f"{g[1]}@{g[0]}" for g in self._groups) or "-"
@@ -379,6 +384,28 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] groups(size@node)={groups}"
             f"  last node={self._last_node} x{self._last_size}  dropped={self._drops}"
         )
+
+    def _make_view(self) -> ServerView:
+        """Frame layout: the service panel shows the groups on the node chain."""
+        return ServerView("NODEBATCHING-V0", "GROUPS AT THEIR NEXT NODE: SIZE, AGE/SLA",
+                          "LAST GROUP COMPLETIONS: SIZE/MAX", "LAST GROUP COMPLETIONS: LATENCY/SLA",
+                          CompletionTimeline())
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """The frame (``render_mode="rgb_array"``), from the queue, the groups and the
+        completion record."""
+        arr, ns, now, sla, B = self._arr, self._ns, self._now, self._sla, self._B
+        q = len(arr) - ns
+        waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
+        groups = self._groups
+        positions = np.array([g[0] for g in groups], dtype=np.intp)
+        sizes = np.array([g[1] for g in groups], dtype=np.float64)
+        ages = np.array(self._group_waits(), dtype=np.float64) / sla
+        last = f"LAST NODE {self._last_node} X{self._last_size}" if self._last_size else "LAST STEP: WAIT"
+        view.timeline.sync(arr, self._comp, B, sla)
+        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
+        return view.frame(header, waits, q, self._cap, groups_panel(positions, sizes, ages, self._N, B, last),
+                          view.timeline)
 
     def get_config(self) -> dict[str, Any]:
         """The env's resolved configuration, with the node chain's names."""

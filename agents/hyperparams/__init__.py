@@ -1,0 +1,33 @@
+"""The shipped hyperparameter files (``<algo>.yml``, rl-zoo3 format) as package data, and
+as Python modules that rl-zoo3's ``--conf-file`` accepts from any install::
+
+    python -m rl_zoo3.train --algo ppo --gym-packages batch_env \\
+        --env batch_env/DynamicBatching-v0 --conf-file agents.hyperparams.ppo
+
+(``agents.hyperparams.<algo>.hyperparams`` is the file's mapping of env id -> entry.)
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def path(algo: str) -> Path:
+    """The shipped ``<algo>.yml`` (a file of the installed package).
+
+    :raises FileNotFoundError: naming the file when ``algo`` has none.
+    """
+    file = Path(str(resources.files(__name__) / f"{algo}.yml"))
+    if not file.is_file():
+        shipped = sorted(p.stem for p in file.parent.glob("*.yml"))
+        raise FileNotFoundError(f"hyperparameter file {str(file)!r} not found: shipped are {shipped}")
+    return file
+
+
+def read(algo: str) -> dict[str, Any]:
+    """The mapping of env id -> hyperparameters in the shipped ``<algo>.yml``."""
+    return yaml.safe_load(path(algo).read_text(encoding="utf-8"))

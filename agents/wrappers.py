@@ -1,0 +1,220 @@
+"""Wrappers that the hyperparameter files name for rl-zoo3 (and ``batch-env train``).
+
+* :class:`CenteredReward`: :class:`batch_env.wrappers.AverageRewardCentering` whose gain
+  may be given as a mode: ``greedy`` (the measured cost rate of the greedy baseline on the
+  same env configuration), ``smdp`` (the SMDP optimum's gain), ``online`` (estimated
+  while training) or a number. The default is :data:`DEFAULT_CENTERING_GAIN`, the one
+  default of ``batch-env train --centering-gain`` too. A mode is resolved by
+  :func:`resolve_gain` once per env configuration and process (cached), at the first step,
+  so that building the env (rl-zoo3 builds several, and ``evaluate`` one to read the
+  wrappers) costs nothing.
+* :class:`ServingSummary`: prints the serving summary of each episode (the cost rate per
+  second, latency, power, SLA attainment) when the env renders for a person
+  (``render_mode="human"``, what ``python -m rl_zoo3.enjoy`` asks for), and their mean at
+  ``close()``: the rewards that enjoy sums are centred, and say nothing about serving cost.
+
+``batch_env`` does not import ``agents`` or ``baselines``; these wrappers may.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from batch_env.wrappers import AverageRewardCentering
+
+#: The default centring gain of every training path (``batch-env train``, the shipped
+#: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
+DEFAULT_CENTERING_GAIN = "greedy"
+#: the gain modes besides a number
+GAIN_MODES = ("greedy", "smdp", "online")
+#: seed of the reference episodes that measure greedy's rate (``batch-env train`` adds its seed)
+GAIN_SEED = 50_000
+
+#: dotted paths of the centring wrappers a hyperparameter file may name
+CENTERING_WRAPPERS = ("batch_env.wrappers.AverageRewardCentering", "agents.wrappers.CenteredReward")
+#: wrappers that only display (for rl-zoo3's enjoy), left out of a run's env by ``batch-env train``
+DISPLAY_WRAPPERS = ("agents.wrappers.ServingSummary",)
+
+_GAIN_CACHE: dict[tuple[str, str, str, int], float | None] = {}
+
+
+def check_gain_mode(gain: Any, field: str = "centering_gain") -> None:
+    """Raise ``ValueError`` naming ``field`` unless ``gain`` is a mode of :data:`GAIN_MODES`,
+    ``None`` (online) or a finite number (cost per second)."""
+    if gain is None or str(gain) in GAIN_MODES:
+        return
+    try:
+        value = float(gain)
+    except (TypeError, ValueError):
+        value = math.nan
+    if isinstance(gain, bool) or not math.isfinite(value):
+        raise ValueError(f"{field}={gain!r} is invalid: expected greedy, smdp, online or a number (cost per second)")
+
+
+def resolve_gain(mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int = 0) -> float | None:
+    """The centring gain g (cost per second) for ``mode``: ``greedy`` = the greedy
+    baseline's measured cost rate (3 episodes, seeds ``seed + GAIN_SEED`` on; on
+    LLMBatching-v0, which has no batch size to fill, the static cap at ``max_num_seqs``,
+    vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
+    (estimated while training), a number = itself. Cached per (mode, env, kwargs, seed).
+
+    :raises ValueError: naming ``centering_gain`` for any other value.
+    """
+    check_gain_mode(mode)
+    if mode is None or mode == "online":
+        return None
+    if str(mode) not in GAIN_MODES:
+        return float(mode)
+    key = (str(mode), env_id, json.dumps(env_kwargs, sort_keys=True, default=repr), int(seed))
+    if key not in _GAIN_CACHE:
+        _GAIN_CACHE[key] = _measure_gain(str(mode), env_id, env_kwargs, int(seed))
+    return _GAIN_CACHE[key]
+
+
+def run_specs(specs: list[tuple[str, dict[str, Any]]], gain: float | None) -> list[tuple[str, dict[str, Any]]]:
+    """A hyperparameter file's wrapper specs as a run uses them: display-only wrappers
+    (:data:`DISPLAY_WRAPPERS`) left out, every centring wrapper as
+    ``batch_env.wrappers.AverageRewardCentering`` with ``gain`` (a number, None: online),
+    which has a vector twin and needs nothing resolved when the run is loaded again."""
+    return [(CENTERING_WRAPPERS[0], {"gain": gain}) if p in CENTERING_WRAPPERS else (p, dict(kw))
+            for p, kw in specs if p not in DISPLAY_WRAPPERS]
+
+
+def _measure_gain(mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> float:
+    import baselines
+    from batch_env import evaluate
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        if mode == "smdp":
+            from baselines.smdp import SMDPProblem, solve
+
+            return float(solve(SMDPProblem.from_env(env)).gain)
+        reference = "greedy" if hasattr(env.unwrapped.config, "max_batch_size") else "static-cap"
+        res = evaluate(baselines.make(reference, env=env), env, n_episodes=3, seed=seed + GAIN_SEED)
+        return -res.mean("reward_rate_per_s")
+    finally:
+        env.close()
+
+
+def _env_config(env: gym.Env) -> tuple[str, dict[str, Any]]:
+    """The registered id and kwargs that made ``env`` (its spec), without ``render_mode``."""
+    spec = env.unwrapped.spec or env.spec
+    if spec is None:
+        raise ValueError("CenteredReward needs an env made by gymnasium.make (its spec names the configuration "
+                         "that gain='greedy' or 'smdp' measures): give a number instead")
+    kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k != "render_mode"}
+    return spec.id, kwargs
+
+
+class CenteredReward(AverageRewardCentering):
+    """Average-reward centring (:class:`batch_env.wrappers.AverageRewardCentering`) whose
+    gain may be a mode, resolved for the wrapped env's configuration.
+
+    :param env: a batching env made by ``gymnasium.make``.
+    :param gain: ``greedy``, ``smdp``, ``online`` (or ``None``) or a number (cost per
+        second); default :data:`DEFAULT_CENTERING_GAIN`.
+    :param seed: offset of the reference episodes' seeds (:func:`resolve_gain`).
+    """
+
+    def __init__(self, env: gym.Env, gain: Any = DEFAULT_CENTERING_GAIN, seed: int = 0) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, gain=gain, seed=seed)  # first: the mode, not the number
+        check_gain_mode(gain, "gain")
+        online = gain is None or gain == "online"
+        number = None if online or str(gain) in GAIN_MODES else float(gain)
+        super().__init__(env, gain=number)
+        self.mode = "online" if online else str(gain)
+        self.seed = int(seed)
+        self._resolved = online or number is not None
+
+    def resolve(self) -> float | None:
+        """Resolve the gain now (once); return it (None while online)."""
+        if not self._resolved:
+            env_id, kwargs = _env_config(self.env)
+            self.gain = float(resolve_gain(self.mode, env_id, kwargs, self.seed))
+            self._resolved = True
+        return None if self.online else self.gain
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step with the centred reward (resolving the gain at the first step)."""
+        self.resolve()
+        return super().step(action)
+
+
+#: the figures of ServingSummary's line: (key of info["serving"], label, format)
+SUMMARY_FIGURES = (
+    ("reward_rate_per_s", "cost rate", "{:.4g}/s"),
+    ("latency_p99_ms", "p99", "{:.3g} ms"),
+    ("power_mean_w", "power", "{:.4g} W"),
+    ("sla_attainment", "SLA", "{:.1%}"),
+    ("throughput_rps", "throughput", "{:.4g} rps"),
+)
+
+
+def format_serving(serving: dict[str, Any]) -> str:
+    """One line of an episode's serving summary (``info["serving"]``): reward rate per
+    second (minus the cost rate), p99 latency, mean power, SLA attainment, throughput."""
+    parts = []
+    for key, label, fmt in SUMMARY_FIGURES:
+        value = serving.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            parts.append(f"{'reward rate' if key == 'reward_rate_per_s' else label} {fmt.format(value)}")
+    return ", ".join(parts)
+
+
+def _enjoying() -> bool:
+    """Whether this process runs rl-zoo3's enjoy script (``python -m rl_zoo3.enjoy``, ``rl_zoo3 enjoy``)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", "") or ""
+    return name == "rl_zoo3.enjoy" or (name in ("rl_zoo3.cli", "agents.zoo") and "enjoy" in sys.argv[:1]) or \
+        any(arg.endswith(("rl_zoo3/enjoy.py", "rl_zoo3.enjoy")) for arg in sys.argv[:1])
+
+
+class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Print each episode's serving summary (``info["serving"]``) and, at ``close()``, the
+    mean reward rate per second over the episodes; the episodes' summaries are kept in
+    :attr:`episodes` either way.
+
+    :param env: a batching env.
+    :param verbose: print (1) or not (0); ``None`` (default): print when the env renders
+        for a person (``render_mode="human"``, as ``rl_zoo3.enjoy`` makes it) or the process
+        runs ``rl_zoo3.enjoy`` (``--no-render`` too), not while training.
+    :param stream: where to print (default stdout).
+    """
+
+    def __init__(self, env: gym.Env, verbose: int | None = None, stream: Any = None) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, verbose=verbose)
+        gym.Wrapper.__init__(self, env)
+        self.verbose = int(env.render_mode == "human" or _enjoying()) if verbose is None else int(verbose)
+        self.stream = stream
+        self.episodes: list[dict[str, Any]] = []
+
+    def _print(self, text: str) -> None:
+        print(text, file=self.stream or sys.stdout, flush=True)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step; at an episode's end, record (and print) its serving summary."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        serving = info.get("serving")
+        if serving:
+            self.episodes.append(dict(serving))
+            if self.verbose:
+                self._print(f"serving, episode {len(self.episodes)}: {format_serving(serving)}")
+        return obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        """Print the mean reward rate per second of the episodes seen, then close."""
+        rates = [s["reward_rate_per_s"] for s in self.episodes
+                 if isinstance(s.get("reward_rate_per_s"), (int, float)) and math.isfinite(s["reward_rate_per_s"])]
+        if self.verbose and rates:
+            self._print(f"serving: mean reward rate {np.mean(rates):.4g} +/- {np.std(rates):.2g} per second over "
+                        f"{len(rates)} episode(s) (minus the serving cost per second; the centred rewards above "
+                        "are not)")
+        super().close()
