@@ -399,3 +399,15 @@ def test_timeline_ring_order():
 
 def test_registered_ids_all_render():
     assert set(batch_env.ENV_IDS) == set(ENVS)
+
+
+def test_bench_reports_frame_cost_ratio():
+    from experiments.bench import bench_render
+
+    result = bench_render(n_steps=40, repeats=1)
+    rows = result["envs"]
+    assert [r["env_id"] for r in rows] == list(ENVS)
+    for r in rows:
+        assert r["step_us"] > 0 and r["frame_us"] > 0
+        assert r["frame_cost_ratio_vs_step"] == pytest.approx(r["frame_us"] / r["step_us"])
+    assert result["frame_shape"] == list(SHAPE)
