@@ -516,7 +516,7 @@ def run_bench(
     n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True,
     vector: bool = True, vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
     vector_env_steps: int = 2_000_000, torch_overhead: bool = True, backends: bool = True,
-    render: bool = True, render_steps: int = 5000,
+    render: bool = True, render_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
@@ -532,7 +532,8 @@ def run_bench(
     :param backends: also time the comparison's local and Ray backends (skipped, with the
         reason, when Ray is not installed).
     :param render: also time an ``rgb_array`` frame against a step, for each env.
-    :param render_steps: steps (and frames) per timed round of the render part.
+    :param render_steps: steps (and frames) per timed round of the render part (default
+        ``n_steps // 40``, at least 50: 5000 at the default ``n_steps``).
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -551,7 +552,7 @@ def run_bench(
         "machine": machine_description(),
     }
     if render:
-        result["render"] = bench_render(render_steps, repeats, seed)
+        result["render"] = bench_render(render_steps or max(n_steps // 40, 50), repeats, seed)
     if vector:
         result["vector"] = bench_vector(vector_sizes, vector_env_steps, repeats, seed)
     if torch_overhead:
