@@ -13,10 +13,11 @@ One layout serves the three envs (see ``docs/render.md`` for the legend):
 * the **timeline** of the last batches (group completions, LLM iterations): their size
   over the maximum, and their latency over the SLA (the white line).
 
-Drawing is a few slice assignments and boolean masks on a cached background (static labels
-and frames are drawn once per env), then one copy: a frame costs tens of microseconds.
-Nothing here runs unless a frame is asked for. Text uses a built-in 3x5 bitmap font
-(digits, capitals and a few signs).
+Drawing is slice assignments and byte masks (two ``uint8`` ufunc passes a bar area) on a
+cached background (static labels and frames are drawn once per env), then one copy: a
+frame costs about 0.4 ms on a slow, shared 2-core machine, 10 to 15 steps' worth
+(``docs/render.md``; ``batch-env bench`` measures it). Nothing here runs unless a frame is
+asked for. Text uses a built-in 3x5 bitmap font (digits, capitals and a few signs).
 
 ``"human"`` shows frames in a window (pygame if installed, else an interactive matplotlib
 backend, both imported on first use) when a display exists; otherwise it prints the
@@ -158,7 +159,7 @@ def _text_mask(s: str, scale: int) -> np.ndarray:
     return g.transpose(1, 0, 2).reshape(g.shape[1], -1)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _row_index(start: int, n: int, small: bool) -> np.ndarray:
     """Column vector ``start .. start + n - 1`` (uint8 when ``small``; read-only; cached)."""
     out = np.arange(start, start + n, dtype=np.uint8 if small else np.int32)[:, None]
@@ -422,6 +423,7 @@ def batch_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         h = y1 - y0 - 16
         n = (x1 - x0 - 4) // (BAR_W + BAR_GAP)
@@ -450,6 +452,7 @@ def groups_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         left, right = x0 + 6, x1 - 10
         base = y1 - 14
@@ -484,6 +487,7 @@ def llm_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         n = (x1 - x0 - 4) // (BAR_W + BAR_GAP)
         h = y1 - y0 - 34

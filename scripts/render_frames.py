@@ -29,6 +29,7 @@ def write_png(path: Path, image: np.ndarray) -> None:
     raw = np.hstack([np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]).tobytes()  # filter 0
 
     def chunk(kind: bytes, data: bytes) -> bytes:
+        """One PNG chunk: length, type, data, CRC."""
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
     header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
