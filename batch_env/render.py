@@ -13,10 +13,11 @@ One layout serves the three envs (see ``docs/render.md`` for the legend):
 * the **timeline** of the last batches (group completions, LLM iterations): their size
   over the maximum, and their latency over the SLA (the white line).
 
-Drawing is a few slice assignments and boolean masks on a cached background (static labels
-and frames are drawn once per env), then one copy: a frame costs tens of microseconds.
-Nothing here runs unless a frame is asked for. Text uses a built-in 3x5 bitmap font
-(digits, capitals and a few signs).
+Drawing is slice assignments and byte masks (two ``uint8`` ufunc passes a bar area) on a
+cached background (static labels and frames are drawn once per env), then one copy: a
+frame costs about 0.4 ms on a slow, shared 2-core machine, 10 to 15 steps' worth
+(``docs/render.md``; ``batch-env bench`` measures it). Nothing here runs unless a frame is
+asked for. Text uses a built-in 3x5 bitmap font (digits, capitals and a few signs).
 
 ``"human"`` shows frames in a window (pygame if installed, else an interactive matplotlib
 backend, both imported on first use) when a display exists; otherwise it prints the
@@ -37,16 +38,25 @@ import numpy as np
 #: Frame size (height, width): multiples of 16, so video encoders need no resizing.
 HEIGHT, WIDTH = 240, 400
 
-BACKGROUND = (24, 26, 32)
-PANEL = (38, 41, 50)
-GRID = (70, 74, 86)
-TEXT = (220, 222, 228)
-DIM = (140, 144, 156)
-SLA_LINE = (245, 245, 245)
-RED = (230, 50, 45)
-BLUE = (70, 150, 235)
-PURPLE = (170, 110, 230)
-TEAL = (60, 190, 170)
+
+def _color(r: int, g: int, b: int) -> np.ndarray:
+    out = np.array([r, g, b], dtype=np.uint8)
+    out.flags.writeable = False
+    return out
+
+
+# the palette (read-only uint8 RGB arrays: numpy assigns them without converting)
+BACKGROUND = _color(24, 26, 32)
+PANEL = _color(38, 41, 50)
+GRID = _color(70, 74, 86)
+TEXT = _color(220, 222, 228)
+DIM = _color(140, 144, 156)
+SLA_LINE = _color(245, 245, 245)
+RED = _color(230, 50, 45)
+ORANGE = _color(245, 140, 40)
+BLUE = _color(70, 150, 235)
+PURPLE = _color(170, 110, 230)
+TEAL = _color(60, 190, 170)
 
 # -- the bitmap font ------------------------------------------------------------------------
 _FONT_ROWS = {
@@ -96,7 +106,7 @@ def _ramp() -> np.ndarray:
 
 
 #: the ramp's 64 colours, then red (index 64)
-_RAMP = np.vstack([_ramp(), np.array([RED], dtype=np.uint8)])
+_RAMP = np.vstack([_ramp(), RED[None, :]])
 
 
 def sla_colors(ratio: np.ndarray) -> np.ndarray:
@@ -113,7 +123,7 @@ def sla_colors(ratio: np.ndarray) -> np.ndarray:
     return _RAMP[idx.astype(np.intp)]
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _column_layout(n: int, width: int, gap: int) -> tuple[np.ndarray, np.ndarray]:
     """For ``n`` bars of ``width`` pixels and ``gap`` pixels apart, byte by byte of a row
     (3 bytes a pixel): the bar each byte belongs to (``n`` for a gap) and the index of its
@@ -136,26 +146,20 @@ def _blend(region: np.ndarray, mask: np.ndarray, color_bytes: np.ndarray) -> Non
     region ^= x
 
 
-@lru_cache(maxsize=512)
-def _text_bytes(s: str, scale: int, color: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The byte mask of ``s`` in the bitmap font at ``scale`` and its colour bytes."""
+@lru_cache(maxsize=8)
+def _glyph_bytes(scale: int) -> np.ndarray:
+    """The font at ``scale``, byte by byte: ``(128, 5 * scale, 12 * scale)`` booleans."""
+    return _GLYPHS.repeat(scale, axis=1).repeat(3 * scale, axis=2)
+
+
+def _text_mask(s: str, scale: int) -> np.ndarray:
+    """The byte mask of ``s`` in the bitmap font at ``scale``: ``(5 * scale, 12 * scale * len(s))``."""
     codes = np.frombuffer(s.encode("ascii", "replace"), dtype=np.uint8) & 127
-    mask = _GLYPHS[codes].transpose(1, 0, 2).reshape(5, -1)  # (5, 4 * len(s))
-    if scale > 1:
-        mask = mask.repeat(scale, axis=0).repeat(scale, axis=1)
-    mask = np.ascontiguousarray(mask.repeat(3, axis=1))
-    return mask, np.tile(_rgb(color), mask.shape[1] // 3)
+    g = _glyph_bytes(scale)[codes]  # (len, rows, bytes)
+    return g.transpose(1, 0, 2).reshape(g.shape[1], -1)
 
 
-@lru_cache(maxsize=64)
-def _tiled(color: tuple[int, ...], n_bytes: int) -> np.ndarray:
-    """A row of ``n_bytes`` bytes repeating ``color`` (read-only; cached)."""
-    out = np.tile(_rgb(color), n_bytes // 3)
-    out.flags.writeable = False
-    return out
-
-
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=1024)
 def _row_index(start: int, n: int, small: bool) -> np.ndarray:
     """Column vector ``start .. start + n - 1`` (uint8 when ``small``; read-only; cached)."""
     out = np.arange(start, start + n, dtype=np.uint8 if small else np.int32)[:, None]
@@ -187,6 +191,7 @@ class Canvas:
         self.height, self.width = height, width
         self._base = np.empty((height, width, 3), dtype=np.uint8)
         self._base[:] = _rgb(background)
+        self._rows: dict[bytes, np.ndarray] = {}  # colour -> a row of the image's width in it
         self.image = self._base
 
     def freeze(self) -> None:
@@ -205,9 +210,22 @@ class Canvas:
         x1, y1 = min(max(x1, x0), self.width), min(max(y1, y0), self.height)
         return self.image.reshape(self.height, self.width * 3)[y0:y1, 3 * x0 : 3 * x1]
 
+    def _row(self, color: Sequence[int] | np.ndarray) -> np.ndarray:
+        """The bytes of a full image row in ``color`` (cached): slices of it fill byte
+        rows with contiguous copies, many times faster than broadcasting an RGB triple."""
+        key = bytes(_rgb(color))
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) > 1024:
+                self._rows.clear()
+            row = self._rows[key] = np.tile(_rgb(color), self.width)
+            row.flags.writeable = False
+        return row
+
     def fill(self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int] | np.ndarray) -> None:
         """Fill the rectangle ``[x0, x1) x [y0, y1)``."""
-        self.image[max(y0, 0) : max(y1, 0), max(x0, 0) : max(x1, 0)] = color
+        region = self._bytes(x0, y0, x1, y1)
+        region[...] = self._row(color)[: region.shape[1]]
 
     def outline(self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int]) -> None:
         """Draw the one-pixel border of the rectangle ``[x0, x1) x [y0, y1)``."""
@@ -225,13 +243,13 @@ class Canvas:
         """
         if not s:
             return x
-        mask, cb = _text_bytes(s, scale, tuple(color))
+        mask = _text_mask(s, scale)
         end = x + mask.shape[1] // 3
         region = self._bytes(x, y, end, y + mask.shape[0])
         if region.size:
             h, w = region.shape
             skip = 3 * max(-x, 0)
-            _blend(region, mask[:h, skip : skip + w], cb[skip : skip + w])
+            _blend(region, mask[:h, skip : skip + w], self._row(color)[:w])
         return end
 
     def columns(
@@ -262,13 +280,23 @@ class Canvas:
         r0 = max(height - y_bottom, 0)  # bar-area rows above the image
         small = height < 255  # compare bytes, not ints: the mask is the costly part
         tops = np.empty(n + 1, dtype=np.uint8 if small else np.int32)
-        tops[:n] = np.rint(np.clip(fractions, 0.0, 1.0) * -height) + height
+        # tops = height - round(clip(fraction, 0, 1) * height), NaN as 0, in three ufunc calls
+        # (np.clip costs several): the cast to int truncates the positive f + height + 1
+        f = np.minimum(fractions, 1.0) * -height
+        f -= 0.5
+        tops[:n] = np.fmin(f, -0.5, out=f) + (height + 1)
         tops[n] = 255 if small else height  # gaps: never drawn
-        rows = _row_index(r0, region.shape[0], small)
+        ground = self._row(back)[: region.shape[1]]
+        # rows above the tallest bar are plain ground: no mask there
+        first = max(int(tops[:n].min()) - r0, 0)
+        region[:first] = ground
+        region = region[first:]
+        if region.shape[0] == 0:
+            return end
+        rows = _row_index(r0 + first, region.shape[0], small)
         mask = rows >= tops[bar[cols]]
         colors = np.asarray(colors, dtype=np.uint8)
-        cb = colors.reshape(-1)[cidx[cols]] if colors.ndim == 2 else _tiled(tuple(colors.tolist()), len(bar))[cols]
-        ground = _tiled(tuple(back), len(bar))[cols]
+        cb = colors.reshape(-1)[cidx[cols]] if colors.ndim == 2 else self._row(colors)[: region.shape[1]]
         # region = ground + mask * (bar colour - ground), in wrapping uint8 arithmetic
         np.multiply(mask.view(np.uint8), cb - ground, out=region)
         region += ground
@@ -395,6 +423,7 @@ def batch_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         h = y1 - y0 - 16
         n = (x1 - x0 - 4) // (BAR_W + BAR_GAP)
@@ -404,9 +433,8 @@ def batch_panel(
         line = y1 - 14 - round(h / QUEUE_SPAN)
         c.fill(x0, line, x1, line + 1, SLA_LINE)
         c.gauge(x0 + 2, y1 - 11, x1 - 2, y1 - 7, size / max_size, BLUE)
-        label = f"LAST BATCH {size}/{max_size}  {duration_s * 1000:.2f} MS" if size else "LAST STEP: WAIT"
-        c.text(x0 + 2, y1 - 5, label, TEXT)
-        c.text(x0 + 2, y0 + 2, f"SLA {sla_s * 1000:g} MS", DIM)
+        label = f"LAST BATCH {size}/{max_size} {duration_s * 1000:.2f} MS" if size else "LAST STEP: WAIT"
+        c.text(x0 + 2, y1 - 5, f"{label}  SLA {sla_s * 1000:g} MS", TEXT)
 
     return draw
 
@@ -424,6 +452,7 @@ def groups_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         left, right = x0 + 6, x1 - 10
         base = y1 - 14
@@ -458,6 +487,7 @@ def llm_panel(
     """
 
     def draw(c: Canvas, box: tuple[int, int, int, int]) -> None:
+        """Draw the panel on ``c`` inside ``box`` = ``(x0, y0, x1, y1)``."""
         x0, y0, x1, y1 = box
         n = (x1 - x0 - 4) // (BAR_W + BAR_GAP)
         h = y1 - y0 - 34
@@ -469,7 +499,7 @@ def llm_panel(
         xc = x0 + 2 + min(round(cap / max_seqs * gw), gw - 1)
         c.fill(xc, y1 - 24, xc + 1, y1 - 16, SLA_LINE)
         kv = kv_used / kv_total
-        color = RED if kv_total - kv_used <= kv_watermark else ((245, 140, 40) if kv > 0.9 else TEAL)
+        color = RED if kv_total - kv_used <= kv_watermark else (ORANGE if kv > 0.9 else TEAL)
         c.gauge(x0 + 2, y1 - 12, x1 - 2, y1 - 8, kv, color)
         xw = x0 + 2 + min(round((1 - kv_watermark / kv_total) * gw), gw - 1)
         c.fill(xw, y1 - 14, xw + 1, y1 - 6, SLA_LINE)
@@ -514,9 +544,11 @@ class Timeline:
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(sizes, latencies, kinds)`` of the batches held, oldest first."""
         i, n = self._i, self._n
-        order = slice(None, i) if i <= n else np.r_[i % n : n, 0 : i % n]
-        return (np.asarray(self._size)[order], np.asarray(self._lat)[order],
-                np.asarray(self._kind)[order])
+        if i <= n:
+            return np.array(self._size[:i]), np.array(self._lat[:i]), np.array(self._kind[:i], dtype=np.intp)
+        j = i % n
+        return (np.array(self._size[j:] + self._size[:j]), np.array(self._lat[j:] + self._lat[:j]),
+                np.array(self._kind[j:] + self._kind[:j], dtype=np.intp))
 
 
 class CompletionTimeline(Timeline):

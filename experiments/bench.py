@@ -26,7 +26,9 @@ b >= 8). And PPO training steps/s through the SB3 adapter on the native vector e
 against SB3's ``DummyVecEnv`` of the scalar env, 64 lanes each. And the comparison's
 backends: cells/s of a small comparison on the local backend and on Ray (a local Ray
 instance with every CPU) in the same run, their ratio, Ray's start-up time, and whether
-both gave the same numbers. Results go to ``results/bench/bench.json`` with a description of
+both gave the same numbers. And the cost of one ``render_mode="rgb_array"`` frame against
+one step of the same env, for each of the three envs (target: a frame well under 1 ms).
+Results go to ``results/bench/bench.json`` with a description of
 the machine.
 """
 
@@ -319,6 +321,64 @@ def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 
     }
 
 
+#: the envs of :func:`bench_render`, with their default profiles and workloads
+RENDER_BENCH_ENVS: tuple[str, ...] = (
+    "batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0", "batch_env/LLMBatching-v0",
+)
+
+
+def _time_render(env_id: str, n_steps: int, seed: int) -> tuple[float, float]:
+    """Seconds per ``step()`` and per ``render()`` of one ``render_mode="rgb_array"`` env
+    through ``gymnasium.make``, each frame drawn just after its step (the same states)."""
+    import batch_env  # noqa: F401
+
+    env = gym.make(env_id, render_mode="rgb_array")
+    env.reset(seed=seed)
+    env.render()  # builds the frame layout once (static panels and labels)
+    actions = np.random.default_rng(seed).integers(0, int(env.action_space.n), n_steps).tolist()
+    step, render, clock = env.step, env.render, time.perf_counter
+    t_step = t_render = 0.0
+    for a in actions:  # uniformly random actions: too large ones are clipped (docstrings)
+        t0 = clock()
+        _, _, terminated, truncated, _ = step(a)
+        t1 = clock()
+        render()
+        t_render += clock() - t1
+        t_step += t1 - t0
+        if terminated or truncated:
+            env.reset()
+    env.close()
+    return t_step / n_steps, t_render / n_steps
+
+
+def bench_render(n_steps: int = 5000, repeats: int = 3, seed: int = 0,
+                 env_ids: tuple[str, ...] = RENDER_BENCH_ENVS) -> dict[str, Any]:
+    """What one ``rgb_array`` frame costs against one step of the same env.
+
+    Each env (default arguments, ``render_mode="rgb_array"``, through ``gymnasium.make``)
+    takes ``n_steps`` uniformly random actions, rendering a frame after each step; step
+    and frame times are summed apart over the same states. The best of ``repeats`` rounds
+    counts (each time on its own). ``frame_cost_ratio_vs_step`` is frame time over step
+    time (target: a frame well under 1 ms).
+
+    :param n_steps: steps (and frames) per round.
+    :param repeats: timed rounds per env.
+    :param seed: seed of envs and actions.
+    :param env_ids: the envs.
+    """
+    rows = []
+    for env_id in env_ids:
+        times = [_time_render(env_id, n_steps, seed) for _ in range(repeats)]
+        step_s = min(t[0] for t in times)
+        frame_s = min(t[1] for t in times)
+        rows.append({"env_id": env_id, "step_us": step_s * 1e6, "frame_us": frame_s * 1e6,
+                     "frame_cost_ratio_vs_step": frame_s / step_s})
+    from batch_env.render import HEIGHT, WIDTH
+
+    return {"envs": rows, "frame_shape": [HEIGHT, WIDTH, 3], "n_steps": n_steps, "repeats": repeats,
+            "target_frame_us": 1000.0}
+
+
 def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
     """What the real executor costs outside the model call (floor: < 5% of the batch time
     at batch sizes >= 8), on this machine's CPU with one thread.
@@ -454,6 +514,7 @@ def run_bench(
     n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True,
     vector: bool = True, vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
     vector_env_steps: int = 2_000_000, torch_overhead: bool = True, backends: bool = True,
+    render: bool = True, render_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
@@ -468,6 +529,9 @@ def run_bench(
     :param torch_overhead: also time the real executor's overhead (needs the real extra).
     :param backends: also time the comparison's local and Ray backends (skipped, with the
         reason, when Ray is not installed).
+    :param render: also time an ``rgb_array`` frame against a step, for each env.
+    :param render_steps: steps (and frames) per timed round of the render part (default
+        ``n_steps // 40``, at least 50: 5000 at the default ``n_steps``).
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -485,6 +549,8 @@ def run_bench(
         "env_kwargs": env_kwargs,
         "machine": machine_description(),
     }
+    if render:
+        result["render"] = bench_render(render_steps or max(n_steps // 40, 50), repeats, seed)
     if vector:
         result["vector"] = bench_vector(vector_sizes, vector_env_steps, repeats, seed)
     if torch_overhead:

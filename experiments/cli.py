@@ -362,8 +362,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, and the
-    comparison's cells/s on the local and the Ray backend (--skip-ray to leave it out)."""
+    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, the cost
+    of an rgb_array frame against a step, and the comparison's cells/s on the local and the
+    Ray backend (--skip-ray to leave it out)."""
     from experiments.bench import run_bench, write_results
 
     _check_folder("--out", args.out)
@@ -375,7 +376,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
     result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo,
                        vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch,
-                       backends=not args.skip_ray)
+                       backends=not args.skip_ray, render=not args.skip_render)
     path = write_results(result, args.out)
     if args.json:
         print(dumps(result, indent=2))
@@ -384,6 +385,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
     print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
           f"(floor: <= {result['floor_step_cost_ratio']:.1f})")
+    rn = result.get("render")
+    if rn:
+        for r in rn["envs"]:
+            print(f"{r['env_id'].split('/')[-1]} rgb_array frame: {r['frame_us']:,.0f} us vs step "
+                  f"{r['step_us']:,.1f} us -> ratio {r['frame_cost_ratio_vs_step']:.1f} "
+                  f"(target: frame < {rn['target_frame_us']:,.0f} us)")
     vec = result.get("vector")
     if vec:
         for r in vec["sizes"]:
@@ -867,6 +874,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-torch", action="store_true", help="skip the real executor's overhead part")
     p.add_argument("--skip-ray", action="store_true",
                    help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)")
+    p.add_argument("--skip-render", action="store_true",
+                   help="skip the rgb_array frame cost vs step part")
     p.add_argument("--vector-sizes", default="1,64,1024,4096",
                    help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")

@@ -399,3 +399,72 @@ def test_timeline_ring_order():
 
 def test_registered_ids_all_render():
     assert set(batch_env.ENV_IDS) == set(ENVS)
+
+
+def test_bench_reports_frame_cost_ratio():
+    from experiments.bench import bench_render
+
+    result = bench_render(n_steps=40, repeats=1)
+    rows = result["envs"]
+    assert [r["env_id"] for r in rows] == list(ENVS)
+    for r in rows:
+        assert r["step_us"] > 0 and r["frame_us"] > 0
+        assert r["frame_cost_ratio_vs_step"] == pytest.approx(r["frame_us"] / r["step_us"])
+    assert result["frame_shape"] == list(SHAPE)
+
+
+def test_human_window_with_matplotlib(monkeypatch):
+    """The matplotlib branch (a display, no pygame): frames go to one figure's image."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(R, "display_available", lambda: True)
+    monkeypatch.setitem(__import__("sys").modules, "pygame", None)
+    monkeypatch.setattr(matplotlib, "get_backend", lambda: "TkAgg")  # drawn with Agg here
+    pauses = []
+    monkeypatch.setattr(plt, "pause", pauses.append)
+    env = DynamicBatchingEnv(render_mode="human")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.reset(seed=0)
+        env.step(1)
+    window = env._human
+    assert window.backend == "matplotlib"
+    _, fig, im = window._handle
+    assert np.array_equal(im.get_array(), env._render_frame(env._view))
+    assert pauses == [1.0 / DynamicBatchingEnv.metadata["render_fps"]] * 2
+    env.close()
+    assert window.backend is None and not plt.fignum_exists(fig.number)
+
+
+def test_human_window_with_pygame(monkeypatch):
+    """The pygame branch, with a stand-in module: each frame is blitted and flipped."""
+    from types import SimpleNamespace
+
+    calls = []
+    surfaces = []
+
+    def make_surface(a):
+        surfaces.append(np.array(a))
+        return a
+
+    screen = SimpleNamespace(blit=lambda surf, pos: calls.append("blit"))
+    fake = SimpleNamespace(
+        init=lambda: calls.append("init"),
+        display=SimpleNamespace(set_caption=lambda t: None, set_mode=lambda size: calls.append(size) or screen,
+                                flip=lambda: calls.append("flip"), quit=lambda: calls.append("quit")),
+        event=SimpleNamespace(pump=lambda: None),
+        surfarray=SimpleNamespace(make_surface=make_surface),
+        time=SimpleNamespace(Clock=lambda: SimpleNamespace(tick=lambda fps: calls.append(fps))),
+    )
+    monkeypatch.setattr(R, "display_available", lambda: True)
+    monkeypatch.setitem(__import__("sys").modules, "pygame", fake)
+    env = NodeBatchingEnv(render_mode="human")
+    env.reset(seed=0)
+    env.step(3)
+    assert calls[:2] == ["init", (R.WIDTH, R.HEIGHT)]
+    assert calls.count("flip") == 2 and calls.count(NodeBatchingEnv.metadata["render_fps"]) == 2
+    assert surfaces[-1].shape == (R.WIDTH, R.HEIGHT, 3)  # pygame surfaces are x-major
+    assert np.array_equal(surfaces[-1].swapaxes(0, 1), env._render_frame(env._view))
+    env.close()
+    assert calls[-1] == "quit"

@@ -1,0 +1,95 @@
+"""Write one example ``rgb_array`` frame of each env to ``docs/img/`` (PNG).
+
+Run ``python scripts/render_frames.py`` from the repository root. Each env runs a fixed,
+seeded policy to a state that shows its panels (a queue with requests past the SLA, a
+batch or groups in service, a timeline of batches), then its frame is written as
+``docs/img/render_{dynamic,node,llm}.png``. The PNG encoder is the standard library's
+``zlib`` (no imaging package needed); the same seeds give the same files.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
+
+
+def write_png(path: Path, image: np.ndarray) -> None:
+    """Write an ``H x W x 3`` uint8 image as an 8-bit RGB PNG."""
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(f"image of shape {image.shape} and dtype {image.dtype}: expected H x W x 3 uint8")
+    h, w, _ = image.shape
+    raw = np.hstack([np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]).tobytes()  # filter 0
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        """One PNG chunk: length, type, data, CRC."""
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9))
+                     + chunk(b"IEND", b""))
+
+
+def dynamic_frame() -> np.ndarray:
+    """DynamicBatching-v0 at load 0.8 under "run 16 when 16 wait, else wait": stopped at
+    the first state whose queue holds requests both past the SLA and within it."""
+    env = DynamicBatchingEnv(render_mode="rgb_array", workload={"kind": "poisson", "load": 0.8})
+    env.reset(seed=7)
+    for _ in range(4000):
+        if env.step(16 if env.queue_len >= 16 else 0)[3]:
+            break
+        past = int(np.sum(env._now - np.array(env._arr[env._ns :]) > env._sla))
+        if past >= 3 and 5 <= env.queue_len - past and env.queue_len <= 48:
+            break
+    return env.render()
+
+
+def node_frame() -> np.ndarray:
+    """NodeBatching-v0 at load 0.8 under seeded random valid actions: several groups in flight."""
+    env = NodeBatchingEnv(render_mode="rgb_array", workload={"kind": "poisson", "load": 0.8})
+    env.reset(seed=3)
+    rng = np.random.default_rng(3)
+    for i in range(2000):
+        if env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))[3]:
+            break
+        if i > 600 and len(env._groups) >= 3 and env.queue_len >= 5:
+            break
+    return env.render()
+
+
+def llm_frame() -> np.ndarray:
+    """LLMBatching-v0 with a small KV cache at 20 requests/s, cap = max: the cache fills,
+    requests are preempted (purple in the queue)."""
+    env = LLMBatchingEnv(
+        render_mode="rgb_array", gpu_memory_utilization=0.2, max_model_len=512, max_num_seqs=64,
+        lengths={"kind": "lognormal", "prompt_tokens": 180, "output_tokens": 120},
+        workload={"kind": "poisson", "rate_per_s": 16}, horizon_requests=2000,
+    )
+    env.reset(seed=1)
+    for i in range(3000):
+        if env.step(len(env.grid) - 1)[3]:
+            break
+        if i > 800 and env._used > 0.95 * env._total and any(env._G[e] > 0 for e in env._W):
+            break
+    return env.render()
+
+
+def main() -> None:
+    """Write the three frames to ``docs/img/``."""
+    out = Path(__file__).resolve().parents[1] / "docs" / "img"
+    out.mkdir(parents=True, exist_ok=True)
+    for name, make in (("dynamic", dynamic_frame), ("node", node_frame), ("llm", llm_frame)):
+        path = out / f"render_{name}.png"
+        write_png(path, make())
+        print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
+if __name__ == "__main__":
+    main()
