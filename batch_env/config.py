@@ -24,14 +24,15 @@ Defaults (and why):
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
-import numbers
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import numpy as np
+# re-exported: the validation helpers lived here before batch_env.checks
+from .checks import ArgumentError as ArgumentError
+from .checks import check_number as check_number
+from .checks import init_arguments as init_arguments
+from .checks import is_real_number as is_real_number
+from .workload.lengths import make_lengths
 
 SERVICE_LAWS = ("deterministic", "lognormal")
 
@@ -44,70 +45,6 @@ MAX_BATCH_LIMIT = 1 << 17
 #: still does for the first 100 days of simulated time (float64 seconds); a shorter one
 #: would round ``now + tick`` back to ``now`` much sooner.
 MIN_TICK_MS = 1e-6
-
-
-@functools.cache
-def init_arguments(cls: type) -> frozenset[str]:
-    """The keyword arguments ``cls.__init__`` takes (for messages listing what is allowed)."""
-    return frozenset(p for p in inspect.signature(cls.__init__).parameters if p != "self")
-
-
-class ArgumentError(TypeError, ValueError):
-    """A bad argument: an unknown name, or a value of a type that is not allowed.
-
-    Both a ``TypeError`` (what Python raises for these) and a ``ValueError`` (what
-    batch-env raises for every bad input, and what the CLI turns into a one-line error).
-    """
-
-
-def is_real_number(value: Any) -> bool:
-    """Whether ``value`` is a real number: ints, floats, NumPy real scalars (not bools).
-
-    :param value: any object.
-    """
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-
-
-def check_number(
-    name: str,
-    value: Any,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_inclusive: bool = True,
-    integer: bool = False,
-) -> None:
-    """Raise ``ValueError`` naming ``name`` and ``value`` unless it is an allowed number.
-
-    :param name: the field name used in the message.
-    :param value: the value to check.
-    :param low: lower bound (``None``: unbounded).
-    :param high: upper bound, inclusive (``None``: unbounded).
-    :param low_inclusive: whether ``low`` itself is allowed.
-    :param integer: require an integer.
-    """
-    kind = "an integer" if integer else "a finite number"
-    if integer:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok and hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0:
-            ok = value.dtype.kind in "iu"
-    else:
-        ok = is_real_number(value) or (hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0)
-    if ok and not integer:
-        ok = math.isfinite(float(value))
-    rng = []
-    if low is not None:
-        rng.append(f"{'>=' if low_inclusive else '>'} {low:g}")
-    if high is not None:
-        rng.append(f"<= {high:g}")
-    allowed = kind + (" " + " and ".join(rng) if rng else "")
-    if not ok:
-        raise ValueError(f"{name}={value!r} is invalid: expected {allowed}")
-    v = float(value)
-    if low is not None and (v < low or (not low_inclusive and v == low)):
-        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
-    if high is not None and v > high:
-        raise ValueError(f"{name}={value!r} is out of range: expected {allowed}")
 
 
 @dataclass(frozen=True)
@@ -295,8 +232,6 @@ class LLMConfig:
     recent_iterations: int = 16
 
     def __post_init__(self) -> None:
-        from .workload import make_lengths
-
         object.__setattr__(
             self, "reward_weights", RewardWeights.from_any(self.reward_weights, LLM_REWARD_WEIGHTS)
         )

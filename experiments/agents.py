@@ -114,7 +114,7 @@ def run_agents_experiment(
         if wl.get("kind") != "trace":
             continue
         if wl.get("dataset") is not None:  # skipped until fetched (docs/data.md)
-            from batch_env import data
+            from batch_env.workload import datasets as data
 
             try:
                 data.path(wl["dataset"])

@@ -912,7 +912,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     else the user's cache folder) and checked against their SHA-256 (docs/data.md).
     An unknown name is exit status 2; a failed download or a checksum mismatch, 1.
     """
-    from batch_env import data
+    from batch_env.workload import datasets as data
 
     if args.data_command == "list":
         data._print_list(args.json)

@@ -232,7 +232,7 @@ def run_llm(
     cfg = load_llm_config(config)
     for name, spec in cfg["traffic"].items():
         if "dataset" in spec:  # not fetched: an error naming `batch-env data fetch NAME`
-            from batch_env import data
+            from batch_env.workload import datasets as data
 
             try:
                 data.path(spec["dataset"])

@@ -1,4 +1,4 @@
-"""The dataset registry (batch_env.data), ``batch-env data``, and the repository's tables.
+"""The dataset registry (batch_env.workload.datasets), ``batch-env data``, and the repository's tables.
 
 No test touches the network: downloads go through ``file://`` URLs (a local copy) into a
 temporary cache folder (``BATCH_ENV_DATA_DIR``).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from batch_env import data
+from batch_env.workload import datasets as data
 from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,12 +72,12 @@ def test_registry_entries_are_well_formed():
 def test_shipped_excerpts_match_their_checksums_and_headers(name):
     d = data.DATASETS[name]
     p = data.path(name)
-    assert p.parent == ROOT / "batch_env" / "datasets" and data.is_available(name)
+    assert p.parent == ROOT / "batch_env" / "workload" / "excerpts" and data.is_available(name)
     assert data.sha256_of(p) == d.sha256 and p.stat().st_size == d.size_bytes
     raw = p.read_bytes()
     assert raw.startswith(b"TIMESTAMP,ContextTokens,GeneratedTokens\r\n")
     assert raw.count(b"\r\n") == d.rows + 1
-    readme = (ROOT / "batch_env" / "datasets" / "README.md").read_text()
+    readme = (ROOT / "batch_env" / "workload" / "excerpts" / "README.md").read_text()
     assert d.sha256 in readme and d.filename in readme and "CC BY 4.0" in readme
 
 

@@ -292,7 +292,7 @@ def test_bad_action(action):
 
 
 def test_azure_trace_lengths_come_from_the_trace():
-    from batch_env import data
+    from batch_env.workload import datasets as data
 
     env = LLMBatchingEnv(
         workload={"kind": "trace", "dataset": EXCERPT, "target_rate_per_s": 3.0},

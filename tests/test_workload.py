@@ -305,7 +305,7 @@ def test_trace_no_loop_ends(azure_style: Path) -> None:
 
 def test_real_azure_trace_excerpt() -> None:
     """The shipped excerpt of the Azure 2023 conversation trace, by dataset name."""
-    from batch_env import data
+    from batch_env.workload import datasets as data
 
     wl = Trace(dataset=EXCERPT)
     assert wl.path == str(data.path(EXCERPT)) and wl.dataset == EXCERPT
@@ -354,7 +354,7 @@ def test_trace_dataset_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_empirical_lengths_from_a_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from batch_env import data
+    from batch_env.workload import datasets as data
     from batch_env.workload import make_lengths
 
     lengths = make_lengths({"kind": "empirical", "dataset": EXCERPT})

@@ -4,7 +4,7 @@ The environments replay request traces given either as a file (``{"kind": "trace
 "path": "my.csv"}``) or as a dataset of this registry (``{"kind": "trace", "dataset":
 "azure-conv-2023"}``). Two kinds of datasets exist:
 
-* *shipped*: small excerpts that come with the package (``batch_env/datasets/``), usable
+* *shipped*: small excerpts that come with the package (``batch_env/workload/excerpts/``), usable
   without a network: ``azure-conv-2023-excerpt`` and ``azure-code-2023-excerpt``, the
   first 2,000 requests of each Azure 2023 trace;
 * *downloaded*: the full public traces, fetched on demand with ``batch-env data fetch
@@ -58,7 +58,7 @@ DATA_DIR_ENV = "BATCH_ENV_DATA_DIR"
 INSTALL_HINT = "pip install 'batch-env[data]'"
 
 #: Where the shipped excerpts live (package data).
-SHIPPED_DIR = Path(__file__).resolve().parent / "datasets"
+SHIPPED_DIR = Path(__file__).resolve().parent / "excerpts"
 
 #: Azure/AzurePublicDataset commit that added the 2023 LLM traces (unchanged since; the
 #: URLs are pinned to it so that the files cannot change under the known checksums).
@@ -86,7 +86,7 @@ class Dataset:
     """One registry entry.
 
     :param name: the registry name (``azure-conv-2023``).
-    :param filename: the file's name (in the cache, or in ``batch_env/datasets``).
+    :param filename: the file's name (in the cache, or in ``batch_env/workload/excerpts``).
     :param description: what the file holds, one line.
     :param source: where it comes from (repository and path, or publisher).
     :param license: the license of the data.
