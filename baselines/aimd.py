@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from batch_env.config import check_number
+from batch_env.checks import check_number
 
 from .common import TIME_TOLERANCE_S, resolve_max_batch_size, sla_ms_of
 

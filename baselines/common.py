@@ -4,7 +4,7 @@ A policy may read the env's configuration at construction (docs/design.md: Polic
 helpers look through Gymnasium wrappers (``env.unwrapped``) for the settings the
 baselines need (``max_batch_size``, ``sla_ms``, ``decision_interval_ms``), validate a
 policy's parameters with errors that name the parameter, its value and what is allowed
-(the same wording as :func:`batch_env.config.check_number`), and refuse an env whose ticks
+(the same wording as :func:`batch_env.checks.check_number`), and refuse an env whose ticks
 are off for policies whose timeout would otherwise never fire between arrivals.
 
 Timeouts are compared with :func:`waited_at_least`, which forgives ``TIME_TOLERANCE_S``:
@@ -20,7 +20,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from batch_env.config import check_number
+from batch_env.checks import check_number
 
 #: Slack (seconds) when comparing a measured wait with a timeout: far below any tick or
 #: service time (microseconds at least), far above float64 rounding of simulated times.

@@ -43,7 +43,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from batch_env.config import check_number
+from batch_env.checks import check_number
 
 from .common import env_config
 

@@ -72,7 +72,7 @@ import scipy.sparse.linalg as spla
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.stats import poisson
 
-from batch_env.config import check_number
+from batch_env.checks import check_number
 from batch_env.workload import Poisson
 
 _TAIL = 1e-15

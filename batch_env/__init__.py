@@ -53,6 +53,7 @@ def register_envs() -> None:
 
 register_envs()
 
+from . import llm_profile, profile  # noqa: E402, F401 (the loaders' first names, see profiles/)
 from .envs import DynamicBatchingEnv, DynamicBatchingVectorEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
 

@@ -49,10 +49,11 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
-from .config import ArgumentError, ServingConfig, init_arguments
+from .checks import ArgumentError, init_arguments
+from .config import ServingConfig
 from .metrics import WindowStart, summarize, warn_summaries
-from .profile import Profile
-from .profile import load as load_profile
+from .profiles.batch_profile import Profile
+from .profiles.batch_profile import load as load_profile
 from .render import HumanWindow, ServerView
 from .workload import ArrivalStream, Workload, make_workload
 

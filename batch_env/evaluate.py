@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 from scipy import stats
 
-from .config import check_number
+from .checks import check_number
 from .metrics import SummaryWarning, hides_outside_drops, summary_warning
 
 

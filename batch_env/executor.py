@@ -14,13 +14,13 @@ methods: ``new_group(b)`` returns a handle for ``b`` newly admitted requests at 
 groups that met at the same node. The profile executor needs no state (its handles are
 ``None``) and draws one service factor per node execution from the same stream as whole
 batches, so with a one-node profile the node-level env sees exactly the graph-level
-env's draws. The real PyTorch executor (:mod:`batch_env.torch_executor`) keeps each
+env's draws. The real PyTorch executor (:mod:`batch_env.real.torch_executor`) keeps each
 group's activations in its handle and concatenates them on a merge. :func:`make_executor`
 builds either from an env's ``executor=`` argument (torch is imported only for
 ``executor="torch"``).
 
 LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real twin
-:class:`batch_env.llm_torch_executor.LLMTorchExecutor`, built by :func:`make_llm_executor`.
+:class:`batch_env.real.llm_torch_executor.LLMTorchExecutor`, built by :func:`make_llm_executor`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from .config import init_arguments
-from .profile import Profile
+from .checks import init_arguments
+from .profiles.batch_profile import Profile
 
 _BLOCK = 4096
 EXECUTORS = ("profile", "torch")
-#: Profile-name prefixes and the model of :mod:`batch_env.models` they describe, used
+#: Profile-name prefixes and the model of :mod:`batch_env.real.models` they describe, used
 #: when ``executor="torch"`` is given without ``model=``.
 _MODEL_OF_PROFILE = (("resnet50", "resnet50"), ("bert-base", "bert-base"), ("googlenet", "googlenet"))
 
@@ -61,12 +61,12 @@ def make_executor(
     :param max_batch_size: the largest batch.
     :param service: profile executor only: ``"deterministic"`` or ``"lognormal"``.
     :param service_cv: profile executor only: lognormal coefficient of variation.
-    :param model: torch executor only: a model of :data:`batch_env.models.MODELS`; default
+    :param model: torch executor only: a model of :data:`batch_env.real.models.MODELS`; default
         inferred from the profile's name (``resnet50-*`` -> ``resnet50``, ``bert-base-*`` ->
         ``bert-base``).
     :param torch_device: torch executor only: ``"auto"``, ``"cpu"`` or ``"cuda"``.
     :param options: torch executor only: more keyword arguments of
-        :class:`batch_env.torch_executor.TorchExecutor` (``width``, ``depth``, ``threads``,
+        :class:`batch_env.real.torch_executor.TorchExecutor` (``width``, ``depth``, ``threads``,
         ``cuda_graphs``, ``weights``, ``warmup``, ``seed``, ``model_kwargs``).
     """
     if _is_profile_kind(kind, model, torch_device, options):
@@ -83,7 +83,7 @@ def make_executor(
                 f"executor='torch' needs model=<name>: none can be inferred from profile "
                 f"{profile.name!r} (known prefixes: {[p for p, _ in _MODEL_OF_PROFILE]})"
             )
-    from .torch_executor import TorchExecutor
+    from .real.torch_executor import TorchExecutor
 
     options = _check_options(options, TorchExecutor, ("model", "max_batch_size", "torch_device", "profile"))
     return TorchExecutor(model, max_batch_size, torch_device=torch_device, profile=profile, **options)
@@ -134,15 +134,15 @@ def make_llm_executor(
     :param max_num_seqs: the largest number of running requests.
     :param max_model_len: the longest context.
     :param model: torch executor only: a model of
-        :data:`batch_env.llm_torch_executor.LLM_MODELS` (default ``"gpt-small"``).
+        :data:`batch_env.real.llm_torch_executor.LLM_MODELS` (default ``"gpt-small"``).
     :param torch_device: torch executor only: ``"auto"``, ``"cpu"`` or ``"cuda"``.
     :param options: torch executor only: more keyword arguments of
-        :class:`batch_env.llm_torch_executor.LLMTorchExecutor` (``width``, ``depth``,
+        :class:`batch_env.real.llm_torch_executor.LLMTorchExecutor` (``width``, ``depth``,
         ``threads``, ``warmup``, ``seed``, ``weights``, ``model_kwargs``).
     """
     if _is_profile_kind(kind, model, torch_device, options):
         return LLMProfileExecutor(profile)
-    from .llm_torch_executor import LLMTorchExecutor
+    from .real.llm_torch_executor import LLMTorchExecutor
 
     options = _check_options(
         options, LLMTorchExecutor, ("model", "max_num_seqs", "max_model_len", "torch_device", "profile")
@@ -280,7 +280,7 @@ class LLMProfileExecutor:
     (deterministic: vLLM iteration times vary little at a fixed batch composition) and its
     busy power times that duration. See :mod:`batch_env.llm_profile` for the model behind
     each. The interface is the real executor's
-    (:class:`batch_env.llm_torch_executor.LLMTorchExecutor`); ``needs_sequences = False``
+    (:class:`batch_env.real.llm_torch_executor.LLMTorchExecutor`); ``needs_sequences = False``
     tells the env that the request ids (``seqs``), their ``lengths`` and :meth:`release`
     are not needed here, so the simulated path builds no lists for them.
     """

@@ -52,7 +52,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from .config import ServingConfig, check_number
+from .checks import check_number
+from .config import ServingConfig
 
 
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):

@@ -384,13 +384,13 @@ def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
     at batch sizes >= 8), on this machine's CPU with one thread.
 
     A quarter-width ResNet-50 (all four stages, 64x64 images) in a
-    :class:`batch_env.torch_executor.TorchExecutor`; see
-    :func:`batch_env.torch_executor.overhead_benchmark` for what is timed.
+    :class:`batch_env.real.torch_executor.TorchExecutor`; see
+    :func:`batch_env.real.torch_executor.overhead_benchmark` for what is timed.
 
     :param repeats: calls per batch size (medians count).
     """
-    from batch_env.energy import ModelMeter
-    from batch_env.torch_executor import TorchExecutor, overhead_benchmark
+    from batch_env.real.energy import ModelMeter
+    from batch_env.real.torch_executor import TorchExecutor, overhead_benchmark
 
     ex = TorchExecutor(
         "resnet50", 32, torch_device="cpu", profile="resnet50-v100-linear", threads=1, warmup=2,

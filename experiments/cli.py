@@ -175,7 +175,7 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _add_env_args(p: argparse.ArgumentParser) -> None:
-    from batch_env.profile import available
+    from batch_env.profiles.batch_profile import available
 
     p.add_argument("--profile", default=None,
                    help=f"profile name or JSON path (default resnet50-v100; the LLM env: its own); shipped: "
@@ -610,8 +610,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from agents.common import check_device
-    from batch_env.models import MODELS
-    from batch_env.profiling import measure_profile, write_profile
+    from batch_env.real.models import MODELS
+    from batch_env.real.profiling import measure_profile, write_profile
 
     try:
         sizes = tuple(int(x) for x in args.batch_sizes.split(","))

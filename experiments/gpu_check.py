@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from batch_env.profiling import measure_profile, write_profile
+    from batch_env.real.profiling import measure_profile, write_profile
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,7 +2,7 @@
 
 On this machine, in one run: measure a profile of a small model (ResNet-50 at width
 0.25, one bottleneck per stage, 64x64 inputs, one CPU thread) with
-:func:`batch_env.profiling.measure_profile`, then run the same workload and seeds in real
+:func:`batch_env.real.profiling.measure_profile`, then run the same workload and seeds in real
 mode (``executor="torch"``, the model executes and its measured durations advance the
 clock) and in profile mode (``ProfileExecutor`` with the profile just measured), for
 DynamicBatching-v0 under ``greedy`` and NodeBatching-v0 under ``lazy``, at a moderate
@@ -77,7 +77,7 @@ def _cycle(
 
     import baselines
     import batch_env
-    from batch_env.profiling import measure_profile, write_profile
+    from batch_env.real.profiling import measure_profile, write_profile
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Tests for batch_env.energy: fallbacks, RAPL wraparound (fake sysfs), NVML (fake pynvml)."""
+"""Tests for batch_env.real.energy: fallbacks, RAPL wraparound (fake sysfs), NVML (fake pynvml)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from batch_env import energy as E
+from batch_env.real import energy as E
 
 
 @pytest.fixture(autouse=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from batch_env import llm_profile as L
+from batch_env.profiles import llm_profile as L
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"  # data/README.md: the published tables
@@ -387,7 +387,7 @@ def test_batch_profiles_point_to_batch_loader(tmp_path):
             L.load(d)
     with pytest.raises(ValueError, match=r"batch_env\.profile\.load"):
         L.load("resnet50-v100")
-    from batch_env import profile as P
+    from batch_env.profiles import batch_profile as P
 
     with pytest.raises(TypeError, match="LLM profile"):
         L.load(P.load("resnet50-v100"))

@@ -14,11 +14,11 @@ import torch
 from conftest import check_env_except_determinism
 
 import batch_env  # noqa: F401
-from batch_env.energy import EnergyMeter, ModelMeter
 from batch_env.executor import LLMProfileExecutor
-from batch_env.llm_profile import load as load_llm_profile
-from batch_env.llm_torch_executor import LLMTorchExecutor
 from batch_env.metrics import LLM_KEYS, SERVING_KEYS
+from batch_env.profiles.llm_profile import load as load_llm_profile
+from batch_env.real.energy import EnergyMeter, ModelMeter
+from batch_env.real.llm_torch_executor import LLMTorchExecutor
 
 LLM = "batch_env/LLMBatching-v0"
 PROFILE = "llama-2-7b-a100"

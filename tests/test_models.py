@@ -1,4 +1,4 @@
-"""Tests for batch_env.models: node chains, sizes, weights files and the GPT KV cache."""
+"""Tests for batch_env.real.models: node chains, sizes, weights files and the GPT KV cache."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from batch_env import models as M
+from batch_env.real import models as M
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

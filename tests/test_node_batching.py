@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import baselines
 import batch_env  # noqa: F401
 from batch_env import evaluate
-from batch_env.profile import load as load_profile
+from batch_env.profiles.batch_profile import load as load_profile
 
 NODE = "batch_env/NodeBatching-v0"
 DYN = "batch_env/DynamicBatching-v0"

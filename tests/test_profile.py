@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batch_env import profile as P
+from batch_env.profiles import batch_profile as P
 
 SHIPPED = [
     "bert-base-t4",

@@ -1,4 +1,4 @@
-"""Tests for batch_env.profiling: measured profiles load, carry node tables and say where
+"""Tests for batch_env.real.profiling: measured profiles load, carry node tables and say where
 every number came from."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import warnings
 import pytest
 import torch
 
-from batch_env import profile as P
-from batch_env.energy import EnergyMeter, ModelMeter
-from batch_env.profiling import ASSUMED_CPU_POWER_W_PER_THREAD, measure_profile, write_profile
+from batch_env.profiles import batch_profile as P
+from batch_env.real.energy import EnergyMeter, ModelMeter
+from batch_env.real.profiling import ASSUMED_CPU_POWER_W_PER_THREAD, measure_profile, write_profile
 
 TINY = dict(width=0.125, depth=1, model_kwargs={"image_size": 32, "num_classes": 10})
 BS = (1, 2, 4)
@@ -141,7 +141,7 @@ def test_bad_arguments(kw, match):
 
 
 def test_node_tables_too_far_off_are_kept_aside(monkeypatch):
-    import batch_env.profiling as prof_mod
+    import batch_env.real.profiling as prof_mod
 
     monkeypatch.setattr(prof_mod, "_MAX_NODE_TOLERANCE", 0.0)  # every table is "too far off"
     with pytest.warns(RuntimeWarning, match="_nodes_rejected"):

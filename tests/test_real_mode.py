@@ -12,7 +12,7 @@ from conftest import check_env_except_determinism
 
 import baselines
 import batch_env
-from batch_env.profiling import measure_profile
+from batch_env.real.profiling import measure_profile
 
 TINY = {"width": 0.125, "depth": 1, "threads": 1, "warmup": 1, "model_kwargs": {"image_size": 32}}
 ENVS = ["batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0"]
@@ -111,7 +111,7 @@ def test_round_trip_profile_mode_reproduces_real_mode(tmp_path):
 def test_shipped_measured_cpu_profiles_load_with_metadata(name):
     from importlib import resources
 
-    from batch_env.profile import load
+    from batch_env.profiles.batch_profile import load
 
     path = resources.files("batch_env").joinpath(f"profiles/measured/{name}.json")
     p = load(str(path))

@@ -1,4 +1,4 @@
-"""Tests for batch_env.torch_executor: real timing, node groups, the energy rule, errors."""
+"""Tests for batch_env.real.torch_executor: real timing, node groups, the energy rule, errors."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from batch_env import profile as P
-from batch_env.energy import EnergyMeter, ModelMeter
-from batch_env.models import build_model
-from batch_env.torch_executor import NodeGroup, TorchExecutor, overhead_benchmark, resolve_device
+from batch_env.profiles import batch_profile as P
+from batch_env.real.energy import EnergyMeter, ModelMeter
+from batch_env.real.models import build_model
+from batch_env.real.torch_executor import (
+    NodeGroup,
+    TorchExecutor,
+    overhead_benchmark,
+    resolve_device,
+)
 
 TINY_RESNET = dict(width=0.125, depth=1, model_kwargs={"image_size": 32, "num_classes": 10})
 PROFILE = "resnet50-v100-linear"  # covers every batch size
@@ -242,7 +247,7 @@ def test_weights_pass_through(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (runs on GPU machines)")
 def test_cuda_executor_with_graphs_and_nvml():
-    from batch_env.profiling import measure_profile
+    from batch_env.real.profiling import measure_profile
 
     e = TorchExecutor("resnet50", 4, torch_device="cuda", profile=PROFILE, warmup=1,
                       cuda_graphs=True, **TINY_RESNET)

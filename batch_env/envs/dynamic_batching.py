@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode
 from ..config import ServingConfig
 from ..core import ServingCore
 from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
-from ..profile import Profile
+from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
 from ..seeding import pcg64_states
 from ..workload import Workload
@@ -117,10 +117,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     * ``executor``: ``"profile"`` (default: durations and energy simulated from the
       profile) or ``"torch"`` (each batch runs a real PyTorch model, CUDA when present else
       CPU, and its measured duration advances the clock; arrivals still come from the
-      workload). With ``"torch"``: ``model`` (a name of :data:`batch_env.models.MODELS`;
+      workload). With ``"torch"``: ``model`` (a name of :data:`batch_env.real.models.MODELS`;
       default inferred from the profile's name), ``torch_device`` (``"auto"``, ``"cpu"``,
       ``"cuda"``) and ``executor_options`` (``width``, ``depth``, ``threads``,
-      ``cuda_graphs``, ...: see :class:`batch_env.torch_executor.TorchExecutor`).
+      ``cuda_graphs``, ...: see :class:`batch_env.real.torch_executor.TorchExecutor`).
       ``info["energy_source"]`` says where energy figures come from (``"profile"``,
       ``"nvml"`` or ``"rapl"``). Real timings vary, so ``check_env``'s determinism checks
       do not apply in real mode.
@@ -441,7 +441,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         full_info: bool = True,
         **kwargs: Any,
     ) -> None:
-        from ..config import check_number
+        from ..checks import check_number
 
         check_number("num_envs", num_envs, low=1, integer=True)
         if max_episode_steps is not None:

@@ -17,9 +17,9 @@ from gymnasium import spaces
 from ..config import LLMConfig
 from ..core import ServingCore
 from ..executor import make_llm_executor
-from ..llm_profile import LLMProfile
-from ..llm_profile import load as load_llm_profile
 from ..metrics import llm_metrics, summarize
+from ..profiles.llm_profile import LLMProfile
+from ..profiles.llm_profile import load as load_llm_profile
 from ..render import PURPLE, QUEUE_BARS, ServerView, Timeline, llm_panel, sla_colors
 from ..workload import Workload, check_llm_tokens, make_workload
 
@@ -157,7 +157,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     * ``executor``: ``"profile"`` (default: iteration times and power from the profile) or
       ``"torch"``: every prefill and decode step runs a real GPT-style decoder
-      (:class:`batch_env.models.GPTSmall`) with a real KV cache per running request, on
+      (:class:`batch_env.real.models.GPTSmall`) with a real KV cache per running request, on
       CUDA when present, else the CPU, and the measured duration advances the clock
       (arrivals and lengths still come from the workload). The KV-block accounting
       (capacity, watermark, preemptions) stays the profile's simulated GPU memory; the
@@ -165,7 +165,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       tokens for a preempted request's recompute) or decodes, and drops the cache of a
       finished or preempted request. Energy comes from NVML, RAPL or the profile's power
       model x the measured duration (``info["energy_source"]``). See
-      :class:`batch_env.llm_torch_executor.LLMTorchExecutor`.
+      :class:`batch_env.real.llm_torch_executor.LLMTorchExecutor`.
     * With ``"torch"``: ``model`` (``"gpt-small"``, the default and only model with a
       KV-cache decode path), ``torch_device`` (``"auto"``, ``"cpu"``, ``"cuda"``) and
       ``executor_options`` (``width``, ``depth``, ``threads``, ``warmup``, ``seed``,

@@ -10,7 +10,7 @@ from gymnasium import spaces
 
 from ..config import ServingConfig
 from ..core import ServingCore
-from ..profile import Profile
+from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, groups_panel
 from ..workload import Workload
 

@@ -72,7 +72,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .config import ArgumentError, is_real_number
+from ..checks import ArgumentError, is_real_number
 
 __all__ = ["Profile", "available", "load"]
 
@@ -85,7 +85,6 @@ _COMMON_REQUIRED = ("name", "model", "device", "source", "idle_power_w")
 _TABLE_ONLY = ("batch_sizes", "latency_ms", "power_w", "energy_j")
 _LINEAR_ONLY = ("alpha_ms", "tau0_ms", "beta_j", "c0_j")
 _OPTIONAL = ("kind", "idle_power_source", "latency_cv", "extrapolation", "nodes", "notes", "citations")
-_PROFILE_DIR = "profiles"
 
 
 class Profile:
@@ -525,7 +524,7 @@ class Profile:
 
 
 def _profile_dir() -> Any:
-    return resources.files(__package__ or "batch_env").joinpath(_PROFILE_DIR)
+    return resources.files("batch_env.profiles")
 
 
 def shipped_names(directory: Any) -> list[str]:

@@ -83,8 +83,8 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal
 
-from . import profile as _batch_profile
-from .config import ArgumentError, check_number
+from ..checks import ArgumentError, check_number
+from . import batch_profile as _batch_profile
 
 __all__ = ["LLMProfile", "available", "load"]
 
@@ -102,7 +102,7 @@ _OPTIONAL = (
     "citations",
 )
 _SHAPE_FIELDS = ("layers", "hidden", "kv_heads", "head_dim", "params", "dtype_bytes")
-_PROFILE_DIR = ("profiles", "llm")
+_PROFILE_DIR = "llm"
 
 
 class _ProfileNotFoundError(ValueError, FileNotFoundError):
@@ -554,7 +554,7 @@ class LLMProfile:
 
 
 def _profile_dir() -> Any:
-    return resources.files(__package__ or "batch_env").joinpath(*_PROFILE_DIR)
+    return resources.files("batch_env.profiles").joinpath(_PROFILE_DIR)
 
 
 def available() -> list[str]:

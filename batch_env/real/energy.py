@@ -21,7 +21,7 @@ Granularity, and what is honest
     RAPL's about every millisecond (0.001). A batch much shorter than that cannot be
     metered by a counter delta: per-batch energy is then an estimate (power x duration,
     or the profile's model), while counter totals over windows of seconds (as
-    :mod:`batch_env.profiling` measures) are the honest figure. RAPL counts the whole CPU
+    :mod:`batch_env.real.profiling` measures) are the honest figure. RAPL counts the whole CPU
     package (every process on it), NVML the whole board.
 
 This module does not import torch.
@@ -453,7 +453,7 @@ def open_meter(torch_device: str, *, rapl_root: str = RAPL_ROOT) -> EnergyMeter:
         meter = ModelMeter(f"no energy meter for torch device {dev!r} (NVML: cuda, RAPL: cpu)", dev)
     if meter.source == "model":
         _warn_once(
-            f"batch_env.energy: no energy measurement on {dev}: {meter.reason}; "
+            f"batch_env.real.energy: no energy measurement on {dev}: {meter.reason}; "
             "energy figures will come from a profile's model (or stated assumptions), not a meter"
         )
     return meter

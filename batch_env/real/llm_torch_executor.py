@@ -2,7 +2,7 @@
 
 The real twin of :class:`batch_env.executor.LLMProfileExecutor`: every iteration the env
 schedules, a prefill of newly admitted requests or one decode step of every running
-request, runs a real GPT-style decoder (:class:`batch_env.models.GPTSmall`) with a real KV
+request, runs a real GPT-style decoder (:class:`batch_env.real.models.GPTSmall`) with a real KV
 cache, on CUDA when present, else the CPU, and the env's clock advances by the measured
 duration. Arrivals and request lengths still come from the workload, so an episode is a
 reproducible emulation of serving (docs/design.md: Executors and energy).
@@ -20,16 +20,16 @@ Interface (duck-typed, shared with the profile executor)
       requests ``seqs`` (every request holding a cache must be in it).
     * ``release(seqs)``: drop the caches of finished or preempted requests.
     * ``reset(rng)`` drops every cache (a new episode numbers its requests from 0 again);
-      ``metadata()``, ``close()``, ``energy_source`` as :class:`~batch_env.torch_executor.
+      ``metadata()``, ``close()``, ``energy_source`` as :class:`~batch_env.real.torch_executor.
       TorchExecutor`.
 
     ``prefill`` and ``decode`` return ``(duration_s, energy_j)``.
 
 The KV cache (choices)
-    One batched :class:`~batch_env.models.KVCache` holds every running request, one row
+    One batched :class:`~batch_env.real.models.KVCache` holds every running request, one row
     each, in the env's order (a prefill's requests are appended, as the env appends them
     to its running list). Requests with different context lengths share it by padding
-    and an attention mask (:meth:`~batch_env.models.GPTSmall.decode_step` attends, per
+    and an attention mask (:meth:`~batch_env.real.models.GPTSmall.decode_step` attends, per
     row, to that row's positions only), the simplest correct layout; grouping by length
     would multiply the kernel launches. Its capacity (positions per row) is set before
     each timed call: when the longest context plus the token being written does not fit,
@@ -72,8 +72,8 @@ Warm-up
     (the compaction path); then every cache is dropped.
 
 Timing and energy
-    As :class:`~batch_env.torch_executor.TorchExecutor` (the same clock and the same
-    :class:`~batch_env.torch_executor.EnergyRule`): CUDA events on a GPU,
+    As :class:`~batch_env.real.torch_executor.TorchExecutor` (the same clock and the same
+    :class:`~batch_env.real.torch_executor.EnergyRule`): CUDA events on a GPU,
     ``perf_counter_ns`` on the CPU; energy from the NVML / RAPL counter, else power x
     duration, else the LLM profile's busy power (``prefill_power_w(tokens)``,
     ``decode_power_w(batch)``) x the measured duration. ``energy_source`` says which.
@@ -89,15 +89,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import llm_profile
-from .config import check_number
+from ..checks import check_number
+from ..profiles import llm_profile
 from .energy import EnergyMeter, open_meter
 from .models import GPTSmall, KVCache, build_model
-from .torch_executor import EnergyRule, _Clock, environment_metadata, resolve_device, set_threads
+from .torch_executor import (
+    DeviceClock,
+    EnergyRule,
+    environment_metadata,
+    resolve_device,
+    set_threads,
+)
 
 __all__ = ["LLM_MODELS", "LLMTorchExecutor"]
 
-#: Models of :mod:`batch_env.models` with a KV-cache decode path.
+#: Models of :mod:`batch_env.real.models` with a KV-cache decode path.
 LLM_MODELS: tuple[str, ...] = ("gpt-small",)
 _DECODE_ROWS = 64  # rows of pre-drawn decode ids, used in turn
 
@@ -120,13 +126,13 @@ class LLMTorchExecutor:
         measures energy; required then, else only recorded.
     :param width: per-head dimension multiplier (1.0 = GPT-2 small).
     :param depth: decoder blocks (``None`` = 12).
-    :param weights: optional state_dict file (see :func:`batch_env.models.build_model`).
+    :param weights: optional state_dict file (see :func:`batch_env.real.models.build_model`).
     :param threads: ``torch.set_num_threads`` value (``None``: leave it).
     :param warmup: warm-up rounds at construction (>= 0).
     :param seed: seed of the random weights and token ids.
     :param model_kwargs: more model arguments (``heads``, ``vocab_size``, ``n_positions``,
         ``dtype``).
-    :param meter: an energy meter instead of :func:`batch_env.energy.open_meter`'s (tests
+    :param meter: an energy meter instead of :func:`batch_env.real.energy.open_meter`'s (tests
         inject fakes); closed by :meth:`close`.
     :raises ValueError: for a bad argument or model name, ``n_positions < max_model_len``,
         a CUDA device that is not there, a weights file that is not a matching state_dict,
@@ -160,7 +166,7 @@ class LLMTorchExecutor:
         if model not in LLM_MODELS:
             raise ValueError(
                 f"model={model!r} is invalid for LLMBatching-v0 with executor='torch': allowed "
-                f"values are {list(LLM_MODELS)} (the models of batch_env.models with a KV-cache "
+                f"values are {list(LLM_MODELS)} (the models of batch_env.real.models with a KV-cache "
                 "decode path)"
             )
         check_number("max_num_seqs", max_num_seqs, low=1, integer=True)
@@ -185,7 +191,7 @@ class LLMTorchExecutor:
                 f"max_model_len to <= {n_pos} or pass executor_options={{'model_kwargs': "
                 f"{{'n_positions': {self.max_model_len}}}}}"
             )
-        self._clock = _Clock(self.device)
+        self._clock = DeviceClock(self.device)
         self.meter = meter if meter is not None else open_meter(str(self.device))
         try:
             self._rule = EnergyRule(

@@ -1,7 +1,7 @@
 """Pure-PyTorch models for real execution, each exposed as a chain of nodes.
 
-The models the real executor (:mod:`batch_env.torch_executor`) and the profiler
-(:mod:`batch_env.profiling`) run: no torchvision, no downloads. Weights are random by
+The models the real executor (:mod:`batch_env.real.torch_executor`) and the profiler
+(:mod:`batch_env.real.profiling`) run: no torchvision, no downloads. Weights are random by
 default (seeded, so two builds with the same arguments are identical), or loaded from a
 ``state_dict`` saved with ``torch.save(model.state_dict(), path)`` from a model built here
 with the same arguments. Latency depends on the architecture and the tensor shapes, not
@@ -75,6 +75,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..checks import check_number
+
 __all__ = [
     "MODELS",
     "Activation",
@@ -87,6 +89,7 @@ __all__ = [
     "activation_batch_size",
     "build_model",
     "cat_activations",
+    "slice_activation",
 ]
 
 #: A node's input / output: a tensor, or a tuple of tensors, batch on dim 0.
@@ -96,6 +99,13 @@ _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch
 
 
 # --------------------------------------------------------------------- activations
+
+
+def slice_activation(act: Activation, b: int) -> Activation:
+    """The first ``b`` rows of an activation (a tensor or a tuple of tensors), as views."""
+    if isinstance(act, torch.Tensor):
+        return act[:b]
+    return tuple(t[:b] for t in act)
 
 
 def cat_activations(acts: Sequence[Activation]) -> Activation:
@@ -189,9 +199,7 @@ class NodeChainModel(nn.Module):
 
 
 def _check_b(b: Any) -> int:
-    if not isinstance(b, numbers.Integral) or isinstance(b, bool) or b < 1:
-        raise ValueError(f"batch size b={b!r} is invalid: expected an integer >= 1")
-    return int(b)
+    return check_number("batch size b", b, low=1, integer=True)
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -915,15 +923,7 @@ MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
 def _check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
-    if ok and ((low is not None and value < low) or (high is not None and value > high)):
-        ok = False
-    if not ok:
-        rng = " and ".join(
-            s for s in (f">= {low}" if low is not None else "", f"<= {high}" if high is not None else "") if s
-        )
-        raise ValueError(f"{name}={value!r} is invalid: expected an integer{' ' + rng if rng else ''}")
-    return int(value)
+    return check_number(name, value, low=low, high=high, integer=True)
 
 
 def _load_weights(model: nn.Module, weights: str | os.PathLike[str]) -> None:

@@ -1,6 +1,6 @@
 """Measure a latency / power profile of a real model on this machine.
 
-:func:`measure_profile` runs a model from :mod:`batch_env.models` and returns a profile
+:func:`measure_profile` runs a model from :mod:`batch_env.real.models` and returns a profile
 dict that :func:`batch_env.profile.load` accepts (``kind: "table"``), with node tables for
 NodeBatching; :func:`write_profile` validates and saves it as JSON.
 
@@ -14,7 +14,7 @@ What is measured, and how
       per-size CVs.
     * Power: the energy meter's counter delta over each repetition window divided by the
       window's wall time (NVML board energy on a GPU, RAPL package energy on a CPU; see
-      :mod:`batch_env.energy`). Idle power: the same over ``idle_time_s`` with nothing
+      :mod:`batch_env.real.energy`). Idle power: the same over ``idle_time_s`` with nothing
       running. Where no meter measures (``"model"``), power comes from
       ``fallback_profile`` (its ``power_w(b)``, clamped to its largest listed size, and its
       ``idle_power_w``) or else from the documented constants below, and ``citations`` /
@@ -49,7 +49,8 @@ from typing import Any
 
 import numpy as np
 
-from . import profile as profile_mod
+from ..checks import check_number
+from ..profiles import batch_profile as profile_mod
 
 __all__ = [
     "ASSUMED_CPU_IDLE_POWER_W",
@@ -90,15 +91,6 @@ def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
     return [int(b) for b in bs]
 
 
-def _check_positive(name: str, value: Any, allow_zero: bool = False) -> float:
-    if not (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)):
-        raise ValueError(
-            f"{name}={value!r} is invalid: expected a finite number {'>=' if allow_zero else '>'} 0"
-        )
-    return float(value)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
@@ -131,7 +123,7 @@ def measure_profile(
 ) -> dict[str, Any]:
     """Measure latency (and power where measurable) of a model per batch size.
 
-    :param model: a name in :data:`batch_env.models.MODELS`.
+    :param model: a name in :data:`batch_env.real.models.MODELS`.
     :param torch_device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
     :param batch_sizes: the sizes to measure: at least two, strictly increasing.
     :param min_time_s: minimum back-to-back window per batch size (and per node pass).
@@ -139,7 +131,7 @@ def measure_profile(
     :param nodes: also measure the node-by-node tables (``nodes`` field).
     :param width: model size multiplier (1.0 = the real model).
     :param depth: model depth (``None`` = the real model).
-    :param weights: optional state_dict file (see :func:`batch_env.models.build_model`).
+    :param weights: optional state_dict file (see :func:`batch_env.real.models.build_model`).
     :param threads: ``torch.set_num_threads`` value (``None``: leave it); recorded.
     :param warmup: untimed runs per batch size before its window.
     :param cuda_graphs: time end-to-end batches as CUDA graph replays (GPU only; the
@@ -150,7 +142,7 @@ def measure_profile(
         are used where no meter measures power.
     :param idle_time_s: idle-power window (default: ``min_time_s``).
     :param name: the profile's ``name`` (default ``<model>-<device>-measured``).
-    :param meter: an energy meter to use instead of :func:`batch_env.energy.open_meter`'s.
+    :param meter: an energy meter to use instead of :func:`batch_env.real.energy.open_meter`'s.
     :param progress: called with a short line as each batch size completes.
     :returns: the profile dict (see the module docstring).
     :raises ValueError: for a bad argument.
@@ -158,10 +150,9 @@ def measure_profile(
     import torch
 
     from .energy import open_meter
-    from .models import build_model
+    from .models import build_model, slice_activation
     from .torch_executor import (
-        _Clock,
-        _slice,
+        DeviceClock,
         capture_cuda_graphs,
         device_name,
         environment_metadata,
@@ -170,8 +161,8 @@ def measure_profile(
     )
 
     bs = _check_batch_sizes(batch_sizes)
-    min_time_s = _check_positive("min_time_s", min_time_s, allow_zero=True)
-    idle_s = min_time_s if idle_time_s is None else _check_positive("idle_time_s", idle_time_s, True)
+    min_time_s = check_number("min_time_s", min_time_s, low=0.0)
+    idle_s = min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
     if not isinstance(min_repeats, numbers.Integral) or isinstance(min_repeats, bool) or min_repeats < 1:
         raise ValueError(f"min_repeats={min_repeats!r} is invalid: expected an integer >= 1")
     if not isinstance(warmup, numbers.Integral) or isinstance(warmup, bool) or warmup < 0:
@@ -191,9 +182,9 @@ def measure_profile(
     own_meter = meter is None
     meter = open_meter(str(device)) if own_meter else meter
     measures = meter.source != "model"
-    clock = _Clock(device)
+    clock = DeviceClock(device)
     full = net.make_input(bs[-1], device, seed=seed)
-    inputs = {b: _slice(full, b) for b in bs}
+    inputs = {b: slice_activation(full, b) for b in bs}
     node_fns = list(net.nodes)
 
     def sync() -> None:
@@ -289,13 +280,13 @@ def measure_profile(
             return busy
 
         fb_text = (
-            f"assumed constant {busy:g} W (batch_env.profiling.ASSUMED_GPU_POWER_W)" if is_gpu
+            f"assumed constant {busy:g} W (batch_env.real.profiling.ASSUMED_GPU_POWER_W)" if is_gpu
             else f"assumed constant {busy:g} W = {ASSUMED_CPU_POWER_W_PER_THREAD:g} W x "
-                 f"{n_threads} threads (batch_env.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
+                 f"{n_threads} threads (batch_env.real.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
         )
         fb_idle = ASSUMED_GPU_IDLE_POWER_W if is_gpu else ASSUMED_CPU_IDLE_POWER_W
         fb_idle_text = (
-            f"assumed {fb_idle:g} W (batch_env.profiling.ASSUMED_"
+            f"assumed {fb_idle:g} W (batch_env.real.profiling.ASSUMED_"
             f"{'GPU' if is_gpu else 'CPU'}_IDLE_POWER_W): nothing measured idle power"
         )
 

@@ -28,7 +28,7 @@ Timing
     ``time.perf_counter_ns`` around the call. Every call returns with the device idle.
 
 Energy of a batch (or a node run) of measured duration ``d`` (the rule, in order; one
-:class:`EnergyRule` applies it, here and in :mod:`batch_env.llm_torch_executor`)
+:class:`EnergyRule` applies it, here and in :mod:`batch_env.real.llm_torch_executor`)
     1. Counter: where the meter has an energy counter (NVML on Volta+, RAPL) and
        ``d >= 10 x`` its update period (NVML 1 s, RAPL 10 ms), the counter delta across
        the call. The counter is read around a call only when the previous call of that
@@ -62,10 +62,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import profile as profile_mod
-from .config import check_number
+from ..checks import check_number
+from ..profiles import batch_profile as profile_mod
 from .energy import EnergyMeter, cpu_name, open_meter
-from .models import Activation, NodeChainModel, build_model, cat_activations
+from .models import Activation, NodeChainModel, build_model, cat_activations, slice_activation
 
 __all__ = [
     "EnergyRule",
@@ -160,13 +160,7 @@ def environment_metadata(device: torch.device, threads: int) -> dict[str, Any]:
     }
 
 
-def _slice(act: Activation, b: int) -> Activation:
-    if isinstance(act, torch.Tensor):
-        return act[:b]
-    return tuple(t[:b] for t in act)
-
-
-class _Clock:
+class DeviceClock:
     """Times one call on the executor's device (CUDA events, or perf_counter_ns on CPU)."""
 
     def __init__(self, device: torch.device) -> None:
@@ -316,20 +310,20 @@ class NodeGroup:
 class TorchExecutor:
     """Runs a real PyTorch model (CUDA if present, else CPU); see the module docstring.
 
-    :param model: a name in :data:`batch_env.models.MODELS`.
+    :param model: a name in :data:`batch_env.real.models.MODELS`.
     :param max_batch_size: the largest batch (and group) size, >= 1.
     :param torch_device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
     :param profile: a profile (name, path, dict or :class:`~batch_env.profile.Profile`)
         that supplies energy where no meter measures it; required then, else unused.
     :param width: model size multiplier (1.0 = the real model).
     :param depth: model depth (``None`` = the real model).
-    :param weights: optional state_dict file (see :func:`batch_env.models.build_model`).
+    :param weights: optional state_dict file (see :func:`batch_env.real.models.build_model`).
     :param threads: ``torch.set_num_threads`` value (``None``: leave it).
     :param warmup: warm-up runs per batch size at construction (>= 0).
     :param cuda_graphs: capture one CUDA graph per batch size for :meth:`run` (GPU only).
     :param seed: seed of the random weights and inputs.
     :param model_kwargs: extra model arguments (``image_size``, ``seq_len``, ``dtype``...).
-    :param meter: an energy meter to use instead of :func:`batch_env.energy.open_meter`'s
+    :param meter: an energy meter to use instead of :func:`batch_env.real.energy.open_meter`'s
         (tests inject fakes); the executor closes it in :meth:`close`.
     :raises ValueError: for a bad argument, a CUDA device that is not there, or no
         measurable energy and no profile.
@@ -382,7 +376,7 @@ class TorchExecutor:
         self.node_names = self.model.node_names
         self.n_nodes = len(self.node_names)
         self._nodes = list(self.model.nodes)
-        self._clock = _Clock(self.device)
+        self._clock = DeviceClock(self.device)
 
         self.meter = meter if meter is not None else open_meter(str(self.device))
         try:
@@ -397,7 +391,7 @@ class TorchExecutor:
     def _init_inputs(self, seed: int) -> None:
         B = self.max_batch_size
         full = self.model.make_input(B, self.device, seed=seed)
-        self._inputs: list[Activation | None] = [None] + [_slice(full, b) for b in range(1, B + 1)]
+        self._inputs: list[Activation | None] = [None] + [slice_activation(full, b) for b in range(1, B + 1)]
         self._graph_outputs: list[Any] = [None] * (B + 1)
         self._calls: list[Callable[[Any], Any]] = [self.model] * (B + 1)
         self._last_run = [math.inf] * (B + 1)
@@ -419,7 +413,7 @@ class TorchExecutor:
             owner=f"TorchExecutor on {self.device}",
             profile_name=None if self.profile is None else self.profile.name,
             profile_hint="<shipped name, JSON path, dict or Profile> (e.g. one measured with "
-            "batch_env.profiling.measure_profile)",
+            "batch_env.real.profiling.measure_profile)",
         )
         self.energy_source = self._rule.source
         self.energy_reason = self._rule.reason

@@ -15,7 +15,15 @@ download is asked for); nothing here imports the envs, the core, config or torch
 
 from __future__ import annotations
 
-from .arrivals import DEFAULT_CHUNK_SIZE, MMPP, ArrivalChunk, ArrivalStream, Gamma, Poisson, Workload
+from .arrivals import (
+    DEFAULT_CHUNK_SIZE,
+    MMPP,
+    ArrivalChunk,
+    ArrivalStream,
+    Gamma,
+    Poisson,
+    Workload,
+)
 from .lengths import LENGTH_KINDS, RequestLengths, make_lengths
 from .specs import WORKLOAD_KINDS, make_workload
 from .traces import Trace, check_llm_tokens
