@@ -35,7 +35,7 @@ _ENTRY_POINTS = {
 
 #: NumPy-native vector twins (``gymnasium.make_vec`` uses them by default).
 _VECTOR_ENTRY_POINTS = {
-    "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching:DynamicBatchingVectorEnv",
+    "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching_vector:DynamicBatchingVectorEnv",
 }
 
 

@@ -1,7 +1,19 @@
-"""The environments: graph-level (``DynamicBatching-v0``), node-level (``NodeBatching-v0``)
-and iteration-level LLM batching (``LLMBatching-v0``)."""
+"""The environments: graph-level (``DynamicBatching-v0``, with its NumPy vector twin),
+node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching-v0``).
 
-from .dynamic_batching import DynamicBatchingEnv, DynamicBatchingVectorEnv
+- :mod:`.dynamic_batching`: :class:`DynamicBatchingEnv`;
+- :mod:`.dynamic_batching_vector`: :class:`DynamicBatchingVectorEnv` (``gymnasium.make_vec``);
+- :mod:`.node_batching`: :class:`NodeBatchingEnv`;
+- :mod:`.llm_batching`: :class:`LLMBatchingEnv`.
+
+Imports: the core of ``batch_env`` (``core``, ``config``, ``checks``, ``metrics``,
+``render``, ``seeding``, ``executor``, ``workload``, ``profiles``); never ``batch_env.real``
+at module level (the executor imports it when real execution is asked for). The core
+never imports ``envs``.
+"""
+
+from .dynamic_batching import DynamicBatchingEnv
+from .dynamic_batching_vector import DynamicBatchingVectorEnv
 from .llm_batching import LLMBatchingEnv
 from .node_batching import NodeBatchingEnv
 
