@@ -30,10 +30,41 @@ _NOISE = 256  # service-noise factors drawn per lane per refill
 _MARGIN = 64  # arrivals drawn at a reset beyond warm-up + horizon (queued at the episode end)
 _NO_MARK = 1 << 62
 _AHEAD = 64  # lanes whose next episode's seeds are drawn ahead together (_draw_ahead)
-# per-lane state a reset zeroes (views of two 2D arrays, see _alloc_state)
-_ZERO_INT = ("_ws", "_i", "_kd", "_off", "_drops", "_sm", "_nb", "_sb", "_arrived", "_lastb",
-             "_steps", "_M0", "_w_M", "_w_D", "_w_entry", "_w_nb", "_w_sb", "_nlog", "_lat_pos")
-_ZERO_FLOAT = ("_L", "_lastlat", "_w_L")
+# State (N = num_envs lanes; W = buffer width, grows; "entry" = a lane's arrival number).
+# Arrival buffer, one row per lane, entries in arrival order (a lane's queue is its entries
+# [_served, _admitted); position p of a row holds entry _offset + p):
+#   _A (N, W + _G) float64: arrival times; +inf past _fill and in the _G padding columns
+#   _A_flat (N * (W + _G),): _A flat, indexed by _row_start + position
+#   _A_windows (N, W + 1, _G): read-only windows of _G entries from every position
+#   _A_prefix (N, W + 1) float64: prefix sums of _A's rows (the latency integral)
+#   _fill, _tail (N,): buffered entries per row, and the last buffered arrival time
+#   _chunk, _chunk_pos (lists of N): each lane's stream chunk and the next unread position
+# Per-lane counters (N,), int64 unless noted:
+#   _served: entries served (the oldest waiting request's position)
+#   _admitted: entries admitted into the queue (arrived by now, not dropped)
+#   _late_end: positions before it are past their deadline ([_served, _late_end) are late)
+#   _offset: served entries removed from the front of the row (refills compact it)
+#   _arrived, _drops, _steps: arrivals, drops (full queue) and steps of the episode
+#   _served_missed: served requests that missed their SLA
+#   _n_batches, _batch_sum: batches run and their summed sizes
+#   _last_batch, _last_latency (float64): the last batch's size and latency
+#   _now, _energy, _latency_integral, _rate (float64): clock, joules, request-seconds,
+#       the arrival-rate estimate
+#   _step_latency_integral, _step_energy, _step_time, _step_drops, _step_arrived,
+#       _step_misses: the same at the start of the step (reward and info deltas)
+#   _noise (N, _NOISE) float64, _noise_pos: service-noise factors drawn ahead, next unused
+# Summary window (per lane): _in_window (bool), _next_mark (arrival count that opens or
+# closes it), _win_time, _win_latency_integral, _win_energy, _win_misses, _win_drops,
+# _win_entry, _win_n_batches, _win_batch_sum (values when it opened), _win_end_entry and
+# _win_end_drops (when it closed; -1 while open), the batch log _batch_log (N, _LOG, 2)
+# float64 (completion time, end entry) with _n_logged and _lat_pos (the entry where the
+# first logged batch starts), and _latency (N, up to horizon_requests) float64.
+# Per-lane state a reset zeroes (rows of two 2D arrays, see _alloc_state):
+_ZERO_INT = ("_served", "_admitted", "_late_end", "_offset", "_drops", "_served_missed",
+             "_n_batches", "_batch_sum", "_arrived", "_last_batch", "_steps", "_step_misses",
+             "_win_misses", "_win_drops", "_win_entry", "_win_n_batches", "_win_batch_sum",
+             "_n_logged", "_lat_pos")
+_ZERO_FLOAT = ("_latency_integral", "_last_latency", "_win_latency_integral")
 _EMPTY = np.empty(0)
 _NONE = np.empty(0, dtype=np.int64)  # no lanes
 _ARANGE_G = np.arange(_G, dtype=np.int64)
@@ -204,25 +235,25 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self.horizon_s = env.horizon_s
         self.load = env.load
         ex = env.executor
-        self._lat = np.asarray(ex.latency_s, dtype=np.float64)
-        self._en = np.asarray(ex.energy_j, dtype=np.float64)
-        self._pw = np.asarray(ex.power_w, dtype=np.float64)
+        self._latency_table = np.asarray(ex.latency_s, dtype=np.float64)
+        self._energy_table = np.asarray(ex.energy_j, dtype=np.float64)
+        self._power_table = np.asarray(ex.power_w, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):  # a batch's power, e / d
-            self._run_power = np.where(self._lat > 0.0, self._en / self._lat, 0.0)
+            self._run_power = np.where(self._latency_table > 0.0, self._energy_table / self._latency_table, 0.0)
         self._sigma = math.sqrt(math.log1p(ex.cv * ex.cv))
-        self._B = cfg.max_batch_size
-        self._H = cfg.horizon_requests
+        self._max_batch = cfg.max_batch_size
+        self._horizon = cfg.horizon_requests
         self._cap = cfg.queue_capacity
         shared = env.lane_constants()
         self._sla = shared["sla_s"]
         self._tick = shared["tick_s"]
         self._idle = env.idle_power_w
-        self._tau = shared["rate_tau_s"]
+        self._rate_tau = shared["rate_tau_s"]
         self._weights = shared["reward_weights"]
         self._first_mark = cfg.warmup_requests
         # arrivals drawn at a reset (Poisson streams split their chunks exactly): about what
         # an episode uses, so most episodes need no refill
-        self._first = min(cfg.warmup_requests + cfg.horizon_requests + max(_MARGIN, cfg.horizon_requests // 16), _W0)
+        self._first_draw = min(cfg.warmup_requests + cfg.horizon_requests + max(_MARGIN, cfg.horizon_requests // 16), _W0)
         self._end_mark = cfg.warmup_requests + cfg.horizon_requests
         self._mask_table = shared["mask_table"]
         self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
@@ -245,12 +276,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # entries + future arrivals per lane, then _G columns of +inf padding for the
         # windowed searches; positions past a lane's fill are +inf too
         self._A = np.full((N, width + _G), np.inf, dtype=np.float64)
-        self._Af = self._A.reshape(-1)
-        self._P = np.zeros((N, width + 1), dtype=np.float64)  # prefix sums of _A's rows
-        self._rowbase = np.arange(N, dtype=np.int64) * (width + _G)
-        self._rowbase1 = np.arange(N, dtype=np.int64) * (width + 1)
+        self._A_flat = self._A.reshape(-1)
+        self._A_prefix = np.zeros((N, width + 1), dtype=np.float64)  # prefix sums of _A's rows
+        self._row_start = np.arange(N, dtype=np.int64) * (width + _G)
+        self._prefix_row_start = np.arange(N, dtype=np.int64) * (width + 1)
         # windows of _G entries starting at each position 0..width of each row (a view)
-        self._Aw = np.lib.stride_tricks.as_strided(
+        self._A_windows = np.lib.stride_tricks.as_strided(
             self._A, shape=(N, width + 1, _G), strides=(self._A.strides[0], 8, 8), writeable=False
         )
 
@@ -266,80 +297,80 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 setattr(self, name, row)
         self._fill = z(np.int64)
         self._tail = z(np.float64)  # each lane's last buffered arrival (A at fill - 1)
-        self._now, self._E, self._rate = (z(np.float64) for _ in range(3))
+        self._now, self._energy, self._rate = (z(np.float64) for _ in range(3))
         self._clipped = z(bool)
         self._head = z(np.float64)  # each lane's entry at ws (its oldest request) at the last _obs
-        self._L0, self._E0, self._t0 = (z(np.float64) for _ in range(3))
-        self._D0, self._n0 = z(np.int64), z(np.int64)
+        self._step_latency_integral, self._step_energy, self._step_time = (z(np.float64) for _ in range(3))
+        self._step_drops, self._step_arrived = z(np.int64), z(np.int64)
         # summary window (per lane): started?, snapshot, end mark
-        self._win = z(bool)
-        self._w_time, self._w_E = z(np.float64), z(np.float64)
-        self._ehi, self._dend = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
-        self._mark = z(np.int64)
-        self._latency = np.zeros((N, min(self._H, _LAT0)), dtype=np.float64)  # summary latencies
+        self._in_window = z(bool)
+        self._win_time, self._win_energy = z(np.float64), z(np.float64)
+        self._win_end_entry, self._win_end_drops = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
+        self._next_mark = z(np.int64)
+        self._latency = np.zeros((N, min(self._horizon, _LAT0)), dtype=np.float64)  # summary latencies
         # the batch log: completion time and end entry (absolute) of each batch started in
         # the summary window since the last flush, which writes their requests' latencies;
         # _lat_pos is the absolute entry where the first logged batch starts
         # (completion, end entry) pairs side by side: a lane's log write touches one line
         # (entries are exact in float64 below 2**53)
-        self._blog = np.zeros((N, _LOG, 2), dtype=np.float64)
-        self._blogf = self._blog.reshape(-1)
-        self._logbase = np.arange(N, dtype=np.int64) * _LOG
+        self._batch_log = np.zeros((N, _LOG, 2), dtype=np.float64)
+        self._batch_log_flat = self._batch_log.reshape(-1)
+        self._log_row_start = np.arange(N, dtype=np.int64) * _LOG
         # service noise
-        self._F = np.ones((N, _NOISE), dtype=np.float64)
-        self._fk = np.full(N, _NOISE, dtype=np.int64)
+        self._noise = np.ones((N, _NOISE), dtype=np.float64)
+        self._noise_pos = np.full(N, _NOISE, dtype=np.int64)
         self._streams: list[Any] = [None] * N
         # each lane's arrival and service generators, reseeded at every reset
         self._arrival_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
         noise = self._sigma > 0.0  # (without service noise no lane draws service numbers)
         self._service_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N if noise else 0)]
-        self._res: list[np.ndarray] = [_EMPTY] * N
-        self._rp = [0] * N
+        self._chunk: list[np.ndarray] = [_EMPTY] * N
+        self._chunk_pos = [0] * N
 
     def _grow(self) -> None:
         """Double the buffer width of every lane (a queue outgrew it)."""
-        A, P, W = self._A, self._P, self._W
+        A, P, W = self._A, self._A_prefix, self._W
         self._alloc_buffers(2 * W)
         self._A[:, :W] = A[:, :W]
-        self._P[:, : W + 1] = P
+        self._A_prefix[:, : W + 1] = P
 
     # -- per-lane paths (rare events, the scalar env's semantics) -----------------------
     def _refill(self, n: int, t_need: float) -> None:
         """Extend lane ``n``'s buffer until it holds an arrival after ``t_need``."""
         while True:
             fill = int(self._fill[n])
-            if fill > int(self._i[n]) and self._A[n, fill - 1] > t_need:
+            if fill > int(self._admitted[n]) and self._A[n, fill - 1] > t_need:
                 return
-            res, rp = self._res[n], self._rp[n]
+            res, rp = self._chunk[n], self._chunk_pos[n]
             if rp >= len(res):
-                res = self._res[n] = self._draw(n, _COPY)
-                rp = self._rp[n] = 0
+                res = self._chunk[n] = self._draw(n, _COPY)
+                rp = self._chunk_pos[n] = 0
             if self._W - fill < _COPY:
-                s = int(self._ws[n])  # served entries are no longer needed
+                s = int(self._served[n])  # served entries are no longer needed
                 if s:
                     self._flush_latencies(n)  # (their latencies need their arrival times)
-                    A, P = self._A[n], self._P[n]
+                    A, P = self._A[n], self._A_prefix[n]
                     A[: fill - s] = A[s:fill]
                     A[fill - s : fill] = np.inf
                     np.subtract(P[s : fill + 1], P[s], out=P[: fill + 1 - s])
                     fill -= s
                     self._fill[n] = fill
-                    self._ws[n] -= s
-                    self._i[n] -= s
-                    self._kd[n] = max(int(self._kd[n]) - s, 0)
-                    self._off[n] += s
+                    self._served[n] -= s
+                    self._admitted[n] -= s
+                    self._late_end[n] = max(int(self._late_end[n]) - s, 0)
+                    self._offset[n] += s
                 if self._W - fill < _COPY:
                     self._grow()
             m = min(_COPY, len(res) - rp)
-            A, P = self._A[n], self._P[n]
+            A, P = self._A[n], self._A_prefix[n]
             A[fill : fill + m] = res[rp : rp + m]
             np.add.accumulate(A[fill : fill + m], out=P[fill + 1 : fill + m + 1])
             P[fill + 1 : fill + m + 1] += P[fill]
             self._fill[n] = fill + m
             self._tail[n] = A[fill + m - 1]
-            self._rp[n] = rp + m
+            self._chunk_pos[n] = rp + m
             if rp + m == len(res):
-                self._res[n], self._rp[n] = _EMPTY, 0
+                self._chunk[n], self._chunk_pos[n] = _EMPTY, 0
 
     def _draw(self, n: int, max_n: int) -> np.ndarray:
         """Lane ``n``'s next arrivals: a piece of at most ``max_n`` where the stream can split
@@ -351,19 +382,19 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     def _lane_noise(self, n: int) -> None:
         s = self._sigma
         z = self._service_rng[n].standard_normal(_NOISE)
-        self._F[n] = np.exp(s * z - 0.5 * s * s)  # the scalar executor's factors, in order
-        self._fk[n] = 0
+        self._noise[n] = np.exp(s * z - 0.5 * s * s)  # the scalar executor's factors, in order
+        self._noise_pos[n] = 0
 
     def _lane_absorb(self, n: int, t_end: float, pos: int, power: float, ws_from: int) -> None:
         """The scalar ``_absorb`` for lane ``n``: arrivals before buffer position ``pos``."""
-        i = int(self._i[n])
+        i = int(self._admitted[n])
         now = float(self._now[n])
         L = (i - ws_from) * (t_end - now)
         k = pos - i
         if k:
-            room = self._cap - (i - int(self._ws[n]))
+            room = self._cap - (i - int(self._served[n]))
             adm = k if k <= room else (room if room > 0 else 0)
-            A, P = self._A[n], self._P[n]
+            A, P = self._A[n], self._A_prefix[n]
             if adm:
                 L += adm * t_end - math.fsum(A[i : i + adm].tolist())
             if k > adm:  # drop the rejected arrivals from the buffer
@@ -376,37 +407,37 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 P[i + adm + 1 : fill + 1] += P[i + adm]
                 self._fill[n] = fill  # (_tail stays: _ensure left an arrival after t_end)
                 self._drops[n] += cut
-            self._i[n] = i + adm
+            self._admitted[n] = i + adm
             self._arrived[n] += k
-        self._L[n] += L
-        self._E[n] += power * (t_end - now)
+        self._latency_integral[n] += L
+        self._energy[n] += power * (t_end - now)
         self._now[n] = t_end
 
     def _lane_advance(self, n: int, t_end: float, power: float, ws_from: int, sm_prev: int) -> None:
         """The scalar ``_advance`` for lane ``n`` (summary marks and drops included)."""
-        i, fill = int(self._i[n]), int(self._fill[n])
+        i, fill = int(self._admitted[n]), int(self._fill[n])
         target = int(self._arrived[n]) + int(np.searchsorted(self._A[n, i:fill], t_end, "right"))
-        while self._mark[n] < target:
-            pos = int(self._i[n]) + int(self._mark[n] - self._arrived[n])
+        while self._next_mark[n] < target:
+            pos = int(self._admitted[n]) + int(self._next_mark[n] - self._arrived[n])
             self._lane_absorb(n, float(self._A[n, pos]), pos, power, ws_from)
             self._lane_on_mark(n, ws_from, sm_prev)
-        self._lane_absorb(n, t_end, int(self._i[n]) + target - int(self._arrived[n]), power, ws_from)
+        self._lane_absorb(n, t_end, int(self._admitted[n]) + target - int(self._arrived[n]), power, ws_from)
 
     def _lane_on_mark(self, n: int, ws_from: int, sm_prev: int) -> None:
-        if not self._win[n]:
-            now, i = float(self._now[n]), int(self._i[n])
+        if not self._in_window[n]:
+            now, i = float(self._now[n]), int(self._admitted[n])
             past = sum(1 for a in self._A[n, ws_from:i].tolist() if now - a > self._sla)
-            self._win[n] = True
-            self._w_time[n], self._w_L[n], self._w_E[n] = now, self._L[n], self._E[n]
-            self._w_M[n] = sm_prev + past
-            self._w_D[n], self._w_entry[n] = self._drops[n], self._off[n] + i
-            self._lat_pos[n] = self._off[n] + self._ws[n]  # batches start here from now on
-            self._w_nb[n], self._w_sb[n] = self._nb[n], self._sb[n]
-            self._mark[n] = self._end_mark
+            self._in_window[n] = True
+            self._win_time[n], self._win_latency_integral[n], self._win_energy[n] = now, self._latency_integral[n], self._energy[n]
+            self._win_misses[n] = sm_prev + past
+            self._win_drops[n], self._win_entry[n] = self._drops[n], self._offset[n] + i
+            self._lat_pos[n] = self._offset[n] + self._served[n]  # batches start here from now on
+            self._win_n_batches[n], self._win_batch_sum[n] = self._n_batches[n], self._batch_sum[n]
+            self._next_mark[n] = self._end_mark
         else:
-            self._ehi[n] = self._off[n] + self._i[n]
-            self._dend[n] = self._drops[n]
-            self._mark[n] = _NO_MARK
+            self._win_end_entry[n] = self._offset[n] + self._admitted[n]
+            self._win_end_drops[n] = self._drops[n]
+            self._next_mark[n] = _NO_MARK
 
     def _reset_lanes(self, lanes: np.ndarray, seeds: list[int | None]) -> None:
         """Start the next episode of ``lanes``: the scalar env's ``reset(seed)``, per lane.
@@ -416,7 +447,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         :param lanes: lane indices.
         :param seeds: one seed or ``None`` (draw from the lane's ``np_random``) per lane.
         """
-        A, P, W = self._A, self._P, self._W
+        A, P, W = self._A, self._A_prefix, self._W
         noise = self._sigma > 0.0
         todo = lanes.tolist()
         # in phases over the lanes (seeds, streams, draws, buffers): each phase's code and
@@ -444,7 +475,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             if noise:
                 self._service_rng[n].bit_generator.state = service
                 self._lane_noise(n)
-        draws = [self._draw(n, self._first) for n in todo]
+        draws = [self._draw(n, self._first_draw) for n in todo]
         for n, res in zip(todo, draws, strict=True):
             m = min(len(res), W)
             old = int(self._fill[n])
@@ -455,37 +486,37 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             self._fill[n] = m
             self._tail[n] = res[m - 1]
             # keep the draw only while part of it is unused (freed, its memory is reused hot)
-            self._res[n], self._rp[n] = (res, m) if m < len(res) else (_EMPTY, 0)
+            self._chunk[n], self._chunk_pos[n] = (res, m) if m < len(res) else (_EMPTY, 0)
         self._zero_i[:, lanes] = 0
         self._zero_f[:, lanes] = 0.0
         self._clipped[lanes] = False
-        self._ehi[lanes] = self._dend[lanes] = -1
+        self._win_end_entry[lanes] = self._win_end_drops[lanes] = -1
         self._rate[lanes] = self.workload.mean_rate_per_s
         if not noise:
-            self._fk[lanes] = _NOISE
-        t = self._Af[self._rowbase[lanes]]  # the first arrival
+            self._noise_pos[lanes] = _NOISE
+        t = self._A_flat[self._row_start[lanes]]  # the first arrival
         self._ensure(lanes, t)
         self._now[lanes] = t
-        self._E[lanes] = self._idle * t  # idle from time 0 to the first arrival
+        self._energy[lanes] = self._idle * t  # idle from time 0 to the first arrival
         if self._first_mark == 0:  # the window opens at the first arrival
-            self._win[lanes] = True
-            self._w_time[lanes] = t
-            self._w_E[lanes] = self._E[lanes]
-            self._mark[lanes] = self._end_mark
+            self._in_window[lanes] = True
+            self._win_time[lanes] = t
+            self._win_energy[lanes] = self._energy[lanes]
+            self._next_mark[lanes] = self._end_mark
         else:
-            self._win[lanes] = False
-            self._w_time[lanes] = self._w_E[lanes] = 0.0
-            self._mark[lanes] = self._first_mark
+            self._in_window[lanes] = False
+            self._win_time[lanes] = self._win_energy[lanes] = 0.0
+            self._next_mark[lanes] = self._first_mark
         # admit the first arrival at its own time (the scalar env's _advance to it): its
         # wait and the idle time until it are 0, no mark is reached (marks count arrivals
         # from 1) and the queue has room; where equal trace timestamps bring more at that
         # instant, the general advance admits the rest (past a mark or a full queue too)
-        self._i[lanes] = self._arrived[lanes] = 1
-        tied = self._Af[self._rowbase[lanes] + 1] <= t
+        self._admitted[lanes] = self._arrived[lanes] = 1
+        tied = self._A_flat[self._row_start[lanes] + 1] <= t
         if np.count_nonzero(tied):
-            self._advance(lanes[tied], t[tied], self._idle, self._ws[lanes[tied]], None)
-        self._L0[lanes], self._E0[lanes], self._D0[lanes] = self._L[lanes], self._E[lanes], self._drops[lanes]
-        self._t0[lanes], self._n0[lanes] = self._now[lanes], self._arrived[lanes]
+            self._advance(lanes[tied], t[tied], self._idle, self._served[lanes[tied]], None)
+        self._step_latency_integral[lanes], self._step_energy[lanes], self._step_drops[lanes] = self._latency_integral[lanes], self._energy[lanes], self._drops[lanes]
+        self._step_time[lanes], self._step_arrived[lanes] = self._now[lanes], self._arrived[lanes]
         self._behind += todo
         if len(self._behind) >= min(_AHEAD, self.num_envs):
             self._draw_ahead()
@@ -519,47 +550,47 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         idx = np.asarray(lanes, dtype=np.int64)
         st = dict(zip(_ZERO_INT, self._zero_i[:, idx].tolist(), strict=True))
         st.update(zip(_ZERO_FLOAT, self._zero_f[:, idx].tolist(), strict=True))
-        for name in ("_win", "_now", "_E", "_w_time", "_w_E", "_ehi", "_dend"):
+        for name in ("_in_window", "_now", "_energy", "_win_time", "_win_energy", "_win_end_entry", "_win_end_drops"):
             st[name] = getattr(self, name)[idx].tolist()
         # the end entry of each lane's last logged batch
-        last_end = self._blog[idx, np.maximum(self._nlog[idx] - 1, 0), 1].tolist()
-        H = self._H
+        last_end = self._batch_log[idx, np.maximum(self._n_logged[idx] - 1, 0), 1].tolist()
+        H = self._horizon
         n_lat, need, flushed, rows = [], [], [], []
         for r in range(len(lanes)):
-            ws, i, off, drops = st["_ws"][r], st["_i"][r], st["_off"][r], st["_drops"][r]
-            if st["_win"][r]:
-                lo = st["_w_entry"][r]
+            ws, i, off, drops = st["_served"][r], st["_admitted"][r], st["_offset"][r], st["_drops"][r]
+            if st["_in_window"][r]:
+                lo = st["_win_entry"][r]
                 top = lo + H
-                last = int(last_end[r]) if st["_nlog"][r] else st["_lat_pos"][r]
+                last = int(last_end[r]) if st["_n_logged"][r] else st["_lat_pos"][r]
                 need.append(min(max(last, lo), top) - lo)  # latency columns the log writes
                 flushed.append(min(max(st["_lat_pos"][r], lo), top) - lo)  # written earlier
-                ehi = st["_ehi"][r] if st["_ehi"][r] >= 0 else off + i
+                ehi = st["_win_end_entry"][r] if st["_win_end_entry"][r] >= 0 else off + i
                 n_lat.append(max(min(ehi, off + ws) - lo, 0))
-                dend = st["_dend"][r] if st["_dend"][r] >= 0 else drops
-                window = (st["_w_time"][r], st["_w_L"][r], st["_w_E"][r], st["_w_M"][r], st["_w_D"][r],
-                          0, st["_w_nb"][r], st["_w_sb"][r])
-                d_sum, n_ent = dend - st["_w_D"][r], ehi - lo
+                dend = st["_win_end_drops"][r] if st["_win_end_drops"][r] >= 0 else drops
+                window = (st["_win_time"][r], st["_win_latency_integral"][r], st["_win_energy"][r], st["_win_misses"][r], st["_win_drops"][r],
+                          0, st["_win_n_batches"][r], st["_win_batch_sum"][r])
+                d_sum, n_ent = dend - st["_win_drops"][r], ehi - lo
             else:  # the window never started (no summary request arrived): it is the end
                 need.append(0)
                 flushed.append(0)
                 n_lat.append(0)
-                window = (st["_now"][r], st["_L"][r], st["_E"][r], st["_M0"][r], drops, 0, st["_nb"][r],
-                          st["_sb"][r])
+                window = (st["_now"][r], st["_latency_integral"][r], st["_energy"][r], st["_step_misses"][r], drops, 0, st["_n_batches"][r],
+                          st["_batch_sum"][r])
                 d_sum = n_ent = 0
             rows.append((window, n_ent, d_sum, i - ws, st["_arrived"][r], off + ws))
         # the latencies go straight into a scratch array (flushed earlier ones copied first)
         scratch = np.empty((len(lanes), max(max(n_lat), max(need))))
         for r, (n, p) in enumerate(zip(lanes, flushed, strict=True)):
-            if st["_win"][r]:
+            if st["_in_window"][r]:
                 scratch[r, :p] = self._latency[n, :p]
                 self._flush_latencies(n, scratch[r])
         stats = latency_stats(scratch, np.array(n_lat), self._sla, overwrite=True)
         windows, n_entries, drops_summary, in_system, arrived, completed = zip(*rows, strict=True)
         out = summaries_from_totals(
             stats, window=WindowStart(*zip(*windows, strict=True)), n_entries=n_entries,
-            drops_summary=drops_summary, now_s=st["_now"], latency_integral_s=st["_L"],
-            energy_j=st["_E"], misses=st["_M0"], drops=st["_drops"], n_batches=st["_nb"],
-            sum_batch=st["_sb"], in_system=in_system, weights=self._weights,
+            drops_summary=drops_summary, now_s=st["_now"], latency_integral_s=st["_latency_integral"],
+            energy_j=st["_energy"], misses=st["_step_misses"], drops=st["_drops"], n_batches=st["_n_batches"],
+            sum_batch=st["_batch_sum"], in_system=in_system, weights=self._weights,
             arrived_total=arrived, completed_total=completed,
         )
         return dict(zip(lanes, out, strict=True))
@@ -581,11 +612,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         ``hi``, and the binary search. ``first``: the entries at ``lo``, when the caller has
         them (deadline searches only).
         """
-        Af = self._Af
+        Af = self._A_flat
         sla = self._sla
         lanes = self._lanes[idx]
         if late:
-            rb = self._rowbase[idx]
+            rb = self._row_start[idx]
             res = lo.copy()
             v = Af[rb + lo] if first is None else first
             p = key - v > sla
@@ -608,18 +639,18 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             hi1 = hi1[keep]
             k1 = k1[keep]
             lanes = lanes[sub]
-            pw = k1[:, None] - self._Aw[lanes, lo1] > sla
+            pw = k1[:, None] - self._A_windows[lanes, lo1] > sla
             pw &= _ARANGE_G < (hi1 - lo1)[:, None]
         else:
             res = sub = None
             lo1, hi1, k1 = lo, hi, key
-            pw = self._Aw[lanes, lo1] <= k1[:, None]
+            pw = self._A_windows[lanes, lo1] <= k1[:, None]
         cnt = _count_rows(pw)
         out = lo1 + cnt
         more = cnt == _G
         if np.count_nonzero(more):  # binary search past the window
             m = more.nonzero()[0]
-            a, z, kk, rbm = out[m], hi1[m], k1[m], self._rowbase[lanes[m]]
+            a, z, kk, rbm = out[m], hi1[m], k1[m], self._row_start[lanes[m]]
             act = a < z
             while np.count_nonzero(act):
                 mid = (a + z) >> 1
@@ -646,14 +677,14 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                  ws_from: np.ndarray, sm_prev: np.ndarray | None, next_arrival: bool = False) -> None:
         """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``):
         every arrival at or before ``t_end`` joins, those at exactly ``t_end`` included.
-        ``next_arrival``: ``t_end`` is each lane's next arrival (its entry at ``_i``), so
+        ``next_arrival``: ``t_end`` is each lane's next arrival (its entry at ``_admitted``), so
         that one joins without a search; only the lanes whose following entry is at the
         same instant (equal trace timestamps) search for the rest of the tie."""
-        i = self._i[idx]
+        i = self._admitted[idx]
         now = self._now[idx]
         if next_arrival:
             j = i + 1
-            tied = self._Af[self._rowbase[idx] + j] <= t_end
+            tied = self._A_flat[self._row_start[idx] + j] <= t_end
             if np.count_nonzero(tied):
                 j[tied] = self._search(self._lanes[idx][tied], j[tied], self._fill[idx][tied],
                                        t_end[tied], False)
@@ -661,40 +692,40 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             j = self._search(idx, i, self._fill[idx], t_end, False)
         k = j - i
         arrived = self._arrived[idx]
-        room = self._cap - (i - self._ws[idx])
-        mark = self._mark[idx]
+        room = self._cap - (i - self._served[idx])
+        mark = self._next_mark[idx]
         hit = mark < arrived + k  # a summary-window mark among the arrivals
         drop = k > room
-        slow = drop | (hit & ~self._win[idx])  # drops and the window's start: per lane
+        slow = drop | (hit & ~self._in_window[idx])  # drops and the window's start: per lane
         end = hit & ~slow
         if np.count_nonzero(end):  # the window's end mark, without drops: where the scalar env stops
             lanes = self._lanes[idx][end]  # at the mark, only the end entry is recorded
-            self._ehi[lanes] = self._off[lanes] + (i + mark - arrived)[end]
-            self._dend[lanes] = self._drops[lanes]
-            self._mark[lanes] = _NO_MARK
+            self._win_end_entry[lanes] = self._offset[lanes] + (i + mark - arrived)[end]
+            self._win_end_drops[lanes] = self._drops[lanes]
+            self._next_mark[lanes] = _NO_MARK
         n_sys = i - ws_from
-        Pf = self._P.reshape(-1)
-        rb1 = self._rowbase1[idx]
+        Pf = self._A_prefix.reshape(-1)
+        rb1 = self._prefix_row_start[idx]
         L = n_sys * (t_end - now)
         L += k * t_end - (Pf[rb1 + j] - Pf[rb1 + i])
         dE = power * (t_end - now)
         if np.count_nonzero(slow):
             fast = ~slow
-            self._L[idx] += np.where(fast, L, 0.0)
-            self._E[idx] += np.where(fast, dE, 0.0)
-            self._i[idx] = np.where(fast, j, i)
+            self._latency_integral[idx] += np.where(fast, L, 0.0)
+            self._energy[idx] += np.where(fast, dE, 0.0)
+            self._admitted[idx] = np.where(fast, j, i)
             self._arrived[idx] = np.where(fast, arrived + k, arrived)
             self._now[idx] = np.where(fast, t_end, now)
             lanes = np.arange(self.num_envs)[idx][slow]
             pw = np.broadcast_to(power, t_end.shape)[slow].tolist()
             wsf = ws_from[slow].tolist()
-            smp = (sm_prev[slow] if sm_prev is not None else self._sm[idx][slow]).tolist()
+            smp = (sm_prev[slow] if sm_prev is not None else self._served_missed[idx][slow]).tolist()
             for n, t, p, w, s in zip(lanes.tolist(), t_end[slow].tolist(), pw, wsf, smp, strict=True):
                 self._lane_advance(n, t, p, w, s)
         else:
-            self._L[idx] += L
-            self._E[idx] += dE
-            self._i[idx] = j
+            self._latency_integral[idx] += L
+            self._energy[idx] += dE
+            self._admitted[idx] = j
             self._arrived[idx] = arrived + k
             self._now[idx] = t_end
 
@@ -705,12 +736,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             They are kept (``_head``): the next step's search for missed deadlines in its
             batch starts there.
         """
-        B = self._B
-        ws = self._ws[idx]
-        q = self._i[idx] - ws
-        past = self._kd[idx] - ws
+        B = self._max_batch
+        ws = self._served[idx]
+        q = self._admitted[idx] - ws
+        past = self._late_end[idx] - ws
         if head is None:
-            head = self._Af[self._rowbase[idx] + ws]
+            head = self._A_flat[self._row_start[idx] + ws]
         self._head[idx] = head
         oldest = (self._now[idx] - head) / self._sla
         obs = np.empty((q.shape[0], 5), dtype=np.float32)
@@ -718,7 +749,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         obs[:, 1] = np.where(q > 0, np.minimum(oldest, _CLIP), 0.0)
         obs[:, 2] = np.minimum(self._rate[idx] / self.max_throughput_rps, _CLIP)
         obs[:, 3] = np.where(past > 0, past / np.maximum(q, 1), 0.0)
-        obs[:, 4] = self._lastb[idx] / B
+        obs[:, 4] = self._last_batch[idx] / B
         return obs
 
     def _info_arrays(self, dt: np.ndarray, comps: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -726,13 +757,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         layout, dtypes and values ``SyncVectorEnv`` gives (``full_info=True``). ``comps``
         are the reward components (float64 latency and energy; sla and drop int64 at a
         step, float64 at a reset, as the scalar env's Python types make them)."""
-        q = self._i - self._ws
-        oldest = self._now - self._Af[self._rowbase + self._ws]
+        q = self._admitted - self._served
+        oldest = self._now - self._A_flat[self._row_start + self._served]
         N = self.num_envs
         # (the arrays are rows of three 2D arrays: three allocations instead of thirty
         # keep the cost per step low with few lanes; rows never overlap)
-        ints = np.array([q, self._lastb, self._drops], dtype=np.int64)
-        floats = np.array([np.where(q > 0, oldest, 0.0), self._now, dt, self._lastlat], dtype=np.float64)
+        ints = np.array([q, self._last_batch, self._drops], dtype=np.int64)
+        floats = np.array([np.where(q > 0, oldest, 0.0), self._now, dt, self._last_latency], dtype=np.float64)
         ones = np.ones((len(_INFO_KEYS) + len(comps), N), dtype=bool)
         rc: dict[str, Any] = {}
         for r, (k, v) in enumerate(comps.items()):
@@ -746,7 +777,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             "last_batch_size": ints[1],
             "last_batch_latency_s": floats[3],
             "reward_components": rc,
-            "action_mask": self._mask_table[np.minimum(q, self._B)],
+            "action_mask": self._mask_table[np.minimum(q, self._max_batch)],
             "clipped_action": self._clipped.copy(),
             "dropped_total": ints[2],
             "energy_source": self._energy_source.copy(),
@@ -828,7 +859,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             return tuple(self.action_masks(*args, **kwargs))
         if name == "queue_len":
             self._check_reset("queue_len")
-            return tuple((self._i - self._ws).tolist())
+            return tuple((self._admitted - self._served).tolist())
         if name in _SHARED_ATTRS:
             value = getattr(self._template, name)
             value = value(*args, **kwargs) if callable(value) else value
@@ -855,7 +886,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             raise gym.error.ResetNeeded(f"DynamicBatchingVectorEnv: call reset() before {call}()")
 
     def _actions(self, actions: Any) -> np.ndarray:
-        N, B = self.num_envs, self._B
+        N, B = self.num_envs, self._max_batch
         a = np.asarray(actions)
         if a.shape != (N,):
             raise ValueError(
@@ -930,78 +961,78 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             )
         a = self._actions(actions)
         N = self.num_envs
-        q = self._i - self._ws
+        q = self._admitted - self._served
         run = a > 0
         clipped = a > q
         b = np.where(clipped, q, a)
-        d = self._lat[b]
+        d = self._latency_table[b]
         if self._sigma > 0.0:
             lanes = run.nonzero()[0]
-            for n in lanes[self._fk[lanes] >= _NOISE].tolist():
+            for n in lanes[self._noise_pos[lanes] >= _NOISE].tolist():
                 self._lane_noise(n)
-            fk = self._fk[lanes]
-            d[lanes] *= self._F[lanes, fk]
-            self._fk[lanes] = fk + 1
+            fk = self._noise_pos[lanes]
+            d[lanes] *= self._noise[lanes, fk]
+            self._noise_pos[lanes] = fk + 1
             with np.errstate(divide="ignore", invalid="ignore"):
-                e = self._pw[b] * d
+                e = self._power_table[b] * d
                 power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
         else:  # the same division, looked up
             power = np.where(run, self._run_power[b], self._idle)
         now = self._now
-        nxt = self._Af[self._rowbase + self._i]
+        nxt = self._A_flat[self._row_start + self._admitted]
         if self._tick is not None:
             tick = now + self._tick
             nxt = np.where(tick < nxt, tick, nxt)
         c = now + d
         t_end = np.where(run, c, nxt)
         self._ensure(slice(None), t_end)
-        ws_old = self._ws.copy()
-        sm_prev = self._sm.copy()
+        ws_old = self._served.copy()
+        sm_prev = self._served_missed.copy()
         if np.count_nonzero(run):
             hi = ws_old + b
             served_missed = self._search(slice(None), ws_old, hi, c, True, self._head) - ws_old
-            self._sm += served_missed
-            self._ws += b
-            self._nb += run
-            self._sb += b
+            self._served_missed += served_missed
+            self._served += b
+            self._n_batches += run
+            self._batch_sum += b
             self._log_batches(run, c)
         self._advance(slice(None), t_end, power, ws_old, sm_prev)
-        empty = run & (self._i == self._ws)
+        empty = run & (self._admitted == self._served)
         if np.count_nonzero(empty):  # the batch emptied the queue: idle to the next arrival
             idx = empty.nonzero()[0]
-            t2 = self._Af[self._rowbase[idx] + self._i[idx]]
+            t2 = self._A_flat[self._row_start[idx] + self._admitted[idx]]
             self._ensure(idx, t2)
-            self._advance(idx, t2, self._idle, self._ws[idx], None, next_arrival=True)
-        self._lastb[:] = b
-        self._lastlat[:] = np.where(run, d, 0.0)
+            self._advance(idx, t2, self._idle, self._served[idx], None, next_arrival=True)
+        self._last_batch[:] = b
+        self._last_latency[:] = np.where(run, d, 0.0)
         self._clipped[:] = clipped
 
         # reward accounting (the scalar _step_accounting)
         now = self._now
-        ws = self._ws
-        head = self._Af[self._rowbase + ws]
-        kd0 = np.maximum(self._kd, ws)
+        ws = self._served
+        head = self._A_flat[self._row_start + ws]
+        kd0 = np.maximum(self._late_end, ws)
         first = head
-        behind = (self._kd > ws).nonzero()[0]  # lanes with requests already past deadline
+        behind = (self._late_end > ws).nonzero()[0]  # lanes with requests already past deadline
         if behind.size:
             first = head.copy()
-            first[behind] = self._Af[self._rowbase[behind] + kd0[behind]]
-        kd = self._search(slice(None), kd0, self._i, now, True, first)
-        self._kd[:] = kd
-        M = self._sm + (kd - ws)
-        dL, dE = self._L - self._L0, self._E - self._E0
-        dM, dD = M - self._M0, self._drops - self._D0
+            first[behind] = self._A_flat[self._row_start[behind] + kd0[behind]]
+        kd = self._search(slice(None), kd0, self._admitted, now, True, first)
+        self._late_end[:] = kd
+        M = self._served_missed + (kd - ws)
+        dL, dE = self._latency_integral - self._step_latency_integral, self._energy - self._step_energy
+        dM, dD = M - self._step_misses, self._drops - self._step_drops
         wl, we, wsla, wd = self._weights
         reward = -(wl * dL + we * dE + wsla * dM + wd * dD)
-        dt = now - self._t0
-        dn = self._arrived - self._n0
-        self._rate = self._rate * np.exp(-dt / self._tau) + dn / self._tau
-        np.copyto(self._L0, self._L)
-        np.copyto(self._E0, self._E)
-        np.copyto(self._t0, now)
-        np.copyto(self._M0, M)
-        np.copyto(self._D0, self._drops)
-        np.copyto(self._n0, self._arrived)
+        dt = now - self._step_time
+        dn = self._arrived - self._step_arrived
+        self._rate = self._rate * np.exp(-dt / self._rate_tau) + dn / self._rate_tau
+        np.copyto(self._step_latency_integral, self._latency_integral)
+        np.copyto(self._step_energy, self._energy)
+        np.copyto(self._step_time, now)
+        np.copyto(self._step_misses, M)
+        np.copyto(self._step_drops, self._drops)
+        np.copyto(self._step_arrived, self._arrived)
         self._steps += 1
 
         mode = self.autoreset_mode
@@ -1009,9 +1040,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if redo.size:  # lanes that ended last step start over; their step here is discarded
             self._reset_lanes(redo, [None] * redo.size)
             reward[redo] = 0.0
-            head[redo] = self._Af[self._rowbase[redo]]  # their first arrival
+            head[redo] = self._A_flat[self._row_start[redo]]  # their first arrival
         obs = self._obs(slice(None), head)
-        over = (now >= self.horizon_s) | ((self._ehi >= 0) & (self._off + ws >= self._ehi))
+        over = (now >= self.horizon_s) | ((self._win_end_entry >= 0) & (self._offset + ws >= self._win_end_entry))
         over[redo] = False
         truncated = over
         if self.max_episode_steps is not None:
@@ -1065,11 +1096,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         completion time and end entry per lane; ``_flush_latencies`` writes the latencies).
         Every lane writes its next free slot, which costs less than selecting lanes; only
         the logging lanes count theirs."""
-        flat = self._logbase + self._nlog
-        self._blogf[2 * flat] = c
-        self._blogf[2 * flat + 1] = self._off + self._ws
-        self._nlog += run & self._win
-        full = self._nlog == _LOG
+        flat = self._log_row_start + self._n_logged
+        self._batch_log_flat[2 * flat] = c
+        self._batch_log_flat[2 * flat + 1] = self._offset + self._served
+        self._n_logged += run & self._in_window
+        full = self._n_logged == _LOG
         if np.count_nonzero(full):
             for n in full.nonzero()[0].tolist():
                 self._flush_latencies(n)
@@ -1080,12 +1111,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         served arrivals leave the buffer and when the log is full (into the lane's
         ``_latency`` row), and at the summary (into ``dest``, a row of the summary's
         scratch array, indexed like ``_latency``'s rows)."""
-        m = int(self._nlog[n])
+        m = int(self._n_logged[n])
         if not m:
             return
-        ends = self._blog[n, :m, 1].astype(np.int64)
-        lo = int(self._w_entry[n])
-        hi = lo + self._H
+        ends = self._batch_log[n, :m, 1].astype(np.int64)
+        lo = int(self._win_entry[n])
+        hi = lo + self._horizon
         first = min(max(int(self._lat_pos[n]), lo), hi)
         e = np.minimum(np.maximum(ends, lo), hi)  # (ufuncs: np.clip and np.diff are slower)
         cnt = e.copy()
@@ -1096,15 +1127,15 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             if dest is None:
                 if last - lo > self._latency.shape[1]:
                     width = self._latency.shape[1]
-                    grown = np.zeros((self.num_envs, min(self._H, max(2 * width, last - lo))))
+                    grown = np.zeros((self.num_envs, min(self._horizon, max(2 * width, last - lo))))
                     grown[:, :width] = self._latency
                     self._latency = grown
                 dest = self._latency[n]
-            off = int(self._off[n])
-            np.subtract(self._blog[n, :m, 0].repeat(cnt), self._A[n, first - off : last - off],
+            off = int(self._offset[n])
+            np.subtract(self._batch_log[n, :m, 0].repeat(cnt), self._A[n, first - off : last - off],
                         out=dest[first - lo : last - lo])
         self._lat_pos[n] = int(ends[-1])
-        self._nlog[n] = 0
+        self._n_logged[n] = 0
 
     def action_masks(self) -> np.ndarray:
         """Valid actions of every lane, ``(num_envs, max_batch_size + 1)`` bool (a new array).
@@ -1114,7 +1145,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         if not self._started:
             raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before action_masks()")
         # (fancy indexing copies the rows; ndarray.take would copy the whole strided view)
-        return self._mask_table[np.minimum(self._i - self._ws, self._B)]
+        return self._mask_table[np.minimum(self._admitted - self._served, self._max_batch)]
 
     def get_config(self) -> dict[str, Any]:
         """The resolved configuration of every lane, and ``num_envs``."""
