@@ -1,0 +1,178 @@
+"""The import contract between the packages, checked on the source with ``ast``.
+
+Every import counts: at module level, inside functions, and relative ones (resolved to
+absolute names). The rules:
+
+- ``batch_env`` never imports ``baselines``, ``agents``, ``experiments``,
+  ``stable_baselines3``, ``sb3_contrib`` or ``rl_zoo3``;
+- ``torch`` is imported only inside ``batch_env/real/``;
+- outside ``batch_env/real/``, ``batch_env.real`` is imported only inside functions (when
+  real execution is asked for), never at module level;
+- ``batch_env/envs`` may import the core; the core (``batch_env`` outside ``envs/``) never
+  imports ``batch_env.envs`` except the package ``__init__``, which registers the ids;
+- ``batch_env.checks`` imports nothing from ``batch_env``;
+- ``baselines`` imports ``batch_env`` only (not ``agents``, ``experiments``);
+- ``agents`` imports ``batch_env`` and ``baselines``, not ``experiments``;
+- nothing outside ``experiments`` imports ``experiments``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("batch_env", "baselines", "agents", "experiments")
+TRAINING = ("stable_baselines3", "sb3_contrib", "rl_zoo3")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported module: where, what (absolute), and whether at module level."""
+
+    file: str  # path relative to the repository root
+    line: int
+    module: str  # absolute dotted name (``from a import b`` gives ``a`` and ``a.b``)
+    top_level: bool  # not inside a function (class bodies and if/try blocks count as top level)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[Import]:
+    """Every import in ``path`` (relative ones resolved against its package)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    rel = str(path.relative_to(ROOT))
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    found.append(Import(rel, child.lineno, alias.name, not in_function))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - (child.level - 1)]
+                    mod = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    mod = child.module or ""
+                found.append(Import(rel, child.lineno, mod, not in_function))
+                for alias in child.names:  # ``from pkg import submodule``
+                    found.append(Import(rel, child.lineno, f"{mod}.{alias.name}", not in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def python_files(top: str) -> list[Path]:
+    return sorted((ROOT / top).rglob("*.py"))
+
+
+def under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def violations(files: list[Path], rule) -> list[str]:
+    """``file:line imports module`` for every import that ``rule(file, imp)`` refuses."""
+    bad = []
+    for path in files:
+        for imp in imports_of(path):
+            reason = rule(path, imp)
+            if reason:
+                where = "" if imp.top_level else " (inside a function)"
+                bad.append(f"{imp.file}:{imp.line} imports {imp.module}{where}: {reason}")
+    return sorted(set(bad))
+
+
+def rule_batch_env(path: Path, imp: Import) -> str | None:
+    rel = path.relative_to(ROOT / "batch_env").as_posix()
+    in_real = rel.startswith("real/")
+    in_envs = rel.startswith("envs/")
+    for top in ("baselines", "agents", "experiments", *TRAINING):
+        if under(imp.module, top):
+            return f"batch_env never imports {top}"
+    if under(imp.module, "torch") and not in_real:
+        return "torch only inside batch_env/real/"
+    if under(imp.module, "batch_env.real") and not in_real and imp.top_level:
+        return "batch_env.real only inside functions (when real execution is asked for)"
+    if under(imp.module, "batch_env.envs") and not in_envs and rel != "__init__.py":
+        return "the core never imports batch_env.envs"
+    if rel == "checks.py" and under(imp.module, "batch_env"):
+        return "batch_env.checks is a leaf: it imports nothing from batch_env"
+    return None
+
+
+def rule_baselines(path: Path, imp: Import) -> str | None:
+    for top in ("agents", "experiments"):
+        if under(imp.module, top):
+            return f"baselines imports only batch_env, not {top}"
+    return None
+
+
+def rule_agents(path: Path, imp: Import) -> str | None:
+    return "agents never imports experiments" if under(imp.module, "experiments") else None
+
+
+def rule_not_experiments(path: Path, imp: Import) -> str | None:
+    return "only experiments imports experiments" if under(imp.module, "experiments") else None
+
+
+RULES = {
+    "batch_env": (["batch_env"], rule_batch_env),
+    "baselines": (["baselines"], rule_baselines),
+    "agents": (["agents"], rule_agents),
+    "outside experiments": (["batch_env", "baselines", "agents", "scripts"], rule_not_experiments),
+}
+
+
+@pytest.mark.parametrize("name", list(RULES))
+def test_import_contract(name):
+    tops, rule = RULES[name]
+    files = [f for top in tops for f in python_files(top)]
+    assert files
+    bad = violations(files, rule)
+    assert not bad, "import contract broken:\n" + "\n".join(bad)
+
+
+def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
+    """Imports in functions, relative imports and ``from . import x`` are all seen; a
+    violation of each kind is reported."""
+    pkg = tmp_path / "batch_env"
+    (pkg / "envs").mkdir(parents=True)
+    (pkg / "real").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text(
+        "import numpy\n"
+        "from .envs import dynamic_batching\n"  # core -> envs
+        "from . import real\n"  # batch_env.real at module level
+        "def f():\n"
+        "    import torch\n"  # torch outside real/
+        "    from .real import models\n"  # fine: inside a function
+        "    from experiments import cli\n"  # batch_env -> experiments
+    )
+    (pkg / "real" / "models.py").write_text("import torch\nfrom ..checks import check_number\n")
+    (pkg / "checks.py").write_text("from .config import x\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    bad = violations(sorted(pkg.rglob("*.py")), rule_batch_env)
+    text = "\n".join(bad)
+    assert "core.py:2 imports batch_env.envs" in text
+    assert "core.py:3 imports batch_env.real:" in text
+    assert "core.py:5 imports torch (inside a function): torch only" in text
+    assert "core.py:7 imports experiments (inside a function)" in text
+    assert "checks.py:1 imports batch_env.config" in text
+    assert not any("real/models.py" in b for b in bad)
+    assert not any(":6 " in b for b in bad), bad  # batch_env.real inside a function is fine
