@@ -7,25 +7,9 @@ import json
 
 import pytest
 import yaml
+from helpers import COMPARE_SMALL as SMALL
 
 from experiments.compare import load_config, run_compare
-
-SMALL = {
-    "name": "small",
-    "env": {
-        "profile": "resnet50-v100",
-        "decision_interval_ms": 0.5,
-        "horizon_requests": 400,
-        "reward_weights": {"sla": 0.0},
-    },
-    "workloads": {"poisson": {"kind": "poisson"}},
-    "loads": [0.3, 0.7],
-    "seeds": 2,
-    "reference": "smdp",
-    "policies": {"greedy": {}, "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0}, "smdp": {}},
-    "pareto": {"workload": "poisson", "load": 0.3, "energy_weights": [0.0, 2.0]},
-    "structure": {"loads": [0.3], "energy_weights": [0.5]},
-}
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_agents import TINY_ENV, TINY_PPO
+from helpers import TINY_ENV, TINY_PPO
 
 from experiments.cli import main
 

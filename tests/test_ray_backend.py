@@ -11,8 +11,8 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')")
 
-from test_compare import SMALL as COMPARE_SMALL  # noqa: E402
-from test_sweep import TINY  # noqa: E402
+from helpers import COMPARE_SMALL  # noqa: E402
+from helpers import SWEEP_TINY as TINY  # noqa: E402
 
 from experiments.compare import run_cell, run_compare  # noqa: E402
 

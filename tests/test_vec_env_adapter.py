@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import tensorboard_scalars
 from gymnasium.vector import AutoresetMode
-from test_agents import SMALL_ENV as TRAIN_ENV  # the agents tests' small training env
+from helpers import SMALL_ENV as TRAIN_ENV  # the agents tests' small training env
 
 import batch_env  # noqa: F401  (registers the ids)
 from agents import load_policy
