@@ -235,7 +235,7 @@ def import_class(path: str) -> Any:
         raise ValueError(f"env_wrapper {path!r} cannot be imported: {exc}") from None
 
 
-def _env_parameters(env_id: str) -> list[Any]:
+def env_parameters(env_id: str) -> list[Any]:
     """The ``inspect.Parameter`` list of the registered env's constructor (entry point)."""
     import inspect
 
@@ -250,7 +250,7 @@ def _env_parameters(env_id: str) -> list[Any]:
 
 def env_kwarg_names(env_id: str) -> list[str]:
     """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
-    return [p.name for p in _env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [p.name for p in env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwargs") -> gym.Env:
@@ -265,7 +265,7 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
         raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
     allowed = env_kwarg_names(env_id)
     unknown = sorted(str(k) for k in env_kwargs if k not in allowed)
-    if unknown and not any(p.kind == p.VAR_KEYWORD for p in _env_parameters(env_id)):
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in env_parameters(env_id)):
         raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}")
     try:
         return gym.make(env_id, **env_kwargs)

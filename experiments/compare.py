@@ -353,7 +353,8 @@ def _evaluate_seeds(policy: Any, env: gym.Env, cell: Cell) -> EvaluationResult:
     return out
 
 
-def _result(record: dict[str, Any]) -> EvaluationResult:
+def record_result(record: dict[str, Any]) -> EvaluationResult:
+    """The :class:`EvaluationResult` of a cell record (as :func:`run_cell` returns it)."""
     r = record["result"]
     return EvaluationResult(policy=r["policy"], seeds=r["seeds"], episodes=r["episodes"])
 
@@ -509,7 +510,7 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
     failed = failed or []
     main = [r for r in records if r["group"] == "main"]
     ref = cfg["reference"]
-    by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
+    by = {(r["workload"], r["load"], r["policy"]): record_result(r) for r in main}
     rows = []
     for r in main:
         res = by[(r["workload"], r["load"], r["policy"])]
@@ -613,7 +614,7 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         load = float(p.get("load", 0.6))
         fig, ax = plt.subplots(figsize=(6, 4.5))
         pts = sorted(
-            (float(r["env_kwargs"]["reward_weights"]["energy"]), _result(r).mean("power_mean_w"), _result(r).mean("latency_mean_ms"))
+            (float(r["env_kwargs"]["reward_weights"]["energy"]), record_result(r).mean("power_mean_w"), record_result(r).mean("latency_mean_ms"))
             for r in pareto
         )
         _, pw, lat = zip(*pts, strict=True)
@@ -622,7 +623,7 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
             ax.annotate(f"{w:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         for r in records:
             if r["group"] == "pareto-point":
-                res = _result(r)
+                res = record_result(r)
                 ax.plot(res.mean("power_mean_w"), res.mean("latency_mean_ms"), "s", label=r["policy"])
         ax.set_xlabel("mean power (W)")
         ax.set_ylabel("mean latency (ms)")

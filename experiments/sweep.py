@@ -60,8 +60,8 @@ from typing import Any
 import yaml
 
 from agents.files import atomic_write_text, set_aside
-from experiments.cli import dumps
 from experiments.compare import check_mapping, check_name, read_yaml_config
+from experiments.strict_json import dumps
 
 _KEYS = {"name", "algo", "env_id", "env", "n_timesteps", "seeds", "eval_episodes", "grid", "algo_grid",
          "hyperparams", "centering_gain", "vectorized", "num_envs"}
@@ -370,11 +370,11 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
     the evaluation reward (NaN and the error when the trial raised)."""
     from ray import tune
 
-    from experiments.backends import _guarded
+    from experiments.backends import guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
         os.chdir(config["cwd"])       # in the env kwargs are the driver's
-    value, error, tb = _guarded(run, config["trial"])
+    value, error, tb = guarded(run, config["trial"])
     if error is None:
         tune.report({**value, "failed": False, "params": json.dumps(value["params"])})
     else:
