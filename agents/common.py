@@ -117,12 +117,18 @@ def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
     """Raise ``ValueError`` naming ``where``, the key, the value and what is allowed when a
     key of ``hp`` is not a hyperparameter of ``algo``, or a value's type does not match
     the constructor default's (numbers and booleans) or the rl-zoo3 key's."""
-    import inspect
-
     allowed = hyperparameter_names(algo)
     unknown = sorted(k for k in hp if k not in allowed)
     if unknown:
         raise ValueError(f"{where}: {unknown} are not hyperparameters of {algo}: allowed are {allowed}")
+    _check_zoo_values(hp, where)
+    _check_constructor_types(algo, hp, where)
+
+
+def _check_zoo_values(hp: dict[str, Any], where: str) -> None:
+    """The rl-zoo3 keys' values: ``n_envs`` and ``n_timesteps`` integers >= 1, ``policy`` a
+    name, ``policy_kwargs`` a mapping, ``normalize`` a mapping or a boolean (the last two
+    may be rl-zoo3's strings such as ``"dict(net_arch=[64])"``)."""
     for key in ("n_envs", "n_timesteps"):
         if key in hp:
             value = hp[key]
@@ -139,6 +145,13 @@ def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
             if not ok:
                 raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a mapping"
                                  + (" or true/false" if key == "normalize" else ""))
+
+
+def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
+    """The algorithm's own keyword arguments: a value must have the type of the
+    constructor's default where that is a boolean, an integer or a float."""
+    import inspect
+
     params = inspect.signature(algo_class(algo).__init__).parameters
     for key, value in hp.items():
         if key in ZOO_KEYS or key not in params:
