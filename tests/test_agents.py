@@ -104,6 +104,7 @@ def test_literal_refuses_code():
 # -- training runs --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)])
 def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
     run = train(
@@ -144,6 +145,7 @@ def test_resume_continues_the_step_count(tmp_path):
         train(args)
 
 
+@pytest.mark.slow
 def test_binary_ppo_beats_random_policy(tmp_path):
     """On a fixed seed and one thread, a short binary-mode PPO run beats random valid actions
     (cost per second 101.7 vs 113.8 when written) and stays within 5% of greedy."""
@@ -188,6 +190,7 @@ def test_missing_and_corrupt_runs(tmp_path):
         parse_policy_spec("ppo")
 
 
+@pytest.mark.slow
 def test_rl_zoo3_trains_with_our_hyperparameters(tmp_path):
     cmd = [
         sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--gym-packages", "batch_env",

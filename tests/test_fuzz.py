@@ -374,6 +374,7 @@ def test_fuzz_llm_batching(kw, seed, kind):
     fuzz_env(LLMBatchingEnv, kw, seed, kind)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(kw=batch_kwargs(finite_traces=False), seed=st.integers(0, 2**20), n_envs=st.integers(1, 3),
        policy=st.sampled_from(["random", "greedy", "patient"]),

@@ -16,6 +16,8 @@ from helpers import SWEEP_TINY as TINY  # noqa: E402
 
 from experiments.compare import run_cell, run_compare  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a real local Ray instance per test, Tune sweeps
+
 # test_compare's small comparison, shorter and without the structure cells
 SMALL = {k: v for k, v in COMPARE_SMALL.items() if k != "structure"}
 SMALL["env"] = {**COMPARE_SMALL["env"], "horizon_requests": 300}

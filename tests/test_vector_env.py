@@ -84,6 +84,7 @@ def _trace(tmp_path, name, **fields):
     return {"kind": "trace", "path": str(path), "timestamp_column": "t", **fields}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("trace", "kwargs", "policy"),
     [
@@ -118,6 +119,7 @@ def test_lanes_match_on_traces_with_equal_timestamps_and_same_step_autoreset(tmp
                      mode=AutoresetMode.SAME_STEP) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["greedy", "patient", "random"])
 @pytest.mark.parametrize("workload", ["poisson", "gamma", "mmpp", "trace", "trace-offset", "ties-offset"])
 def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
