@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench fuzz lint clean
+.PHONY: setup test test-fast demo bench fuzz lint clean
 
 setup: $(STAMP)
 
@@ -19,8 +19,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The full suite, as CI runs it (.ci/run).
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The quick loop while editing: every test not marked `slow` (training runs, rl-zoo3,
+# the wheel build, long simulations; see pyproject's pytest markers).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
 
 demo: $(STAMP)
 	$(VENV)/bin/batch-env demo
@@ -34,8 +40,11 @@ FUZZ_EXAMPLES ?= 1500
 fuzz: $(STAMP)
 	BATCH_ENV_FUZZ=long BATCH_ENV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py --hypothesis-show-statistics
 
+# ruff (pyproject's rules, mccabe complexity at most 15) and the import contract between
+# the packages (tests/test_layering.py). CI runs it before the tests (.ci/run).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check batch_env baselines agents experiments tests scripts
+	$(PY) -m pytest -q tests/test_layering.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

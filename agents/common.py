@@ -117,12 +117,18 @@ def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
     """Raise ``ValueError`` naming ``where``, the key, the value and what is allowed when a
     key of ``hp`` is not a hyperparameter of ``algo``, or a value's type does not match
     the constructor default's (numbers and booleans) or the rl-zoo3 key's."""
-    import inspect
-
     allowed = hyperparameter_names(algo)
     unknown = sorted(k for k in hp if k not in allowed)
     if unknown:
         raise ValueError(f"{where}: {unknown} are not hyperparameters of {algo}: allowed are {allowed}")
+    _check_zoo_values(hp, where)
+    _check_constructor_types(algo, hp, where)
+
+
+def _check_zoo_values(hp: dict[str, Any], where: str) -> None:
+    """The rl-zoo3 keys' values: ``n_envs`` and ``n_timesteps`` integers >= 1, ``policy`` a
+    name, ``policy_kwargs`` a mapping, ``normalize`` a mapping or a boolean (the last two
+    may be rl-zoo3's strings such as ``"dict(net_arch=[64])"``)."""
     for key in ("n_envs", "n_timesteps"):
         if key in hp:
             value = hp[key]
@@ -139,6 +145,13 @@ def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
             if not ok:
                 raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a mapping"
                                  + (" or true/false" if key == "normalize" else ""))
+
+
+def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
+    """The algorithm's own keyword arguments: a value must have the type of the
+    constructor's default where that is a boolean, an integer or a float."""
+    import inspect
+
     params = inspect.signature(algo_class(algo).__init__).parameters
     for key, value in hp.items():
         if key in ZOO_KEYS or key not in params:
@@ -235,7 +248,7 @@ def import_class(path: str) -> Any:
         raise ValueError(f"env_wrapper {path!r} cannot be imported: {exc}") from None
 
 
-def _env_parameters(env_id: str) -> list[Any]:
+def env_parameters(env_id: str) -> list[Any]:
     """The ``inspect.Parameter`` list of the registered env's constructor (entry point)."""
     import inspect
 
@@ -250,7 +263,7 @@ def _env_parameters(env_id: str) -> list[Any]:
 
 def env_kwarg_names(env_id: str) -> list[str]:
     """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
-    return [p.name for p in _env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [p.name for p in env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
 
 def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwargs") -> gym.Env:
@@ -265,7 +278,7 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
         raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
     allowed = env_kwarg_names(env_id)
     unknown = sorted(str(k) for k in env_kwargs if k not in allowed)
-    if unknown and not any(p.kind == p.VAR_KEYWORD for p in _env_parameters(env_id)):
+    if unknown and not any(p.kind == p.VAR_KEYWORD for p in env_parameters(env_id)):
         raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}")
     try:
         return gym.make(env_id, **env_kwargs)

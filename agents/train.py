@@ -287,6 +287,81 @@ def _load_latest(run: Path, cfg: dict[str, Any], venv: Any, device: str) -> Any:
                             "directory (or give another run_dir) to start it again")
 
 
+def _resumed_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """``(run, settings, config)`` of the run ``args.run_dir`` to resume: its saved
+    ``config.yaml``, with the settings ``args`` may change (``resume_settings``) applied."""
+    if args.run_dir is None:
+        raise ValueError("resume=True needs run_dir=<the run to continue>")
+    run = Path(args.run_dir)
+    from .policy import read_run_config
+
+    cfg = read_run_config(run)
+    if cfg.get("layout") == "rl-zoo3":
+        raise ValueError(f"run_dir={str(run)!r} is an rl-zoo3 run: continue it with rl-zoo3 "
+                         "(python -m rl_zoo3.train --trained-agent ...), not with resume")
+    st = resume_settings(args, cfg, str(run / "config.yaml"))
+    cfg["n_timesteps"] = st["n_timesteps"]
+    return run, st, cfg
+
+
+def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """``(run, settings, config)`` of a new run: the settings checked, the hyperparameters
+    read, the env kwargs tried on a throwaway env and the centering gain resolved, before
+    anything is written. Refuses a run directory that is a file or already holds a run."""
+    from .vec_env import resolve_mode
+
+    st = {**DEFAULTS, **given_settings(args)}
+    run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if run.exists() and not run.is_dir():
+        raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")
+    if (run / "config.yaml").exists():
+        raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
+    hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
+    specs = wrapper_specs(hp.get("env_wrapper"))
+    make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)).close()  # refuse bad env kwargs first
+    gain = _centering_gain(args, st, specs)
+    specs = run_specs(specs, gain)
+    normalize = literal(hp.get("normalize", False), "normalize")
+    st["num_envs"] = int(st["num_envs"] if st["num_envs"] is not None else hp.get("n_envs", 1))
+    st["n_timesteps"] = int(st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"]))
+    cfg = {
+        "algo": st["algo"],
+        "env_id": st["env_id"],
+        "env_kwargs": st["env_kwargs"],
+        "wrappers": [{"class": p, "kwargs": kw} for p, kw in specs],
+        "n_envs": st["num_envs"],
+        "vectorized": bool(st["vectorized"]),
+        "vector_mode": resolve_mode(st["env_id"], st["vector_mode"]) if st["vectorized"] else None,
+        "n_timesteps": st["n_timesteps"],
+        "policy": hp.get("policy", "MlpPolicy"),
+        "normalize": normalize if isinstance(normalize, dict) else bool(normalize),
+        "policy_kwargs": literal(hp.get("policy_kwargs"), "policy_kwargs") or {},
+        "algo_kwargs": {k: v for k, v in hp.items() if k not in ZOO_KEYS},
+        "centering_gain": gain,
+        "centering_mode": str(st["centering_gain"]),
+        "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
+        "seed": st["seed"],
+        "threads": st["threads"],
+        "device": st["device"],
+        "args": {},
+        "versions": _versions(),
+    }
+    return run, st, cfg
+
+
+def _centering_gain(args: TrainArgs, st: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]) -> float | None:
+    """The reward-centering gain of a new run whose wrappers center rewards (None when
+    none does): ``--centering-gain`` when given, else the file's CenteredReward gain, else
+    the default; ``st["centering_gain"]`` is set to the mode used."""
+    if not any(path in CENTERING_WRAPPERS for path, _ in specs):
+        return None
+    file_gain = [kw["gain"] for p, kw in specs if p == CENTERING_WRAPPERS[1] and "gain" in kw]
+    if args.centering_gain is None and file_gain:
+        check_gain_mode(file_gain[0], "env_wrapper: agents.wrappers.CenteredReward: gain")
+        st["centering_gain"] = "online" if file_gain[0] is None else str(file_gain[0])
+    return resolve_gain(str(st["centering_gain"]), st["env_id"], st["env_kwargs"], st["seed"])
+
+
 def train(args: TrainArgs) -> Path:
     """Run (or resume) one training run and return its directory.
 
@@ -300,65 +375,9 @@ def train(args: TrainArgs) -> Path:
 
     from .callbacks import Checkpoints, PeriodicEvaluation, ServingMetricsCallback
     from .vec_env import make_vec_env as make_lane_vec_env
-    from .vec_env import resolve_mode
 
     # 1. the run's configuration: fresh, or the saved one when resuming
-    if args.resume:
-        if args.run_dir is None:
-            raise ValueError("resume=True needs run_dir=<the run to continue>")
-        run = Path(args.run_dir)
-        from .policy import read_run_config
-
-        cfg = read_run_config(run)
-        if cfg.get("layout") == "rl-zoo3":
-            raise ValueError(f"run_dir={str(run)!r} is an rl-zoo3 run: continue it with rl-zoo3 "
-                             "(python -m rl_zoo3.train --trained-agent ...), not with resume")
-        st = resume_settings(args, cfg, str(run / "config.yaml"))
-        cfg["n_timesteps"] = st["n_timesteps"]
-    else:
-        st = {**DEFAULTS, **given_settings(args)}
-        run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if run.exists() and not run.is_dir():
-            raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")
-        if (run / "config.yaml").exists():
-            raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
-        hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
-        specs = wrapper_specs(hp.get("env_wrapper"))
-        make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)).close()  # refuse bad env kwargs first
-        gain = None
-        if any(path in CENTERING_WRAPPERS for path, _ in specs):
-            # --centering-gain when given, else the file's CenteredReward gain, else the default
-            file_gain = [kw["gain"] for p, kw in specs if p == CENTERING_WRAPPERS[1] and "gain" in kw]
-            if args.centering_gain is None and file_gain:
-                check_gain_mode(file_gain[0], "env_wrapper: agents.wrappers.CenteredReward: gain")
-                st["centering_gain"] = "online" if file_gain[0] is None else str(file_gain[0])
-            gain = resolve_gain(str(st["centering_gain"]), st["env_id"], st["env_kwargs"], st["seed"])
-        specs = run_specs(specs, gain)
-        normalize = literal(hp.get("normalize", False), "normalize")
-        st["num_envs"] = int(st["num_envs"] if st["num_envs"] is not None else hp.get("n_envs", 1))
-        st["n_timesteps"] = int(st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"]))
-        cfg = {
-            "algo": st["algo"],
-            "env_id": st["env_id"],
-            "env_kwargs": st["env_kwargs"],
-            "wrappers": [{"class": p, "kwargs": kw} for p, kw in specs],
-            "n_envs": st["num_envs"],
-            "vectorized": bool(st["vectorized"]),
-            "vector_mode": resolve_mode(st["env_id"], st["vector_mode"]) if st["vectorized"] else None,
-            "n_timesteps": st["n_timesteps"],
-            "policy": hp.get("policy", "MlpPolicy"),
-            "normalize": normalize if isinstance(normalize, dict) else bool(normalize),
-            "policy_kwargs": literal(hp.get("policy_kwargs"), "policy_kwargs") or {},
-            "algo_kwargs": {k: v for k, v in hp.items() if k not in ZOO_KEYS},
-            "centering_gain": gain,
-            "centering_mode": str(st["centering_gain"]),
-            "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
-            "seed": st["seed"],
-            "threads": st["threads"],
-            "device": st["device"],
-            "args": {},
-            "versions": _versions(),
-        }
+    run, st, cfg = _resumed_config(args) if args.resume else _new_config(args)
     cfg["args"] = {k: st[k] for k in RUN_SETTINGS}
     torch.set_num_threads(st["threads"])
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]

@@ -110,7 +110,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         ray.shutdown()
 
 
-def _guarded(fn: Callable[[Any], Any], item: Any) -> tuple[Any, str | None, str | None]:
+def guarded(fn: Callable[[Any], Any], item: Any) -> tuple[Any, str | None, str | None]:
     """Run ``fn(item)``; an exception becomes ``(None, error, traceback)``. The same wrapper
     runs on both backends, so a raising unit is reported alike on each."""
     try:
@@ -156,7 +156,7 @@ class LocalStream(OutcomeStream):
 
     def __next__(self) -> Outcome:
         i, item = next(self.items)
-        value, error, tb = _guarded(self.fn, item)
+        value, error, tb = guarded(self.fn, item)
         return Outcome(i, value, error, tb)
 
     def close(self) -> None:
@@ -182,7 +182,7 @@ class RayStream(OutcomeStream):
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries={max_retries!r} is invalid: expected an integer >= 0")
         self.ray = ray
-        task = ray.remote(_guarded).options(max_retries=max_retries, retry_exceptions=False,
+        task = ray.remote(guarded).options(max_retries=max_retries, retry_exceptions=False,
                                             num_cpus=num_cpus_per_task)
         fn_ref = ray.put(fn)
         self.pending = {task.remote(fn_ref, item): i for i, item in enumerate(items)}

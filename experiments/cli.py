@@ -30,24 +30,9 @@ from typing import Any
 import yaml
 
 from batch_env.metrics import HEADLINE_KEYS
+from experiments.strict_json import dumps
 
 SHOWN_KEYS = HEADLINE_KEYS
-
-
-def _finite(obj: Any) -> Any:
-    """Replace NaN and infinities by None, recursively, for strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def dumps(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps`` that writes NaN as ``null`` (strict JSON, readable by any parser)."""
-    return json.dumps(_finite(obj), allow_nan=False, default=str, **kwargs)
 
 
 def _fmt(x: float) -> str:
@@ -212,12 +197,12 @@ def env_differences(trained: tuple[str, dict[str, Any]], here: tuple[str, dict[s
     """What differs between the env a run was trained on and another, ``(env id, kwargs)``
     each: ``"<kwarg> (trained <value>, here <value>)"`` per differing keyword argument,
     a kwarg left out counting as the env's default (the Poisson load 0.6 for no workload)."""
-    from agents.common import _env_parameters
+    from agents.common import env_parameters
 
     (id_a, kw_a), (id_b, kw_b) = trained, here
     if id_a != id_b:
         return [f"env id (trained {id_a}, here {id_b})"]
-    defaults = {p.name: p.default for p in _env_parameters(id_a)}
+    defaults = {p.name: p.default for p in env_parameters(id_a)}
     if "max_batch_size" in defaults:
         defaults["workload"] = {"kind": "poisson", "load": _ENV_DEFAULTS["load"]}
     out = []

@@ -178,6 +178,37 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     where = f"config {source}"
     cfg = check_mapping(cfg, where, _KEYS, ("name", "workloads", "loads", "policies"))
     check_name(cfg["name"], where)
+    _check_grid_fields(cfg, where)
+    _check_pareto_numbers(cfg.get("pareto") or {}, where)
+    env_id = cfg.get("env_id", DEFAULT_ENV_ID)
+    if env_id not in batch_env.ENV_IDS:
+        raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
+    cfg["env_id"] = env_id
+    envs = cfg.get("envs")
+    if envs is not None and not cfg.get("_expanded"):
+        cfg["workloads"] = _expand_env_variants(envs, cfg["workloads"], where)
+        cfg["_expanded"] = True
+    cfg["seeds"] = _seed_list(cfg.get("seeds", 5), where)
+    policies = {label: _check_policy(label, params, envs, where) for label, params in cfg["policies"].items()}
+    cfg["policies"] = policies
+    ref = cfg.get("reference", "smdp")
+    if ref not in policies:
+        raise ValueError(f"{where}: reference={ref!r} is not one of the policies {list(policies)}")
+    cfg["reference"] = ref
+    pareto = cfg.get("pareto")
+    if pareto:
+        wname = pareto.get("workload", next(iter(cfg["workloads"])))
+        if wname not in cfg["workloads"]:
+            raise ValueError(f"{where}: pareto.workload={wname!r} is not one of the workloads {list(cfg['workloads'])}")
+    cfg.setdefault("env", {})
+    cfg.setdefault("_path", source)
+    return cfg
+
+
+def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
+    """The grid's shapes: ``workloads`` and ``policies`` non-empty mappings of mappings,
+    ``loads`` a non-empty list of positive numbers, ``env``, ``pareto`` and ``structure``
+    mappings when given."""
     if (not isinstance(cfg["workloads"], dict) or not cfg["workloads"]
             or not all(isinstance(v, dict) for v in cfg["workloads"].values())):
         raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload "
@@ -192,69 +223,65 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     for key in ("env", "pareto", "structure"):
         if cfg.get(key) is not None and not isinstance(cfg[key], dict):
             raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
-    pareto = cfg.get("pareto") or {}
+
+
+def _check_pareto_numbers(pareto: dict[str, Any], where: str) -> None:
+    """The Pareto sweep's ``energy_weights`` (numbers >= 0) and ``load`` (a number > 0)."""
     weights = pareto.get("energy_weights", [])
     if not isinstance(weights, list) or not all(_is_number(w) and w >= 0 for w in weights):
         raise ValueError(f"{where}: pareto.energy_weights={weights!r} must be a list of numbers >= 0")
     if not (_is_number(pareto.get("load", 0.6)) and pareto.get("load", 0.6) > 0):
         raise ValueError(f"{where}: pareto.load={pareto['load']!r} must be a number > 0")
-    env_id = cfg.get("env_id", DEFAULT_ENV_ID)
-    if env_id not in batch_env.ENV_IDS:
-        raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
-    cfg["env_id"] = env_id
-    envs = cfg.get("envs")
-    if envs is not None and not cfg.get("_expanded"):
-        if not isinstance(envs, dict) or not envs or not all(isinstance(v, dict) for v in envs.values()):
-            raise ValueError(f"{where}: envs={envs!r} must be a non-empty mapping of variant name -> env kwargs")
-        bad = [e for e in envs if "/" in str(e)]
-        if bad:
-            raise ValueError(f"{where}: envs names {bad} must not contain '/'")
-        cfg["workloads"] = {f"{e}/{w}": spec for e in envs for w, spec in cfg["workloads"].items()}
-        cfg["_expanded"] = True
-    seeds = cfg.get("seeds", 5)
+
+
+def _expand_env_variants(envs: Any, workloads: dict[str, Any], where: str) -> dict[str, Any]:
+    """The workloads crossed with the env variants of ``envs``: ``<variant>/<workload>``."""
+    if not isinstance(envs, dict) or not envs or not all(isinstance(v, dict) for v in envs.values()):
+        raise ValueError(f"{where}: envs={envs!r} must be a non-empty mapping of variant name -> env kwargs")
+    bad = [e for e in envs if "/" in str(e)]
+    if bad:
+        raise ValueError(f"{where}: envs names {bad} must not contain '/'")
+    return {f"{e}/{w}": spec for e in envs for w, spec in workloads.items()}
+
+
+def _seed_list(seeds: Any, where: str) -> list[int]:
+    """``seeds`` as a list: a count ``n`` >= 1 becomes ``[0, ..., n - 1]``; a list of
+    integers >= 0 stays as it is."""
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
-        cfg["seeds"] = list(range(seeds))
-    elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                        for s in seeds)):
+        return list(range(seeds))
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                      for s in seeds)):
         raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers >= 0")
-    policies = {}
-    for label, params in cfg["policies"].items():
-        params = dict(params or {})
-        if "agent" in params:
-            per_variant = isinstance(params["agent"], dict)
-            runs = params["agent"] if per_variant else {"": params["agent"]}
-            if per_variant and envs is not None:
-                missing = sorted(set(envs) - set(runs))
-                if missing:
-                    raise ValueError(f"{where}: policies.{label}: agent has no run for env variant(s) {missing}")
-            mtimes = {}
-            for variant, run in runs.items():
-                model = Path(run) / "model.zip"
-                if not model.exists():
-                    raise FileNotFoundError(f"{where}: policies.{label}: agent run {run!r} has no model.zip")
-                mtimes[variant] = model.stat().st_mtime
-            # the cell key must change when the model is retrained
-            params["_model_mtime"] = mtimes if per_variant else mtimes[""]
-        else:
-            name = params.get("name", label)
-            if name not in baselines.available():
-                raise ValueError(
-                    f"{where}: policies.{label}: name={name!r} is unknown; available: {baselines.available()}"
-                )
-        policies[label] = params
-    cfg["policies"] = policies
-    ref = cfg.get("reference", "smdp")
-    if ref not in policies:
-        raise ValueError(f"{where}: reference={ref!r} is not one of the policies {list(policies)}")
-    cfg["reference"] = ref
-    pareto = cfg.get("pareto")
-    if pareto:
-        wname = pareto.get("workload", next(iter(cfg["workloads"])))
-        if wname not in cfg["workloads"]:
-            raise ValueError(f"{where}: pareto.workload={wname!r} is not one of the workloads {list(cfg['workloads'])}")
-    cfg.setdefault("env", {})
-    cfg.setdefault("_path", source)
-    return cfg
+    return seeds
+
+
+def _check_policy(label: str, params: dict[str, Any] | None, envs: Any, where: str) -> dict[str, Any]:
+    """A copy of one policy's parameters, checked: a baseline's ``name`` must be known; an
+    ``agent`` run (one, or one per env variant) must hold a ``model.zip``, whose mtime is
+    added as ``_model_mtime`` so that the cell key changes when the model is retrained."""
+    params = dict(params or {})
+    if "agent" not in params:
+        name = params.get("name", label)
+        if name not in baselines.available():
+            raise ValueError(
+                f"{where}: policies.{label}: name={name!r} is unknown; available: {baselines.available()}"
+            )
+        return params
+    per_variant = isinstance(params["agent"], dict)
+    runs = params["agent"] if per_variant else {"": params["agent"]}
+    if per_variant and envs is not None:
+        missing = sorted(set(envs) - set(runs))
+        if missing:
+            raise ValueError(f"{where}: policies.{label}: agent has no run for env variant(s) {missing}")
+    mtimes = {}
+    for variant, run in runs.items():
+        model = Path(run) / "model.zip"
+        if not model.exists():
+            raise FileNotFoundError(f"{where}: policies.{label}: agent run {run!r} has no model.zip")
+        mtimes[variant] = model.stat().st_mtime
+    # the cell key must change when the model is retrained
+    params["_model_mtime"] = mtimes if per_variant else mtimes[""]
+    return params
 
 
 def _with_weights(env_kwargs: dict[str, Any], energy: float) -> dict[str, Any]:
@@ -353,7 +380,8 @@ def _evaluate_seeds(policy: Any, env: gym.Env, cell: Cell) -> EvaluationResult:
     return out
 
 
-def _result(record: dict[str, Any]) -> EvaluationResult:
+def record_result(record: dict[str, Any]) -> EvaluationResult:
+    """The :class:`EvaluationResult` of a cell record (as :func:`run_cell` returns it)."""
     r = record["result"]
     return EvaluationResult(policy=r["policy"], seeds=r["seeds"], episodes=r["episodes"])
 
@@ -396,13 +424,7 @@ def run_compare(
         ``failed`` lists ``{"key", "group", "workload", "load", "policy", "error",
         "traceback"}`` per failed cell.
     """
-    from experiments.backends import check_backend, require_ray, run_tasks
-
-    check_backend(backend, address)
-    if backend != "ray" and num_cpus is not None:
-        raise ValueError(f"num_cpus={num_cpus!r} needs backend='ray' (--backend ray)")
-    if backend == "ray":
-        require_ray()
+    _check_backend_options(backend, address, num_cpus)
     run = run_cell if run is None else run
     cfg = validate_config(config) if isinstance(config, dict) else load_config(config)
     every = list(cells(cfg))
@@ -411,6 +433,39 @@ def run_compare(
     cell_dir = out / "cells"
     cell_dir.mkdir(parents=True, exist_ok=True)
     bar = _progress(len(every), f"compare {cfg['name']} ({backend})") if progress else None
+    try:
+        by_key, todo = _reuse_finished_cells(every, cell_dir, bar, on_cell)
+        reused = len(by_key)
+        failed = _run_cells(todo, run, cell_dir, by_key, bar, on_cell, backend, address, max_retries, num_cpus)
+    finally:
+        if bar is not None:
+            bar.close()
+    order = {cell.key: i for i, cell in enumerate(every)}
+    failed.sort(key=lambda f: order[f["key"]])
+    records = [by_key[c.key] for c in every if c.key in by_key]
+    _write_failures(out, failed)
+    markdown = write_outputs(cfg, records, out, failed=failed)
+    return {"dir": out, "records": records, "computed": len(by_key) - reused, "reused": reused,
+            "failed": failed, "backend": backend, "markdown": markdown}
+
+
+def _check_backend_options(backend: str, address: str | None, num_cpus: int | None) -> None:
+    """Refuse an unknown backend, an address or ``num_cpus`` without Ray, and Ray when it is
+    not installed, before anything is read or written."""
+    from experiments.backends import check_backend, require_ray
+
+    check_backend(backend, address)
+    if backend != "ray" and num_cpus is not None:
+        raise ValueError(f"num_cpus={num_cpus!r} needs backend='ray' (--backend ray)")
+    if backend == "ray":
+        require_ray()
+
+
+def _reuse_finished_cells(every: list[Cell], cell_dir: Path, bar: Any,
+                          on_cell: Callable[[Cell, bool], None] | None) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
+    """Split the cells into those already on disk (read back, keyed by cell key; each
+    counted on the progress bar and passed to ``on_cell`` as not computed) and those
+    still to run, in order. A damaged cell file is moved aside and the cell runs again."""
     by_key: dict[str, dict[str, Any]] = {}
     todo: list[Cell] = []
     for cell in every:
@@ -424,7 +479,17 @@ def run_compare(
                 on_cell(cell, False)
         else:
             todo.append(cell)
-    reused = len(by_key)
+    return by_key, todo
+
+
+def _run_cells(todo: list[Cell], run: Callable[[Cell], dict[str, Any]], cell_dir: Path,
+               by_key: dict[str, dict[str, Any]], bar: Any, on_cell: Callable[[Cell, bool], None] | None,
+               backend: str, address: str | None, max_retries: int, num_cpus: int | None) -> list[dict[str, Any]]:
+    """Run the cells of ``todo`` on ``backend``, writing each to ``cell_dir`` and adding it
+    to ``by_key`` as soon as it finishes; return the failed ones (unordered). An interrupt
+    still writes every cell that has already finished, then propagates."""
+    from experiments.backends import run_tasks
+
     failed: list[dict[str, Any]] = []
 
     def finish(outcome: Any) -> None:
@@ -451,24 +516,14 @@ def run_compare(
                         _write_cell(cell_dir / f"{todo[outcome.index].key}.json", outcome.value)
                 raise
 
-    try:
-        if todo and backend == "ray":
-            from experiments.backends import ray_session
+    if todo and backend == "ray":
+        from experiments.backends import ray_session
 
-            with ray_session(address, num_cpus):
-                execute()
-        elif todo:
+        with ray_session(address, num_cpus):
             execute()
-    finally:
-        if bar is not None:
-            bar.close()
-    order = {cell.key: i for i, cell in enumerate(every)}
-    failed.sort(key=lambda f: order[f["key"]])
-    records = [by_key[c.key] for c in every if c.key in by_key]
-    _write_failures(out, failed)
-    markdown = write_outputs(cfg, records, out, failed=failed)
-    return {"dir": out, "records": records, "computed": len(by_key) - reused, "reused": reused,
-            "failed": failed, "backend": backend, "markdown": markdown}
+    elif todo:
+        execute()
+    return failed
 
 
 def _write_cell(path: Path, record: dict[str, Any]) -> None:
@@ -509,7 +564,7 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
     failed = failed or []
     main = [r for r in records if r["group"] == "main"]
     ref = cfg["reference"]
-    by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
+    by = {(r["workload"], r["load"], r["policy"]): record_result(r) for r in main}
     rows = []
     for r in main:
         res = by[(r["workload"], r["load"], r["policy"])]
@@ -613,7 +668,7 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         load = float(p.get("load", 0.6))
         fig, ax = plt.subplots(figsize=(6, 4.5))
         pts = sorted(
-            (float(r["env_kwargs"]["reward_weights"]["energy"]), _result(r).mean("power_mean_w"), _result(r).mean("latency_mean_ms"))
+            (float(r["env_kwargs"]["reward_weights"]["energy"]), record_result(r).mean("power_mean_w"), record_result(r).mean("latency_mean_ms"))
             for r in pareto
         )
         _, pw, lat = zip(*pts, strict=True)
@@ -622,7 +677,7 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
             ax.annotate(f"{w:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         for r in records:
             if r["group"] == "pareto-point":
-                res = _result(r)
+                res = record_result(r)
                 ax.plot(res.mean("power_mean_w"), res.mean("latency_mean_ms"), "s", label=r["policy"])
         ax.set_xlabel("mean power (W)")
         ax.set_ylabel("mean latency (ms)")

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .compare import _result, read_yaml_config, run_compare, validate_config
+from .compare import read_yaml_config, record_result, run_compare, validate_config
 
 _EXTRA_KEYS = ("train", "paper")
 #: keys of a ``train`` entry
@@ -97,7 +97,7 @@ def ratios(cfg: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
     """Every policy against the reference, per env variant (see the module docstring)."""
     ref = cfg["reference"]
     main = [r for r in records if r["group"] == "main"]
-    by = {(r["workload"], r["load"], r["policy"]): _result(r) for r in main}
+    by = {(r["workload"], r["load"], r["policy"]): record_result(r) for r in main}
     loads = sorted({r["load"] for r in main})
     sat = loads[-1]
     below = [x for x in loads if x < 1.0] or loads

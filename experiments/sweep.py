@@ -60,8 +60,8 @@ from typing import Any
 import yaml
 
 from agents.files import atomic_write_text, set_aside
-from experiments.cli import dumps
 from experiments.compare import check_mapping, check_name, read_yaml_config
+from experiments.strict_json import dumps
 
 _KEYS = {"name", "algo", "env_id", "env", "n_timesteps", "seeds", "eval_episodes", "grid", "algo_grid",
          "hyperparams", "centering_gain", "vectorized", "num_envs"}
@@ -105,17 +105,11 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     :param source: where it came from, for messages.
     """
     import batch_env
-    from agents.common import ALGO_NAMES
 
     where = f"sweep {source}"
     cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps"))
     check_name(cfg["name"], where)
-    algos = cfg["algo"] if isinstance(cfg["algo"], list) else [cfg["algo"]]
-    bad = [a for a in algos if a not in ALGO_NAMES]
-    if not algos or bad or len(set(algos)) != len(algos):
-        raise ValueError(f"{where}: algo={cfg['algo']!r} must be one of {list(ALGO_NAMES)} or a list of "
-                         "distinct ones")
-    cfg["algo"] = list(algos)
+    cfg["algo"] = _check_algos(cfg["algo"], where)
     env_id = cfg.get("env_id", "batch_env/DynamicBatching-v0")
     if env_id not in batch_env.ENV_IDS:
         raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
@@ -125,18 +119,50 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
         raise ValueError(f"{where}: env={env!r} must be a mapping of env kwargs")
     cfg["env"] = env
     for key, low in (("n_timesteps", 1), ("eval_episodes", 1)):
-        value = cfg.get(key, 3)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{where}: {key}={value!r} must be an integer >= {low}")
-        cfg[key] = value
-    seeds = cfg.get("seeds", 1)
+        cfg[key] = _check_count(key, cfg.get(key, 3), low, where)
+    cfg["seeds"] = _seed_list(cfg.get("seeds", 1), where)
+    _check_grids(cfg, where)
+    cfg["hyperparams"] = _hyperparams_files(cfg.get("hyperparams"), cfg["algo"], where)
+    _check_run_options(cfg, where)
+    cfg.setdefault("_path", source)
+    return cfg
+
+
+def _check_algos(algo: Any, where: str) -> list[str]:
+    """``algo`` as a list of distinct known algorithms (one name or a list of them)."""
+    from agents.common import ALGO_NAMES
+
+    algos = algo if isinstance(algo, list) else [algo]
+    bad = [a for a in algos if a not in ALGO_NAMES]
+    if not algos or bad or len(set(algos)) != len(algos):
+        raise ValueError(f"{where}: algo={algo!r} must be one of {list(ALGO_NAMES)} or a list of "
+                         "distinct ones")
+    return list(algos)
+
+
+def _check_count(key: str, value: Any, low: int, where: str) -> int:
+    """An integer setting >= ``low`` (a whole float such as ``1e5`` is taken as an integer)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{where}: {key}={value!r} must be an integer >= {low}")
+    return value
+
+
+def _seed_list(seeds: Any, where: str) -> list[int]:
+    """``seeds`` as a list: a count ``n`` >= 1 becomes ``[0, ..., n - 1]``; a list of
+    distinct integers stays as it is."""
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
-        cfg["seeds"] = list(range(seeds))
-    elif not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool)
-                                                         for s in seeds) and len(set(seeds)) == len(seeds)):
+        return list(range(seeds))
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool)
+                                                      for s in seeds) and len(set(seeds)) == len(seeds)):
         raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of distinct integers")
+    return seeds
+
+
+def _check_grids(cfg: dict[str, Any], where: str) -> None:
+    """Check ``grid`` (swept for every algorithm) and ``algo_grid`` (per algorithm, no
+    hyperparameter of ``grid`` again) and store them as mappings of name -> values."""
     cfg["grid"] = _check_grid(cfg.get("grid"), "grid", where, cfg["algo"])
     algo_grid = cfg.get("algo_grid") or {}
     if not isinstance(algo_grid, dict) or any(a not in cfg["algo"] for a in algo_grid):
@@ -145,18 +171,27 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     both = {a: sorted(set(cfg["grid"]) & set(g)) for a, g in cfg["algo_grid"].items()}
     if any(both.values()):
         raise ValueError(f"{where}: algo_grid repeats hyperparameters of grid: {both}")
-    hp = cfg.get("hyperparams")
+
+
+def _hyperparams_files(hp: Any, algos: list[str], where: str) -> dict[str, str]:
+    """The base hyperparameter file per algorithm (``{}``: the shipped ones): a path for a
+    single algorithm or a mapping of algo -> path; every file must exist."""
     if isinstance(hp, str):
-        if len(cfg["algo"]) > 1:
-            raise ValueError(f"{where}: hyperparams={hp!r} is one file for several algorithms {cfg['algo']}: "
+        if len(algos) > 1:
+            raise ValueError(f"{where}: hyperparams={hp!r} is one file for several algorithms {algos}: "
                              "give a mapping {algo: path}")
-        hp = {cfg["algo"][0]: hp}
-    if hp is not None and (not isinstance(hp, dict) or any(a not in cfg["algo"] for a in hp)):
+        hp = {algos[0]: hp}
+    if hp is not None and (not isinstance(hp, dict) or any(a not in algos for a in hp)):
         raise ValueError(f"{where}: hyperparams={hp!r} must be a path or a mapping of algo -> path")
     for path in (hp or {}).values():
         if not Path(path).is_file():
             raise FileNotFoundError(f"{where}: hyperparams file {path!r} not found")
-    cfg["hyperparams"] = hp or {}
+    return hp or {}
+
+
+def _check_run_options(cfg: dict[str, Any], where: str) -> None:
+    """Check and fill the training options every trial shares: ``centering_gain``,
+    ``vectorized`` and ``num_envs``."""
     gain = cfg.get("centering_gain", "greedy")
     if not (gain in ("greedy", "smdp", "online") or (isinstance(gain, (int, float)) and not isinstance(gain, bool))):
         raise ValueError(f"{where}: centering_gain={gain!r} must be greedy, smdp, online or a number")
@@ -168,8 +203,6 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1):
         raise ValueError(f"{where}: num_envs={num_envs!r} must be an integer >= 1 (or null: the file's n_envs)")
     cfg["num_envs"] = num_envs
-    cfg.setdefault("_path", source)
-    return cfg
 
 
 def _label(value: Any) -> str:
@@ -370,11 +403,11 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
     the evaluation reward (NaN and the error when the trial raised)."""
     from ray import tune
 
-    from experiments.backends import _guarded
+    from experiments.backends import guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
         os.chdir(config["cwd"])       # in the env kwargs are the driver's
-    value, error, tb = _guarded(run, config["trial"])
+    value, error, tb = guarded(run, config["trial"])
     if error is None:
         tune.report({**value, "failed": False, "params": json.dumps(value["params"])})
     else:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import tensorboard_scalars
+from helpers import SMALL_ENV, TINY_ENV, TINY_PPO
 
 import batch_env  # noqa: F401
 from agents import load_policy, parse_policy_spec
@@ -22,13 +23,6 @@ from batch_env import evaluate
 from batch_env.wrappers import AverageRewardCentering, BinaryAction, QueueFeatures
 
 ENV_ID = "batch_env/DynamicBatching-v0"
-SMALL_ENV = {
-    "profile": "resnet50-v100-linear",
-    "workload": {"kind": "poisson", "load": 0.6},
-    "idle_power_w": 0.0,
-    "reward_weights": {"sla": 0.0, "drop": 1.0},
-    "horizon_requests": 300,
-}
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -110,6 +104,7 @@ def test_literal_refuses_code():
 # -- training runs --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)])
 def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
     run = train(
@@ -150,6 +145,7 @@ def test_resume_continues_the_step_count(tmp_path):
         train(args)
 
 
+@pytest.mark.slow
 def test_binary_ppo_beats_random_policy(tmp_path):
     """On a fixed seed and one thread, a short binary-mode PPO run beats random valid actions
     (cost per second 101.7 vs 113.8 when written) and stays within 5% of greedy."""
@@ -194,6 +190,7 @@ def test_missing_and_corrupt_runs(tmp_path):
         parse_policy_spec("ppo")
 
 
+@pytest.mark.slow
 def test_rl_zoo3_trains_with_our_hyperparameters(tmp_path):
     cmd = [
         sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--gym-packages", "batch_env",
@@ -220,17 +217,6 @@ def test_binary_action_serves_full_batches():
 
 
 # -- resuming, damaged checkpoints, refused settings ------------------------------------------
-
-#: a PPO small enough to train a few hundred steps in a second: one env, 64-step rollouts,
-#: one epoch, an 8-unit network; normalized observations (so runs have statistics files)
-TINY_PPO = {ENV_ID: {
-    "n_envs": 1, "n_timesteps": 256, "policy": "MlpPolicy", "normalize": "{'norm_obs': True, 'norm_reward': False}",
-    "env_wrapper": ["batch_env.wrappers.BinaryAction", "batch_env.wrappers.QueueFeatures",
-                    {"batch_env.wrappers.AverageRewardCentering": {"gain": None}}],
-    "n_steps": 64, "batch_size": 64, "n_epochs": 1, "policy_kwargs": "dict(net_arch=[8])",
-}}
-TINY_ENV = {**SMALL_ENV, "horizon_requests": 50}
-
 
 def tiny_hyperparams(folder: Path) -> str:
     """Write TINY_PPO to ``folder/tiny.yml`` and return its path."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from experiments.agents import load_agents_config, run_agents_experiment
@@ -28,6 +29,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_runner_trains_evaluates_and_tabulates(tmp_path):
     path = tmp_path / "tiny.yml"
     path.write_text(yaml.safe_dump(TINY))

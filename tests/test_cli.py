@@ -30,6 +30,7 @@ def test_top_level_help_lists_subcommands():
         assert cmd in text
 
 
+@pytest.mark.slow
 def test_demo_prints_the_comparison(capsys, tmp_path):
     assert main(["demo", "--results-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

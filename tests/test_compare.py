@@ -7,25 +7,9 @@ import json
 
 import pytest
 import yaml
+from helpers import COMPARE_SMALL as SMALL
 
 from experiments.compare import load_config, run_compare
-
-SMALL = {
-    "name": "small",
-    "env": {
-        "profile": "resnet50-v100",
-        "decision_interval_ms": 0.5,
-        "horizon_requests": 400,
-        "reward_weights": {"sla": 0.0},
-    },
-    "workloads": {"poisson": {"kind": "poisson"}},
-    "loads": [0.3, 0.7],
-    "seeds": 2,
-    "reference": "smdp",
-    "policies": {"greedy": {}, "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0}, "smdp": {}},
-    "pareto": {"workload": "poisson", "load": 0.3, "energy_weights": [0.0, 2.0]},
-    "structure": {"loads": [0.3], "energy_weights": [0.5]},
-}
 
 
 @pytest.fixture
@@ -35,6 +19,7 @@ def config_file(tmp_path):
     return path
 
 
+@pytest.mark.slow
 def test_outputs_and_resume(config_file, tmp_path):
     out_root = tmp_path / "results"
     first = run_compare(config_file, results_dir=out_root, progress=False)
@@ -75,6 +60,7 @@ def test_outputs_and_resume(config_file, tmp_path):
     assert fourth["computed"] == n_cells
 
 
+@pytest.mark.slow
 def test_policies_are_paired_on_the_same_seeds(config_file, tmp_path):
     res = run_compare(config_file, results_dir=tmp_path, progress=False)
     seeds = {json.dumps(r["result"]["seeds"]) for r in res["records"]}
@@ -138,6 +124,7 @@ DAMAGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_cell_is_named_moved_aside_and_recomputed(tmp_path, capsys, damage):
     cfg = {**SMALL, "env": {**SMALL["env"], "horizon_requests": 100}, "policies": {"greedy": {}, "smdp": {}}}

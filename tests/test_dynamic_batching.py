@@ -365,6 +365,7 @@ def test_drop_weight_warning():
 # -- queueing theory (Inoue, arXiv 1912.06322) ------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("gpu", "alpha_ms", "tau0_ms", "rho", "n_requests"),
     [

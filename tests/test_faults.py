@@ -36,10 +36,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_agents import TINY_ENV, TINY_PPO
+from helpers import TINY_ENV, TINY_PPO
 
 from experiments.cli import main
 
+pytestmark = pytest.mark.slow  # runs killed mid-way in subprocesses, then rerun
 ROOT = Path(__file__).resolve().parents[1]
 COMPARE = {"name": "faults", "env": {"profile": "resnet50-v100", "decision_interval_ms": 0.5,
                                      "horizon_requests": 8000, "reward_weights": {"sla": 0.0}},

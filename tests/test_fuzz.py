@@ -18,7 +18,7 @@ checks at every step:
   the same env reset again; an out-of-range action raises ``ValueError`` and changes
   nothing (the trajectory with it equals the one without);
 * for the NumPy vector env: lockstep identity with the scalar env on every workload kind,
-  ties included (``tests/test_vector_env.py``'s ``_lockstep``).
+  ties included (``tests/helpers.py``'s ``lockstep``).
 
 ``make test`` runs a short, derandomized profile (a few dozen examples per test);
 ``make fuzz`` runs the long one (``BATCH_ENV_FUZZ=long``: thousands of examples, minutes).
@@ -38,9 +38,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
+from helpers import lockstep
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from test_vector_env import _lockstep
 
 import batch_env  # noqa: F401
 from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv
@@ -374,6 +374,7 @@ def test_fuzz_llm_batching(kw, seed, kind):
     fuzz_env(LLMBatchingEnv, kw, seed, kind)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(kw=batch_kwargs(finite_traces=False), seed=st.integers(0, 2**20), n_envs=st.integers(1, 3),
        policy=st.sampled_from(["random", "greedy", "patient"]),
@@ -388,7 +389,7 @@ def test_fuzz_vector_env_lockstep(kw, seed, n_envs, policy, mode):
         except ValueError:
             assume(False)
         event(f"workload {kw['workload']['kind']}")
-        _lockstep(kw, n_envs=n_envs, steps=VECTOR_STEPS, seed=seed, policy=policy, mode=mode)
+        lockstep(kw, n_envs=n_envs, steps=VECTOR_STEPS, seed=seed, policy=policy, mode=mode)
 
 
 def test_gym_make_passes_the_same_checks():

@@ -27,6 +27,7 @@ SMALL = {
 }
 
 
+@pytest.mark.slow
 def test_run_writes_ratios_for_every_variant(tmp_path):
     path = tmp_path / "lazy.yml"
     path.write_text(yaml.safe_dump(SMALL))

@@ -37,6 +37,7 @@ def capacities(result) -> dict[str, float]:
     return {c["policy"]: c["capacity_rps"] for c in result["cells"]}
 
 
+@pytest.mark.slow
 def test_capacity_reproducible_and_outputs_written(tmp_path):
     a = run_llm(str(tiny_config(tmp_path)), out_dir=str(tmp_path / "a"), progress=False)
     b = run_llm(str(tiny_config(tmp_path)), out_dir=str(tmp_path / "b"), progress=False)
@@ -51,6 +52,7 @@ def test_capacity_reproducible_and_outputs_written(tmp_path):
     assert capacities(a)["static-16"] < capacities(a)["static-256"]
 
 
+@pytest.mark.slow
 def test_capacity_non_decreasing_as_the_sla_loosens(tmp_path):
     caps = []
     for ttft, tpot in ((500.0, 30.0), (1000.0, 50.0), (4000.0, 100.0)):

@@ -40,6 +40,7 @@ def _simulate_latencies(rate: float, alpha: float, tau0: float, n: int, seed: in
     return completion - arrivals
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "rho"), CASES)
 def test_exact_mean_latency_matches_simulation(name: str, rho: float) -> None:
     alpha, tau0 = FITS[name]

@@ -11,10 +11,12 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')")
 
-from test_compare import SMALL as COMPARE_SMALL  # noqa: E402
-from test_sweep import TINY  # noqa: E402
+from helpers import COMPARE_SMALL  # noqa: E402
+from helpers import SWEEP_TINY as TINY  # noqa: E402
 
 from experiments.compare import run_cell, run_compare  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a real local Ray instance per test, Tune sweeps
 
 # test_compare's small comparison, shorter and without the structure cells
 SMALL = {k: v for k, v in COMPARE_SMALL.items() if k != "structure"}

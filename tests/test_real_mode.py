@@ -91,6 +91,7 @@ def test_real_mode_errors(tiny_profile):
             gym.make(ENVS[0], executor="torch", torch_device="cuda", executor_options=TINY)
 
 
+@pytest.mark.slow
 def test_round_trip_profile_mode_reproduces_real_mode(tmp_path):
     """Profile mode, with a profile measured in the same run, reproduces real mode (CPU, small model).
 

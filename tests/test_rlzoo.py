@@ -19,6 +19,7 @@ import batch_env  # noqa: F401
 
 ENV_ID = "batch_env/DynamicBatching-v0"
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # rl-zoo3 training and its scripts in subprocesses
 TINY = ["--hyperparams", "n_envs:2", "n_steps:64", "n_epochs:1", "batch_size:64"]
 
 

@@ -105,6 +105,7 @@ def _exact_env(rho, **kw):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rho", [0.3, 0.6, 0.9])
 def test_gain_equals_env_reward_rate_and_smdp_is_optimal(rho):
     env = _exact_env(rho, horizon_requests=60_000)
@@ -130,6 +131,7 @@ def test_gain_equals_env_reward_rate_and_smdp_is_optimal(rho):
         assert d <= h, f"{name} beats smdp: {d} +- {h}"
 
 
+@pytest.mark.slow
 def test_threshold_non_decreasing_in_energy_weight():
     thresholds = []
     for we in (0.0, 0.1, 0.5, 1.0, 2.0, 4.0):
@@ -144,6 +146,7 @@ def test_threshold_non_decreasing_in_energy_weight():
     assert thresholds[-1] > thresholds[0]
 
 
+@pytest.mark.slow
 def test_adaptive_policy_solves_per_rate_bucket():
     env = gym.make(
         ENV_ID,

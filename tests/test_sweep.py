@@ -9,24 +9,12 @@ import sys
 
 import pytest
 import yaml
+from helpers import SWEEP_TINY as TINY
 
 pytest.importorskip("stable_baselines3")
 
 from experiments.cli import main  # noqa: E402
 from experiments.sweep import load_sweep, run_sweep, trials, validate_sweep  # noqa: E402
-
-#: two PPO trials that train in about a second each, one that fails (batch_size 1)
-TINY = {
-    "name": "tiny",
-    "algo": "ppo",
-    "env": {"horizon_requests": 150},
-    "n_timesteps": 256,
-    "seeds": [0],
-    "eval_episodes": 1,
-    "centering_gain": "online",
-    "num_envs": 2,
-    "grid": {"learning_rate": [1.0e-3, 3.0e-4], "n_steps": [64], "batch_size": [64, 1]},
-}
 
 
 def test_local_sweep_trains_every_trial_picks_the_best_and_resumes(tmp_path):

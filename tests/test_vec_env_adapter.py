@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import tensorboard_scalars
 from gymnasium.vector import AutoresetMode
-from test_agents import SMALL_ENV as TRAIN_ENV  # the agents tests' small training env
+from helpers import SMALL_ENV as TRAIN_ENV  # the agents tests' small training env
 
 import batch_env  # noqa: F401  (registers the ids)
 from agents import load_policy
@@ -266,6 +266,7 @@ def test_wrappers_without_twin_wrap_each_sync_lane():
 # -- train --vectorized -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_vectorized_training_on_sync_lanes_equals_dummyvecenv_training(tmp_path):
     """Same code path: on SyncVectorEnv lanes, the run is the DummyVecEnv run, bit for bit."""
     import torch
@@ -286,6 +287,7 @@ def test_vectorized_training_on_sync_lanes_equals_dummyvecenv_training(tmp_path)
         assert t1[tag] == t2[tag], tag
 
 
+@pytest.mark.slow
 def test_vectorized_run_resumes_with_its_lanes(tmp_path):
     from stable_baselines3 import PPO
 
@@ -301,6 +303,7 @@ def test_vectorized_run_resumes_with_its_lanes(tmp_path):
         train(TrainArgs(**{**args.__dict__, "run_dir": str(tmp_path / "x"), "num_envs": 0}))
 
 
+@pytest.mark.slow
 def test_ppo_through_the_adapter_beats_random_valid_actions(tmp_path):
     """PPO on the full action space Discrete(B + 1) (no binary wrapper, so the policy must be
     learned: the untrained network of this seed costs 1.5x what random costs), trained

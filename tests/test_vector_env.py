@@ -16,114 +16,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
+from helpers import check_cached_state, close, lockstep
 
 import batch_env  # noqa: F401
 from batch_env.envs.dynamic_batching import DynamicBatchingVectorEnv
 
 ENV_ID = "batch_env/DynamicBatching-v0"
 SMALL = {"horizon_requests": 150}
-
-
-def _close(a, b, rel=1e-9):
-    if isinstance(a, float) and math.isnan(a):
-        return isinstance(b, float) and math.isnan(b)
-    return a == b or abs(a - b) <= rel * max(1.0, abs(a))
-
-
-#: summary rates: a window total divided by ``elapsed_s``
-_RATES = ("reward_rate_per_s", "power_mean_w")
-
-
-def _check_same_summary(scalar, lane):
-    """A lane's summary equals the scalar env's: integers exactly, floats within 1e-9
-    relative (at least 1e-9 absolute). A rate is compared as the window total it comes
-    from (rate x ``elapsed_s``): over a window of nanoseconds the sums' last-bit
-    differences, ulp-sized in the clock, divided by ``elapsed_s``, are far above 1e-9 of
-    the rate (the fuzz suite found a 28 ns window at 7.8e-9 relative)."""
-    elapsed = scalar["elapsed_s"]
-    for key, value in scalar.items():
-        other = lane[key]
-        if key in _RATES and elapsed > 0 and not math.isnan(value):
-            value, other = value * elapsed, other * elapsed
-        assert _close(value, other), (key, scalar[key], lane[key])
-
-
-def _check_cached_state(venv):
-    """What the vector env keeps per lane instead of reading its buffer every step equals
-    what the buffer holds: the last buffered arrival."""
-    lanes = np.arange(venv.num_envs)
-    assert np.array_equal(venv._tail, venv._A[lanes, venv._fill - 1])  # noqa: SLF001
-
-
-def _policy(name, masks, rng, B):
-    """One action per lane from its mask: ``random`` (a uniform valid action, waits
-    included), ``greedy`` (the largest valid batch, now and then an oversized action,
-    which is clipped) or ``patient`` (wait until 3 requests wait, then greedy)."""
-    top = masks.shape[1] - 1 - np.argmax(masks[:, ::-1], axis=1)  # largest valid action
-    if name == "random":
-        return np.array([rng.integers(0, t + 1) for t in top])
-    if name == "greedy":
-        return np.where(rng.random(len(top)) < 0.1, B, top)
-    assert name == "patient"
-    return np.where(top >= 3, top, 0)
-
-
-def _lane_summary(serving, n):
-    """Lane ``n``'s summary in a batched ``serving`` dict (arrays and ``_key`` masks)."""
-    assert all(serving[f"_{k}"][n] for k in serving if not k.startswith("_"))
-    return {k: v[n].item() for k, v in serving.items() if not k.startswith("_")}
-
-
-def _final_serving(info, n):
-    """Lane ``n``'s summary in a SAME_STEP step's ``info["final_info"]`` (a dict of arrays)."""
-    return _lane_summary(info["final_info"]["serving"], n)
-
-
-def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random", mode=AutoresetMode.NEXT_STEP):
-    """Step the vector env and n scalar envs in lockstep and compare (autoreset ``mode``:
-    NEXT_STEP or SAME_STEP; the scalar envs are reset where the vector env resets)."""
-    venv = gym.make_vec(ENV_ID, num_envs=n_envs, autoreset_mode=mode, **kwargs)
-    assert isinstance(venv, DynamicBatchingVectorEnv)
-    envs = [gym.make(ENV_ID, **kwargs) for _ in range(n_envs)]
-    vobs, _ = venv.reset(seed=seed)
-    sobs = np.array([e.reset(seed=seed + n)[0] for n, e in enumerate(envs)])
-    assert np.array_equal(vobs, sobs)
-    rng = np.random.default_rng(seed)
-    B = venv.single_action_space.n - 1
-    pending = [False] * n_envs
-    episodes = 0
-    for _ in range(steps):
-        masks = venv.action_masks()
-        for n, e in enumerate(envs):
-            assert np.array_equal(masks[n], e.unwrapped.action_masks())
-        acts = _policy(policy, masks, rng, B)
-        vobs, vrew, vterm, vtrunc, vinfo = venv.step(acts)
-        _check_cached_state(venv)
-        assert venv.observation_space.contains(vobs)
-        assert not vterm.any()
-        for n, e in enumerate(envs):
-            if pending[n]:
-                so, _ = e.reset()
-                sr, strunc, sinfo = 0.0, False, {}
-                pending[n] = False
-            else:
-                so, sr, _, strunc, sinfo = e.step(int(acts[n]))
-            assert _close(sr, float(vrew[n]))
-            assert strunc == bool(vtrunc[n])
-            if strunc:
-                episodes += 1
-                if mode == AutoresetMode.SAME_STEP:
-                    assert np.array_equal(so, vinfo["final_obs"][n])
-                    serving = _final_serving(vinfo, n)
-                    so, _ = e.reset()
-                else:
-                    pending[n] = True
-                    assert vinfo["_serving"][n]
-                    serving = _lane_summary(vinfo["serving"], n)
-                _check_same_summary(sinfo["serving"], serving)
-            assert np.array_equal(so, vobs[n])
-    venv.close()
-    return episodes
 
 
 @pytest.mark.parametrize(
@@ -142,7 +41,7 @@ def _lockstep(kwargs, n_envs=3, steps=1500, seed=7, policy="random", mode=Autore
     ids=["default", "lognormal", "ticks", "warmup", "drops", "mmpp", "gamma", "no-window"],
 )
 def test_lanes_match_the_scalar_env_step_for_step(kwargs):
-    episodes = _lockstep({**SMALL, **kwargs})
+    episodes = lockstep({**SMALL, **kwargs})
     assert episodes >= 3
 
 
@@ -185,6 +84,7 @@ def _trace(tmp_path, name, **fields):
     return {"kind": "trace", "path": str(path), "timestamp_column": "t", **fields}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("trace", "kwargs", "policy"),
     [
@@ -210,15 +110,16 @@ def test_lanes_match_on_traces_with_equal_timestamps(tmp_path, trace, kwargs, po
     ticks (which fall on arrivals here), when a batch completes at an arrival, at the loop
     seam, with the summary marks and drops among them."""
     wl = _trace(tmp_path, trace)
-    assert _lockstep({**SMALL, **kwargs, "workload": wl}, policy=policy) >= 3
+    assert lockstep({**SMALL, **kwargs, "workload": wl}, policy=policy) >= 3
 
 
 def test_lanes_match_on_traces_with_equal_timestamps_and_same_step_autoreset(tmp_path):
     wl = _trace(tmp_path, "shuffled")
-    assert _lockstep({**SMALL, "profile": EXACT, "workload": wl}, policy="greedy",
+    assert lockstep({**SMALL, "profile": EXACT, "workload": wl}, policy="greedy",
                      mode=AutoresetMode.SAME_STEP) >= 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["greedy", "patient", "random"])
 @pytest.mark.parametrize("workload", ["poisson", "gamma", "mmpp", "trace", "trace-offset", "ties-offset"])
 def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
@@ -234,15 +135,15 @@ def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
         "trace-offset": lambda: _trace(tmp_path, "exp", random_offset=True),
         "ties-offset": lambda: _trace(tmp_path, "shuffled", random_offset=True),
     }
-    assert _lockstep({**SMALL, "workload": workloads[workload]()}, policy=policy) >= 3
+    assert lockstep({**SMALL, "workload": workloads[workload]()}, policy=policy) >= 3
 
 
 def test_lanes_match_when_latencies_are_written_mid_episode():
     """Latencies move out of the batch log before the summary: when a lane's log fills
     (batches of at most 2, so over 256 batches per episode) and when served arrivals
     leave a buffer that refills (an episode longer than the buffer's first fill)."""
-    assert _lockstep({"horizon_requests": 700, "max_batch_size": 2}, steps=2500) >= 3
-    assert _lockstep({"horizon_requests": 4500}, n_envs=2, steps=2500) >= 2
+    assert lockstep({"horizon_requests": 700, "max_batch_size": 2}, steps=2500) >= 3
+    assert lockstep({"horizon_requests": 4500}, n_envs=2, steps=2500) >= 2
 
 
 def test_long_queues_grow_the_buffer():
@@ -255,17 +156,17 @@ def test_long_queues_grow_the_buffer():
     for _ in range(4200):
         vo, vr, _, _, _ = venv.step(np.zeros(2, dtype=np.int64))
         so, sr, _, _, _ = env.step(0)
-        assert np.array_equal(vo[0], so) and _close(sr, float(vr[0]))
+        assert np.array_equal(vo[0], so) and close(sr, float(vr[0]))
     assert venv._W > 4096  # the buffer grew
-    _check_cached_state(venv)
+    check_cached_state(venv)
     for _ in range(400):
         vo, vr, _, vt, vi = venv.step(np.full(2, 32))
-        _check_cached_state(venv)
+        check_cached_state(venv)
         so, sr, _, st, si = env.step(32)
-        assert np.array_equal(vo[0], so) and _close(sr, float(vr[0])) and st == vt[0]
+        assert np.array_equal(vo[0], so) and close(sr, float(vr[0])) and st == vt[0]
         if st:
             assert si["serving"]["dropped"] == vi["serving"]["dropped"][0] > 0
-            assert _close(si["serving"]["latency_p99_ms"], float(vi["serving"]["latency_p99_ms"][0]))
+            assert close(si["serving"]["latency_p99_ms"], float(vi["serving"]["latency_p99_ms"][0]))
             break
     assert st
 
@@ -346,7 +247,7 @@ def test_seeds_drawn_ahead_give_the_scalar_env_episodes():
             assert not vtrunc.any()
             for n in lanes:
                 so, sr, _, _, _ = envs[n].step(int(acts[n]))
-                assert np.array_equal(so, vobs[n]) and _close(sr, float(vrew[n]))
+                assert np.array_equal(so, vobs[n]) and close(sr, float(vrew[n]))
 
     venv.reset(seed=3)
     for n, e in enumerate(envs):
@@ -390,10 +291,10 @@ def test_full_info_matches_the_scalar_info():
         lane = venv._lane_info(vinfo, 0)
         assert lane["energy_source"] == sinfo["energy_source"] == "profile"
         for key in ("queue_len", "now_s", "dt_s", "last_batch_size", "clipped_action", "dropped_total"):
-            assert _close(float(lane[key]), float(sinfo[key])), key
+            assert close(float(lane[key]), float(sinfo[key])), key
         assert np.array_equal(lane["action_mask"], sinfo["action_mask"])
         for key, value in sinfo["reward_components"].items():
-            assert _close(value, float(lane["reward_components"][key]))
+            assert close(value, float(lane["reward_components"][key]))
 
 
 def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():

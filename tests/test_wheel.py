@@ -13,6 +13,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # builds the wheel and installs it into a fresh venv
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
