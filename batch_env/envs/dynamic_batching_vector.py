@@ -944,7 +944,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 info = self._final_info(info, lanes, {})
         return self._obs(slice(None)), info
 
-    def step(
+    def step(  # noqa: C901 -- over 15; issue 19 splits it
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Apply one action per lane and run every lane to its next decision epoch.

@@ -184,7 +184,7 @@ class LLMProfile:
     notes: dict[str, Any]
     citations: dict[str, Any]
 
-    def __init__(self, data: Mapping[str, Any], origin: str = "dict") -> None:
+    def __init__(self, data: Mapping[str, Any], origin: str = "dict") -> None:  # noqa: C901 -- over 15; issue 19 splits it
         if not isinstance(data, Mapping):
             raise ValueError(
                 f"{origin}: an LLM profile must be a JSON object / dict, got {type(data).__name__}"

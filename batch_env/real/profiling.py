@@ -99,7 +99,7 @@ def _ceil2(x: float) -> float:
     return max(0.01, math.ceil(x * 100.0 - 1e-9) / 100.0)
 
 
-def measure_profile(
+def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
     model: str,
     *,
     torch_device: str = "auto",

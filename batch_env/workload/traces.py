@@ -117,7 +117,7 @@ def _parse_dt(v: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=16)
-def load_trace(
+def load_trace(  # noqa: C901 -- over 15; issue 19 splits it
     path: str,
     mtime_ns: int,
     size: int,
