@@ -5,7 +5,7 @@ the repository's ``data/`` folder (``data/README.md`` gives their sources) and w
 ``llama-2-7b-a100.json``, ``llama-2-7b-h100.json`` and ``llama-2-70b-tp8-a100.json``; the
 JSON files are self-contained (every number copied, with its citation), so the tables are
 not needed at run time. The loader and the evaluation formulas are in
-``batch_env/llm_profile.py``; ``docs/llm_profiles.md`` explains the same rules for readers.
+``batch_env/profiles/llm_profile.py``; ``docs/llm_profiles.md`` explains the same rules for readers.
 ``--out DIR`` writes elsewhere, ``--data DIR`` reads the tables from elsewhere (the test
 regenerates into a temporary directory and compares byte for byte).
 
