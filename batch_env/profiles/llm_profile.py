@@ -184,7 +184,7 @@ class LLMProfile:
     notes: dict[str, Any]
     citations: dict[str, Any]
 
-    def __init__(self, data: Mapping[str, Any], origin: str = "dict") -> None:  # noqa: C901 -- over 15; issue 19 splits it
+    def __init__(self, data: Mapping[str, Any], origin: str = "dict") -> None:
         if not isinstance(data, Mapping):
             raise ValueError(
                 f"{origin}: an LLM profile must be a JSON object / dict, got {type(data).__name__}"
@@ -193,6 +193,36 @@ class LLMProfile:
         self.raw = copy.deepcopy(dict(data))
         d = self.raw
 
+        self._check_kind()
+        missing = [k for k in _REQUIRED if k not in d]
+        if missing:
+            raise ValueError(
+                f"{origin}: missing required field(s) {missing} (required: {list(_REQUIRED)})"
+            )
+        unknown = [k for k in d if not (str(k).startswith("_") or k in _REQUIRED + _OPTIONAL)]
+        if unknown:
+            warnings.warn(f"{origin}: ignoring unknown LLM profile field(s) {unknown}", stacklevel=3)
+
+        server_max = self._read_scalars()
+        linear = self._read_extrapolation()
+
+        notes = d.get("notes", {})
+        self.notes = dict(notes) if isinstance(notes, Mapping) else {"text": notes}
+        cit = d.get("citations", {})
+        self.citations = dict(cit) if isinstance(cit, Mapping) else {"text": cit}
+
+        self._check_shape()
+        self._read_time_tables(linear)
+        self._read_power_tables(server_max)
+
+        # The cache must hold at least one token at the profile's own utilization.
+        self.kv_capacity_tokens()
+
+    # ----------------------------------------------------------------- construction
+
+    def _check_kind(self) -> None:
+        """Check field ``kind`` is ``"llm"``, naming batch profiles sent here by mistake."""
+        d, origin = self.raw, self.origin
         if "kind" not in d and any(k in d for k in ("prefill", "decode", "kv_bytes_per_token")):
             raise ValueError(
                 f"{origin}: missing required field 'kind': must be 'llm' for an LLM profile"
@@ -208,15 +238,13 @@ class LLMProfile:
             raise self._err("kind", kind, "'llm' (batch profiles of kind 'table' or 'linear' "
                             "load with batch_env.profile.load)")
 
-        missing = [k for k in _REQUIRED if k not in d]
-        if missing:
-            raise ValueError(
-                f"{origin}: missing required field(s) {missing} (required: {list(_REQUIRED)})"
-            )
-        unknown = [k for k in d if not (str(k).startswith("_") or k in _REQUIRED + _OPTIONAL)]
-        if unknown:
-            warnings.warn(f"{origin}: ignoring unknown LLM profile field(s) {unknown}", stacklevel=3)
+    def _read_scalars(self) -> float:
+        """Check and set the text, memory, power and overhead fields.
 
+        :returns: the server's rated power (``num_gpus * gpu_rated_power_w``), the bound
+            on every power figure.
+        """
+        d = self.raw
         for key in ("name", "model", "device", "source"):
             v = d[key]
             if not isinstance(v, str) or not v.strip():
@@ -243,23 +271,20 @@ class LLMProfile:
         self.idle_power_source = ips
         self._number("overhead_ms", d.get("overhead_ms", 0.0), low=0.0)
         self.overhead_ms = float(d.get("overhead_ms", 0.0))
+        return server_max
 
-        ex = d.get("extrapolation", "none")
+    def _read_extrapolation(self) -> bool:
+        """Check and set ``extrapolation``; returns whether it is ``"linear"``."""
+        ex = self.raw.get("extrapolation", "none")
         if ex is None:
             ex = "none"
         if ex not in _EXTRAPOLATIONS:
             raise self._err("extrapolation", ex, f"one of {list(_EXTRAPOLATIONS)}")
         self.extrapolation = ex
-        linear = ex == "linear"
+        return ex == "linear"
 
-        notes = d.get("notes", {})
-        self.notes = dict(notes) if isinstance(notes, Mapping) else {"text": notes}
-        cit = d.get("citations", {})
-        self.citations = dict(cit) if isinstance(cit, Mapping) else {"text": cit}
-
-        self._check_shape()
-
-        # Time tables (stored in seconds).
+    def _read_time_tables(self, linear: bool) -> None:
+        """Check and build the prefill / decode time tables (stored in seconds) and limits."""
         pre = self._section("prefill", ("tokens", "time_ms", "ms_per_token", "ms_per_sq_token"))
         p_x = self._points("prefill.tokens", pre["tokens"])
         p_y = self._values("prefill.time_ms", pre["time_ms"], len(p_x), "prefill.tokens")
@@ -280,7 +305,8 @@ class LLMProfile:
         self._tok_lim = math.inf if linear else float(p_x[-1])
         self._bs_lim = math.inf if linear else float(d_x[-1])
 
-        # Power tables (watts, whole server), held flat outside their points.
+    def _read_power_tables(self, server_max: float) -> None:
+        """Check and build the power tables (watts, whole server, flat outside their points)."""
         pw = self._section("power", ("prefill_tokens", "prefill_w", "decode_batch_sizes",
                                      "decode_w"))
         pp_x = self._points("power.prefill_tokens", pw["prefill_tokens"])
@@ -306,9 +332,6 @@ class LLMProfile:
             raise self._err("power.rule", rule, "a string")
         self._prefill_power = _Table(pp_x, pp_y, False)
         self._decode_power = _Table(dp_x, dp_y, False)
-
-        # The cache must hold at least one token at the profile's own utilization.
-        self.kv_capacity_tokens()
 
     # ----------------------------------------------------------------- validation
 

@@ -44,6 +44,7 @@ import re
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,288 @@ def _ceil2(x: float) -> float:
     return max(0.01, math.ceil(x * 100.0 - 1e-9) / 100.0)
 
 
-def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
+@dataclass
+class _Bench:
+    """What a timed window needs: the device, its clock, the energy meter and the window size."""
+
+    torch: Any
+    device: Any
+    meter: Any
+    measures: bool
+    clock: Any
+    min_repeats: int
+    min_time_s: float
+
+    def sync(self) -> None:
+        """Wait for the device (CUDA only; a CPU call has finished when it returns)."""
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def window(self, call: Callable[[], Any]) -> tuple[float, float | None]:
+        """Repeat ``call`` until the window is long enough: (wall seconds, energy J)."""
+        self.sync()
+        e0 = self.meter.read_j() if self.measures else None
+        t0 = time.perf_counter()
+        n = 0
+        while n < self.min_repeats or time.perf_counter() - t0 < self.min_time_s:
+            call()
+            n += 1
+        wall = time.perf_counter() - t0
+        e1 = self.meter.read_j() if self.measures else None
+        return wall, (None if e0 is None or e1 is None else e1 - e0)
+
+    def idle_power(self, idle_s: float) -> float | None:
+        """Average power over ``idle_s`` seconds with nothing running (``None``: not measured)."""
+        if not self.measures:
+            return None
+        self.sync()
+        e0, t0 = self.meter.read_j(), time.perf_counter()
+        time.sleep(idle_s)
+        e1, t1 = self.meter.read_j(), time.perf_counter()
+        if e0 is not None and e1 is not None and t1 > t0 and e1 - e0 >= 0:
+            return (e1 - e0) / (t1 - t0)
+        return None
+
+
+@dataclass
+class _Runs:
+    """The per-batch-size results of the timed windows, in batch-size order."""
+
+    lat_mean: list[float] = field(default_factory=list)
+    p50: list[float] = field(default_factory=list)
+    p95: list[float] = field(default_factory=list)
+    p99: list[float] = field(default_factory=list)
+    cvs: list[float] = field(default_factory=list)
+    reps: list[int] = field(default_factory=list)
+    wins: list[float] = field(default_factory=list)
+    power: list[float | None] = field(default_factory=list)
+    node_lat: list[list[float]] = field(default_factory=list)
+    node_pw: list[float | None] = field(default_factory=list)
+
+    def add_batch(self, lats_s: Sequence[float], wall: float, de: float | None) -> None:
+        """Record one batch size's end-to-end window (per-call seconds, wall s, energy J)."""
+        arr = np.asarray(lats_s) * 1e3
+        self.lat_mean.append(float(arr.mean()))
+        q = np.percentile(arr, [50, 95, 99])
+        self.p50.append(float(q[0]))
+        self.p95.append(float(q[1]))
+        self.p99.append(float(q[2]))
+        self.cvs.append(float(arr.std(ddof=1) / arr.mean()) if len(arr) > 1 else 0.0)
+        self.reps.append(len(arr))
+        self.wins.append(wall)
+        self.power.append(_window_power(de, wall))
+
+    def add_nodes(self, per: Sequence[Sequence[float]], wall: float, de: float | None) -> None:
+        """Record one batch size's node-by-node window (per-node seconds, wall s, energy J)."""
+        for i, lst in enumerate(per):
+            self.node_lat[i].append(float(np.mean(lst)) * 1e3)
+        self.node_pw.append(_window_power(de, wall))
+
+
+@dataclass
+class _Fallback:
+    """Power figures for where no meter measures, and the text that cites them."""
+
+    power: Callable[[int], float]
+    text: str
+    idle_w: float
+    idle_text: str
+
+
+def _window_power(de: float | None, wall: float) -> float | None:
+    """Average power of a window, or ``None`` where the counter did not move."""
+    return de / wall if de is not None and de > 0 and wall > 0 else None
+
+
+def _check_run_args(
+    min_time_s: float, idle_time_s: float | None, min_repeats: int, warmup: int
+) -> tuple[float, float]:
+    """Check the window arguments; returns ``(min_time_s, idle window seconds)``."""
+    min_time_s = check_number("min_time_s", min_time_s, low=0.0)
+    idle_s = min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
+    if not isinstance(min_repeats, numbers.Integral) or isinstance(min_repeats, bool) or min_repeats < 1:
+        raise ValueError(f"min_repeats={min_repeats!r} is invalid: expected an integer >= 1")
+    if not isinstance(warmup, numbers.Integral) or isinstance(warmup, bool) or warmup < 0:
+        raise ValueError(f"warmup={warmup!r} is invalid: expected an integer >= 0")
+    return min_time_s, idle_s
+
+
+def _measure_runs(
+    bench: _Bench,
+    net: Any,
+    node_fns: list[Any],
+    inputs: Mapping[int, Any],
+    bs: list[int],
+    *,
+    warmup: int,
+    cuda_graphs: bool,
+    nodes: bool,
+    say: Callable[[str], None],
+    model: str,
+) -> _Runs:
+    """Warm up, then time every batch size end to end (and node by node if ``nodes``)."""
+    from .torch_executor import capture_cuda_graphs
+
+    runs = _Runs(node_lat=[[] for _ in node_fns])
+    e2e_calls: dict[int, Callable[[Any], Any]] = {b: net for b in bs}
+    with bench.torch.inference_mode():
+        for b in bs:
+            for _ in range(warmup):
+                net(inputs[b])
+        bench.sync()
+        if cuda_graphs:
+            # the graph outputs must stay alive while the graphs replay
+            e2e_calls, _graph_outputs = capture_cuda_graphs(net, inputs, warmup)
+        for b in bs:
+            x = inputs[b]
+            runs.add_batch(*_time_batch(bench, e2e_calls[b], x))
+            if nodes:
+                _measure_nodes(bench, node_fns, x, runs)
+            say(f"{model} b={b}: {runs.lat_mean[-1]:.3f} ms mean over {runs.reps[-1]} runs"
+                + (f", {runs.power[-1]:.1f} W" if runs.power[-1] is not None else ""))
+    return runs
+
+
+def _time_batch(
+    bench: _Bench, call: Callable[[Any], Any], x: Any
+) -> tuple[list[float], float, float | None]:
+    """Time ``call(x)`` over a window: (per-call seconds, wall seconds, energy J)."""
+    lats: list[float] = []
+
+    def timed() -> None:
+        lats.append(bench.clock.time(call, x)[0])
+
+    wall, de = bench.window(timed)
+    return lats, wall, de
+
+
+def _measure_nodes(bench: _Bench, node_fns: list[Any], x: Any, runs: _Runs) -> None:
+    """Time one batch node by node over a window and record it in ``runs``."""
+    per: list[list[float]] = [[] for _ in node_fns]
+
+    def node_pass() -> None:
+        ts, _ = bench.clock.time_chain(node_fns, x)
+        for lst, t in zip(per, ts, strict=True):
+            lst.append(t)
+
+    nwall, nde = bench.window(node_pass)
+    runs.add_nodes(per, nwall, nde)
+
+
+def _power_fallback(fallback: Any, is_gpu: bool, n_threads: int) -> _Fallback:
+    """The power figures used where nothing measured: ``fallback``'s, or the assumed constants."""
+    if fallback is not None:
+        top = fallback.max_table_batch
+
+        def fb_power(b: int) -> float:
+            return fallback.power_w(b if top is None else min(b, top))
+
+        return _Fallback(
+            fb_power,
+            (f"fallback profile {fallback.name!r} ({fallback.source}), its power_w(b)"
+             + ("" if top is None else f", clamped to b <= {top}")),
+            fallback.idle_power_w,
+            f"fallback profile {fallback.name!r}: {fallback.idle_power_source}",
+        )
+    busy = ASSUMED_GPU_POWER_W if is_gpu else ASSUMED_CPU_POWER_W_PER_THREAD * n_threads
+
+    def const_power(b: int) -> float:
+        return busy
+
+    fb_text = (
+        f"assumed constant {busy:g} W (batch_env.real.profiling.ASSUMED_GPU_POWER_W)" if is_gpu
+        else f"assumed constant {busy:g} W = {ASSUMED_CPU_POWER_W_PER_THREAD:g} W x "
+             f"{n_threads} threads (batch_env.real.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
+    )
+    fb_idle = ASSUMED_GPU_IDLE_POWER_W if is_gpu else ASSUMED_CPU_IDLE_POWER_W
+    fb_idle_text = (
+        f"assumed {fb_idle:g} W (batch_env.real.profiling.ASSUMED_"
+        f"{'GPU' if is_gpu else 'CPU'}_IDLE_POWER_W): nothing measured idle power"
+    )
+    return _Fallback(const_power, fb_text, fb_idle, fb_idle_text)
+
+
+def _power_column(
+    bs: list[int], power: list[float | None], meter: Any, measures: bool, fb: _Fallback
+) -> tuple[list[float], str]:
+    """The profile's ``power_w`` (measured, else the fallback) and its citation."""
+    meas_text = f"{meter.source} energy counter delta over each repetition window / window time"
+    measured_b = [b for b, p in zip(bs, power, strict=True) if p is not None]
+    power_w = [p if p is not None else fb.power(b) for b, p in zip(bs, power, strict=True)]
+    if len(measured_b) == len(bs):
+        power_cite = f"measured: {meas_text}"
+    elif measured_b:
+        power_cite = (f"measured ({meas_text}) at b in {measured_b}; elsewhere the counter did "
+                      f"not move within the window, so {fb.text}")
+    else:
+        why = meter.reason if not measures else "the counter did not move within the windows"
+        power_cite = f"not measured ({why}): {fb.text}"
+    return power_w, power_cite
+
+
+def _method_notes(
+    min_time_s: float, min_repeats: int, warmup: int, cuda_graphs: bool, power_cite: str,
+    meter: Any, meter_md: Any, measures: bool,
+) -> dict[str, Any]:
+    """The profile's ``notes``: how it was measured, where the power came from, the meter."""
+    notes = {
+        "method": (
+            f"each batch size run back to back for >= {min_time_s:g} s and >= {min_repeats} runs "
+            f"after {warmup} warm-up runs; latency_ms = mean, latency_cv = mean of the per-size "
+            "coefficients of variation; percentiles in _latency_stats"
+            + ("; end-to-end runs are CUDA graph replays" if cuda_graphs else "")
+        ),
+        "power": power_cite,
+        "energy_meter": meter_md,
+    }
+    if measures and meter.counter_period_s and min_time_s < 10 * meter.counter_period_s:
+        notes["power_warning"] = (
+            f"windows of {min_time_s:g} s are short for a counter that updates every "
+            f"{meter.counter_period_s:g} s; power figures are rough"
+        )
+    return notes
+
+
+def _node_table(
+    net: Any, bs: list[int], runs: _Runs, fb: _Fallback, min_time_s: float, min_repeats: int
+) -> dict[str, Any]:
+    """The ``nodes`` table of the node-by-node windows, with its tolerance."""
+    sums = np.sum(np.asarray(runs.node_lat), axis=0)
+    rel = np.abs(sums - np.asarray(runs.lat_mean)) / np.asarray(runs.lat_mean)
+    tol = _ceil2(float(rel.max()))
+    npw = [p if p is not None else fb.power(b) for b, p in zip(bs, runs.node_pw, strict=True)]
+    node_power_text = (
+        "power_w: the average power of the node-by-node window at that batch size, the "
+        "same for every node (a 20-100 ms energy counter cannot separate nodes)"
+        if all(p is not None for p in runs.node_pw)
+        else "power_w: the whole-model power_w at that batch size, the same for every node"
+    )
+    return {
+        "names": list(net.node_names),
+        "latency_ms": runs.node_lat,
+        "power_w": [list(npw) for _ in runs.node_lat],
+        "rule": (
+            f"measured node by node: each pass runs every node in order on the batch, each "
+            f"timed alone; >= {min_time_s:g} s and >= {min_repeats} passes per batch size; "
+            f"latency_ms = mean per node; {node_power_text}; tolerance = max relative "
+            "|sum of node latencies - end-to-end latency| / end-to-end over the batch "
+            "sizes, rounded up to 2 decimals"
+        ),
+        "tolerance": tol,
+    }
+
+
+def _rejected_nodes_note(tol: float, cuda_graphs: bool) -> str:
+    """The note for node tables too far off the end-to-end latency to be a profile's."""
+    return (
+        f"the node tables disagree with the end-to-end latency by {tol:.0%} (the profile "
+        f"format allows < {_MAX_NODE_TOLERANCE:.0%}), so they are kept in _nodes_rejected"
+        + (" (CUDA graphs make whole batches much faster than node-by-node runs: "
+           "measure with cuda_graphs=False for node tables)" if cuda_graphs else "")
+    )
+
+
+def measure_profile(
     model: str,
     *,
     torch_device: str = "auto",
@@ -153,7 +435,6 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
     from .models import build_model, slice_activation
     from .torch_executor import (
         DeviceClock,
-        capture_cuda_graphs,
         device_name,
         environment_metadata,
         resolve_device,
@@ -161,12 +442,7 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
     )
 
     bs = _check_batch_sizes(batch_sizes)
-    min_time_s = check_number("min_time_s", min_time_s, low=0.0)
-    idle_s = min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
-    if not isinstance(min_repeats, numbers.Integral) or isinstance(min_repeats, bool) or min_repeats < 1:
-        raise ValueError(f"min_repeats={min_repeats!r} is invalid: expected an integer >= 1")
-    if not isinstance(warmup, numbers.Integral) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup={warmup!r} is invalid: expected an integer >= 0")
+    min_time_s, idle_s = _check_run_args(min_time_s, idle_time_s, min_repeats, warmup)
     device = resolve_device(torch_device)
     if cuda_graphs and device.type != "cuda":
         raise ValueError(
@@ -182,131 +458,29 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
     own_meter = meter is None
     meter = open_meter(str(device)) if own_meter else meter
     measures = meter.source != "model"
-    clock = DeviceClock(device)
+    bench = _Bench(torch, device, meter, measures, DeviceClock(device), min_repeats, min_time_s)
     full = net.make_input(bs[-1], device, seed=seed)
     inputs = {b: slice_activation(full, b) for b in bs}
     node_fns = list(net.nodes)
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    def window(call: Callable[[], Any]) -> tuple[float, float | None]:
-        """Repeat ``call`` until the window is long enough: (wall seconds, energy J)."""
-        sync()
-        e0 = meter.read_j() if measures else None
-        t0 = time.perf_counter()
-        n = 0
-        while n < min_repeats or time.perf_counter() - t0 < min_time_s:
-            call()
-            n += 1
-        wall = time.perf_counter() - t0
-        e1 = meter.read_j() if measures else None
-        return wall, (None if e0 is None or e1 is None else e1 - e0)
-
     try:
         # idle power first, before anything heats up
-        idle_w = None
-        if measures:
-            sync()
-            e0, t0 = meter.read_j(), time.perf_counter()
-            time.sleep(idle_s)
-            e1, t1 = meter.read_j(), time.perf_counter()
-            if e0 is not None and e1 is not None and t1 > t0 and e1 - e0 >= 0:
-                idle_w = (e1 - e0) / (t1 - t0)
-
-        lat_mean, p50, p95, p99, cvs, reps, wins, power = [], [], [], [], [], [], [], []
-        node_lat: list[list[float]] = [[] for _ in node_fns]
-        node_pw: list[float | None] = []
-        e2e_calls: dict[int, Callable[[Any], Any]] = {b: net for b in bs}
-        with torch.inference_mode():
-            for b in bs:
-                for _ in range(warmup):
-                    net(inputs[b])
-            sync()
-            if cuda_graphs:
-                e2e_calls, _graph_outputs = capture_cuda_graphs(net, inputs, warmup)
-            for b in bs:
-                x, call = inputs[b], e2e_calls[b]
-                lats: list[float] = []
-                wall, de = window(lambda x=x, call=call, lats=lats: lats.append(clock.time(call, x)[0]))
-                arr = np.asarray(lats) * 1e3
-                lat_mean.append(float(arr.mean()))
-                q = np.percentile(arr, [50, 95, 99])
-                p50.append(float(q[0]))
-                p95.append(float(q[1]))
-                p99.append(float(q[2]))
-                cvs.append(float(arr.std(ddof=1) / arr.mean()) if len(arr) > 1 else 0.0)
-                reps.append(len(arr))
-                wins.append(wall)
-                power.append(de / wall if de is not None and de > 0 and wall > 0 else None)
-                if nodes:
-                    per: list[list[float]] = [[] for _ in node_fns]
-
-                    def node_pass(x: Any = x, per: list[list[float]] = per) -> None:
-                        ts, _ = clock.time_chain(node_fns, x)
-                        for lst, t in zip(per, ts, strict=True):
-                            lst.append(t)
-
-                    nwall, nde = window(node_pass)
-                    for i, lst in enumerate(per):
-                        node_lat[i].append(float(np.mean(lst)) * 1e3)
-                    node_pw.append(nde / nwall if nde is not None and nde > 0 and nwall > 0 else None)
-                say(f"{model} b={b}: {lat_mean[-1]:.3f} ms mean over {len(arr)} runs"
-                    + (f", {power[-1]:.1f} W" if power[-1] is not None else ""))
+        idle_w = bench.idle_power(idle_s)
+        runs = _measure_runs(bench, net, node_fns, inputs, bs, warmup=warmup,
+                             cuda_graphs=cuda_graphs, nodes=nodes, say=say, model=model)
     finally:
+        meter_md = meter.metadata()
         if own_meter:
-            meter_md = meter.metadata()
             meter.close()
-        else:
-            meter_md = meter.metadata()
 
-    # ---------------------------------------------------------------- power fallbacks
-    is_gpu = device.type == "cuda"
-    if fallback is not None:
-        top = fallback.max_table_batch
-
-        def fb_power(b: int) -> float:
-            return fallback.power_w(b if top is None else min(b, top))
-
-        fb_text = (f"fallback profile {fallback.name!r} ({fallback.source}), its power_w(b)"
-                   + ("" if top is None else f", clamped to b <= {top}"))
-        fb_idle = fallback.idle_power_w
-        fb_idle_text = f"fallback profile {fallback.name!r}: {fallback.idle_power_source}"
-    else:
-        busy = ASSUMED_GPU_POWER_W if is_gpu else ASSUMED_CPU_POWER_W_PER_THREAD * n_threads
-
-        def fb_power(b: int) -> float:
-            return busy
-
-        fb_text = (
-            f"assumed constant {busy:g} W (batch_env.real.profiling.ASSUMED_GPU_POWER_W)" if is_gpu
-            else f"assumed constant {busy:g} W = {ASSUMED_CPU_POWER_W_PER_THREAD:g} W x "
-                 f"{n_threads} threads (batch_env.real.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
-        )
-        fb_idle = ASSUMED_GPU_IDLE_POWER_W if is_gpu else ASSUMED_CPU_IDLE_POWER_W
-        fb_idle_text = (
-            f"assumed {fb_idle:g} W (batch_env.real.profiling.ASSUMED_"
-            f"{'GPU' if is_gpu else 'CPU'}_IDLE_POWER_W): nothing measured idle power"
-        )
-
-    meas_text = f"{meter.source} energy counter delta over each repetition window / window time"
-    measured_b = [b for b, p in zip(bs, power, strict=True) if p is not None]
-    power_w = [p if p is not None else fb_power(b) for b, p in zip(bs, power, strict=True)]
-    if len(measured_b) == len(bs):
-        power_cite = f"measured: {meas_text}"
-    elif measured_b:
-        power_cite = (f"measured ({meas_text}) at b in {measured_b}; elsewhere the counter did "
-                      f"not move within the window, so {fb_text}")
-    else:
-        why = meter.reason if not measures else "the counter did not move within the windows"
-        power_cite = f"not measured ({why}): {fb_text}"
+    fb = _power_fallback(fallback, device.type == "cuda", n_threads)
+    power_w, power_cite = _power_column(bs, runs.power, meter, measures, fb)
     if idle_w is not None:
         idle_power_w = idle_w
         idle_source = f"measured: {meter.source} energy over {idle_s:g} s idle / time"
     else:
-        idle_power_w = fb_idle
-        idle_source = fb_idle_text
+        idle_power_w = fb.idle_w
+        idle_source = fb.idle_text
 
     dev_name = device_name(device)
     env = environment_metadata(device, n_threads)
@@ -316,21 +490,6 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
     desc = model if _is_default(cfg, width, depth, model_kwargs) else (
         f"{model} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k not in ('seed', 'weights'))})"
     )
-    notes = {
-        "method": (
-            f"each batch size run back to back for >= {min_time_s:g} s and >= {min_repeats} runs "
-            f"after {warmup} warm-up runs; latency_ms = mean, latency_cv = mean of the per-size "
-            "coefficients of variation; percentiles in _latency_stats"
-            + ("; end-to-end runs are CUDA graph replays" if cuda_graphs else "")
-        ),
-        "power": power_cite,
-        "energy_meter": meter_md,
-    }
-    if measures and meter.counter_period_s and min_time_s < 10 * meter.counter_period_s:
-        notes["power_warning"] = (
-            f"windows of {min_time_s:g} s are short for a counter that updates every "
-            f"{meter.counter_period_s:g} s; power figures are rough"
-        )
     d: dict[str, Any] = {
         "name": name or f"{model}-{_slug(dev_name)}-measured",
         "model": desc,
@@ -338,8 +497,8 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
         "source": src,
         "kind": "table",
         "batch_sizes": bs,
-        "latency_ms": lat_mean,
-        "latency_cv": float(np.mean(cvs)),
+        "latency_ms": runs.lat_mean,
+        "latency_cv": float(np.mean(runs.cvs)),
         "power_w": power_w,
         "idle_power_w": float(idle_power_w),
         "idle_power_source": idle_source,
@@ -348,10 +507,11 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
             "power_w": power_cite,
             "idle_power_w": idle_source,
         },
-        "notes": notes,
+        "notes": _method_notes(min_time_s, min_repeats, warmup, cuda_graphs, power_cite,
+                               meter, meter_md, measures),
         "_latency_stats": {
-            "p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "cv": cvs,
-            "repeats": reps, "window_s": wins,
+            "p50_ms": runs.p50, "p95_ms": runs.p95, "p99_ms": runs.p99, "cv": runs.cvs,
+            "repeats": runs.reps, "window_s": runs.wins,
         },
         "_metadata": {
             **env,
@@ -368,42 +528,15 @@ def measure_profile(  # noqa: C901 -- over 15; issue 19 splits it
         },
     }
     if nodes:
-        sums = np.sum(np.asarray(node_lat), axis=0)
-        rel = np.abs(sums - np.asarray(lat_mean)) / np.asarray(lat_mean)
-        tol = _ceil2(float(rel.max()))
-        npw = [p if p is not None else fb_power(b) for b, p in zip(bs, node_pw, strict=True)]
-        node_power_text = (
-            "power_w: the average power of the node-by-node window at that batch size, the "
-            "same for every node (a 20-100 ms energy counter cannot separate nodes)"
-            if all(p is not None for p in node_pw)
-            else "power_w: the whole-model power_w at that batch size, the same for every node"
-        )
-        table = {
-            "names": list(net.node_names),
-            "latency_ms": node_lat,
-            "power_w": [list(npw) for _ in node_fns],
-            "rule": (
-                f"measured node by node: each pass runs every node in order on the batch, each "
-                f"timed alone; >= {min_time_s:g} s and >= {min_repeats} passes per batch size; "
-                f"latency_ms = mean per node; {node_power_text}; tolerance = max relative "
-                "|sum of node latencies - end-to-end latency| / end-to-end over the batch "
-                "sizes, rounded up to 2 decimals"
-            ),
-            "tolerance": tol,
-        }
-        if tol < _MAX_NODE_TOLERANCE:
+        table = _node_table(net, bs, runs, fb, min_time_s, min_repeats)
+        if table["tolerance"] < _MAX_NODE_TOLERANCE:
             d["nodes"] = table
             d["citations"]["nodes"] = table["rule"]
         else:
             # a profile's node tables must roughly sum to the end-to-end latency; keep the
             # measurement, but where the loader will not take it
             d["_nodes_rejected"] = table
-            d["notes"]["nodes"] = (
-                f"the node tables disagree with the end-to-end latency by {tol:.0%} (the profile "
-                f"format allows < {_MAX_NODE_TOLERANCE:.0%}), so they are kept in _nodes_rejected"
-                + (" (CUDA graphs make whole batches much faster than node-by-node runs: "
-                   "measure with cuda_graphs=False for node tables)" if cuda_graphs else "")
-            )
+            d["notes"]["nodes"] = _rejected_nodes_note(table["tolerance"], cuda_graphs)
             warnings.warn(f"measure_profile: {d['notes']['nodes']}", RuntimeWarning, stacklevel=2)
     return d
 
