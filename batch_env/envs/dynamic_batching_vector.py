@@ -944,40 +944,20 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 info = self._final_info(info, lanes, {})
         return self._obs(slice(None)), info
 
-    def step(  # noqa: C901 -- over 15; issue 19 splits it
+    def step(
         self, actions: Any
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Apply one action per lane and run every lane to its next decision epoch.
 
         :param actions: ``(num_envs,)`` integers, each in ``0..max_batch_size``.
         """
-        if not self._started:
-            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before step()")
-        if self.autoreset_mode == AutoresetMode.DISABLED and np.count_nonzero(self._autoreset):
-            ended = self._autoreset.nonzero()[0].tolist()
-            raise gym.error.ResetNeeded(
-                f"DynamicBatchingVectorEnv: lane(s) {ended} ended (truncated=True) and autoreset "
-                "is DISABLED: reset them with reset(options={'reset_mask': mask}) before step()"
-            )
+        self._check_steppable()
         a = self._actions(actions)
-        N = self.num_envs
         q = self._admitted - self._served
         run = a > 0
         clipped = a > q
         b = np.where(clipped, q, a)
-        d = self._latency_table[b]
-        if self._sigma > 0.0:
-            lanes = run.nonzero()[0]
-            for n in lanes[self._noise_pos[lanes] >= _NOISE].tolist():
-                self._lane_noise(n)
-            fk = self._noise_pos[lanes]
-            d[lanes] *= self._noise[lanes, fk]
-            self._noise_pos[lanes] = fk + 1
-            with np.errstate(divide="ignore", invalid="ignore"):
-                e = self._power_table[b] * d
-                power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
-        else:  # the same division, looked up
-            power = np.where(run, self._run_power[b], self._idle)
+        d, power = self._batch_durations_power(run, b)
         now = self._now
         nxt = self._A_flat[self._row_start + self._admitted]
         if self._tick is not None:
@@ -1006,8 +986,56 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._last_batch[:] = b
         self._last_latency[:] = np.where(run, d, 0.0)
         self._clipped[:] = clipped
+        reward, head, dt, parts = self._step_reward()
+        return self._step_outcome(reward, head, dt, parts)
 
-        # reward accounting (the scalar _step_accounting)
+    def _check_steppable(self) -> None:
+        """Refuse a step before the first reset, or (autoreset DISABLED) with ended lanes.
+
+        :raises gym.error.ResetNeeded: naming what to reset.
+        """
+        if not self._started:
+            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before step()")
+        if self.autoreset_mode == AutoresetMode.DISABLED and np.count_nonzero(self._autoreset):
+            ended = self._autoreset.nonzero()[0].tolist()
+            raise gym.error.ResetNeeded(
+                f"DynamicBatchingVectorEnv: lane(s) {ended} ended (truncated=True) and autoreset "
+                "is DISABLED: reset them with reset(options={'reset_mask': mask}) before step()"
+            )
+
+    def _batch_durations_power(
+        self, run: np.ndarray, b: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Return every lane's batch duration (noisy when ``sigma > 0``; advancing the
+        running lanes' noise positions) and its power over the step (idle power where
+        no batch runs).
+
+        :param run: lanes that start a batch.
+        :param b: the (clipped) batch size per lane.
+        """
+        d = self._latency_table[b]
+        if self._sigma > 0.0:
+            lanes = run.nonzero()[0]
+            for n in lanes[self._noise_pos[lanes] >= _NOISE].tolist():
+                self._lane_noise(n)
+            fk = self._noise_pos[lanes]
+            d[lanes] *= self._noise[lanes, fk]
+            self._noise_pos[lanes] = fk + 1
+            with np.errstate(divide="ignore", invalid="ignore"):
+                e = self._power_table[b] * d
+                power = np.where(run, np.where(d > 0.0, e / d, 0.0), self._idle)
+        else:  # the same division, looked up
+            power = np.where(run, self._run_power[b], self._idle)
+        return d, power
+
+    def _step_reward(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Account the step's reward (the scalar ``_step_accounting``): count the requests
+        now past their deadline, take the cost increments since the last step, update the
+        arrival-rate estimate and the step baselines.
+
+        :return: the reward, each lane's head arrival time, the step's duration and the
+            reward components (``latency``, ``energy``, ``sla``, ``drop``).
+        """
         now = self._now
         ws = self._served
         head = self._A_flat[self._row_start + ws]
@@ -1034,7 +1062,24 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         np.copyto(self._step_drops, self._drops)
         np.copyto(self._step_arrived, self._arrived)
         self._steps += 1
+        return reward, head, dt, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}
 
+    def _step_outcome(
+        self, reward: np.ndarray, head: np.ndarray, dt: np.ndarray, parts: dict[str, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Finish a step: restart the lanes that ended last step (NEXT_STEP), build the
+        observations, the truncation flags and the info (with episode summaries of the
+        lanes that ended), and apply the autoreset mode.
+
+        :param reward: the step's reward (zeroed here for restarted lanes).
+        :param head: each lane's head arrival time (set here for restarted lanes).
+        :param dt: the step's duration per lane.
+        :param parts: the reward components, for the info.
+        :return: ``step``'s result.
+        """
+        N = self.num_envs
+        now = self._now
+        ws = self._served
         mode = self.autoreset_mode
         redo = self._autoreset.nonzero()[0] if mode == AutoresetMode.NEXT_STEP else _NONE
         if redo.size:  # lanes that ended last step start over; their step here is discarded
@@ -1050,31 +1095,51 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         terminated = np.zeros(N, dtype=bool)
         info: dict[str, Any] = {}
         if self.full_info:
-            info = self._info_arrays(dt, {"latency": dL, "energy": dE, "sla": dM, "drop": dD})
+            info = self._info_arrays(dt, parts)
             if redo.size:
                 self._reset_info_lanes(info, redo)
         serving: dict[int, dict[str, Any]] = {}
         if np.count_nonzero(over):
             serving = self._lane_summaries(over.nonzero()[0].tolist())
-            warn_summaries(serving, "DynamicBatchingVectorEnv: episode summaries", stacklevel=3)
+            # stacklevel 4: warn_summaries, this method, step, step's caller
+            warn_summaries(serving, "DynamicBatchingVectorEnv: episode summaries", stacklevel=4)
             if mode != AutoresetMode.SAME_STEP:
                 info["serving"] = self._serving_arrays(serving)
                 info["_serving"] = over.copy()
         if mode != AutoresetMode.SAME_STEP:  # NEXT_STEP: reset next step; DISABLED: refuse it
             self._autoreset[:] = truncated
         elif mode == AutoresetMode.SAME_STEP and truncated.any():
-            ended = truncated.nonzero()[0]
-            final_obs = np.full(N, None, dtype=object)
-            for n in ended.tolist():
-                final_obs[n] = obs[n].copy()
-            final_info = self._final_info(info, ended, serving)
-            self._reset_lanes(ended, [None] * ended.size)
-            obs[ended] = self._obs(ended)
-            if self.full_info:
-                self._reset_info_lanes(info, ended)
-            info["final_obs"], info["_final_obs"] = final_obs, truncated.copy()
-            info["final_info"], info["_final_info"] = final_info, truncated.copy()
+            self._same_step_reset(obs, info, truncated, serving)
         return obs, reward, terminated, truncated, info
+
+    def _same_step_reset(
+        self,
+        obs: np.ndarray,
+        info: dict[str, Any],
+        truncated: np.ndarray,
+        serving: dict[int, dict[str, Any]],
+    ) -> None:
+        """SAME_STEP autoreset: keep the ended lanes' final observations and info under
+        ``final_obs``/``final_info``, reset those lanes and put their first observation
+        (and reset info) in ``obs`` and ``info``, in place.
+
+        :param obs: the step's observations (updated in place).
+        :param info: the step's info (updated in place).
+        :param truncated: the lanes that ended.
+        :param serving: the ended lanes' episode summaries.
+        """
+        N = self.num_envs
+        ended = truncated.nonzero()[0]
+        final_obs = np.full(N, None, dtype=object)
+        for n in ended.tolist():
+            final_obs[n] = obs[n].copy()
+        final_info = self._final_info(info, ended, serving)
+        self._reset_lanes(ended, [None] * ended.size)
+        obs[ended] = self._obs(ended)
+        if self.full_info:
+            self._reset_info_lanes(info, ended)
+        info["final_obs"], info["_final_obs"] = final_obs, truncated.copy()
+        info["final_info"], info["_final_info"] = final_info, truncated.copy()
 
     def _reset_info_lanes(self, info: dict[str, Any], lanes: np.ndarray) -> None:
         """Overwrite ``lanes``' per-step info with their reset info (``full_info=True``).

@@ -534,92 +534,13 @@ class MMPP(Workload):
     _q: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
     _pi: np.ndarray = field(init=False, repr=False, compare=False, hash=False)
 
-    def __post_init__(self) -> None:  # noqa: C901 -- over 15; issue 19 splits it
+    def __post_init__(self) -> None:
         """Validate the fields, normalize them to tuples of floats, precompute the chain."""
-        rates = self.rates_per_s
-        if isinstance(rates, (str, bytes)) or not isinstance(rates, (Sequence, np.ndarray)):
-            raise ValueError(
-                f"MMPP: rates_per_s={rates!r} is invalid; expected a list of >= 2 rates (numbers >= 0)"
-            )
-        rates_t = tuple(nonnegative(r, f"rates_per_s[{i}]", "MMPP") for i, r in enumerate(rates))
+        rates_t = _mmpp_rates(self.rates_per_s)
         m = len(rates_t)
-        if m < 2:
-            raise ValueError(
-                f"MMPP: rates_per_s={list(rates_t)!r} has {m} state(s); expected >= 2 "
-                "(use Poisson for a single rate)"
-            )
-        if not any(r > 0 for r in rates_t):
-            raise ValueError(
-                f"MMPP: rates_per_s={list(rates_t)!r} are all 0; at least one must be > 0"
-            )
-        sw = self.switch_rates_per_s
-        if isinstance(sw, (str, bytes)) or not isinstance(sw, (Sequence, np.ndarray)):
-            raise ValueError(
-                f"MMPP: switch_rates_per_s={sw!r} is invalid; expected {m} leaving rates (> 0) "
-                f"or a {m}x{m} matrix of transition rates"
-            )
-        rows = list(sw)
-        is_matrix = len(rows) > 0 and all(
-            isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes)) for r in rows
-        )
-        q = np.zeros((m, m))
-        if is_matrix:
-            if len(rows) != m or any(len(r) != m for r in rows):
-                raise ValueError(
-                    f"MMPP: switch_rates_per_s={sw!r} is not a {m}x{m} matrix "
-                    f"(one row and column per state of rates_per_s)"
-                )
-            sw_t: Any = tuple(
-                tuple(float(_check_matrix_entry(v, i, j, sw)) for j, v in enumerate(r))
-                for i, r in enumerate(rows)
-            )
-            for i in range(m):
-                off = sum(sw_t[i][j] for j in range(m) if j != i)
-                d = sw_t[i][i]
-                if d != 0 and not math.isclose(d, -off, rel_tol=1e-9, abs_tol=1e-12):
-                    raise ValueError(
-                        f"MMPP: switch_rates_per_s[{i}][{i}]={d!r} is invalid; the diagonal "
-                        f"must be 0 or minus the row's off-diagonal sum ({-off!r})"
-                    )
-                if off <= 0:
-                    raise ValueError(
-                        f"MMPP: switch_rates_per_s[{i}]={list(sw_t[i])!r} gives state {i} no way "
-                        "out; every state needs a positive off-diagonal rate"
-                    )
-                for j in range(m):
-                    if j != i:
-                        q[i, j] = sw_t[i][j]
-        else:
-            if len(rows) != m:
-                raise ValueError(
-                    f"MMPP: switch_rates_per_s={sw!r} has {len(rows)} entries; expected {m} "
-                    f"leaving rates (one per state of rates_per_s) or a {m}x{m} matrix"
-                )
-            sw_t = tuple(
-                positive(v, f"switch_rates_per_s[{i}]", "MMPP") for i, v in enumerate(rows)
-            )
-            for i in range(m):
-                q[i, :] = sw_t[i] / (m - 1)
-        np.fill_diagonal(q, 0.0)
-        _check_irreducible(q, sw)
-        np.fill_diagonal(q, -q.sum(axis=1))
-        init = self.initial_state
-        if init is not None:
-            if (
-                not isinstance(init, (int, np.integer))
-                or isinstance(init, (bool, np.bool_))
-                or not 0 <= int(init) < m
-            ):
-                raise ValueError(
-                    f"MMPP: initial_state={init!r} is invalid; expected None or an int in 0..{m - 1}"
-                )
-            init = int(init)
-        a = np.vstack((q.T, np.ones((1, m))))
-        b = np.zeros(m + 1)
-        b[-1] = 1.0
-        pi = np.linalg.lstsq(a, b, rcond=None)[0]
-        pi = np.clip(pi, 0.0, None)
-        pi /= pi.sum()
+        sw_t, q = _mmpp_switch_rates(self.switch_rates_per_s, m)
+        init = _mmpp_initial_state(self.initial_state, m)
+        pi = _stationary_distribution(q)
         q.setflags(write=False)
         pi.setflags(write=False)
         object.__setattr__(self, "rates_per_s", rates_t)
@@ -733,3 +654,151 @@ def _check_irreducible(q: np.ndarray, sw: Any) -> None:
             f"MMPP: switch_rates_per_s={sw!r} is reducible: state {i} can never reach state {j}; "
             "every state must be reachable from every other"
         )
+
+
+def _mmpp_rates(rates: Any) -> tuple[float, ...]:
+    """Validate MMPP ``rates_per_s``: >= 2 numbers >= 0, not all 0.
+
+    :param rates: the user's rates.
+    :return: the rates as a tuple of floats.
+    :raises ValueError: if they are not a list, have fewer than 2 states, or are all 0.
+    """
+    if isinstance(rates, (str, bytes)) or not isinstance(rates, (Sequence, np.ndarray)):
+        raise ValueError(
+            f"MMPP: rates_per_s={rates!r} is invalid; expected a list of >= 2 rates (numbers >= 0)"
+        )
+    rates_t = tuple(nonnegative(r, f"rates_per_s[{i}]", "MMPP") for i, r in enumerate(rates))
+    m = len(rates_t)
+    if m < 2:
+        raise ValueError(
+            f"MMPP: rates_per_s={list(rates_t)!r} has {m} state(s); expected >= 2 "
+            "(use Poisson for a single rate)"
+        )
+    if not any(r > 0 for r in rates_t):
+        raise ValueError(
+            f"MMPP: rates_per_s={list(rates_t)!r} are all 0; at least one must be > 0"
+        )
+    return rates_t
+
+
+def _mmpp_switch_rates(sw: Any, m: int) -> tuple[Any, np.ndarray]:
+    """Validate MMPP ``switch_rates_per_s`` (a vector or an ``m x m`` matrix) into a generator.
+
+    :param sw: the user's switch rates.
+    :param m: the number of states.
+    :return: the switch rates normalized to (nested) tuples of floats, and the generator
+        matrix Q (writable; rows sum to 0).
+    :raises ValueError: if the shape or an entry is invalid, or the chain is reducible.
+    """
+    if isinstance(sw, (str, bytes)) or not isinstance(sw, (Sequence, np.ndarray)):
+        raise ValueError(
+            f"MMPP: switch_rates_per_s={sw!r} is invalid; expected {m} leaving rates (> 0) "
+            f"or a {m}x{m} matrix of transition rates"
+        )
+    rows = list(sw)
+    is_matrix = len(rows) > 0 and all(
+        isinstance(r, (Sequence, np.ndarray)) and not isinstance(r, (str, bytes)) for r in rows
+    )
+    q = np.zeros((m, m))
+    if is_matrix:
+        sw_t: Any = _switch_matrix(rows, sw, m, q)
+    else:
+        sw_t = _switch_vector(rows, sw, m, q)
+    np.fill_diagonal(q, 0.0)
+    _check_irreducible(q, sw)
+    np.fill_diagonal(q, -q.sum(axis=1))
+    return sw_t, q
+
+
+def _switch_matrix(
+    rows: list[Any], sw: Any, m: int, q: np.ndarray
+) -> tuple[tuple[float, ...], ...]:
+    """Validate a matrix of MMPP transition rates and write its off-diagonal into ``q``.
+
+    :param rows: the matrix rows.
+    :param sw: the user's switch rates (for the messages).
+    :param m: the number of states.
+    :param q: the ``m x m`` array to fill (off-diagonal entries only).
+    :return: the matrix as nested tuples of floats.
+    :raises ValueError: if it is not ``m x m``, an entry is invalid, a diagonal entry is
+        neither 0 nor minus its row's off-diagonal sum, or a state has no way out.
+    """
+    if len(rows) != m or any(len(r) != m for r in rows):
+        raise ValueError(
+            f"MMPP: switch_rates_per_s={sw!r} is not a {m}x{m} matrix "
+            f"(one row and column per state of rates_per_s)"
+        )
+    sw_t = tuple(
+        tuple(float(_check_matrix_entry(v, i, j, sw)) for j, v in enumerate(r))
+        for i, r in enumerate(rows)
+    )
+    for i in range(m):
+        off = sum(sw_t[i][j] for j in range(m) if j != i)
+        d = sw_t[i][i]
+        if d != 0 and not math.isclose(d, -off, rel_tol=1e-9, abs_tol=1e-12):
+            raise ValueError(
+                f"MMPP: switch_rates_per_s[{i}][{i}]={d!r} is invalid; the diagonal "
+                f"must be 0 or minus the row's off-diagonal sum ({-off!r})"
+            )
+        if off <= 0:
+            raise ValueError(
+                f"MMPP: switch_rates_per_s[{i}]={list(sw_t[i])!r} gives state {i} no way "
+                "out; every state needs a positive off-diagonal rate"
+            )
+        for j in range(m):
+            if j != i:
+                q[i, j] = sw_t[i][j]
+    return sw_t
+
+
+def _switch_vector(rows: list[Any], sw: Any, m: int, q: np.ndarray) -> tuple[float, ...]:
+    """Validate a vector of MMPP leaving rates and spread each uniformly over ``q``'s row.
+
+    :param rows: the leaving rates, one per state.
+    :param sw: the user's switch rates (for the message).
+    :param m: the number of states.
+    :param q: the ``m x m`` array to fill (its diagonal is cleared by the caller).
+    :return: the rates as a tuple of floats.
+    :raises ValueError: if there are not ``m`` rates or one is not > 0.
+    """
+    if len(rows) != m:
+        raise ValueError(
+            f"MMPP: switch_rates_per_s={sw!r} has {len(rows)} entries; expected {m} "
+            f"leaving rates (one per state of rates_per_s) or a {m}x{m} matrix"
+        )
+    sw_t = tuple(
+        positive(v, f"switch_rates_per_s[{i}]", "MMPP") for i, v in enumerate(rows)
+    )
+    for i in range(m):
+        q[i, :] = sw_t[i] / (m - 1)
+    return sw_t
+
+
+def _mmpp_initial_state(init: Any, m: int) -> int | None:
+    """Validate MMPP ``initial_state``: None or an int in ``0..m-1`` (not a bool).
+
+    :raises ValueError: otherwise.
+    """
+    if init is not None:
+        if (
+            not isinstance(init, (int, np.integer))
+            or isinstance(init, (bool, np.bool_))
+            or not 0 <= int(init) < m
+        ):
+            raise ValueError(
+                f"MMPP: initial_state={init!r} is invalid; expected None or an int in 0..{m - 1}"
+            )
+        init = int(init)
+    return init
+
+
+def _stationary_distribution(q: np.ndarray) -> np.ndarray:
+    """Solve pi Q = 0, sum(pi) = 1 by least squares (clipped at 0, renormalized)."""
+    m = q.shape[0]
+    a = np.vstack((q.T, np.ones((1, m))))
+    b = np.zeros(m + 1)
+    b[-1] = 1.0
+    pi = np.linalg.lstsq(a, b, rcond=None)[0]
+    pi = np.clip(pi, 0.0, None)
+    pi /= pi.sum()
+    return pi

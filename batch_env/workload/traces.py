@@ -116,30 +116,17 @@ def _parse_dt(v: str) -> int | None:
         return None
 
 
-@functools.lru_cache(maxsize=16)
-def load_trace(  # noqa: C901 -- over 15; issue 19 splits it
-    path: str,
-    mtime_ns: int,
-    size: int,
-    ts_col: str,
-    prompt_col: str | None,
-    output_col: str | None,
-) -> TraceData:
-    """Read and validate a trace CSV (cached on path, modification time and columns).
+def _read_csv(path: str, where: str) -> tuple[list[str], list[list[str]], list[int]]:
+    """Read the header, the data rows and their line numbers of a trace CSV.
 
     Leading lines starting with ``#`` and blank lines are skipped; the first other line
-    is the header.
+    is the header. Blank data lines are skipped too.
 
     :param path: file path.
-    :param mtime_ns: modification time (cache key only).
-    :param size: file size (cache key only).
-    :param ts_col: timestamp column.
-    :param prompt_col: prompt-token column or None.
-    :param output_col: output-token column or None.
-    :return: the parsed trace.
-    :raises ValueError: on any problem, naming the file, column, row and value.
+    :param where: the file, for the messages.
+    :return: the stripped header, the raw data rows and each row's line number.
+    :raises ValueError: if the file cannot be read, is not UTF-8 or CSV, or is empty.
     """
-    where = f"Trace {path!r}"
     header: list[str] | None = None
     rows: list[list[str]] = []
     lines: list[int] = []
@@ -167,22 +154,34 @@ def load_trace(  # noqa: C901 -- over 15; issue 19 splits it
         raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
     if header is None:
         raise ValueError(f"{where}: the file is empty (no header, no rows)")
-    if ts_col not in header:
-        raise ValueError(
-            f"{where}: timestamp column timestamp_column={ts_col!r} not found; "
-            f"columns found: {header!r}"
-        )
-    if not rows:
-        raise ValueError(f"{where}: the file has a header {header!r} but no data rows")
+    return header, rows, lines
 
-    def col(name: str) -> list[str]:
-        c = header.index(name)
-        return [r[c].strip() if c < len(r) else "" for r in rows]
 
-    def loc(k: int) -> str:
-        return f"row {k + 1} (line {lines[k]})"
+def _column(header: list[str], rows: list[list[str]], name: str) -> list[str]:
+    """Return the stripped values of column ``name`` ("" where a row is short)."""
+    c = header.index(name)
+    return [r[c].strip() if c < len(r) else "" for r in rows]
 
-    raw = col(ts_col)
+
+def _loc(lines: list[int], k: int) -> str:
+    """Name data row ``k`` (0-based) and its line in the file, for messages."""
+    return f"row {k + 1} (line {lines[k]})"
+
+
+def _relative_seconds(
+    raw: list[str], where: str, ts_col: str, lines: list[int]
+) -> tuple[np.ndarray, str]:
+    """Parse a timestamp column (plain seconds or datetimes) into seconds since row 1.
+
+    The first value decides the format: a number means seconds, anything else datetimes.
+
+    :param raw: the stripped column values (at least one).
+    :param where: the file, for the messages.
+    :param ts_col: the column name, for the messages.
+    :param lines: each row's line number, for the messages.
+    :return: float64 seconds relative to the first row, and ``"seconds"`` or ``"datetimes"``.
+    :raises ValueError: naming the first value that does not parse.
+    """
     first = raw[0]
     if _parse_float(first) is not None:
         try:
@@ -194,30 +193,42 @@ def load_trace(  # noqa: C901 -- over 15; issue 19 splits it
         if bad.any():
             k = int(np.argmax(bad))
             raise ValueError(
-                f"{where}: column {ts_col!r} {loc(k)}: cannot parse timestamp {raw[k]!r} "
+                f"{where}: column {ts_col!r} {_loc(lines, k)}: cannot parse timestamp {raw[k]!r} "
                 f"(this column holds seconds, from row 1 {first!r}; expected a finite number)"
             )
-        rel = secs - secs[0]
-        fmt = "seconds"
-    else:
-        try:
-            ns = _parse_datetimes(raw)
-        except ValueError:
-            ns = np.zeros(len(raw), dtype=np.int64)
-            for k, v in enumerate(raw):
-                if _parse_dt(v) is None:
-                    raise ValueError(
-                        f"{where}: column {ts_col!r} {loc(k)}: cannot parse timestamp {v!r}; "
-                        "expected a datetime like '2023-11-16 18:15:46.6805900' (ISO 8601, "
-                        "space or 'T', up to 9 fractional digits) or plain seconds"
-                    ) from None
-        rel = (ns - ns[0]).astype(np.float64) / 1e9
-        fmt = "datetimes"
+        return secs - secs[0], "seconds"
+    try:
+        ns = _parse_datetimes(raw)
+    except ValueError:
+        ns = np.zeros(len(raw), dtype=np.int64)
+        for k, v in enumerate(raw):
+            if _parse_dt(v) is None:
+                raise ValueError(
+                    f"{where}: column {ts_col!r} {_loc(lines, k)}: cannot parse timestamp {v!r}; "
+                    "expected a datetime like '2023-11-16 18:15:46.6805900' (ISO 8601, "
+                    "space or 'T', up to 9 fractional digits) or plain seconds"
+                ) from None
+    return (ns - ns[0]).astype(np.float64) / 1e9, "datetimes"
+
+
+def _check_times(
+    rel: np.ndarray, raw: list[str], fmt: str, where: str, ts_col: str, lines: list[int]
+) -> None:
+    """Refuse decreasing timestamps, and fewer than two distinct ones.
+
+    :param rel: seconds relative to the first row.
+    :param raw: the column values as written, for the messages.
+    :param fmt: ``"seconds"`` or ``"datetimes"``, for the messages.
+    :param where: the file, for the messages.
+    :param ts_col: the column name, for the messages.
+    :param lines: each row's line number, for the messages.
+    :raises ValueError: naming the first row earlier than its predecessor, or the span.
+    """
     dec = np.flatnonzero(np.diff(rel) < 0)
     if dec.size:
         k = int(dec[0]) + 1
         raise ValueError(
-            f"{where}: column {ts_col!r} {loc(k)}: timestamp {raw[k]!r} is earlier than the "
+            f"{where}: column {ts_col!r} {_loc(lines, k)}: timestamp {raw[k]!r} is earlier than the "
             f"previous row's {raw[k - 1]!r}; timestamps must be non-decreasing"
         )
     n = rel.size
@@ -228,29 +239,80 @@ def load_trace(  # noqa: C901 -- over 15; issue 19 splits it
             "needs at least two distinct timestamps to define a rate"
         )
 
-    def tokens(name: str | None) -> np.ndarray | None:
-        if name is None or name not in header:
-            return None
-        vals = col(name)
-        try:
-            arr = np.array(vals, dtype=np.float64)
-        except ValueError:
-            arr = np.array(
-                [_parse_float(v) if _parse_float(v) is not None else np.nan for v in vals]
-            )
-        bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(
-                f"{where}: column {name!r} {loc(k)}: token count {vals[k]!r} is invalid; "
-                "expected an integer >= 0"
-            )
-        out = arr.astype(np.int64)
-        out.setflags(write=False)
-        return out
 
-    prompt = tokens(prompt_col)
-    output = tokens(output_col)
+def _token_column(
+    header: list[str], rows: list[list[str]], lines: list[int], name: str | None, where: str
+) -> np.ndarray | None:
+    """Parse a token-count column into read-only int64 (None when absent or not asked for).
+
+    :param header: the file's header.
+    :param rows: the data rows.
+    :param lines: each row's line number, for the messages.
+    :param name: the column name or None.
+    :param where: the file, for the messages.
+    :return: the counts, or None if ``name`` is None or not in the header.
+    :raises ValueError: naming the first value that is not an integer >= 0.
+    """
+    if name is None or name not in header:
+        return None
+    vals = _column(header, rows, name)
+    try:
+        arr = np.array(vals, dtype=np.float64)
+    except ValueError:
+        arr = np.array(
+            [_parse_float(v) if _parse_float(v) is not None else np.nan for v in vals]
+        )
+    bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ValueError(
+            f"{where}: column {name!r} {_loc(lines, k)}: token count {vals[k]!r} is invalid; "
+            "expected an integer >= 0"
+        )
+    out = arr.astype(np.int64)
+    out.setflags(write=False)
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def load_trace(
+    path: str,
+    mtime_ns: int,
+    size: int,
+    ts_col: str,
+    prompt_col: str | None,
+    output_col: str | None,
+) -> TraceData:
+    """Read and validate a trace CSV (cached on path, modification time and columns).
+
+    Leading lines starting with ``#`` and blank lines are skipped; the first other line
+    is the header.
+
+    :param path: file path.
+    :param mtime_ns: modification time (cache key only).
+    :param size: file size (cache key only).
+    :param ts_col: timestamp column.
+    :param prompt_col: prompt-token column or None.
+    :param output_col: output-token column or None.
+    :return: the parsed trace.
+    :raises ValueError: on any problem, naming the file, column, row and value.
+    """
+    where = f"Trace {path!r}"
+    header, rows, lines = _read_csv(path, where)
+    if ts_col not in header:
+        raise ValueError(
+            f"{where}: timestamp column timestamp_column={ts_col!r} not found; "
+            f"columns found: {header!r}"
+        )
+    if not rows:
+        raise ValueError(f"{where}: the file has a header {header!r} but no data rows")
+    raw = _column(header, rows, ts_col)
+    rel, fmt = _relative_seconds(raw, where, ts_col, lines)
+    _check_times(rel, raw, fmt, where, ts_col, lines)
+    n = rel.size
+    span = float(rel[-1])
+    prompt = _token_column(header, rows, lines, prompt_col, where)
+    output = _token_column(header, rows, lines, output_col, where)
     period = span * n / (n - 1)
     gaps = np.append(np.diff(rel), period / n)
     cv = float(np.std(gaps) / np.mean(gaps))
