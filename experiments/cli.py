@@ -630,7 +630,13 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_roundtrip(args: argparse.Namespace) -> int:
-    """Measure a small model's profile, then compare profile mode with real mode on the same seeds."""
+    """Measure a small model's profile, then compare profile mode with real mode on the same seeds.
+
+    Reports, per env, the speed ratio (model time measured in the real-mode episodes over
+    what the profile predicts for the same calls), the as-measured differences, and the
+    speed-matched ones (the profile scaled by that ratio: the simulator given the
+    machine's speed), each as the median over the cycles.
+    """
     from experiments.roundtrip import run_roundtrip
 
     _check_folder("--out", args.out)
