@@ -72,6 +72,31 @@ class ServingCore(gym.Env):
     ``gymnasium.make``'s wrappers): ``step``, ``action_masks`` and ``render`` before the
     first ``reset`` raise :class:`gymnasium.error.ResetNeeded`, and so does ``step`` after
     the step that returned ``truncated=True``.
+
+    Extension hooks (the last section of this class; an env overrides them and reaches the
+    base behaviour with ``super()``; the rest of the class is the loop and is not overridden)
+
+    * ``_more() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM env adds
+      each arrival's lengths and rejects prompts that cannot fit).
+    * ``_absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
+      index ``j`` (the LLM env also admits the new entries' lengths and integrates KV use).
+    * ``_on_mark()``: snapshot at the summary window's start and end marks (the LLM env adds
+      its token and iteration counters).
+    * ``_in_service_count()`` and ``_rejected_count()``: requests in service, and arrivals
+      rejected before admission, for :meth:`request_counts` (0 and 0 here).
+    * ``_misses()`` and ``_misses_exact(t)``: cumulative SLA misses whose deadline has
+      passed (at an epoch; at any instant); the LLM env counts TTFT and TPOT misses.
+    * ``_summary_done()``: every summary request has completed or been dropped.
+    * ``_serving_summary()``: ``info["serving"]`` at the end of an episode (the LLM env
+      adds token-level figures).
+    * ``_render_text()``, ``_make_view()`` and ``_render_frame(view)``: the frames, called by
+      :meth:`render`.
+
+    Subclasses also call :meth:`_init_env` (or :meth:`_setup_core`) and
+    :meth:`_init_executor` in ``__init__``, :meth:`_reset_core` in ``reset``, and the loop's
+    :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`, :meth:`_admit`,
+    :meth:`_record_completions`, :meth:`_finish_batch` and :meth:`_step_accounting` in
+    ``step``.
     """
 
     #: Why the env cannot step now (``None``: it can). Set until the first ``reset``, and
@@ -163,18 +188,6 @@ class ServingCore(gym.Env):
         self._human.show(frame, self._render_text())
         return None
 
-    def _render_text(self) -> str:
-        """The ``"ansi"`` text (each env its own)."""
-        raise NotImplementedError
-
-    def _make_view(self) -> ServerView:
-        """The env's frame layout (captions of its panels)."""
-        raise NotImplementedError
-
-    def _render_frame(self, view: ServerView) -> np.ndarray:
-        """Draw the current state with ``view`` and return the frame."""
-        raise NotImplementedError
-
     def _init_executor(
         self,
         executor: str,
@@ -230,9 +243,9 @@ class ServingCore(gym.Env):
     def close(self) -> None:
         """Release the executor's resources (a real model, an energy meter) and close the
         ``"human"`` window; idempotent."""
-        close = getattr(getattr(self, "executor", None), "close", None)
-        if close is not None:
-            close()
+        executor = getattr(self, "executor", None)  # None when construction failed before it
+        if executor is not None:
+            executor.close()
         if getattr(self, "_human", None) is not None:
             self._human.close()
         super().close()
@@ -349,27 +362,7 @@ class ServingCore(gym.Env):
             "in_system": self._n_sys,
         }
 
-    def _in_service_count(self) -> int:
-        """Requests in service at an epoch: none for whole-model batches (they complete
-        inside the step that started them); overridden where work stays in flight."""
-        return 0
-
-    def _rejected_count(self) -> int:
-        """Arrivals rejected before admission (LLM prompts that cannot fit); 0 here."""
-        return 0
-
     # -- arrivals -------------------------------------------------------------------------
-    def _more(self) -> bool:
-        """Append the next chunk of arrivals to the buffer; False when the stream ended."""
-        if self._ended:
-            return False
-        times = self._stream.next_chunk().times
-        if len(times) == 0:
-            self._ended = True
-            return False
-        self._buf.extend(times.tolist())
-        return True
-
     def _next_arrival(self) -> float:
         """Time of the next unprocessed arrival (``inf`` when a finite trace ended).
 
@@ -401,47 +394,6 @@ class ServingCore(gym.Env):
             self._absorb(buf[self._mark], self._mark, power_w)
             self._on_mark()
         self._absorb(t_end, j, power_w)
-
-    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
-        i = self._i
-        now = self._now
-        L = self._n_sys * (t_end - now)
-        k = j - i
-        if k:
-            arr = self._arr
-            room = self._cap - (len(arr) - self._ns)
-            adm = k if k <= room else (room if room > 0 else 0)
-            if adm:
-                seg = self._buf[i : i + adm]
-                L += adm * t_end - math.fsum(seg)
-                arr += seg
-                self._n_sys += adm
-            if k > adm:
-                self._drops += k - adm
-            self._i = j
-            self._arrived += k
-        self._L += L
-        self._E += power_w * (t_end - now)
-        self._now = t_end
-
-    def _on_mark(self) -> None:
-        """Snapshot at the instant arrival number ``_mark`` is about to be processed."""
-        if self._window is None:
-            self._window = WindowStart(
-                time_s=self._now,
-                latency_integral_s=self._L,
-                energy_j=self._E,
-                misses=self._misses_exact(self._now),
-                drops=self._drops,
-                entry=len(self._arr),
-                n_batches=self._n_batches,
-                sum_batch=self._sum_b,
-            )
-            self._mark = self._marks[1]
-        else:
-            self._entry_hi = len(self._arr)
-            self._drops_at_end_mark = self._drops
-            self._mark = 1 << 62
 
     def _wait(self) -> None:
         """Idle until the next epoch: the next arrival or relative tick (docs/design.md: Ticks)."""
@@ -513,22 +465,6 @@ class ServingCore(gym.Env):
         self._kd = k
         return k
 
-    def _misses(self) -> int:
-        """Cumulative SLA misses whose deadline has passed by now, valid at any epoch."""
-        k = self._deadline_prefix(self._now)
-        return self._served_missed + (k - self._nk if k > self._nk else 0)
-
-    def _misses_exact(self, t: float) -> int:
-        """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""
-        arr, comp, sla = self._arr, self._comp, self._sla
-        n = 0
-        for idx, a in enumerate(arr):
-            if not t - a > sla:
-                break
-            if idx >= len(comp) or comp[idx] - a > sla:
-                n += 1
-        return n
-
     # -- step accounting ------------------------------------------------------------------
     def _step_accounting(self) -> tuple[float, dict[str, float], float, int]:
         """Reward components since the last epoch.
@@ -549,10 +485,6 @@ class ServingCore(gym.Env):
         elif n > n0:
             self._rate += (n - n0) / self._rate_tau
         return reward, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}, dt, n - n0
-
-    def _summary_done(self) -> bool:
-        """All summary requests have arrived and are completed or dropped."""
-        return self._entry_hi is not None and self._n_done >= self._entry_hi
 
     def _episode_over(self) -> bool:
         """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""
@@ -575,6 +507,93 @@ class ServingCore(gym.Env):
         """Warn once for this episode if its summary hides something (metrics: Warnings)."""
         name = self.spec.id if self.spec is not None else type(self).__name__
         warn_summaries(summary, f"{name} episode ending at t={self._now:.6g} s", stacklevel=4)
+
+    # == extension hooks ==================================================================
+    # The subclass API (ServingCore's docstring: Extension hooks). An env overrides these
+    # and reaches the base behaviour with super(); everything else here is the loop itself.
+
+    def _more(self) -> bool:
+        """Append the next chunk of arrivals to the buffer; False when the stream ended."""
+        if self._ended:
+            return False
+        times = self._stream.next_chunk().times
+        if len(times) == 0:
+            self._ended = True
+            return False
+        self._buf.extend(times.tolist())
+        return True
+
+    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
+        """Move the clock to ``t_end`` at ``power_w`` and process the arrivals before index
+        ``j`` (admitted while there is room, else dropped), integrating latency and energy."""
+        i = self._i
+        now = self._now
+        L = self._n_sys * (t_end - now)
+        k = j - i
+        if k:
+            arr = self._arr
+            room = self._cap - (len(arr) - self._ns)
+            adm = k if k <= room else (room if room > 0 else 0)
+            if adm:
+                seg = self._buf[i : i + adm]
+                L += adm * t_end - math.fsum(seg)
+                arr += seg
+                self._n_sys += adm
+            if k > adm:
+                self._drops += k - adm
+            self._i = j
+            self._arrived += k
+        self._L += L
+        self._E += power_w * (t_end - now)
+        self._now = t_end
+
+    def _on_mark(self) -> None:
+        """Snapshot at the instant arrival number ``_mark`` is about to be processed."""
+        if self._window is None:
+            self._window = WindowStart(
+                time_s=self._now,
+                latency_integral_s=self._L,
+                energy_j=self._E,
+                misses=self._misses_exact(self._now),
+                drops=self._drops,
+                entry=len(self._arr),
+                n_batches=self._n_batches,
+                sum_batch=self._sum_b,
+            )
+            self._mark = self._marks[1]
+        else:
+            self._entry_hi = len(self._arr)
+            self._drops_at_end_mark = self._drops
+            self._mark = 1 << 62
+
+    def _in_service_count(self) -> int:
+        """Requests in service at an epoch: none for whole-model batches (they complete
+        inside the step that started them); overridden where work stays in flight."""
+        return 0
+
+    def _rejected_count(self) -> int:
+        """Arrivals rejected before admission (LLM prompts that cannot fit); 0 here."""
+        return 0
+
+    def _misses(self) -> int:
+        """Cumulative SLA misses whose deadline has passed by now, valid at any epoch."""
+        k = self._deadline_prefix(self._now)
+        return self._served_missed + (k - self._nk if k > self._nk else 0)
+
+    def _misses_exact(self, t: float) -> int:
+        """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""
+        arr, comp, sla = self._arr, self._comp, self._sla
+        n = 0
+        for idx, a in enumerate(arr):
+            if not t - a > sla:
+                break
+            if idx >= len(comp) or comp[idx] - a > sla:
+                n += 1
+        return n
+
+    def _summary_done(self) -> bool:
+        """All summary requests have arrived and are completed or dropped."""
+        return self._entry_hi is not None and self._n_done >= self._entry_hi
 
     def _serving_summary(self) -> dict[str, Any]:
         """The episode summary (``info["serving"]``), from the one metrics recorder; warns
@@ -600,3 +619,15 @@ class ServingCore(gym.Env):
         )
         self._warn_summary(summary)
         return summary
+
+    def _render_text(self) -> str:
+        """The ``"ansi"`` text (each env its own)."""
+        raise NotImplementedError
+
+    def _make_view(self) -> ServerView:
+        """The env's frame layout (captions of its panels)."""
+        raise NotImplementedError
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """Draw the current state with ``view`` and return the frame."""
+        raise NotImplementedError

@@ -21,25 +21,110 @@ builds either from an env's ``executor=`` argument (torch is imported only for
 
 LLM iterations (``LLMBatching-v0``) use :class:`LLMProfileExecutor` or its real twin
 :class:`batch_env.real.llm_torch_executor.LLMTorchExecutor`, built by :func:`make_llm_executor`.
+
+The two interfaces are written down as Protocols, :class:`Executor` (whole-model and
+node-level batches) and :class:`LLMExecutor` (iterations); each executor implements its
+Protocol fully, and ``tests/test_executor_protocol.py`` checks members and signatures. The
+envs call these methods and nothing else.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from .checks import init_arguments
 from .profiles.batch_profile import Profile
 
+if TYPE_CHECKING:
+    from .profiles.llm_profile import LLMProfile
+
 _BLOCK = 4096
 EXECUTORS = ("profile", "torch")
 #: Profile-name prefixes and the model of :mod:`batch_env.real.models` they describe, used
 #: when ``executor="torch"`` is given without ``model=``.
 _MODEL_OF_PROFILE = (("resnet50", "resnet50"), ("bert-base", "bert-base"), ("googlenet", "googlenet"))
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """What ``DynamicBatching-v0`` and ``NodeBatching-v0`` need from an executor.
+
+    Implemented by :class:`ProfileExecutor` and
+    :class:`batch_env.real.torch_executor.TorchExecutor`.
+
+    :ivar energy_source: ``"profile"``, ``"nvml"`` or ``"rapl"``: where energy comes from
+        (reported in every step's ``info``).
+    :ivar node_names: the model's chain of nodes (one name for a one-node profile).
+    :ivar max_batch_size: the largest batch the executor accepts.
+    """
+
+    energy_source: str
+    node_names: tuple[str, ...]
+    max_batch_size: int
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start an episode; service noise, if any, is drawn from ``rng``."""
+
+    def run(self, b: int) -> tuple[float, float]:
+        """Execute a whole-model batch of ``b`` requests: ``(duration_s, energy_j)``."""
+
+    def new_group(self, b: int) -> Any:
+        """A handle for ``b`` requests newly admitted at node 0."""
+
+    def run_node(self, node: int, b: int, group: Any) -> tuple[float, float]:
+        """Run node ``node`` on a group of ``b`` requests: ``(duration_s, energy_j)``."""
+
+    def merge_groups(self, older: Any, newer: Any) -> Any:
+        """The handle of two groups that met at the same node (older first)."""
+
+    def metadata(self) -> dict[str, Any]:
+        """What executed the batches (for ``get_config``)."""
+
+    def close(self) -> None:
+        """Release resources (a model, an energy meter); idempotent."""
+
+
+@runtime_checkable
+class LLMExecutor(Protocol):
+    """What ``LLMBatching-v0`` needs from an executor.
+
+    Implemented by :class:`LLMProfileExecutor` and
+    :class:`batch_env.real.llm_torch_executor.LLMTorchExecutor`.
+
+    :ivar energy_source: ``"profile"``, ``"nvml"`` or ``"rapl"``.
+    :ivar needs_sequences: whether ``prefill`` / ``decode`` / ``release`` need the request
+        ids and lengths (a real KV cache does; the simulated one does not, so the env
+        builds no lists for it).
+    """
+
+    energy_source: str
+    needs_sequences: bool
+
+    def reset(self, rng: np.random.Generator) -> None:
+        """Start an episode (drop every KV cache)."""
+
+    def prefill(
+        self, tokens: int, sq_sum: float, seqs: Sequence[int] | None = None,
+        lengths: Sequence[int] | None = None,
+    ) -> tuple[float, float]:
+        """One prefill iteration of prompts with ``tokens`` in all: ``(duration_s, energy_j)``."""
+
+    def decode(self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None) -> tuple[float, float]:
+        """One decode step of ``batch`` running requests: ``(duration_s, energy_j)``."""
+
+    def release(self, seqs: Sequence[int]) -> None:
+        """Drop the KV caches of finished or preempted requests."""
+
+    def metadata(self) -> dict[str, Any]:
+        """What executed the iterations (for ``get_config``)."""
+
+    def close(self) -> None:
+        """Release resources; idempotent."""
 
 
 def make_executor(
@@ -51,7 +136,7 @@ def make_executor(
     model: str | None = None,
     torch_device: str = "auto",
     options: dict | None = None,
-):
+) -> Executor:
     """Build the executor an env asked for.
 
     :param kind: ``"profile"`` (simulated from the profile) or ``"torch"`` (a real PyTorch
@@ -118,13 +203,13 @@ def _is_profile_kind(kind: str, model: str | None, torch_device: Any, options: d
 
 def make_llm_executor(
     kind: str,
-    profile,
+    profile: LLMProfile,
     max_num_seqs: int,
     max_model_len: int,
     model: str | None = None,
     torch_device: str = "auto",
     options: dict | None = None,
-):
+) -> LLMExecutor:
     """Build the executor ``LLMBatching-v0`` asked for.
 
     :param kind: ``"profile"`` (iteration times from the LLM profile) or ``"torch"`` (a real
@@ -253,6 +338,14 @@ class ProfileExecutor:
         """Handle of two groups merged at a node (the profile executor keeps none)."""
         return None
 
+    def metadata(self) -> dict[str, Any]:
+        """What executed the batches (for ``get_config``)."""
+        return {"executor": "profile", "profile": self.profile.name, "service": self.service,
+                "service_cv": self.cv}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def run_node(self, node: int, b: int, group: None = None) -> tuple[float, float]:
         """Execute node ``node`` for a group of ``b`` requests.
 
@@ -288,31 +381,34 @@ class LLMProfileExecutor:
     energy_source = "profile"
     needs_sequences = False
 
-    def __init__(self, profile) -> None:
+    def __init__(self, profile: LLMProfile) -> None:
         """:param profile: a :class:`batch_env.llm_profile.LLMProfile`."""
         self.profile = profile
 
     def reset(self, rng: np.random.Generator) -> None:
         """Start an episode (no randomness: iteration times are deterministic)."""
 
-    def prefill(self, tokens: int, sq_sum: float, seqs=None, lengths=None) -> tuple[float, float]:
+    def prefill(
+        self, tokens: int, sq_sum: float, seqs: Sequence[int] | None = None,
+        lengths: Sequence[int] | None = None,
+    ) -> tuple[float, float]:
         """One prefill iteration of prompts with ``tokens`` in all (``sq_sum`` = sum p^2);
         ``seqs`` and ``lengths`` (the requests and their token counts) are ignored."""
         p = self.profile
         d = p.prefill_time_s(tokens, sq_sum)
         return d, d * p.prefill_power_w(tokens)
 
-    def decode(self, batch: int, context_tokens: int, seqs=None) -> tuple[float, float]:
+    def decode(self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None) -> tuple[float, float]:
         """One decode step of ``batch`` requests whose KV contexts hold ``context_tokens``;
         ``seqs`` (the running requests) is ignored."""
         p = self.profile
         d = p.decode_time_s(batch, context_tokens)
         return d, d * p.decode_power_w(batch)
 
-    def release(self, seqs) -> None:
+    def release(self, seqs: Sequence[int]) -> None:
         """Nothing to release (no cache is kept)."""
 
-    def metadata(self) -> dict:
+    def metadata(self) -> dict[str, Any]:
         """What executed the iterations (for ``get_config``)."""
         return {"executor": "profile", "profile": self.profile.name}
 

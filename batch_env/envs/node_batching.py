@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -29,6 +30,21 @@ OBS_FEATURES: tuple[str, ...] = (
     "oldest_in_flight_slack_over_sla",
 )
 _CLIP = 100.0
+
+
+@dataclass(slots=True)
+class Group:
+    """Requests admitted together that move through the node chain as one batch.
+
+    :ivar node: the next node to run (``0`` .. ``n_nodes - 1``).
+    :ivar size: the number of requests in the group.
+    :ivar handle: the executor's handle for the group (``None`` for the profile executor;
+        the activations for the torch executor), from ``new_group`` / ``merge_groups``.
+    """
+
+    node: int
+    size: int
+    handle: Any
 
 
 class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
@@ -182,7 +198,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         high[0] = config.queue_capacity / B
         high[[1, 2, 10, 11]] = _CLIP
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
-        self._groups: list[list[Any]] = []  # [node, size, handle], oldest (most advanced) first
+        self._groups: list[Group] = []  # oldest (most advanced) first
         self._last_node = -1
         self._last_size = 0
         self._last_lat = 0.0
@@ -196,12 +212,12 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         out = []
         for g in self._groups:
             out.append(now - arr[i])
-            i += g[1]
+            i += g.size
         return out
 
     def _in_service_count(self) -> int:
         """Requests in the groups in flight."""
-        return sum(g[1] for g in self._groups)
+        return sum(g.size for g in self._groups)
 
     def _kmax(self) -> int:
         q = len(self._arr) - self._ns
@@ -216,7 +232,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         G = len(self._groups)
         if G >= 2:
             m[B + 1 : B + 2 + kmax] = True
-        elif G == 1 and self._groups[-1][0] != 0:
+        elif G == 1 and self._groups[-1].node != 0:
             m[B + 2 : B + 2 + kmax] = True  # k >= 1 starts a second group
         return m
 
@@ -241,13 +257,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         if groups:
             least, most = groups[-1], groups[0]
             obs[5] = len(groups) / self._max_groups
-            obs[6] = least[0] / N
-            obs[7] = least[1] / B
-            obs[8] = most[0] / N
-            obs[9] = most[1] / B
+            obs[6] = least.node / N
+            obs[7] = least.size / B
+            obs[8] = most.node / N
+            obs[9] = most.size / B
             age = self._now - self._arr[self._nk]
             obs[10] = min(age / sla, _CLIP)
-            slack = (sla - age - self._rem[most[1]][most[0]]) / sla
+            slack = (sla - age - self._rem[most.size][most.node]) / sla
             obs[11] = min(max(slack, -_CLIP), _CLIP)
         return obs
 
@@ -262,7 +278,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "in_flight": self._ns - self._nk,
             # (next node, size, oldest request's age in s), least-advanced group first
             "groups": tuple(
-                (g[0], g[1], w) for g, w in zip(reversed(self._groups), reversed(waits), strict=True)
+                (g.node, g.size, w) for g, w in zip(reversed(self._groups), reversed(waits), strict=True)
             ),
             "last_node": self._last_node,
             "last_batch_size": self._last_size,
@@ -279,32 +295,32 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._admit(k)
         handle = self.executor.new_group(k)
         groups = self._groups
-        if groups and groups[-1][0] == 0:
+        if groups and groups[-1].node == 0:
             g = groups[-1]
-            g[1] += k
-            g[2] = self.executor.merge_groups(g[2], handle)
+            g.size += k
+            g.handle = self.executor.merge_groups(g.handle, handle)
         else:
-            groups.append([0, k, handle])
+            groups.append(Group(0, k, handle))
 
     def _run_node(self, i: int) -> None:
         """Run the next node of group ``i`` (0 = oldest) to completion."""
         groups = self._groups
         g = groups[i]
-        node, size = g[0], g[1]
-        d, e = self.executor.run_node(node, size, g[2])
+        node, size = g.node, g.size
+        d, e = self.executor.run_node(node, size, g.handle)
         self._advance(self._now + d, e / d if d > 0.0 else 0.0)
         self._n_batches += 1
         self._sum_b += size
         self._last_node, self._last_size, self._last_lat = node, size, d
-        g[0] = node + 1
-        if g[0] == self._N:  # only the oldest group can finish
+        g.node = node + 1
+        if g.node == self._N:  # only the oldest group can finish
             self._record_completions(size, self._now)
             self._finish_batch(size)
             del groups[i]
-        elif i > 0 and groups[i - 1][0] == g[0]:  # caught up with the group ahead: merge
+        elif i > 0 and groups[i - 1].node == g.node:  # caught up with the group ahead: merge
             ahead = groups[i - 1]
-            ahead[1] += size
-            ahead[2] = self.executor.merge_groups(ahead[2], g[2])
+            ahead.size += size
+            ahead.handle = self.executor.merge_groups(ahead.handle, g.handle)
             del groups[i]
 
     def _forced_moves(self) -> None:
@@ -379,7 +395,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Text view of the queue and the groups in flight (``render_mode="ansi"``)."""
         q = len(self._arr) - self._ns
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
-        groups = " ".join(f"{g[1]}@{g[0]}" for g in self._groups) or "-"
+        groups = " ".join(f"{g.size}@{g.node}" for g in self._groups) or "-"
         return (
             f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] groups(size@node)={groups}"
             f"  last node={self._last_node} x{self._last_size}  dropped={self._drops}"
@@ -398,8 +414,8 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         q = len(arr) - ns
         waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
         groups = self._groups
-        positions = np.array([g[0] for g in groups], dtype=np.intp)
-        sizes = np.array([g[1] for g in groups], dtype=np.float64)
+        positions = np.array([g.node for g in groups], dtype=np.intp)
+        sizes = np.array([g.size for g in groups], dtype=np.float64)
         ages = np.array(self._group_waits(), dtype=np.float64) / sla
         last = f"LAST NODE {self._last_node} X{self._last_size}" if self._last_size else "LAST STEP: WAIT"
         view.timeline.sync(arr, self._comp, B, sla)
