@@ -20,11 +20,21 @@ Defaults (and why):
 * ``max_batch_size`` 32, ``queue_capacity`` 2000, ``horizon_requests`` 2000.
 * ``horizon_s``: ``None`` means 10 x (warm-up + horizon requests) / mean arrival rate, a
   generous multiple that still ends an always-wait episode.
+* Profile and workload: :data:`DEFAULT_PROFILE` and :data:`DEFAULT_WORKLOAD` (Poisson at
+  load 0.6); for ``LLMBatching-v0``, :data:`LLM_DEFAULT_PROFILE` and
+  :data:`LLM_DEFAULT_WORKLOAD` (Poisson at 2 requests/s).
+
+One source of defaults: the dataclasses here and these constants hold them. The env
+constructors repeat them as literals (so ``help(env)`` and an IDE show numbers), the CLI's
+help text is built from them, and ``tests/test_defaults.py`` checks that the signatures,
+the CLI and the sweep table agree with them.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from types import MappingProxyType
 from typing import Any
 
 # re-exported: the validation helpers lived here before batch_env.checks
@@ -45,6 +55,28 @@ MAX_BATCH_LIMIT = 1 << 17
 #: still does for the first 100 days of simulated time (float64 seconds); a shorter one
 #: would round ``now + tick`` back to ``now`` much sooner.
 MIN_TICK_MS = 1e-6
+
+#: The profile of ``DynamicBatching-v0`` and ``NodeBatching-v0`` when none is given.
+DEFAULT_PROFILE = "resnet50-v100"
+#: Their workload when none is given: Poisson arrivals at 0.6 of the profile's max throughput.
+DEFAULT_WORKLOAD: Mapping[str, Any] = MappingProxyType({"kind": "poisson", "load": 0.6})
+#: The profile of ``LLMBatching-v0`` when none is given.
+LLM_DEFAULT_PROFILE = "llama-2-7b-a100"
+#: Its workload when none is given: Poisson arrivals at 2 requests per second.
+LLM_DEFAULT_WORKLOAD: Mapping[str, Any] = MappingProxyType({"kind": "poisson", "rate_per_s": 2.0})
+
+
+def field_default(cls: type, name: str) -> Any:
+    """The default of field ``name`` of config dataclass ``cls`` (a factory's value for
+    ``reward_weights``); ``KeyError`` if there is no such field or it has no default."""
+    for f in fields(cls):
+        if f.name == name:
+            if f.default is not MISSING:
+                return f.default
+            if f.default_factory is not MISSING:
+                return f.default_factory()
+            break
+    raise KeyError(f"{cls.__name__} has no default for {name!r}")
 
 
 @dataclass(frozen=True)

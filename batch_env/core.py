@@ -50,7 +50,7 @@ import numpy as np
 from gymnasium.error import ResetNeeded
 
 from .checks import ArgumentError, init_arguments
-from .config import ServingConfig
+from .config import DEFAULT_WORKLOAD, ServingConfig
 from .metrics import WindowStart, summarize, warn_summaries
 from .profiles.batch_profile import Profile
 from .profiles.batch_profile import load as load_profile
@@ -140,7 +140,7 @@ class ServingCore(gym.Env):
         prof.check_max_batch_size(config.max_batch_size)
         self.max_throughput_rps = prof.max_throughput_rps(config.max_batch_size)
         if workload is None:
-            workload = {"kind": "poisson", "load": 0.6}
+            workload = dict(DEFAULT_WORKLOAD)
         wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
         self._setup_core(prof, wl, config)
         self.load = self.mean_rate_per_s / self.max_throughput_rps

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from batch_env.config import DEFAULT_PROFILE, DEFAULT_WORKLOAD, ServingConfig, field_default
 from batch_env.metrics import HEADLINE_KEYS
 from experiments.strict_json import dumps
 
@@ -117,7 +118,14 @@ _ENV_OPTION_HINTS = {
     "--decision-interval-ms": "the LLM env decides at every iteration boundary",
 }
 #: the DynamicBatching-v0 / NodeBatching-v0 defaults of the options that have one here
-_ENV_DEFAULTS = {"profile": "resnet50-v100", "load": 0.6, "max_batch_size": 32}
+#: (from batch_env.config, the one source of defaults)
+_ENV_DEFAULTS = {"profile": DEFAULT_PROFILE, "load": DEFAULT_WORKLOAD["load"],
+                 "max_batch_size": field_default(ServingConfig, "max_batch_size")}
+
+
+def _default(name: str) -> str:
+    """``"default <value>"`` for a ServingConfig field, as the help text shows it."""
+    return f"default {field_default(ServingConfig, name):g}"
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -163,20 +171,21 @@ def _add_env_args(p: argparse.ArgumentParser) -> None:
     from batch_env.profiles.batch_profile import available
 
     p.add_argument("--profile", default=None,
-                   help=f"profile name or JSON path (default resnet50-v100; the LLM env: its own); shipped: "
+                   help=f"profile name or JSON path (default {DEFAULT_PROFILE}; the LLM env: its own); shipped: "
                         f"{', '.join(available())}")
     p.add_argument("--load", type=_positive, default=None,
-                   help="Poisson load rho = rate / max throughput (default 0.6; not with --workload)")
+                   help=f"Poisson load rho = rate / max throughput (default {DEFAULT_WORKLOAD['load']:g}; "
+                        "not with --workload)")
     p.add_argument("--workload", default=None, help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], "
                                                     "switch_rates_per_s: [2, 2]}' (not with --load)")
-    p.add_argument("--max-batch-size", type=int, default=None, help="largest batch (default 32)")
-    p.add_argument("--sla-ms", type=float, default=None, help="latency SLA in ms (default 15)")
-    p.add_argument("--horizon-requests", type=int, default=None, help="summary requests per episode (default 2000)")
+    p.add_argument("--max-batch-size", type=int, default=None, help=f"largest batch ({_default('max_batch_size')})")
+    p.add_argument("--sla-ms", type=float, default=None, help=f"latency SLA in ms ({_default('sla_ms')})")
+    p.add_argument("--horizon-requests", type=int, default=None, help=f"summary requests per episode ({_default('horizon_requests')})")
     p.add_argument("--decision-interval-ms", type=float, default=None, help="relative tick interval (default: ticks off)")
-    p.add_argument("--service", choices=["deterministic", "lognormal"], default=None, help="service-time law")
+    p.add_argument("--service", choices=["deterministic", "lognormal"], default=None, help=f"service-time law (default {field_default(ServingConfig, 'service')})")
     p.add_argument("--service-cv", type=float, default=None, help="coefficient of variation of lognormal service")
-    p.add_argument("--queue-capacity", type=int, default=None, help="waiting requests admitted (default 2000)")
-    p.add_argument("--warmup-requests", type=int, default=None, help="arrivals before the summary requests (default 0)")
+    p.add_argument("--queue-capacity", type=int, default=None, help=f"waiting requests admitted ({_default('queue_capacity')})")
+    p.add_argument("--warmup-requests", type=int, default=None, help=f"arrivals before the summary requests ({_default('warmup_requests')})")
     p.add_argument("--reward-weights", default=None, help="weights mapping, e.g. '{energy: 0.1}'")
     p.add_argument("--episodes", type=_count(1), default=5, help="seeded episodes (default 5)")
     p.add_argument("--seed", type=_count(0), default=0, help="first episode seed (default 0)")
