@@ -269,10 +269,12 @@ class LLMConfig:
         )
         check_number("max_num_seqs", self.max_num_seqs, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("max_model_len", self.max_model_len, low=2, integer=True)
-        if self.max_num_batched_tokens is None:
-            object.__setattr__(self, "max_num_batched_tokens", max(int(self.max_model_len), 2048))
-        check_number("max_num_batched_tokens", self.max_num_batched_tokens, low=1, integer=True)
-        if self.max_num_batched_tokens < self.max_model_len:
+        tokens = self.max_num_batched_tokens
+        if tokens is None:
+            tokens = max(int(self.max_model_len), 2048)
+            object.__setattr__(self, "max_num_batched_tokens", tokens)
+        check_number("max_num_batched_tokens", tokens, low=1, integer=True)
+        if tokens < self.max_model_len:
             raise ValueError(
                 f"max_num_batched_tokens={self.max_num_batched_tokens!r} is out of range: it must be "
                 f">= max_model_len={self.max_model_len} (no chunked prefill: the longest prompt "
@@ -330,6 +332,6 @@ class LLMConfig:
         """Plain, JSON-friendly dict of the configuration."""
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["reward_weights"] = self.reward_weights.to_dict()
-        d["grid"] = list(self.grid)
+        d["grid"] = None if self.grid is None else list(self.grid)
         d["lengths"] = None if self.lengths is None else self.lengths.to_dict()
         return d

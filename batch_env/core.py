@@ -102,15 +102,18 @@ class ServingCore(gym.Env):
     #: Why the env cannot step now (``None``: it can). Set until the first ``reset``, and
     #: again by the step that ends an episode; ``reset`` clears it.
     _needs_reset: str | None = _BEFORE_RESET
+    #: Every env's actions are integers (``Discrete``), which :meth:`_coerce_action` checks.
+    action_space: gym.spaces.Discrete
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
         """Refuse unknown keyword arguments, listing the allowed ones (Python's own
         ``TypeError`` names only the first bad key)."""
-        unknown = sorted(set(kwargs) - init_arguments(cls))
+        env_cls: type = cls
+        unknown = sorted(set(kwargs) - init_arguments(env_cls))
         if unknown:
             raise ArgumentError(
                 f"{cls.__name__}: unknown argument(s) {unknown}: allowed arguments are "
-                f"{sorted(init_arguments(cls))}"
+                f"{sorted(init_arguments(env_cls))}"
             )
         return super().__new__(cls)
 
@@ -203,7 +206,7 @@ class ServingCore(gym.Env):
             executor, self.profile, cfg.max_batch_size, cfg.service, cfg.service_cv,
             model=model, torch_device=torch_device, options=executor_options,
         )
-        self._executor_spec = {"executor": executor}
+        self._executor_spec: dict[str, Any] = {"executor": executor}
         if executor != "profile":
             self._executor_spec.update(
                 model=model, torch_device=torch_device, executor_options=dict(executor_options or {}),
@@ -226,12 +229,12 @@ class ServingCore(gym.Env):
         """An integer action in the action space, or ``ValueError`` naming the value."""
         high = int(self.action_space.n) - 1
         try:
-            a = np.asarray(action)
-            if a.shape != () or a.dtype.kind not in "iub" and not (
-                a.dtype.kind == "f" and math.isfinite(float(a)) and float(a).is_integer()
+            arr = np.asarray(action)
+            if arr.shape != () or arr.dtype.kind not in "iub" and not (
+                arr.dtype.kind == "f" and math.isfinite(float(arr)) and float(arr).is_integer()
             ):
                 raise TypeError
-            a = int(a)
+            a = int(arr)
         except (TypeError, ValueError):
             raise ValueError(
                 f"action={action!r} is invalid: expected an integer in 0..{high}"
@@ -246,8 +249,9 @@ class ServingCore(gym.Env):
         executor = getattr(self, "executor", None)  # None when construction failed before it
         if executor is not None:
             executor.close()
-        if getattr(self, "_human", None) is not None:
-            self._human.close()
+        human = getattr(self, "_human", None)
+        if human is not None:
+            human.close()
         super().close()
 
     def get_config(self) -> dict[str, Any]:

@@ -311,7 +311,10 @@ class ProfileExecutor:
 
     def _refill(self) -> None:
         s = self._sigma
-        z = self._rng.standard_normal(_BLOCK)
+        rng = self._rng
+        if rng is None:
+            raise RuntimeError("ProfileExecutor: call reset(rng) before running batches")
+        z = rng.standard_normal(_BLOCK)
         # multiplicative factor with mean exactly 1: exp(s z - s^2 / 2)
         self._factors = np.exp(s * z - 0.5 * s * s).tolist()
         self._k = 0

@@ -418,10 +418,12 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         sizes = np.array([g.size for g in groups], dtype=np.float64)
         ages = np.array(self._group_waits(), dtype=np.float64) / sla
         last = f"LAST NODE {self._last_node} X{self._last_size}" if self._last_size else "LAST STEP: WAIT"
-        view.timeline.sync(arr, self._comp, B, sla)
+        timeline = view.timeline
+        assert isinstance(timeline, CompletionTimeline)  # _make_view's
+        timeline.sync(arr, self._comp, B, sla)
         header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
         return view.frame(header, waits, q, self._cap, groups_panel(positions, sizes, ages, self._N, B, last),
-                          view.timeline)
+                          timeline)
 
     def get_config(self) -> dict[str, Any]:
         """The env's resolved configuration, with the node chain's names."""
