@@ -63,7 +63,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -74,6 +74,9 @@ from scipy.stats import poisson
 
 from batch_env.checks import check_number
 from batch_env.workload import Poisson
+
+if TYPE_CHECKING:
+    from batch_env.envs.dynamic_batching import DynamicBatchingEnv
 
 _TAIL = 1e-15
 _GH_NODES = 96
@@ -162,7 +165,7 @@ class SMDPProblem:
             Poisson workloads).
         :param overrides: any field of :class:`SMDPProblem` (e.g. ``max_states``).
         """
-        core = env.unwrapped
+        core = cast("DynamicBatchingEnv", env.unwrapped)
         cfg = core.config
         ex = core.executor
         w = cfg.reward_weights
@@ -185,7 +188,7 @@ class SMDPProblem:
 
 def is_exact_for(env: gym.Env) -> bool:
     """Whether the env is in docs/design.md's SMDP-exact subset (Poisson, ``w_sla = 0``)."""
-    core = env.unwrapped
+    core = cast("DynamicBatchingEnv", env.unwrapped)
     return isinstance(core.workload, Poisson) and core.config.reward_weights.sla == 0.0
 
 
@@ -588,7 +591,7 @@ class AdaptiveSMDPPolicy:
         env = _env_of(env, "smdp-adaptive")
         check_number("bucket_ratio", bucket_ratio, low=1.0, low_inclusive=False)
         check_number("min_load", min_load, low=0.0, low_inclusive=False)
-        self._env = env.unwrapped
+        self._env = cast("DynamicBatchingEnv", env.unwrapped)
         self._mu = float(self._env.max_throughput_rps)
         self._log_ratio = math.log(bucket_ratio)
         self._max_states = max_states

@@ -29,7 +29,7 @@ __all__ = [
 
 
 @functools.cache
-def init_arguments(cls: type) -> frozenset[str]:
+def init_arguments(cls: type[Any]) -> frozenset[str]:
     """The keyword arguments ``cls.__init__`` takes (for messages listing what is allowed)."""
     return frozenset(p for p in inspect.signature(cls.__init__).parameters if p != "self")
 

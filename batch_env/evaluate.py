@@ -44,7 +44,7 @@ class Policy(Protocol):
         """Choose an action from the observation and the info dict."""
 
 
-def ci95_half_width(values: Sequence[float]) -> float:
+def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
     """Half-width of the Student-t 95% confidence interval of the mean.
 
     :param values: independent observations (NaNs are ignored).
@@ -153,7 +153,9 @@ def evaluate(
     if not isinstance(n_episodes, int) or n_episodes < 1:
         raise ValueError(f"n_episodes={n_episodes!r} is invalid: expected an integer >= 1")
     if max_steps is None:
-        from . import MAX_EPISODE_STEPS as max_steps
+        from . import MAX_EPISODE_STEPS
+
+        max_steps = MAX_EPISODE_STEPS
     check_number("max_steps", max_steps, low=1, integer=True)
     if isinstance(env, str):
         env = gym.make(env, **(env_kwargs or {}))

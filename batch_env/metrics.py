@@ -299,7 +299,8 @@ def summarize(
     arr = np.asarray(arrivals[lo:hi], dtype=np.float64)
     lat = comp - arr
     stats = latency_stats(lat[None, :], np.array([lat.size]), sla_s)
-    one = WindowStart(*([v] for v in astuple(window)))
+    # a WindowStart of one-element columns (summaries_from_totals takes per-episode sequences)
+    one = WindowStart(*([v] for v in astuple(window)))  # type: ignore[arg-type]
     return summaries_from_totals(
         stats, window=one, n_entries=[entry_hi - lo], drops_summary=[drops_summary],
         now_s=[now_s], latency_integral_s=[latency_integral_s], energy_j=[energy_j],

@@ -182,7 +182,7 @@ class Canvas:
     ``[x0, x1) x [y0, y1)``; everything is clipped to the image.
     """
 
-    def __init__(self, height: int = HEIGHT, width: int = WIDTH, background: Sequence[int] = BACKGROUND) -> None:
+    def __init__(self, height: int = HEIGHT, width: int = WIDTH, background: Sequence[int] | np.ndarray = BACKGROUND) -> None:
         """:param height: rows.  :param width: columns.  :param background: RGB of the empty image."""
         if not (isinstance(height, int) and isinstance(width, int) and height >= 1 and width >= 1):
             raise ValueError(
@@ -227,14 +227,14 @@ class Canvas:
         region = self._bytes(x0, y0, x1, y1)
         region[...] = self._row(color)[: region.shape[1]]
 
-    def outline(self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int]) -> None:
+    def outline(self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int] | np.ndarray) -> None:
         """Draw the one-pixel border of the rectangle ``[x0, x1) x [y0, y1)``."""
         self.fill(x0, y0, x1, y0 + 1, color)
         self.fill(x0, y1 - 1, x1, y1, color)
         self.fill(x0, y0, x0 + 1, y1, color)
         self.fill(x1 - 1, y0, x1, y1, color)
 
-    def text(self, x: int, y: int, s: str, color: Sequence[int] = TEXT, scale: int = 1) -> int:
+    def text(self, x: int, y: int, s: str, color: Sequence[int] | np.ndarray = TEXT, scale: int = 1) -> int:
         """Write ``s`` (3x5 glyphs, ``scale`` pixels per dot) with its top-left at ``(x, y)``.
 
         Lower case is drawn as upper case; characters without a glyph are blank; text
@@ -254,7 +254,7 @@ class Canvas:
 
     def columns(
         self, x0: int, y_bottom: int, height: int, fractions: np.ndarray, colors: np.ndarray | Sequence[int],
-        width: int = 3, gap: int = 1, back: Sequence[int] = PANEL,
+        width: int = 3, gap: int = 1, back: Sequence[int] | np.ndarray = PANEL,
     ) -> int:
         """Vertical bars from the baseline ``y_bottom`` up, one per value, left to right,
         on a plain ``back`` ground: the whole bar area (``height`` rows, from ``x0`` to
@@ -303,8 +303,8 @@ class Canvas:
         return end
 
     def gauge(
-        self, x0: int, y0: int, x1: int, y1: int, fraction: float, color: Sequence[int],
-        back: Sequence[int] = GRID,
+        self, x0: int, y0: int, x1: int, y1: int, fraction: float, color: Sequence[int] | np.ndarray,
+        back: Sequence[int] | np.ndarray = GRID,
     ) -> None:
         """A horizontal gauge: ``[x0, x1) x [y0, y1)`` filled from the left to ``fraction``."""
         self.fill(x0, y0, x1, y1, back)

@@ -16,6 +16,7 @@ and ``numpy/random/src/pcg64``), which NumPy's reproducibility policy keeps fixe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ def _mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return r ^ (r >> _S16)
 
 
-def pcg64_states(seeds: list[int], spawn: int) -> list[dict[str, Any]]:
+def pcg64_states(seeds: list[int], spawn: int) -> list[Mapping[str, Any]]:
     """``PCG64(SeedSequence(seed, spawn_key=(spawn,))).state`` for every seed, at once.
 
     NumPy's SeedSequence (entropy mixing, then ``generate_state(4, uint64)``) and PCG64's
@@ -80,7 +81,7 @@ def pcg64_states(seeds: list[int], spawn: int) -> list[dict[str, Any]]:
     words ^= words >> _S16
     w = words.astype(np.uint64)
     w64 = (w[0::2] | (w[1::2] << np.uint64(32))).T.tolist()  # little-endian pairs
-    out = []
+    out: list[Mapping[str, Any]] = []
     for (a, b, c, d), sd, ok in zip(w64, seeds, fast, strict=True):
         if not ok:
             out.append(np.random.PCG64(np.random.SeedSequence(sd, spawn_key=(spawn,))).state)

@@ -44,7 +44,7 @@ envs); the twins also answer ``call("action_masks")`` themselves, and the per-st
 from __future__ import annotations
 
 import math
-from typing import Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -54,6 +54,9 @@ from gymnasium.vector.utils import batch_space
 
 from .checks import check_number
 from .config import ServingConfig
+
+if TYPE_CHECKING:
+    from .core import ServingCore
 
 
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -119,10 +122,15 @@ class BinaryAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     :param serve_full: serve a full batch whenever one waits, whatever the action.
     """
 
+    if TYPE_CHECKING:  # for type checkers only: the env under the wrappers is a batch_env env
+
+        @property
+        def unwrapped(self) -> ServingCore: ...
+
     def __init__(self, env: gym.Env, serve_full: bool = True) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, serve_full=serve_full)
         gym.ActionWrapper.__init__(self, env)
-        self._B = int(env.unwrapped.config.max_batch_size)
+        self._B = int(cast("ServingCore", env.unwrapped).config.max_batch_size)
         self.serve_full = bool(serve_full)
         self.action_space = spaces.Discrete(2)
 
@@ -149,10 +157,10 @@ class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env) -> None:
         gym.utils.RecordConstructorArgs.__init__(self)
         gym.ObservationWrapper.__init__(self, env)
-        core = env.unwrapped
+        core = cast("ServingCore", env.unwrapped)
         self._B = int(core.config.max_batch_size)
         self._log_cap = math.log1p(core.config.queue_capacity)
-        base = env.observation_space
+        base = cast(spaces.Box, env.observation_space)
         low = np.concatenate([base.low, np.zeros(2, dtype=np.float32)])
         high = np.concatenate([base.high, np.ones(2, dtype=np.float32)])
         self.observation_space = spaces.Box(low, high, dtype=np.float32)
@@ -205,8 +213,8 @@ def vector_action_masks(env: VectorEnv) -> np.ndarray:
     """
     e: Any = env
     while isinstance(e, VectorWrapper):
-        if _defines(e, "action_masks"):
-            return np.asarray(e.action_masks(), dtype=bool)
+        if _defines(e, "action_masks"):  # its class defines action_masks (VectorWrapper does not)
+            return np.asarray(e.action_masks(), dtype=bool)  # type: ignore[attr-defined]
         e = e.env
     if hasattr(e, "action_masks"):
         return np.asarray(e.action_masks(), dtype=bool)
@@ -311,7 +319,7 @@ class VectorQueueFeatures(_BatchingVectorWrapper):
         config = vector_config(env)
         self._B = int(config.max_batch_size)
         self._log_cap = math.log1p(config.queue_capacity)
-        base = env.single_observation_space
+        base = cast(spaces.Box, env.single_observation_space)
         low = np.concatenate([base.low, np.zeros(2, dtype=np.float32)])
         high = np.concatenate([base.high, np.ones(2, dtype=np.float32)])
         self.single_observation_space = spaces.Box(low, high, dtype=np.float32)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -311,7 +311,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
         b = self._last_b
         batch = (self._comp[ns - 1] - np.array(arr[ns - b : ns])) / sla if b else np.empty(0)
-        view.timeline.sync(arr, self._comp, B, sla)
+        # _make_view gave this view a CompletionTimeline (ServerView.timeline is a Timeline)
+        cast(CompletionTimeline, view.timeline).sync(arr, self._comp, B, sla)
         header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
         return view.frame(header, waits, q, self._cap, batch_panel(batch, b, B, self._last_lat, sla),
                           view.timeline)

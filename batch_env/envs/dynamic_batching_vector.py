@@ -7,7 +7,7 @@ identical to the scalar env (:mod:`.dynamic_batching`) and what agrees in distri
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -178,6 +178,32 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
+    # Per-lane state that a reset zeroes: each name is a row of _zero_i (int64) or _zero_f
+    # (float64), bound with setattr in _alloc_state from _ZERO_INT and _ZERO_FLOAT. These
+    # declarations only tell type checkers about them (keep them in step with the tuples).
+    _served: np.ndarray
+    _admitted: np.ndarray
+    _late_end: np.ndarray
+    _offset: np.ndarray
+    _drops: np.ndarray
+    _served_missed: np.ndarray
+    _n_batches: np.ndarray
+    _batch_sum: np.ndarray
+    _arrived: np.ndarray
+    _last_batch: np.ndarray
+    _steps: np.ndarray
+    _step_misses: np.ndarray
+    _win_misses: np.ndarray
+    _win_drops: np.ndarray
+    _win_entry: np.ndarray
+    _win_n_batches: np.ndarray
+    _win_batch_sum: np.ndarray
+    _n_logged: np.ndarray
+    _lat_pos: np.ndarray
+    _latency_integral: np.ndarray
+    _last_latency: np.ndarray
+    _win_latency_integral: np.ndarray
+
     def __init__(
         self,
         num_envs: int = 1,
@@ -303,7 +329,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._step_latency_integral, self._step_energy, self._step_time = (z(np.float64) for _ in range(3))
         self._step_drops, self._step_arrived = z(np.int64), z(np.int64)
         # summary window (per lane): started?, snapshot, end mark
-        self._in_window = z(bool)
+        self._in_window: np.ndarray = z(bool)
         self._win_time, self._win_energy = z(np.float64), z(np.float64)
         self._win_end_entry, self._win_end_drops = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
         self._next_mark = z(np.int64)
@@ -538,7 +564,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         scalar env's."""
         lanes = [n for n in dict.fromkeys(self._behind) if self._ahead[n] is None]
         self._behind = []
-        seeds = [int(self._lane_rngs[n].integers(0, 2**63 - 1)) for n in lanes]
+        # every lane in _behind was reset, which set its generator (never None here)
+        seeds = [int(self._lane_rngs[n].integers(0, 2**63 - 1)) for n in lanes]  # type: ignore[union-attr]
         for n, state in zip(lanes, self._seed_states(seeds), strict=True):
             self._ahead[n] = state
 
@@ -587,7 +614,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         stats = latency_stats(scratch, np.array(n_lat), self._sla, overwrite=True)
         windows, n_entries, drops_summary, in_system, arrived, completed = zip(*rows, strict=True)
         out = summaries_from_totals(
-            stats, window=WindowStart(*zip(*windows, strict=True)), n_entries=n_entries,
+            # a WindowStart of per-lane columns (summaries_from_totals takes sequences)
+            stats, window=WindowStart(*zip(*windows, strict=True)), n_entries=n_entries,  # type: ignore[arg-type]
             drops_summary=drops_summary, now_s=st["_now"], latency_integral_s=st["_latency_integral"],
             energy_j=st["_energy"], misses=st["_step_misses"], drops=st["_drops"], n_batches=st["_n_batches"],
             sum_batch=st["_batch_sum"], in_system=in_system, weights=self._weights,
@@ -919,8 +947,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             seeds: list[int | None] = [int(seed) + n for n in range(N)]
         elif seed is None:
             seeds = [None] * N
-        else:
-            seeds = list(seed)
+        else:  # a list (a bool seed also lands here, and list() rejects it)
+            seeds = list(cast("list[int | None]", seed))
             if len(seeds) != N:
                 raise ValueError(f"seed has {len(seeds)} entries: expected one per lane ({N})")
         mask = np.ones(N, dtype=bool)

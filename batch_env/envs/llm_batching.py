@@ -8,7 +8,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import replace
 from itertools import islice
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -22,6 +22,9 @@ from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
 from ..render import PURPLE, QUEUE_BARS, ServerView, Timeline, llm_panel, sla_colors
 from ..workload import Workload, check_llm_tokens, make_workload
+
+if TYPE_CHECKING:
+    from ..workload import RequestLengths, Trace
 
 OBS_FEATURES: tuple[str, ...] = (
     "waiting_over_max_num_seqs",
@@ -186,6 +189,39 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
 
+    # Per-episode state, (re)bound by reset() (declared here for type checkers, which
+    # otherwise meet some of it in methods above reset() before its type is known).
+    _bp: list[int]  # the buffered arrivals' prompt tokens, output tokens and clipped flags
+    _bo: list[int]
+    _bclip: list[bool]
+    _rej_times: list[float]  # arrival times of the rejected prompts
+    _P: list[int]  # per entry: prompt tokens, output tokens, generated tokens, KV blocks held
+    _O: list[int]
+    _G: list[int]
+    _blk: list[int]
+    _fin: list[float | None]  # per entry: completion time (None while in the system)
+    _first: list[float]  # first-token times, in arrival order
+    _met: list[int]  # prefix counts of the first tokens within the TTFT SLA
+    _W: deque[int]  # the waiting entries (FCFS)
+    _wtok: int
+    _R: list[int]  # the running entries
+    _used: int  # KV blocks in use
+    _ctx: int  # context tokens of the running requests
+    _kvI: float  # integral of the KV blocks in use (block-seconds)
+    _tokens: int
+    _preempt: int
+    _clipped: int
+    _n_iter: int
+    _n_prefill: int
+    _tpot_missed: int
+    _dptr: int
+    _w0: tuple[int, int, float, int, int, int] | None  # the counters when the window opened
+    _rd: deque[float]  # recent decode iterations' times and batch sizes
+    _rb: deque[int]
+    _cap_now: int
+    _last_preempted: int
+    _last_kind: float
+
     def __init__(
         self,
         profile: str | dict | LLMProfile = "llama-2-7b-a100",
@@ -221,6 +257,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._iter_tokens = 0
         prof = load_llm_profile(profile)
         prof.check_max_num_seqs(config.max_num_seqs)
+        budget = config.max_num_batched_tokens
+        assert budget is not None  # LLMConfig.__post_init__ fills the default
         limit = prof.max_batch_tokens
         if max_num_batched_tokens is None and limit is not None:
             # the default budget derives from max_model_len: name what the user set
@@ -231,9 +269,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                     f"covers prefills of up to {limit} tokens (no extrapolation); expected "
                     f"max_model_len <= {limit}"
                 )
-            if config.max_num_batched_tokens > limit:
+            if budget > limit:
                 config = replace(config, max_num_batched_tokens=limit)
-        prof.check_max_num_batched_tokens(config.max_num_batched_tokens)
+                budget = limit
+        prof.check_max_num_batched_tokens(budget)
         if workload is None:
             workload = {"kind": "poisson", "rate_per_s": 2.0}
         if isinstance(workload, dict) and "load" in workload:
@@ -243,27 +282,34 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 "rate_per_s (or target_rate_per_s for a trace)"
             )
         wl = make_workload(workload)
-        self._setup_core(prof, wl, config)
-        self.load = None
+        # ServingCore reads only what LLMProfile and LLMConfig share with Profile and ServingConfig
+        self._setup_core(prof, wl, config)  # type: ignore[arg-type]
+        self.load = None  # type: ignore[assignment]  # not defined for an LLM server (a float elsewhere)
 
         # lengths: the trace's own token columns, or a distribution
-        lengths = config.lengths
-        data = wl._data() if wl.kind == "trace" else None
+        lens: RequestLengths | None = config.lengths
+        trace = cast("Trace", wl) if wl.kind == "trace" else None  # kind "trace" is the Trace class
+        data = trace._data() if trace is not None else None
         has_tokens = data is not None and data.prompt_tokens is not None and data.output_tokens is not None
-        if lengths is not None and lengths.kind == "trace" and not has_tokens:
+        if lens is not None and lens.kind == "trace" and not has_tokens:
             raise ValueError(
                 "lengths.kind='trace' needs a trace workload with prompt and output token columns"
             )
-        self._lengths_from_trace = has_tokens and (lengths is None or lengths.kind == "trace")
-        if lengths is None and not self._lengths_from_trace:
+        self._lengths_from_trace = has_tokens and (lens is None or lens.kind == "trace")
+        if lens is None and not self._lengths_from_trace:
             from ..workload import RequestLengths
 
-            lengths = RequestLengths()
-        self._lengths = lengths
+            lens = RequestLengths()
+        # None only when the lengths come from the trace, and then it is never read
+        self._lengths = cast("RequestLengths", lens)
         self._maxlen = config.max_model_len
         if self._lengths_from_trace:
-            columns = (wl.prompt_tokens_column, wl.output_tokens_column)
-            check_llm_tokens(data.prompt_tokens, data.output_tokens, f"Trace {wl.path!r}", columns)
+            # has_tokens: the trace's data has both token columns, so both are named
+            assert trace is not None and data is not None
+            assert data.prompt_tokens is not None and data.output_tokens is not None
+            p_col, o_col = trace.prompt_tokens_column, trace.output_tokens_column
+            assert p_col is not None and o_col is not None
+            check_llm_tokens(data.prompt_tokens, data.output_tokens, f"Trace {trace.path!r}", (p_col, o_col))
         self._check_admissible(data)
 
         # the KV cache
@@ -279,9 +325,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 "at this gpu_memory_utilization: lower max_model_len"
             )
         self.kv_blocks_total = self._total
+        assert config.grid is not None  # LLMConfig.__post_init__ fills the default
         self._grid = config.grid
         self._N = config.max_num_seqs
-        self._budget = config.max_num_batched_tokens
+        self._budget = budget
         self._tpot = config.tpot_sla_ms / 1000.0
         self._recent_n = config.recent_iterations
         self._check_llm_drop_weight()
@@ -300,7 +347,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             model=model, torch_device=torch_device, options=executor_options,
         )
         self._seqs = self.executor.needs_sequences  # tell the executor which requests run
-        self._executor_spec = {"executor": executor}
+        self._executor_spec: dict[str, Any] = {"executor": executor}
         if executor != "profile":
             self._executor_spec.update(
                 model=model, torch_device=torch_device,
@@ -310,7 +357,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _check_llm_drop_weight(self) -> None:
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
-        p = self.profile
+        p = cast(LLMProfile, self.profile)  # ServingCore types it as the batch Profile
         cheapest = min(
             p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, self._N)
         )
@@ -336,7 +383,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 raise ValueError(
                     f"no request can ever be admitted: a prompt fits when prompt + 1 <= "
                     f"max_model_len={maxlen}, and the shortest prompt of trace "
-                    f"{self.workload.path!r} has {int(data.prompt_tokens.min())} tokens; raise "
+                    f"{cast('Trace', self.workload).path!r} has {int(data.prompt_tokens.min())} tokens; raise "
                     "max_model_len or use other lengths"
                 )
             self._max_rejected_run = max(_MAX_REJECTED_RUN, 2 * int(data.prompt_tokens.size))
@@ -399,7 +446,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         i = self._i
         n0 = len(self._arr)
         self._kvI += self._used * (t_end - self._now)
-        ServingCore._absorb(self, t_end, j, power_w)
+        super()._absorb(t_end, j, power_w)
         adm = len(self._arr) - n0
         if adm:
             self._P += self._bp[i : i + adm]
@@ -421,7 +468,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _on_mark(self) -> None:
         first = self._window is None
-        ServingCore._on_mark(self)
+        super()._on_mark()
         if first:
             self._w0 = (self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped)
 
@@ -589,7 +636,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             # len(_first) on (first tokens come in arrival order), and the entries whose
             # deadline has passed are the prefix [0, _kd) (the step's _misses() set _kd)
             past = max(self._kd - len(self._first), 0) / w
-            ptoks = self._wtok
+            ptoks: float = self._wtok
         else:
             oldest = past = ptoks = 0.0
         rd = self._rd
@@ -657,20 +704,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         :param options: unused.
         """
         super().reset(seed=seed)
-        self._bp: list[int] = []
-        self._bo: list[int] = []
-        self._bclip: list[bool] = []
-        self._rej_times: list[float] = []
-        self._P: list[int] = []
-        self._O: list[int] = []
-        self._G: list[int] = []
-        self._blk: list[int] = []
-        self._fin: list[float | None] = []
-        self._first: list[float] = []
+        self._bp = []
+        self._bo = []
+        self._bclip = []
+        self._rej_times = []
+        self._P = []
+        self._O = []
+        self._G = []
+        self._blk = []
+        self._fin = []
+        self._first = []
         self._met = [0]
-        self._W: deque[int] = deque()
+        self._W = deque()
         self._wtok = 0  # prompt + generated tokens of the waiting requests
-        self._R: list[int] = []
+        self._R = []
         self._used = 0
         self._ctx = 0
         self._kvI = 0.0
@@ -682,8 +729,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._tpot_missed = 0
         self._dptr = 0
         self._w0 = None
-        self._rd: deque[float] = deque(maxlen=self._recent_n)
-        self._rb: deque[int] = deque(maxlen=self._recent_n)
+        self._rd = deque(maxlen=self._recent_n)
+        self._rb = deque(maxlen=self._recent_n)
         self._cap_now = self._grid[-1]
         self._last_preempted = 0
         self._last_kind = 0.0
@@ -807,6 +854,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _make_view(self) -> ServerView:
         """Frame layout: the service panel shows the running requests and the KV cache."""
+        assert self._iterations is not None  # kept in the frame modes, the only ones with a view
         return ServerView("LLMBATCHING-V0", "RUNNING: CONTEXT/MAX_MODEL_LEN", "LAST ITERATIONS: BATCH/MAX_NUM_SEQS",
                           "LAST ITERATIONS: TIME/TPOT SLA", self._iterations)
 

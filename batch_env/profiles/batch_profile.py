@@ -315,6 +315,7 @@ class Profile:
             return
         if self.kind != "table":
             raise self._err("nodes", "...", "absent: per-node tables need a profile of kind 'table'")
+        assert self.batch_sizes is not None  # a table profile has them
         if not isinstance(nodes, Mapping):
             raise self._err("nodes", nodes, "an object with names, latency_ms, power_w or energy_j, rule")
         names = nodes.get("names")

@@ -84,7 +84,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -145,6 +145,14 @@ class LLMTorchExecutor:
 
     needs_sequences = True
     energy_source: str
+    # The batch's state, (re)bound by reset(). _cache is None while no sequence holds a KV
+    # cache (after reset(), or once every row is released); the methods that read it run
+    # only while one does, so it is declared as a KVCache for them.
+    _cache: KVCache
+    _rows: list[int]  # the sequence of each row of the batch cache
+    _live: set[int]  # the sequences holding a cache (released rows are dead until compacted)
+    _n_dead: int
+    _k: int
 
     def __init__(
         self,
@@ -179,9 +187,9 @@ class LLMTorchExecutor:
         self.warmup = int(warmup)
         self.seed = seed
         self.profile = None if profile is None else llm_profile.load(profile)
-        self.model: GPTSmall = build_model(
+        self.model = cast(GPTSmall, build_model(  # every model of LLM_MODELS is a GPTSmall
             model, width=width, depth=depth, seed=seed, weights=weights, **dict(model_kwargs or {})
-        ).to(self.device)
+        )).to(self.device)
         self.model_name = model
         n_pos = self.model.n_positions
         if n_pos < self.max_model_len:
@@ -201,7 +209,8 @@ class LLMTorchExecutor:
                 profile_hint="<an LLM profile: a shipped name of batch_env.llm_profile.available(), "
                 "a JSON path or a dict>",
             )
-            if not self._rule.measured:
+            if not self._rule.measured:  # then EnergyRule made sure there is a profile
+                assert self.profile is not None
                 self.profile.check_max_num_seqs(self.max_num_seqs)
             self.energy_source = self._rule.source
             self.energy_reason = self._rule.reason
@@ -258,7 +267,7 @@ class LLMTorchExecutor:
         self._rows = [self._rows[i] for i in keep]
         self._n_dead = 0
         if not keep:
-            self._cache = None
+            self._cache = None  # type: ignore[assignment]  # no row left (see _cache)
         else:
             self._cache = self._cache.select(keep)
 
@@ -295,9 +304,9 @@ class LLMTorchExecutor:
     def reset(self, rng: np.random.Generator | None) -> None:
         """Start an episode: drop every KV cache. ``rng`` is unused (the real timing is the
         service noise; kept for interface parity)."""
-        self._cache: KVCache | None = None
-        self._rows: list[int] = []
-        self._live: set[int] = set()
+        self._cache = None  # type: ignore[assignment]  # no sequence holds a cache (see _cache)
+        self._rows = []
+        self._live = set()
         self._n_dead = 0
         self._k = 0
 
@@ -350,7 +359,8 @@ class LLMTorchExecutor:
         self._rows.extend(seqs)
         self._live.update(seqs)
         self._last_prefill = d
-        power = 0.0 if self._rule.measured else self.profile.prefill_power_w(tokens)
+        # not measured: EnergyRule made sure there is a profile
+        power = 0.0 if self._rule.measured else self.profile.prefill_power_w(tokens)  # type: ignore[union-attr]
         return d, self._rule.energy(d, e0, power)
 
     def decode(
@@ -382,7 +392,7 @@ class LLMTorchExecutor:
         with torch.inference_mode():
             d, _ = self._clock.time(self._decode_step, ids)
         self._last_decode[b] = d
-        power = 0.0 if self._rule.measured else self.profile.decode_power_w(b)
+        power = 0.0 if self._rule.measured else self.profile.decode_power_w(b)  # type: ignore[union-attr]  # as in prefill
         return d, self._rule.energy(d, e0, power)
 
     def release(self, seqs: Sequence[int]) -> None:
@@ -398,7 +408,7 @@ class LLMTorchExecutor:
             live.remove(e)
         self._n_dead += len(seqs)
         if not live:
-            self._cache, self._rows, self._n_dead = None, [], 0
+            self._cache, self._rows, self._n_dead = None, [], 0  # type: ignore[assignment]  # see _cache
 
     # ------------------------------------------------------------- inspection
 

@@ -122,7 +122,7 @@ def cat_activations(acts: Sequence[Activation]) -> Activation:
     if isinstance(first, torch.Tensor):
         if not all(isinstance(a, torch.Tensor) for a in acts):
             raise ValueError("cat_activations: mixes tensors and tuples; all must be one kind")
-        return torch.cat(list(acts), dim=0)
+        return torch.cat(list(acts), dim=0)  # type: ignore[arg-type]  # all tensors (checked above)
     n = len(first)
     if not all(isinstance(a, tuple) and len(a) == n for a in acts):
         raise ValueError(
@@ -156,7 +156,7 @@ class NodeChainModel(nn.Module):
     nodes: nn.ModuleList
     config: dict[str, Any]
 
-    def forward(self, x: Activation) -> torch.Tensor:
+    def forward(self, x: Activation) -> Activation:
         """Run every node in order.
 
         :param x: the model input (see :meth:`make_input`).
@@ -230,8 +230,9 @@ def _init_transformer(module: nn.Module) -> None:
     for m in module.modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, std=0.02)
-            if getattr(m, "bias", None) is not None:
-                nn.init.zeros_(m.bias)
+            bias = getattr(m, "bias", None)  # an Embedding has none
+            if bias is not None:
+                nn.init.zeros_(bias)
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
@@ -446,6 +447,7 @@ class GoogLeNet(_ImageModel):
             _ConvBN(c(64), c(192), 3),
             nn.MaxPool2d(3, 2, ceil_mode=True),
         )
+        nodes: list[nn.Module]
         names, nodes, in_ch = ["stem"], [stem], c(192)
         for name, c1, c3r, c3, c5r, c5, pp, pool in _INCEPTION[:n]:
             m = Inception(in_ch, c(c1), c(c3r), c(c3), c(c5r), c(c5), c(pp), pool)
@@ -764,6 +766,9 @@ class GPTSmall(NodeChainModel):
     """
 
     name = "gpt-small"
+    # [embedding, *blocks, head]: a ModuleList types its items as Module, so the properties
+    # _embedding, _blocks and _head below give the typed views
+    nodes: Any
 
     def __init__(
         self,

@@ -57,7 +57,7 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -274,7 +274,8 @@ class EnergyRule:
         :param profile_power_w: the profile's busy power for this call (0 without a profile).
         """
         if e0 is not None:
-            de = self.meter.read_j() - e0
+            # e0 is a counter read (begin), so the meter reads a float again
+            de = self.meter.read_j() - e0  # type: ignore[operator]
             if d >= self.counter_min_s and de > 0:
                 return de
         if self.measured:
@@ -391,7 +392,8 @@ class TorchExecutor:
     def _init_inputs(self, seed: int) -> None:
         B = self.max_batch_size
         full = self.model.make_input(B, self.device, seed=seed)
-        self._inputs: list[Activation | None] = [None] + [slice_activation(full, b) for b in range(1, B + 1)]
+        # indexed by batch size 1..B (entry 0 is an unused placeholder)
+        self._inputs: list[Activation] = [cast("Activation", None)] + [slice_activation(full, b) for b in range(1, B + 1)]
         self._graph_outputs: list[Any] = [None] * (B + 1)
         self._calls: list[Callable[[Any], Any]] = [self.model] * (B + 1)
         self._last_run = [math.inf] * (B + 1)
@@ -422,6 +424,7 @@ class TorchExecutor:
         if self._rule.measured:
             return
         p = self.profile
+        assert p is not None  # EnergyRule refused a meter that measures nothing without a profile
         lat, en = p.tables(B)  # raises, naming the profile, if it does not cover B
         self._profile_power_run = [0.0] + [float(e / t) for e, t in zip(en[1:], lat[1:], strict=True)]
         self._profile_power_node = _node_power_tables(p, self.node_names, B)
@@ -507,7 +510,7 @@ class TorchExecutor:
         # the handle lets go of its input before the call, so that freeing it (as a whole
         # forward pass frees its intermediates) counts in the node's time, as in run()
         holder = [group.activation]
-        group.activation = None
+        group.activation = None  # type: ignore[assignment]  # only while the node runs
         with torch.inference_mode():
             d, out = self._clock.time_consume(self._nodes[node], holder)
         group.activation = out

@@ -32,7 +32,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -230,7 +230,7 @@ class _MMPPStream(ArrivalStream):
         self._cum_jump = [list(row[:-1]) for row in cum_jump]
         pi = wl.stationary_distribution
         if wl.initial_state is None:
-            self._state = int(min(np.searchsorted(np.cumsum(pi), rng.random(), "right"), m - 1))
+            self._state = int(min(int(np.searchsorted(np.cumsum(pi), rng.random(), "right")), m - 1))
         else:
             self._state = int(wl.initial_state)
         jump_rate = float(pi @ self._leave)
@@ -341,6 +341,9 @@ class Workload(ABC):
 
     #: The ``kind`` string used by :func:`make_workload` and :meth:`to_dict`.
     kind: ClassVar[str]
+
+    if TYPE_CHECKING:  # every concrete workload is a dataclass (dataclasses.fields works on it)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @property
     @abstractmethod

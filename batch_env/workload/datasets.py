@@ -36,7 +36,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote, urlparse
 
 __all__ = [
@@ -344,7 +344,7 @@ def fetch(
                 "changed; delete that file to accept the new one)")
     if force and target.exists():
         target.unlink()
-    src = url or d.url
+    src = cast(str, url or d.url)  # a dataset that is not shipped has a url
     downloader = _file_downloader if src.startswith("file://") else None
     if downloader is None and progress:
         try:

@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -99,9 +99,10 @@ class RequestLengths:
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
         """The (prompt, output) columns of the empirical CSV (cached, validated)."""
-        st = os.stat(self.path)
+        path = cast("str | os.PathLike[str]", self.path)  # set for kind "empirical" (__post_init__)
+        st = os.stat(path)
         data = load_trace(
-            os.path.abspath(self.path), st.st_mtime_ns, st.st_size,
+            os.path.abspath(path), st.st_mtime_ns, st.st_size,
             "TIMESTAMP", "ContextTokens", "GeneratedTokens",
         )
         if data.prompt_tokens is None or data.output_tokens is None:

@@ -87,7 +87,7 @@ def make_workload(
                 f"{kind!r}; allowed fields: {allowed}"
             )
     kwargs = {k: v for k, v in spec.items() if k not in ("kind", "load")}
-    load = spec.get("load")
+    load: Any = spec.get("load")  # a positive float once checked (below)
     has_load = "load" in spec
     rate_field = _RATE_FIELD[kind]
     if has_load:

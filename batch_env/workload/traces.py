@@ -14,7 +14,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -439,12 +439,13 @@ class Trace(Workload):
 
         :raises ValueError: if the file has disappeared since the workload was created.
         """
+        path = cast(str, self.path)  # a str once __post_init__ has run
         try:
-            st = os.stat(self.path)
+            st = os.stat(path)
         except OSError as exc:
             raise ValueError(f"Trace: path={self.path!r}: cannot read the file ({exc})") from None
         return load_trace(
-            os.path.abspath(self.path),
+            os.path.abspath(path),
             st.st_mtime_ns,
             st.st_size,
             self.timestamp_column,
