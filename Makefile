@@ -40,10 +40,12 @@ FUZZ_EXAMPLES ?= 1500
 fuzz: $(STAMP)
 	BATCH_ENV_FUZZ=long BATCH_ENV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py --hypothesis-show-statistics
 
-# ruff (pyproject's rules, mccabe complexity at most 15) and the import contract between
-# the packages (tests/test_layering.py). CI runs it before the tests (.ci/run).
+# ruff (pyproject's rules, mccabe complexity at most 15), mypy on the library and the
+# baselines ([tool.mypy]) and the import contract between the packages
+# (tests/test_layering.py). CI runs it before the tests (.ci/run).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check batch_env baselines agents experiments tests scripts
+	$(VENV)/bin/mypy batch_env baselines
 	$(PY) -m pytest -q tests/test_layering.py
 
 clean:

@@ -73,6 +73,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from scipy.stats import poisson
 
 from batch_env.checks import check_number
+from batch_env.executor import ProfileExecutor
 from batch_env.workload import Poisson
 
 if TYPE_CHECKING:
@@ -168,6 +169,11 @@ class SMDPProblem:
         core = cast("DynamicBatchingEnv", env.unwrapped)
         cfg = core.config
         ex = core.executor
+        if not isinstance(ex, ProfileExecutor):
+            raise ValueError(
+                f"SMDPProblem.from_env needs an env with executor='profile' (the SMDP is built from the "
+                f"profile executor's tables); this env has {type(ex).__name__}"
+            )
         w = cfg.reward_weights
         params: dict[str, Any] = {
             "rate_per_s": float(rate_per_s if rate_per_s is not None else core.mean_rate_per_s),

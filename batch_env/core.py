@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import warnings
 from bisect import bisect_left, bisect_right
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -56,6 +56,9 @@ from .profiles.batch_profile import Profile
 from .profiles.batch_profile import load as load_profile
 from .render import HumanWindow, ServerView
 from .workload import ArrivalStream, Workload, make_workload
+
+if TYPE_CHECKING:
+    from .executor import Executor, LLMExecutor
 
 _INF = math.inf
 _BEFORE_RESET = "call reset() before step(), action_masks() or render()"
@@ -104,6 +107,8 @@ class ServingCore(gym.Env):
     _needs_reset: str | None = _BEFORE_RESET
     #: Every env's actions are integers (``Discrete``), which :meth:`_coerce_action` checks.
     action_space: gym.spaces.Discrete
+    #: What executes the batches (built in ``__init__``); each env narrows the type.
+    executor: Executor | LLMExecutor
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
         """Refuse unknown keyword arguments, listing the allowed ones (Python's own

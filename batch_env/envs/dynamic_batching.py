@@ -10,6 +10,7 @@ from gymnasium import spaces
 
 from ..config import ServingConfig
 from ..core import ServingCore
+from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
 from ..workload import Workload
@@ -135,6 +136,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     """
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
+    executor: Executor
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from ..executor import ProfileExecutor
 from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
 from ..seeding import pcg64_states
 from .dynamic_batching import _CLIP, DynamicBatchingEnv
@@ -261,6 +262,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self.horizon_s = env.horizon_s
         self.load = env.load
         ex = env.executor
+        assert isinstance(ex, ProfileExecutor)  # executor="profile" was checked above
         self._latency_table = np.asarray(ex.latency_s, dtype=np.float64)
         self._energy_table = np.asarray(ex.energy_j, dtype=np.float64)
         self._power_table = np.asarray(ex.power_w, dtype=np.float64)

@@ -14,9 +14,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..config import LLMConfig
+from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig
 from ..core import ServingCore
-from ..executor import make_llm_executor
+from ..executor import LLMExecutor, make_llm_executor
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
@@ -188,6 +188,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     """
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
+    executor: LLMExecutor
 
     # Per-episode state, (re)bound by reset() (declared here for type checkers, which
     # otherwise meet some of it in methods above reset() before its type is known).
@@ -274,7 +275,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 budget = limit
         prof.check_max_num_batched_tokens(budget)
         if workload is None:
-            workload = {"kind": "poisson", "rate_per_s": 2.0}
+            workload = dict(LLM_DEFAULT_WORKLOAD)
         if isinstance(workload, dict) and "load" in workload:
             raise ValueError(
                 f"workload.load={workload['load']!r} is not defined for LLMBatching-v0 (an LLM "

@@ -11,6 +11,7 @@ from gymnasium import spaces
 
 from ..config import ServingConfig
 from ..core import ServingCore
+from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, groups_panel
 from ..workload import Workload
@@ -150,6 +151,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     """
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
+    executor: Executor
 
     def __init__(
         self,
