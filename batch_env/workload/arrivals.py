@@ -60,12 +60,6 @@ def _strictly_increasing(times: np.ndarray, prev: float) -> np.ndarray:
     increasing after ``prev``. Non-negative float64 values order like their bit patterns,
     so the fix is a vectorized running maximum on the integer view.
 
-    A cheaper sufficient test (Poisson pieces use it): times ``t_i = fl(base + s_i)`` with
-    ``s_i = fl(s_{i-1} + g_i)``, ``base, s_0, g_i >= 0``, strictly increase when every gap
-    ``g_i >= 4U``, where ``U = ulp(2 t_last)`` bounds the spacing of every value involved:
-    each rounding moves a value by at most ``U/2``, so ``s_i - s_{i-1} >= 3.5U`` and
-    ``t_i - t_{i-1} >= 2.5U > 0``.
-
     :param times: non-decreasing, non-negative float64 times.
     :param prev: the last time emitted before ``times`` (>= 0).
     :return: ``times`` itself when already strictly increasing, else a fixed copy.
@@ -166,14 +160,10 @@ class _PoissonStream(ArrivalStream):
         # random_exponential), so filling in place gives the same numbers without copies
         self._rng.standard_exponential(out=draws)
         draws *= self._scale
-        gap_min = float(np.minimum.reduce(draws))
         np.add.accumulate(gaps, out=gaps)  # (np.cumsum, without its wrapper: 1.6 µs less)
         self._acc = float(gaps[-1])
         draws += self._base
-        if draws[0] > self._t and gap_min >= 4.0 * math.ulp(2.0 * float(draws[-1])):
-            times = draws  # strictly increasing, as _strictly_increasing would find (see there)
-        else:
-            times = _strictly_increasing(draws, self._t)
+        times = _strictly_increasing(draws, self._t)
         self._t = float(times[-1])
         self._left -= m
         return ArrivalChunk(times)
