@@ -34,15 +34,31 @@ on the as-measured ones, which depend on the machine's weather.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-SMALL_MODEL = {"model": "resnet50", "width": 0.25, "depth": 1, "model_kwargs": {"image_size": 64}}
+from batch_env.real.spec import ModelSpec
+
+#: The model of the round trip, written once: the profiler measures it (with its own
+#: default warm-up) and the real-mode envs run it (as ``model=``, ``torch_device=`` and
+#: ``executor_options``).
+SMALL_MODEL = ModelSpec("resnet50", width=0.25, depth=1, model_kwargs={"image_size": 64}, threads=1,
+                        warmup=2, torch_device="cpu")
+#: ``measure_profile``'s warm-up runs per batch size before its window (its default)
+PROFILE_WARMUP = 3
 ENV_POLICIES = (("batch_env/DynamicBatching-v0", "greedy"), ("batch_env/NodeBatching-v0", "lazy"))
 DIFFS = ("latency_rel_diff", "batch_rel_diff", "latency_rel_diff_matched", "batch_rel_diff_matched", "speed_ratio")
+
+
+def _model_text() -> str:
+    """:data:`SMALL_MODEL` in words, for the markdown."""
+    m, size = SMALL_MODEL, SMALL_MODEL.model_kwargs["image_size"]
+    return (f"ResNet-50 width {m.width}, depth {m.depth}, {size}x{size}, {m.torch_device.upper()}, "
+            f"{m.threads} thread{'s' if m.threads != 1 else ''}")
 
 
 def run_roundtrip(
@@ -86,7 +102,7 @@ def _summary_markdown(
     lines = [
         "# Round trip: profile mode vs real mode (same workload and seeds)",
         "",
-        f"Model: ResNet-50 width {SMALL_MODEL['width']}, depth {SMALL_MODEL['depth']}, 64x64, CPU, 1 thread; "
+        f"Model: {_model_text()}; "
         f"a profile measured in each cycle ({min_time_s:g} s per batch size), then {episodes} episodes x "
         f"{horizon_requests} requests per mode at load {load}; {repeats} cycles. Diff = profile / real - 1; "
         "median (per cycle).",
@@ -203,16 +219,13 @@ def _cycle(
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # "no NVML/RAPL here": reported in the profile
-        prof = measure_profile(
-            SMALL_MODEL["model"], torch_device="cpu", batch_sizes=batch_sizes, min_time_s=min_time_s,
-            nodes=True, width=SMALL_MODEL["width"], depth=SMALL_MODEL["depth"], threads=1,
-            model_kwargs=SMALL_MODEL["model_kwargs"],
-        )
+        measured = dataclasses.replace(SMALL_MODEL, warmup=PROFILE_WARMUP)
+        prof = measure_profile(measured.model, batch_sizes=batch_sizes, min_time_s=min_time_s, nodes=True,
+                               **measured.keywords())
     measure_s = time.perf_counter() - t0
     write_profile(prof, out / "profile.json")
     B = batch_sizes[-1]
-    opts = {"width": SMALL_MODEL["width"], "depth": SMALL_MODEL["depth"], "threads": 1, "warmup": 2,
-            "model_kwargs": SMALL_MODEL["model_kwargs"]}
+    opts = SMALL_MODEL.executor_options()
     lat1 = prof["latency_ms"][0]
     # absolute rate, SLA and tick, so the speed-matched profile sees the same arrivals in seconds
     rate = load * Profile(prof).max_throughput_rps(B)
@@ -220,8 +233,8 @@ def _cycle(
                 workload={"kind": "poisson", "rate_per_s": rate}, horizon_requests=horizon_requests)
     rows = []
     for env_id, policy in ENV_POLICIES:
-        real = _episodes(env_id, policy, dict(base, profile=prof, executor="torch", model=SMALL_MODEL["model"],
-                                              torch_device="cpu", executor_options=opts),
+        real = _episodes(env_id, policy, dict(base, profile=prof, executor="torch", model=SMALL_MODEL.model,
+                                              torch_device=SMALL_MODEL.torch_device, executor_options=opts),
                          episodes, tally_profile=Profile(prof))
         sim = _episodes(env_id, policy, dict(base, profile=prof), episodes)
         matched = _episodes(env_id, policy, dict(base, profile=scaled_profile(prof, real["speed_ratio"])), episodes)
@@ -234,14 +247,14 @@ def _cycle(
             "batch_rel_diff_matched": matched["batch_size_mean"] / real["batch_size_mean"] - 1,
         })
     result = {
-        "model": SMALL_MODEL, "load": load, "horizon_requests": horizon_requests, "episodes": episodes,
+        "model": SMALL_MODEL.to_dict(), "load": load, "horizon_requests": horizon_requests, "episodes": episodes,
         "measure_s": measure_s, "profile_latency_ms": prof["latency_ms"], "metadata": prof.get("_metadata"),
         "rows": rows,
     }
     lines = [
         "# Round trip: profile mode vs real mode (same workload and seeds)",
         "",
-        f"Model: ResNet-50 width {SMALL_MODEL['width']}, depth {SMALL_MODEL['depth']}, 64x64, CPU, 1 thread; "
+        f"Model: {_model_text()}; "
         f"profile measured in the same run (latency ms per batch {[round(x, 3) for x in prof['latency_ms']]}); "
         f"load {load}, {episodes} episodes x {horizon_requests} requests.",
         "",

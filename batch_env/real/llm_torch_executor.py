@@ -92,7 +92,8 @@ import torch
 from ..checks import check_number
 from ..profiles import llm_profile
 from .energy import EnergyMeter, open_meter
-from .models import GPTSmall, KVCache, build_model
+from .models import GPTSmall, KVCache
+from .spec import ModelSpec
 from .torch_executor import (
     DeviceClock,
     EnergyRule,
@@ -138,7 +139,13 @@ class LLMTorchExecutor:
         a CUDA device that is not there, a weights file that is not a matching state_dict,
         or no measurable energy and no profile.
 
-    Attributes: ``energy_source`` (``"nvml"``, ``"rapl"`` or ``"profile"``),
+    The model arguments (``model``, ``width``, ``depth``, ``weights``, ``seed``,
+    ``model_kwargs``, ``threads``, ``warmup``, ``torch_device``) become one
+    :class:`~batch_env.real.spec.ModelSpec` (``spec``), which checks them and builds the
+    model; :meth:`metadata` records it under ``model_spec``. From a spec:
+    ``LLMTorchExecutor(spec.model, max_num_seqs=..., max_model_len=..., **spec.keywords())``.
+
+    Attributes: ``spec``, ``energy_source`` (``"nvml"``, ``"rapl"`` or ``"profile"``),
     ``energy_reason``, ``device``, ``model``, ``meter``, ``profile`` (or ``None``),
     ``max_num_seqs``, ``max_model_len``, ``needs_sequences`` (``True``).
     """
@@ -179,18 +186,21 @@ class LLMTorchExecutor:
             )
         check_number("max_num_seqs", max_num_seqs, low=1, integer=True)
         check_number("max_model_len", max_model_len, low=2, integer=True)
-        check_number("warmup", warmup, low=0, integer=True)
-        self.device = resolve_device(torch_device)
-        self.threads = set_threads(threads)
+        #: the model bundle (checked): what runs, its size, weights, threads, warm-up, device
+        self.spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
+                              model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
+                              torch_device=torch_device)
+        spec = self.spec
+        self.device = resolve_device(spec.torch_device)
+        self.threads = set_threads(spec.threads)
         self.max_num_seqs = int(max_num_seqs)
         self.max_model_len = int(max_model_len)
-        self.warmup = int(warmup)
-        self.seed = seed
+        self.warmup = spec.warmup
+        self.seed = spec.seed
         self.profile = None if profile is None else llm_profile.load(profile)
-        self.model = cast(GPTSmall, build_model(  # every model of LLM_MODELS is a GPTSmall
-            model, width=width, depth=depth, seed=seed, weights=weights, **dict(model_kwargs or {})
-        )).to(self.device)
-        self.model_name = model
+        # every model of LLM_MODELS is a GPTSmall
+        self.model = cast(GPTSmall, spec.build(self.device))
+        self.model_name = spec.model
         n_pos = self.model.n_positions
         if n_pos < self.max_model_len:
             raise ValueError(
@@ -214,7 +224,7 @@ class LLMTorchExecutor:
                 self.profile.check_max_num_seqs(self.max_num_seqs)
             self.energy_source = self._rule.source
             self.energy_reason = self._rule.reason
-            self._init_inputs(seed)
+            self._init_inputs(spec.seed)
             self.reset(None)
             with torch.inference_mode():
                 self._warm_up()
@@ -435,9 +445,11 @@ class LLMTorchExecutor:
         """Device, versions, threads, model, KV-cache and energy settings of this executor."""
         md = environment_metadata(self.device, torch.get_num_threads())
         cfg = self.model.config
+        spec = self.spec.to_dict()
         md.update({
             "executor": "LLMTorchExecutor",
-            "model": self.model_name,
+            "model": spec["model"],
+            "model_spec": spec,
             "model_config": dict(cfg),
             "parameters": self.model.num_parameters(),
             "width": cfg.get("width"),
@@ -447,7 +459,7 @@ class LLMTorchExecutor:
             "max_model_len": self.max_model_len,
             "kv_cache": "one batched KVCache, padding + attention mask; capacity a power of two "
             "< 4x the longest context; cat/select/resize untimed",
-            "warmup": self.warmup,
+            "warmup": spec["warmup"],
             "warmup_rule": "up front: warmup rounds of a prefill of max_num_seqs prompts, then "
             "decodes at batch sizes max_num_seqs, max_num_seqs // 2, ..., 1",
             "energy_source": self.energy_source,

@@ -52,6 +52,7 @@ import numpy as np
 
 from ..checks import check_number
 from ..profiles import batch_profile as profile_mod
+from .spec import ModelSpec
 
 __all__ = [
     "ASSUMED_CPU_IDLE_POWER_W",
@@ -194,15 +195,16 @@ def _window_power(de: float | None, wall: float) -> float | None:
 
 
 def _check_run_args(
-    min_time_s: float, idle_time_s: float | None, min_repeats: int, warmup: int
+    min_time_s: float, idle_time_s: float | None, min_repeats: int
 ) -> tuple[float, float]:
-    """Check the window arguments; returns ``(min_time_s, idle window seconds)``."""
+    """Check the window arguments; returns ``(min_time_s, idle window seconds)``.
+
+    (``warmup`` is a :class:`~batch_env.real.spec.ModelSpec` field, checked there.)
+    """
     min_time_s = check_number("min_time_s", min_time_s, low=0.0)
     idle_s = min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
     if not isinstance(min_repeats, numbers.Integral) or isinstance(min_repeats, bool) or min_repeats < 1:
         raise ValueError(f"min_repeats={min_repeats!r} is invalid: expected an integer >= 1")
-    if not isinstance(warmup, numbers.Integral) or isinstance(warmup, bool) or warmup < 0:
-        raise ValueError(f"warmup={warmup!r} is invalid: expected an integer >= 0")
     return min_time_s, idle_s
 
 
@@ -428,11 +430,17 @@ def measure_profile(
     :param progress: called with a short line as each batch size completes.
     :returns: the profile dict (see the module docstring).
     :raises ValueError: for a bad argument.
+
+    The model arguments (``model``, ``width``, ``depth``, ``weights``, ``seed``,
+    ``model_kwargs``, ``threads``, ``warmup``, ``torch_device``) become one
+    :class:`~batch_env.real.spec.ModelSpec`, which checks them and builds the model;
+    ``_metadata["model_spec"]`` records it. From a spec:
+    ``measure_profile(spec.model, **spec.keywords())``.
     """
     import torch
 
     from .energy import open_meter
-    from .models import build_model, slice_activation
+    from .models import slice_activation
     from .torch_executor import (
         DeviceClock,
         device_name,
@@ -442,32 +450,34 @@ def measure_profile(
     )
 
     bs = _check_batch_sizes(batch_sizes)
-    min_time_s, idle_s = _check_run_args(min_time_s, idle_time_s, min_repeats, warmup)
-    device = resolve_device(torch_device)
+    min_time_s, idle_s = _check_run_args(min_time_s, idle_time_s, min_repeats)
+    spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
+                     model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
+                     torch_device=torch_device)
+    device = resolve_device(spec.torch_device)
     if cuda_graphs and device.type != "cuda":
         raise ValueError(
             f"cuda_graphs=True needs a CUDA device, but torch_device={torch_device!r} resolved "
             f"to {device}; pass cuda_graphs=False"
         )
     fallback = None if fallback_profile is None else profile_mod.load(fallback_profile)
-    n_threads = set_threads(threads)
+    n_threads = set_threads(spec.threads)
     say = progress or (lambda _line: None)
 
-    net = build_model(model, width=width, depth=depth, seed=seed, weights=weights,
-                      **dict(model_kwargs or {})).to(device)
+    net = spec.build(device)
     own_meter = meter is None
     meter = open_meter(str(device)) if own_meter else meter
     measures = meter.source != "model"
     bench = _Bench(torch, device, meter, measures, DeviceClock(device), min_repeats, min_time_s)
-    full = net.make_input(bs[-1], device, seed=seed)
+    full = net.make_input(bs[-1], device, seed=spec.seed)
     inputs = {b: slice_activation(full, b) for b in bs}
     node_fns = list(net.nodes)
 
     try:
         # idle power first, before anything heats up
         idle_w = bench.idle_power(idle_s)
-        runs = _measure_runs(bench, net, node_fns, inputs, bs, warmup=warmup,
-                             cuda_graphs=cuda_graphs, nodes=nodes, say=say, model=model)
+        runs = _measure_runs(bench, net, node_fns, inputs, bs, warmup=spec.warmup,
+                             cuda_graphs=cuda_graphs, nodes=nodes, say=say, model=spec.model)
     finally:
         meter_md = meter.metadata()
         if own_meter:
@@ -487,11 +497,12 @@ def measure_profile(
     src = (f"measured on {dev_name} with torch {env['torch_version']}, {n_threads} threads, "
            f"{env['date']}")
     cfg = dict(net.config)
-    desc = model if _is_default(cfg, width, depth, model_kwargs) else (
-        f"{model} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k not in ('seed', 'weights'))})"
+    desc = spec.model if _is_default(spec) else (
+        f"{spec.model} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k not in ('seed', 'weights'))})"
     )
+    md = spec.to_dict()
     d: dict[str, Any] = {
-        "name": name or f"{model}-{_slug(dev_name)}-measured",
+        "name": name or f"{spec.model}-{_slug(dev_name)}-measured",
         "model": desc,
         "device": dev_name,
         "source": src,
@@ -507,7 +518,7 @@ def measure_profile(
             "power_w": power_cite,
             "idle_power_w": idle_source,
         },
-        "notes": _method_notes(min_time_s, min_repeats, warmup, cuda_graphs, power_cite,
+        "notes": _method_notes(min_time_s, min_repeats, spec.warmup, cuda_graphs, power_cite,
                                meter, meter_md, measures),
         "_latency_stats": {
             "p50_ms": runs.p50, "p95_ms": runs.p95, "p99_ms": runs.p99, "cv": runs.cvs,
@@ -516,10 +527,11 @@ def measure_profile(
         "_metadata": {
             **env,
             "driver": meter_md.get("driver"),
-            "model": model,
+            "model": md["model"],
+            "model_spec": md,
             "model_config": cfg,
             "parameters": net.num_parameters(),
-            "warmup": int(warmup),
+            "warmup": md["warmup"],
             "min_time_s": min_time_s,
             "min_repeats": int(min_repeats),
             "cuda_graphs": bool(cuda_graphs),
@@ -541,8 +553,9 @@ def measure_profile(
     return d
 
 
-def _is_default(cfg: Mapping[str, Any], width: float, depth: Any, kw: Mapping[str, Any] | None) -> bool:
-    return width == 1.0 and depth is None and not kw and cfg.get("weights") is None
+def _is_default(spec: ModelSpec) -> bool:
+    """Whether a :class:`~batch_env.real.spec.ModelSpec` is the real model (its name says it all)."""
+    return spec.width == 1.0 and spec.depth is None and not spec.model_kwargs and spec.weights is None
 
 
 def write_profile(d: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -65,7 +65,8 @@ import torch
 from ..checks import check_number
 from ..profiles import batch_profile as profile_mod
 from .energy import EnergyMeter, cpu_name, open_meter
-from .models import Activation, NodeChainModel, build_model, cat_activations, slice_activation
+from .models import Activation, NodeChainModel, cat_activations, slice_activation
+from .spec import ModelSpec
 
 __all__ = [
     "EnergyRule",
@@ -329,7 +330,13 @@ class TorchExecutor:
     :raises ValueError: for a bad argument, a CUDA device that is not there, or no
         measurable energy and no profile.
 
-    Attributes: ``energy_source`` (``"nvml"``, ``"rapl"`` or ``"profile"``),
+    The model arguments (``model``, ``width``, ``depth``, ``weights``, ``seed``,
+    ``model_kwargs``, ``threads``, ``warmup``, ``torch_device``) become one
+    :class:`~batch_env.real.spec.ModelSpec` (``spec``), which checks them and builds the
+    model; :meth:`metadata` records it under ``model_spec``. From a spec:
+    ``TorchExecutor(spec.model, max_batch_size, **spec.keywords())``.
+
+    Attributes: ``spec``, ``energy_source`` (``"nvml"``, ``"rapl"`` or ``"profile"``),
     ``energy_reason``, ``node_names``, ``n_nodes``, ``max_batch_size``, ``device``,
     ``model``, ``meter``, ``profile`` (or ``None``).
     """
@@ -356,24 +363,26 @@ class TorchExecutor:
         meter: EnergyMeter | None = None,
     ) -> None:
         check_number("max_batch_size", max_batch_size, low=1, integer=True)
-        check_number("warmup", warmup, low=0, integer=True)
-        self.device = resolve_device(torch_device)
+        #: the model bundle (checked): what runs, its size, weights, threads, warm-up, device
+        self.spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
+                              model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
+                              torch_device=torch_device)
+        spec = self.spec
+        self.device = resolve_device(spec.torch_device)
         if cuda_graphs and self.device.type != "cuda":
             raise ValueError(
                 f"cuda_graphs=True needs a CUDA device, but torch_device={torch_device!r} "
                 f"resolved to {self.device}; pass cuda_graphs=False"
             )
         self.max_batch_size = int(max_batch_size)
-        self.threads = set_threads(threads)
+        self.threads = set_threads(spec.threads)
         self.cuda_graphs = bool(cuda_graphs)
-        self.warmup = int(warmup)
-        self.seed = seed
+        self.warmup = spec.warmup
+        self.seed = spec.seed
         self.profile = None if profile is None else profile_mod.load(profile)
 
-        self.model: NodeChainModel = build_model(
-            model, width=width, depth=depth, seed=seed, weights=weights, **dict(model_kwargs or {})
-        ).to(self.device)
-        self.model_name = model
+        self.model: NodeChainModel = spec.build(self.device)
+        self.model_name = spec.model
         self.node_names = self.model.node_names
         self.n_nodes = len(self.node_names)
         self._nodes = list(self.model.nodes)
@@ -382,7 +391,7 @@ class TorchExecutor:
         self.meter = meter if meter is not None else open_meter(str(self.device))
         try:
             self._init_energy()
-            self._init_inputs(seed)
+            self._init_inputs(spec.seed)
         except BaseException:
             self.meter.close()
             raise
@@ -546,16 +555,18 @@ class TorchExecutor:
     def metadata(self) -> dict[str, Any]:
         """Device, versions, threads, model and energy settings of this executor."""
         md = environment_metadata(self.device, torch.get_num_threads())
+        spec = self.spec.to_dict()
         md.update({
             "executor": "TorchExecutor",
-            "model": self.model_name,
+            "model": spec["model"],
+            "model_spec": spec,
             "model_config": dict(self.model.config),
             "parameters": self.model.num_parameters(),
             "width": self.model.config.get("width"),
             "depth": self.model.config.get("depth"),
             "nodes": list(self.node_names),
             "max_batch_size": self.max_batch_size,
-            "warmup": self.warmup,
+            "warmup": spec["warmup"],
             "warmup_rule": "up front: warmup runs at every batch size 1..max_batch_size",
             "cuda_graphs": self.cuda_graphs,
             "energy_source": self.energy_source,
