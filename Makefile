@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo bench fuzz lint clean
+.PHONY: setup test test-fast demo bench fuzz lint format clean
 
 setup: $(STAMP)
 
@@ -40,13 +40,20 @@ FUZZ_EXAMPLES ?= 1500
 fuzz: $(STAMP)
 	BATCH_ENV_FUZZ=long BATCH_ENV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py --hypothesis-show-statistics
 
-# ruff (pyproject's rules, mccabe complexity at most 15), mypy on the library and the
-# baselines ([tool.mypy]) and the import contract between the packages
-# (tests/test_layering.py). CI runs it before the tests (.ci/run).
+# ruff (pyproject's rules, mccabe complexity at most 15), the formatter's check (`make
+# format` applies it), mypy on the library and the baselines ([tool.mypy]) and the import
+# contract between the packages (tests/test_layering.py). CI runs it before the tests
+# (.ci/run).
+LINT_PATHS = batch_env baselines agents experiments tests scripts
 lint: $(STAMP)
-	$(VENV)/bin/ruff check batch_env baselines agents experiments tests scripts
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy batch_env baselines
 	$(PY) -m pytest -q tests/test_layering.py
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format $(LINT_PATHS)
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

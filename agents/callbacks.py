@@ -50,18 +50,25 @@ class ServingMetricsCallback(BaseCallback):
     :param hparams: hyperparameters to log as HParams.
     """
 
-    def __init__(self, smdp_gain: float | None = None, hparams: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, smdp_gain: float | None = None, hparams: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         self.smdp_gain = smdp_gain
         self.hparams = hparams or {}
         self.episodes = 0
 
     def _on_training_start(self) -> None:
-        flat = {k: (v if isinstance(v, (int, float, str, bool)) else str(v)) for k, v in self.hparams.items()}
+        flat = {
+            k: (v if isinstance(v, (int, float, str, bool)) else str(v))
+            for k, v in self.hparams.items()
+        }
         metrics = {"serving/reward_rate_per_s": 0.0}
         if self.smdp_gain is not None:
             metrics["optimality/gap"] = 0.0
-        self.logger.record("hparams", HParam(flat, metrics), exclude=("stdout", "log", "json", "csv"))
+        self.logger.record(
+            "hparams", HParam(flat, metrics), exclude=("stdout", "log", "json", "csv")
+        )
 
     def _on_step(self) -> bool:
         for info in self.locals.get("infos", []):
@@ -79,7 +86,9 @@ class ServingMetricsCallback(BaseCallback):
                         self.logger.record_mean(f"serving/{k}", float(v))
                 if self.smdp_gain is not None:
                     self.logger.record("optimality/smdp_gain", self.smdp_gain)
-                    self.logger.record_mean("optimality/gap", gap_percent(serving["reward_rate_per_s"], self.smdp_gain))
+                    self.logger.record_mean(
+                        "optimality/gap", gap_percent(serving["reward_rate_per_s"], self.smdp_gain)
+                    )
         return True
 
 
@@ -161,12 +170,21 @@ class PeriodicEvaluation(BaseCallback):
         self.smdp_gain = smdp_gain
         self.history: list[dict[str, Any]] = []
         if self.path.exists():  # a resumed run: keep its history unless the file is damaged
-            self.history = read_json(self.path, "starting a new evaluation history", _check_history) or []
+            self.history = (
+                read_json(self.path, "starting a new evaluation history", _check_history) or []
+            )
         self._next = None
 
     def _policy(self, deterministic: bool) -> AgentPolicy:
         vn = self.model.get_vec_normalize_env()
-        return AgentPolicy(self.model, self.env_id, self.env_kwargs, self.specs, obs_normalizer=vn, deterministic=deterministic)
+        return AgentPolicy(
+            self.model,
+            self.env_id,
+            self.env_kwargs,
+            self.specs,
+            obs_normalizer=vn,
+            deterministic=deterministic,
+        )
 
     def evaluate_now(self) -> dict[str, Any]:
         """Run the evaluation, log it and return the record."""
@@ -194,5 +212,7 @@ class PeriodicEvaluation(BaseCallback):
 
 
 def _check_history(value: Any) -> None:
-    if not isinstance(value, list) or not all(isinstance(r, dict) and "timesteps" in r for r in value):
+    if not isinstance(value, list) or not all(
+        isinstance(r, dict) and "timesteps" in r for r in value
+    ):
         raise ValueError("expected a JSON list of evaluation records")

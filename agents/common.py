@@ -26,7 +26,15 @@ HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
 ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
 #: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it)
-ZOO_KEYS = ("n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "policy_kwargs", "callback")
+ZOO_KEYS = (
+    "n_envs",
+    "n_timesteps",
+    "policy",
+    "normalize",
+    "env_wrapper",
+    "policy_kwargs",
+    "callback",
+)
 
 
 def algo_class(algo: str) -> Any:
@@ -60,7 +68,9 @@ def check_device(field: str, device: Any) -> str:
     try:
         torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"{field}={device!r} is invalid: expected auto, cpu, cuda or cuda:<index>") from None
+        raise ValueError(
+            f"{field}={device!r} is invalid: expected auto, cpu, cuda or cuda:<index>"
+        ) from None
     return device
 
 
@@ -74,7 +84,16 @@ def hyperparameter_names(algo: str) -> list[str]:
 
 
 #: constructor arguments that training sets itself (not allowed in a hyperparameter entry)
-_SET_BY_TRAINING = ("self", "policy", "env", "tensorboard_log", "verbose", "seed", "device", "_init_setup_model")
+_SET_BY_TRAINING = (
+    "self",
+    "policy",
+    "env",
+    "tensorboard_log",
+    "verbose",
+    "seed",
+    "device",
+    "_init_setup_model",
+)
 
 
 def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -92,8 +111,10 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
         raise ValueError(f"algo={algo!r} is unknown: allowed values are {list(ALGO_NAMES)}")
     file = Path(path) if path is not None else HYPERPARAMS_DIR / f"{algo}.yml"
     if not file.is_file():
-        raise FileNotFoundError(f"hyperparameter file {str(file)!r} not found"
-                                + (" (it is a folder)" if file.is_dir() else ""))
+        raise FileNotFoundError(
+            f"hyperparameter file {str(file)!r} not found"
+            + (" (it is a folder)" if file.is_dir() else "")
+        )
     where = f"hyperparameter file {str(file)!r}"
     try:
         data = yaml.safe_load(file.read_bytes().decode("utf-8"))
@@ -102,13 +123,18 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ValueError(f"{where} must hold a mapping of env id -> hyperparameters, got {type(data).__name__}")
+        raise ValueError(
+            f"{where} must hold a mapping of env id -> hyperparameters, got {type(data).__name__}"
+        )
     if env_id not in data:
-        raise ValueError(f"{where} has no entry for env {env_id!r}: it has {sorted(map(str, data))}")
+        raise ValueError(
+            f"{where} has no entry for env {env_id!r}: it has {sorted(map(str, data))}"
+        )
     entry = data[env_id]
     if not isinstance(entry, dict):
-        raise ValueError(f"{where}: the entry for {env_id!r} must be a mapping of hyperparameters, "
-                         f"got {entry!r}")
+        raise ValueError(
+            f"{where}: the entry for {env_id!r} must be a mapping of hyperparameters, got {entry!r}"
+        )
     check_hyperparams(algo, entry, where)
     return dict(entry)
 
@@ -120,7 +146,9 @@ def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
     allowed = hyperparameter_names(algo)
     unknown = sorted(k for k in hp if k not in allowed)
     if unknown:
-        raise ValueError(f"{where}: {unknown} are not hyperparameters of {algo}: allowed are {allowed}")
+        raise ValueError(
+            f"{where}: {unknown} are not hyperparameters of {algo}: allowed are {allowed}"
+        )
     _check_zoo_values(hp, where)
     _check_constructor_types(algo, hp, where)
 
@@ -137,14 +165,22 @@ def _check_zoo_values(hp: dict[str, Any], where: str) -> None:
             check_int(f"{where}: {key}", value, 1)
     for key in ("policy",):
         if key in hp and not isinstance(hp[key], str):
-            raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a policy name such as 'MlpPolicy'")
+            raise ValueError(
+                f"{where}: {key}={hp[key]!r} is invalid: expected a policy name such as 'MlpPolicy'"
+            )
     for key in ("policy_kwargs", "normalize"):
         if key in hp:
             value = literal(hp[key], f"{where}: {key}")
-            ok = isinstance(value, dict) or (key == "normalize" and isinstance(value, bool)) or value is None
+            ok = (
+                isinstance(value, dict)
+                or (key == "normalize" and isinstance(value, bool))
+                or value is None
+            )
             if not ok:
-                raise ValueError(f"{where}: {key}={hp[key]!r} is invalid: expected a mapping"
-                                 + (" or true/false" if key == "normalize" else ""))
+                raise ValueError(
+                    f"{where}: {key}={hp[key]!r} is invalid: expected a mapping"
+                    + (" or true/false" if key == "normalize" else "")
+                )
 
 
 def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
@@ -166,7 +202,9 @@ def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
         else:
             continue
         if not ok:
-            raise ValueError(f"{where}: {key}={value!r} is invalid: expected {kind} (the default is {default!r})")
+            raise ValueError(
+                f"{where}: {key}={value!r} is invalid: expected {kind} (the default is {default!r})"
+            )
 
 
 def model_file_info(path: str | Path) -> tuple[str | None, int]:
@@ -209,14 +247,23 @@ def literal(value: Any, field: str) -> Any:
         node = ast.parse(value, mode="eval").body
         return _literal_node(node)
     except (SyntaxError, ValueError) as exc:
-        raise ValueError(f"{field}={value!r} is not a literal or dict(...) of literals: {exc}") from None
+        raise ValueError(
+            f"{field}={value!r} is not a literal or dict(...) of literals: {exc}"
+        ) from None
 
 
 def _literal_node(node: ast.AST) -> Any:
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict" and not node.args:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "dict"
+        and not node.args
+    ):
         return {kw.arg: _literal_node(kw.value) for kw in node.keywords}
     if isinstance(node, ast.Dict):
-        return {_literal_node(k): _literal_node(v) for k, v in zip(node.keys, node.values, strict=True)}
+        return {
+            _literal_node(k): _literal_node(v) for k, v in zip(node.keys, node.values, strict=True)
+        }
     if isinstance(node, ast.List):
         return [_literal_node(e) for e in node.elts]
     return ast.literal_eval(node)
@@ -232,10 +279,12 @@ def wrapper_specs(env_wrapper: Any) -> list[tuple[str, dict[str, Any]]]:
         if isinstance(item, str):
             specs.append((item, {}))
         elif isinstance(item, dict) and len(item) == 1:
-            (name, kwargs), = item.items()
+            ((name, kwargs),) = item.items()
             specs.append((name, dict(kwargs or {})))
         else:
-            raise ValueError(f"env_wrapper entry {item!r} is invalid: expected 'module.Class' or {{'module.Class': {{kwargs}}}}")
+            raise ValueError(
+                f"env_wrapper entry {item!r} is invalid: expected 'module.Class' or {{'module.Class': {{kwargs}}}}"
+            )
     return specs
 
 
@@ -263,7 +312,9 @@ def env_parameters(env_id: str) -> list[Any]:
 
 def env_kwarg_names(env_id: str) -> list[str]:
     """The keyword arguments that the registered env ``env_id`` takes (its constructor's)."""
-    return [p.name for p in env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return [
+        p.name for p in env_parameters(env_id) if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
 
 
 def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwargs") -> gym.Env:
@@ -273,7 +324,9 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
     import batch_env
 
     if env_id not in gym.registry:
-        raise ValueError(f"env_id={env_id!r} is not a registered env: the batch_env ones are {list(batch_env.ENV_IDS)}")
+        raise ValueError(
+            f"env_id={env_id!r} is not a registered env: the batch_env ones are {list(batch_env.ENV_IDS)}"
+        )
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
     allowed = env_kwarg_names(env_id)
@@ -282,12 +335,18 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
         raise ValueError(f"{field}: unknown key(s) {unknown} for {env_id}: it takes {allowed}")
     try:
         return gym.make(env_id, **env_kwargs)
-    except TypeError as exc:  # Gymnasium re-raises the constructor's TypeError with all the kwargs appended
+    except (
+        TypeError
+    ) as exc:  # Gymnasium re-raises the constructor's TypeError with all the kwargs appended
         cause = exc.__cause__ if isinstance(exc.__cause__, TypeError) else exc
-        raise ValueError(f"{field}={env_kwargs!r} is refused by {env_id}: {' '.join(str(cause).split())}") from None
+        raise ValueError(
+            f"{field}={env_kwargs!r} is refused by {env_id}: {' '.join(str(cause).split())}"
+        ) from None
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]) -> gym.Env:
+def make_env(
+    env_id: str, env_kwargs: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]
+) -> gym.Env:
     """``gymnasium.make(env_id, **env_kwargs)`` wrapped by ``specs`` (innermost first);
     kwargs the env refuses give a ``ValueError`` (see :func:`make_raw_env`)."""
     env = make_raw_env(env_id, env_kwargs)
@@ -365,8 +424,19 @@ class AgentPolicy:
 
 
 #: what ``pickle.load`` raises on a damaged file (truncated, garbage, another object)
-PICKLE_ERRORS = (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, KeyError, TypeError,
-                 ValueError, OverflowError, MemoryError, UnicodeDecodeError)
+PICKLE_ERRORS = (
+    pickle.UnpicklingError,
+    EOFError,
+    AttributeError,
+    ImportError,
+    IndexError,
+    KeyError,
+    TypeError,
+    ValueError,
+    OverflowError,
+    MemoryError,
+    UnicodeDecodeError,
+)
 
 
 def read_normalizer(path: Path) -> Any:
@@ -380,8 +450,10 @@ def read_normalizer(path: Path) -> Any:
         with open(path, "rb") as f:
             vn = pickle.load(f)
     except PICKLE_ERRORS as exc:
-        raise ValueError(f"{str(path)!r} is not readable normalization statistics "
-                         f"({type(exc).__name__}: {' '.join(str(exc).split())})") from None
+        raise ValueError(
+            f"{str(path)!r} is not readable normalization statistics "
+            f"({type(exc).__name__}: {' '.join(str(exc).split())})"
+        ) from None
     if not isinstance(vn, VecNormalize):
         raise ValueError(f"{str(path)!r} holds a {type(vn).__name__}, not VecNormalize statistics")
     return vn

@@ -22,7 +22,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     atomic_save(path, lambda tmp: Path(tmp).write_text(text), keep_suffix=False)
 
 
-def atomic_save(path: str | os.PathLike[str], save: Callable[[Path], Any], keep_suffix: bool = True) -> None:
+def atomic_save(
+    path: str | os.PathLike[str], save: Callable[[Path], Any], keep_suffix: bool = True
+) -> None:
     """Call ``save(tmp)`` to write a temporary file beside ``path``, then rename it to ``path``.
 
     :param keep_suffix: the temporary name keeps ``path``'s suffix (``model.zip`` ->
@@ -56,11 +58,17 @@ def set_aside(path: str | os.PathLike[str], problem: str, then: str) -> Path:
         k += 1
     os.replace(path, new)
     problem = " ".join(str(problem).split())
-    print(f"warning: {path} is damaged ({problem}); moved it aside to {new.name}, {then}", file=sys.stderr, flush=True)
+    print(
+        f"warning: {path} is damaged ({problem}); moved it aside to {new.name}, {then}",
+        file=sys.stderr,
+        flush=True,
+    )
     return new
 
 
-def read_json(path: str | os.PathLike[str], then: str, check: Callable[[Any], None] | None = None) -> Any | None:
+def read_json(
+    path: str | os.PathLike[str], then: str, check: Callable[[Any], None] | None = None
+) -> Any | None:
     """The JSON value in ``path``, or None when the file is damaged: unreadable, not JSON,
     or refused by ``check`` (which raises ``ValueError`` saying what is wrong). A damaged
     file is moved aside (:func:`set_aside`, with ``then`` in the warning).

@@ -33,8 +33,10 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
     if not cfg_path.exists():
         if _zoo_subfolders(run):
             return read_zoo_run(run)
-        raise FileNotFoundError(f"run directory {str(run)!r} has no config.yaml: not a batch-env training run "
-                                "(nor an rl-zoo3 one: no <env name>/args.yml in it)")
+        raise FileNotFoundError(
+            f"run directory {str(run)!r} has no config.yaml: not a batch-env training run "
+            "(nor an rl-zoo3 one: no <env name>/args.yml in it)"
+        )
     try:
         cfg = yaml.safe_load(cfg_path.read_bytes().decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
@@ -43,7 +45,9 @@ def read_run_config(run_dir: str | Path) -> dict[str, Any]:
         if not isinstance(cfg, dict) or key not in cfg:
             raise ValueError(f"{cfg_path} is corrupt: missing field {key!r}")
     if cfg["algo"] not in ALGO_NAMES:
-        raise ValueError(f"{cfg_path}: algo={cfg['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}")
+        raise ValueError(
+            f"{cfg_path}: algo={cfg['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}"
+        )
     if not isinstance(cfg["env_kwargs"], dict) or not isinstance(cfg["wrappers"], list):
         raise ValueError(f"{cfg_path} is corrupt: env_kwargs must be a mapping and wrappers a list")
     return cfg
@@ -58,7 +62,9 @@ def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[str, Any]:
     return {k: v for k, v in pairs}
 
 
-_ZooLoader.add_constructor("tag:yaml.org,2002:python/object/apply:collections.OrderedDict", _ordered_dict)
+_ZooLoader.add_constructor(
+    "tag:yaml.org,2002:python/object/apply:collections.OrderedDict", _ordered_dict
+)
 
 
 def _zoo_subfolders(run: Path) -> list[Path]:
@@ -94,22 +100,28 @@ def read_zoo_run(run_dir: str | Path) -> dict[str, Any]:
     run = Path(run_dir)
     subs = _zoo_subfolders(run)
     if len(subs) != 1:
-        raise ValueError(f"run directory {str(run)!r} is not one rl-zoo3 run: it has {len(subs)} <env name>/args.yml "
-                         "subfolders, expected 1")
+        raise ValueError(
+            f"run directory {str(run)!r} is not one rl-zoo3 run: it has {len(subs)} <env name>/args.yml "
+            "subfolders, expected 1"
+        )
     sub = subs[0]
     args = _read_zoo_yaml(sub / "args.yml")
     hp = _read_zoo_yaml(sub / "config.yml")
     where = str(sub / "args.yml")
     algo = args.get("algo")
     if algo not in ALGO_NAMES:
-        raise ValueError(f"{where}: algo={algo!r} cannot be loaded by batch-env: allowed values are {list(ALGO_NAMES)}")
+        raise ValueError(
+            f"{where}: algo={algo!r} cannot be loaded by batch-env: allowed values are {list(ALGO_NAMES)}"
+        )
     env_id = str(args.get("env") or "")
     if not env_id:
         raise ValueError(f"{where} is corrupt: missing field 'env'")
     env_kwargs = dict(literal(hp.get("env_kwargs"), f"{sub / 'config.yml'}: env_kwargs") or {})
     if args.get("env_kwargs") is not None:
         if not isinstance(args["env_kwargs"], dict):
-            raise ValueError(f"{where}: env_kwargs={args['env_kwargs']!r} is invalid: expected a mapping")
+            raise ValueError(
+                f"{where}: env_kwargs={args['env_kwargs']!r} is invalid: expected a mapping"
+            )
         env_kwargs.update(args["env_kwargs"])
     env_kwargs.pop("render_mode", None)
     try:
@@ -147,27 +159,41 @@ def load_policy(
     """
     run = Path(run_dir)
     cfg = read_run_config(run)
-    path = Path(model_file) if model_file is not None else Path(cfg.get("model_file", run / "model.zip"))
+    path = (
+        Path(model_file)
+        if model_file is not None
+        else Path(cfg.get("model_file", run / "model.zip"))
+    )
     if not path.exists():
-        raise FileNotFoundError(f"model file {str(path)!r} not found (is the run finished? try --resume)")
+        raise FileNotFoundError(
+            f"model file {str(path)!r} not found (is the run finished? try --resume)"
+        )
     try:
         algo, _ = model_file_info(path)
     except ValueError as exc:
         raise ValueError(f"model file {str(path)!r} is corrupt: {exc}") from None
     if algo is not None and algo != cfg["algo"]:
         if cfg.get("layout") == "rl-zoo3":
-            raise ValueError(f"{str(path)!r} holds a {algo} model but the rl-zoo3 run says algo={cfg['algo']!r}")
-        raise ValueError(f"{run / 'config.yaml'} says algo={cfg['algo']!r} but {str(path)!r} holds a {algo} model: "
-                         f"was config.yaml edited? restore algo: {algo}")
+            raise ValueError(
+                f"{str(path)!r} holds a {algo} model but the rl-zoo3 run says algo={cfg['algo']!r}"
+            )
+        raise ValueError(
+            f"{run / 'config.yaml'} says algo={cfg['algo']!r} but {str(path)!r} holds a {algo} model: "
+            f"was config.yaml edited? restore algo: {algo}"
+        )
     try:
         model = algo_class(cfg["algo"]).load(path, device=device)
     except (zipfile.BadZipFile, ValueError, KeyError, EOFError, RuntimeError, OSError) as exc:
-        raise ValueError(f"model file {str(path)!r} is corrupt or not a {cfg['algo']} model: {exc}") from None
+        raise ValueError(
+            f"model file {str(path)!r} is corrupt or not a {cfg['algo']} model: {exc}"
+        ) from None
     norm = None
     norm_path = Path(cfg.get("normalizer_file", run / "vecnormalize.pkl"))
     if cfg.get("normalize"):
         if not norm_path.exists():
-            raise FileNotFoundError(f"{str(norm_path)!r} not found: the run normalizes observations")
+            raise FileNotFoundError(
+                f"{str(norm_path)!r} not found: the run normalizes observations"
+            )
         norm = load_normalizer(norm_path)
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
     return AgentPolicy(
@@ -185,5 +211,7 @@ def parse_policy_spec(spec: str) -> tuple[str, str]:
     """Split ``"ppo:runs/my-run"`` into ``("ppo", "runs/my-run")``."""
     algo, sep, path = spec.partition(":")
     if not sep or not path:
-        raise ValueError(f"policy={spec!r} is not an agent spec: expected '<algo>:<run_dir>', e.g. 'ppo:runs/ppo-s0'")
+        raise ValueError(
+            f"policy={spec!r} is not an agent spec: expected '<algo>:<run_dir>', e.g. 'ppo:runs/ppo-s0'"
+        )
     return algo, path

@@ -75,21 +75,56 @@ STEP_INFO_KEYS = ("reward_components", "centering_gain")
 
 #: the run's settings (fields of :class:`TrainArgs`): saved in ``config.yaml`` under
 #: ``args``; a resumed run takes them from there
-RUN_SETTINGS = ("algo", "env_id", "env_kwargs", "hyperparams", "n_timesteps", "seed", "vectorized", "num_envs",
-                "vector_mode", "centering_gain", "device", "threads", "checkpoint_freq", "eval_freq",
-                "eval_episodes", "eval_seed")
+RUN_SETTINGS = (
+    "algo",
+    "env_id",
+    "env_kwargs",
+    "hyperparams",
+    "n_timesteps",
+    "seed",
+    "vectorized",
+    "num_envs",
+    "vector_mode",
+    "centering_gain",
+    "device",
+    "threads",
+    "checkpoint_freq",
+    "eval_freq",
+    "eval_episodes",
+    "eval_seed",
+)
 #: a new run's settings when not given (None: from the hyperparameter file)
 DEFAULTS: dict[str, Any] = {
-    "algo": "ppo", "env_id": "batch_env/DynamicBatching-v0", "env_kwargs": {}, "hyperparams": None,
-    "n_timesteps": None, "seed": 0, "vectorized": False, "num_envs": None, "vector_mode": "auto",
-    "centering_gain": DEFAULT_CENTERING_GAIN, "device": "auto", "threads": 1, "checkpoint_freq": 50_000, "eval_freq": 50_000,
-    "eval_episodes": 3, "eval_seed": 100_000,
+    "algo": "ppo",
+    "env_id": "batch_env/DynamicBatching-v0",
+    "env_kwargs": {},
+    "hyperparams": None,
+    "n_timesteps": None,
+    "seed": 0,
+    "vectorized": False,
+    "num_envs": None,
+    "vector_mode": "auto",
+    "centering_gain": DEFAULT_CENTERING_GAIN,
+    "device": "auto",
+    "threads": 1,
+    "checkpoint_freq": 50_000,
+    "eval_freq": 50_000,
+    "eval_episodes": 3,
+    "eval_seed": 100_000,
 }
 #: the settings a resumed run may change: n_timesteps, to extend the run
 RESUME_OVERRIDES = ("n_timesteps",)
 #: counts among the settings and their least allowed value
-_COUNTS = {"n_timesteps": 1, "seed": 0, "num_envs": 1, "threads": 1, "checkpoint_freq": 1, "eval_freq": 0,
-           "eval_episodes": 1, "eval_seed": 0}
+_COUNTS = {
+    "n_timesteps": 1,
+    "seed": 0,
+    "num_envs": 1,
+    "threads": 1,
+    "checkpoint_freq": 1,
+    "eval_freq": 0,
+    "eval_episodes": 1,
+    "eval_seed": 0,
+}
 
 
 class NoCheckpointError(FileNotFoundError):
@@ -158,9 +193,13 @@ def check_settings(given: dict[str, Any]) -> None:
         if given.get(key) is not None:
             check_int(key, given[key], low)
     if given.get("algo") is not None and given["algo"] not in ALGO_NAMES:
-        raise ValueError(f"algo={given['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}")
+        raise ValueError(
+            f"algo={given['algo']!r} is unknown: allowed values are {list(ALGO_NAMES)}"
+        )
     if given.get("env_kwargs") is not None and not isinstance(given["env_kwargs"], dict):
-        raise ValueError(f"env_kwargs={given['env_kwargs']!r} is invalid: expected a mapping of env kwargs")
+        raise ValueError(
+            f"env_kwargs={given['env_kwargs']!r} is invalid: expected a mapping of env kwargs"
+        )
     if given.get("vectorized") is not None and not isinstance(given["vectorized"], bool):
         raise ValueError(f"vectorized={given['vectorized']!r} is invalid: expected True or False")
     if given.get("centering_gain") is not None:
@@ -183,15 +222,28 @@ def _saved_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     """The settings a run was trained with: its config's ``args``, checked against the
     config's own top-level fields (a mismatch means the file was edited)."""
     args = cfg.get("args") if isinstance(cfg.get("args"), dict) else {}
-    top = {"algo": cfg.get("algo"), "env_id": cfg.get("env_id"), "env_kwargs": cfg.get("env_kwargs"),
-           "seed": cfg.get("seed"), "n_timesteps": cfg.get("n_timesteps"), "vectorized": cfg.get("vectorized"),
-           "num_envs": cfg.get("n_envs"), "threads": cfg.get("threads"), "device": cfg.get("device")}
+    top = {
+        "algo": cfg.get("algo"),
+        "env_id": cfg.get("env_id"),
+        "env_kwargs": cfg.get("env_kwargs"),
+        "seed": cfg.get("seed"),
+        "n_timesteps": cfg.get("n_timesteps"),
+        "vectorized": cfg.get("vectorized"),
+        "num_envs": cfg.get("n_envs"),
+        "threads": cfg.get("threads"),
+        "device": cfg.get("device"),
+    }
     for key, value in top.items():
         if value is not None and args.get(key) is not None and args[key] != value:
-            raise ValueError(f"{where} is inconsistent: {key}={value!r} but args.{key}={args[key]!r} (was it edited? "
-                             f"a run's settings cannot change; restore {key}: {args[key]!r})")
-    saved = {**DEFAULTS, **{k: v for k, v in top.items() if v is not None},
-             **{k: args[k] for k in RUN_SETTINGS if args.get(k) is not None}}
+            raise ValueError(
+                f"{where} is inconsistent: {key}={value!r} but args.{key}={args[key]!r} (was it edited? "
+                f"a run's settings cannot change; restore {key}: {args[key]!r})"
+            )
+    saved = {
+        **DEFAULTS,
+        **{k: v for k, v in top.items() if v is not None},
+        **{k: args[k] for k in RUN_SETTINGS if args.get(k) is not None},
+    }
     check_settings(saved)
     return saved
 
@@ -208,7 +260,8 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
             raise ValueError(
                 f"resume: {key}={value!r} was given but run {str(args.run_dir)!r} was trained with {key}="
                 f"{saved[key]!r} ({where}); a resumed run keeps every setting of the original (only n_timesteps "
-                f"may change, to extend it): leave the option out, or start a new run with another run_dir")
+                f"may change, to extend it): leave the option out, or start a new run with another run_dir"
+            )
     return {**saved, **{k: given[k] for k in RESUME_OVERRIDES if k in given}}
 
 
@@ -235,7 +288,9 @@ def _candidates(run: Path) -> list[tuple[int, Path, Path | None]]:
     for p in (run / "checkpoints").glob("model_*_steps.zip"):
         m = re.fullmatch(r"model_(\d+)_steps\.zip", p.name)
         if m:
-            found.append((int(m.group(1)), p, checkpoint_paths(run / "checkpoints", int(m.group(1)))[1]))
+            found.append(
+                (int(m.group(1)), p, checkpoint_paths(run / "checkpoints", int(m.group(1)))[1])
+            )
     if not found and (run / "model.zip").exists():
         found.append((-1, run / "model.zip", run / "vecnormalize.pkl"))
     return sorted(found, key=lambda c: -c[0])
@@ -260,13 +315,19 @@ def _load_latest(run: Path, cfg: dict[str, Any], venv: Any, device: str) -> Any:
             damaged.append(set_aside(path, str(exc), then).name)
             continue
         if algo is not None and algo != cfg["algo"]:
-            raise ValueError(f"{run / 'config.yaml'} says algo={cfg['algo']!r} but checkpoint {path} holds a {algo} "
-                             f"model: was config.yaml edited? restore algo: {algo}")
+            raise ValueError(
+                f"{run / 'config.yaml'} says algo={cfg['algo']!r} but checkpoint {path} holds a {algo} "
+                f"model: was config.yaml edited? restore algo: {algo}"
+            )
         env = venv
         if cfg["normalize"]:
             if vn_path is None or not vn_path.exists():
-                print(f"warning: checkpoint {path} has no normalization statistics beside it ({vn_path} is missing); "
-                      f"{then}", file=sys.stderr, flush=True)
+                print(
+                    f"warning: checkpoint {path} has no normalization statistics beside it ({vn_path} is missing); "
+                    f"{then}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
             try:
                 env = read_normalizer(vn_path)
@@ -278,13 +339,17 @@ def _load_latest(run: Path, cfg: dict[str, Any], venv: Any, device: str) -> Any:
         try:
             return cls.load(path, env=env, device=device, tensorboard_log=str(run / "tb"))
         except ValueError as exc:  # a readable model that does not fit the config's env
-            raise ValueError(f"checkpoint {path} does not fit the run's {run / 'config.yaml'} (was it edited?): "
-                             f"{' '.join(str(exc).split())}") from None
+            raise ValueError(
+                f"checkpoint {path} does not fit the run's {run / 'config.yaml'} (was it edited?): "
+                f"{' '.join(str(exc).split())}"
+            ) from None
         except (KeyError, RuntimeError, EOFError, OSError, *PICKLE_ERRORS) as exc:
             damaged.append(set_aside(path, f"{type(exc).__name__}: {exc}", then).name)
     extra = f" (damaged, moved aside: {', '.join(damaged)})" if damaged else ""
-    raise NoCheckpointError(f"run {str(run)!r} has no usable checkpoint to resume from{extra}: delete the run "
-                            "directory (or give another run_dir) to start it again")
+    raise NoCheckpointError(
+        f"run {str(run)!r} has no usable checkpoint to resume from{extra}: delete the run "
+        "directory (or give another run_dir) to start it again"
+    )
 
 
 def _resumed_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
@@ -297,8 +362,10 @@ def _resumed_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, An
 
     cfg = read_run_config(run)
     if cfg.get("layout") == "rl-zoo3":
-        raise ValueError(f"run_dir={str(run)!r} is an rl-zoo3 run: continue it with rl-zoo3 "
-                         "(python -m rl_zoo3.train --trained-agent ...), not with resume")
+        raise ValueError(
+            f"run_dir={str(run)!r} is an rl-zoo3 run: continue it with rl-zoo3 "
+            "(python -m rl_zoo3.train --trained-agent ...), not with resume"
+        )
     st = resume_settings(args, cfg, str(run / "config.yaml"))
     cfg["n_timesteps"] = st["n_timesteps"]
     return run, st, cfg
@@ -315,15 +382,21 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     if run.exists() and not run.is_dir():
         raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")
     if (run / "config.yaml").exists():
-        raise FileExistsError(f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir")
+        raise FileExistsError(
+            f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir"
+        )
     hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
     specs = wrapper_specs(hp.get("env_wrapper"))
-    make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)).close()  # refuse bad env kwargs first
+    make_env(
+        st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)
+    ).close()  # refuse bad env kwargs first
     gain = _centering_gain(args, st, specs)
     specs = run_specs(specs, gain)
     normalize = literal(hp.get("normalize", False), "normalize")
     st["num_envs"] = int(st["num_envs"] if st["num_envs"] is not None else hp.get("n_envs", 1))
-    st["n_timesteps"] = int(st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"]))
+    st["n_timesteps"] = int(
+        st["n_timesteps"] if st["n_timesteps"] is not None else float(hp["n_timesteps"])
+    )
     cfg = {
         "algo": st["algo"],
         "env_id": st["env_id"],
@@ -349,7 +422,9 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     return run, st, cfg
 
 
-def _centering_gain(args: TrainArgs, st: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]) -> float | None:
+def _centering_gain(
+    args: TrainArgs, st: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]
+) -> float | None:
     """The reward-centering gain of a new run whose wrappers center rewards (None when
     none does): ``--centering-gain`` when given, else the file's CenteredReward gain, else
     the default; ``st["centering_gain"]`` is set to the mode used."""
@@ -387,8 +462,15 @@ def train(args: TrainArgs) -> Path:
         return make_env(cfg["env_id"], cfg["env_kwargs"], specs)
 
     if cfg.get("vectorized", False):
-        venv = make_lane_vec_env(cfg["env_id"], cfg["n_envs"], cfg["env_kwargs"], seed=cfg["seed"],
-                                 mode=cfg["vector_mode"], wrappers=specs, step_info_keys=STEP_INFO_KEYS)
+        venv = make_lane_vec_env(
+            cfg["env_id"],
+            cfg["n_envs"],
+            cfg["env_kwargs"],
+            seed=cfg["seed"],
+            mode=cfg["vector_mode"],
+            wrappers=specs,
+            step_info_keys=STEP_INFO_KEYS,
+        )
     else:
         venv = make_vec_env(env_fn, n_envs=cfg["n_envs"], seed=cfg["seed"], vec_env_cls=DummyVecEnv)
     norm = cfg["normalize"]
@@ -400,8 +482,10 @@ def train(args: TrainArgs) -> Path:
         model = _load_latest(run, cfg, venv, st["device"])
         done = int(model.num_timesteps)
         if args.n_timesteps is not None and args.n_timesteps < done:
-            raise ValueError(f"resume: n_timesteps={args.n_timesteps} is below the {done} steps run {str(run)!r} "
-                             "has already trained: give a larger value to extend it, or leave it out")
+            raise ValueError(
+                f"resume: n_timesteps={args.n_timesteps} is below the {done} steps run {str(run)!r} "
+                "has already trained: give a larger value to extend it, or leave it out"
+            )
     else:
         done = 0
         if norm:
@@ -411,17 +495,25 @@ def train(args: TrainArgs) -> Path:
             model = algo_class(cfg["algo"])(
                 cfg["policy"],
                 venv,
-                policy_kwargs=dict(cfg["policy_kwargs"]) or None,  # a copy: A2C adds its optimizer to it
+                policy_kwargs=dict(cfg["policy_kwargs"])
+                or None,  # a copy: A2C adds its optimizer to it
                 tensorboard_log=str(run / "tb"),
                 seed=cfg["seed"],
                 device=st["device"],
                 verbose=args.verbose,
                 **dict(cfg["algo_kwargs"]),
             )
-        except (TypeError, ValueError, KeyError, AssertionError) as exc:  # what the algorithm refuses
+        except (
+            TypeError,
+            ValueError,
+            KeyError,
+            AssertionError,
+        ) as exc:  # what the algorithm refuses
             venv.close()
-            raise ValueError(f"{where} are refused by {st['algo']}: {type(exc).__name__}: "
-                             f"{' '.join(str(exc).split())}") from None
+            raise ValueError(
+                f"{where} are refused by {st['algo']}: {type(exc).__name__}: "
+                f"{' '.join(str(exc).split())}"
+            ) from None
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
 
@@ -431,14 +523,26 @@ def train(args: TrainArgs) -> Path:
         checkpoints,
         ServingMetricsCallback(
             smdp_gain=cfg["smdp_gain"],
-            hparams={"algo": cfg["algo"], **cfg["algo_kwargs"], "n_envs": cfg["n_envs"], "seed": cfg["seed"],
-                     "centering_gain": cfg["centering_gain"], "vectorized": bool(cfg.get("vectorized", False))},
+            hparams={
+                "algo": cfg["algo"],
+                **cfg["algo_kwargs"],
+                "n_envs": cfg["n_envs"],
+                "seed": cfg["seed"],
+                "centering_gain": cfg["centering_gain"],
+                "vectorized": bool(cfg.get("vectorized", False)),
+            },
         ),
     ]
     evaluator = None
     if st["eval_freq"] > 0:
         evaluator = PeriodicEvaluation(
-            cfg["env_id"], cfg["env_kwargs"], specs, st["eval_freq"], st["eval_episodes"], st["eval_seed"], run,
+            cfg["env_id"],
+            cfg["env_kwargs"],
+            specs,
+            st["eval_freq"],
+            st["eval_episodes"],
+            st["eval_seed"],
+            run,
             smdp_gain=cfg["smdp_gain"],
         )
         callbacks.append(evaluator)
@@ -490,7 +594,9 @@ def train_or_reuse(args: TrainArgs) -> Path:
         try:
             return train(replace(args, resume=True))
         except NoCheckpointError as exc:
-            print(f"warning: {exc}; training {run} again from the start", file=sys.stderr, flush=True)
+            print(
+                f"warning: {exc}; training {run} again from the start", file=sys.stderr, flush=True
+            )
             shutil.rmtree(run)
     return train(args)
 

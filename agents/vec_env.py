@@ -65,7 +65,9 @@ def _is_mask(info: dict[str, Any], key: str) -> bool:
     return key.startswith("_") and key[1:] in info
 
 
-def lane_info(info: dict[str, Any], i: int, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
+def lane_info(
+    info: dict[str, Any], i: int, exclude: frozenset[str] = frozenset()
+) -> dict[str, Any]:
     """Lane ``i``'s entries of a Gymnasium vector info dict, as the scalar env's info.
 
     A key is the lane's when its mask ``info["_<key>"]`` is set for the lane (or when it has
@@ -140,11 +142,18 @@ class SB3VecEnv(VecEnv):
 
     def __init__(self, vector_env: VectorEnv, step_info_keys: Sequence[str] = ()) -> None:
         if not isinstance(vector_env, VectorEnv):
-            raise TypeError(f"vector_env is a {type(vector_env).__name__}: expected a gymnasium.vector.VectorEnv")
+            raise TypeError(
+                f"vector_env is a {type(vector_env).__name__}: expected a gymnasium.vector.VectorEnv"
+            )
         mode = autoreset_mode(vector_env)
         if mode != AutoresetMode.SAME_STEP:
-            found = f"AutoresetMode.{mode.name}" if mode is not None else (
-                f"{vector_env.metadata.get('autoreset_mode', 'an unset mode')!r} (metadata['autoreset_mode'])")
+            found = (
+                f"AutoresetMode.{mode.name}"
+                if mode is not None
+                else (
+                    f"{vector_env.metadata.get('autoreset_mode', 'an unset mode')!r} (metadata['autoreset_mode'])"
+                )
+            )
             raise ValueError(
                 f"vector env {vector_env} autoresets in {found}: SB3VecEnv needs "
                 f"AutoresetMode.SAME_STEP (the final observation and info in info['final_obs'] "
@@ -158,7 +167,9 @@ class SB3VecEnv(VecEnv):
         self.step_info_keys = tuple(step_info_keys)
         self.spec = getattr(vector_env, "spec", None)
         self._actions: np.ndarray | None = None
-        super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
+        super().__init__(
+            vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space
+        )
         self.metadata = {**self.metadata, "autoreset_mode": mode}
 
     # -- stepping -------------------------------------------------------------------------
@@ -169,13 +180,17 @@ class SB3VecEnv(VecEnv):
         seed: int | list[int | None] | None
         if all(s is None for s in seeds):
             seed = None
-        elif all(s is not None for s in seeds) and list(seeds) == list(range(seeds[0], seeds[0] + n)):
+        elif all(s is not None for s in seeds) and list(seeds) == list(
+            range(seeds[0], seeds[0] + n)
+        ):
             seed = int(seeds[0])  # the form every vector env accepts
         else:
             seed = list(seeds)
         options = self._options[0] or None
         if any(o != self._options[0] for o in self._options):
-            raise ValueError("SB3VecEnv: per-lane reset options differ, but a vector env takes one options dict for all lanes")
+            raise ValueError(
+                "SB3VecEnv: per-lane reset options differ, but a vector env takes one options dict for all lanes"
+            )
         obs, info = self.vector_env.reset(seed=seed, options=options)
         self.reset_infos = [lane_info(info, i) for i in range(n)]
         self._reset_seeds()
@@ -202,7 +217,11 @@ class SB3VecEnv(VecEnv):
             final_info = info.get("final_info", {})
             has_final_info = info.get("_final_info")
             for i in np.flatnonzero(dones).tolist():
-                lane = lane_info(final_info, i) if has_final_info is not None and has_final_info[i] else {}
+                lane = (
+                    lane_info(final_info, i)
+                    if has_final_info is not None and has_final_info[i]
+                    else {}
+                )
                 lane["terminal_observation"] = _copy_obs(final_obs[i])
                 lane["TimeLimit.truncated"] = bool(truncated[i] and not terminated[i])
                 infos[i] = lane
@@ -260,7 +279,11 @@ class SB3VecEnv(VecEnv):
             )
 
     def env_method(
-        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+        self,
+        method_name: str,
+        *method_args: Any,
+        indices: VecEnvIndices = None,
+        **method_kwargs: Any,
     ) -> list[Any]:
         """Call a method per lane: ``action_masks`` as :meth:`action_masks`; others on each
         requested sub-env (``SyncVectorEnv``), or once on the vector env itself, whose
@@ -271,11 +294,16 @@ class SB3VecEnv(VecEnv):
             return [masks[i] for i in idx]
         holder = self._holder(method_name)
         if self._per_lane(holder):
-            return [holder.envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs) for i in idx]
+            return [
+                holder.envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs)
+                for i in idx
+            ]
         results = getattr(holder, method_name)(*method_args, **method_kwargs)
         return [results[i] for i in idx]
 
-    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+    def env_is_wrapped(
+        self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None
+    ) -> list[bool]:
         """No lane is a wrapped ``gym.Env`` (SB3's ``Monitor`` check)."""
         return [False for _ in self._get_indices(indices)]
 
@@ -329,7 +357,9 @@ def resolve_mode(env_id: str, mode: str = "auto") -> str:
     if mode == "auto":
         return "vector_entry_point" if has_native else "sync"
     if mode == "vector_entry_point" and not has_native:
-        raise ValueError(f"mode='vector_entry_point': {env_id} registers no vector_entry_point; use mode='sync'")
+        raise ValueError(
+            f"mode='vector_entry_point': {env_id} registers no vector_entry_point; use mode='sync'"
+        )
     return mode
 
 
@@ -384,13 +414,23 @@ def make_vector_env(
         if _accepts(creator, "full_info"):  # per-step info only when read (it costs time)
             kwargs.setdefault("full_info", needs_info)
         # make_vec refuses vector_kwargs in this mode: the autoreset mode is an env argument
-        venv = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode=mode,
-                            autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
+        venv = gym.make_vec(
+            env_id,
+            num_envs=int(num_envs),
+            vectorization_mode=mode,
+            autoreset_mode=AutoresetMode.SAME_STEP,
+            **kwargs,
+        )
     else:
         scalar = [] if twins else [partial(import_class(p), **kw) for p, kw in specs]
-        venv = gym.make_vec(env_id, num_envs=int(num_envs), vectorization_mode="sync",
-                            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
-                            wrappers=scalar, **env_kwargs)
+        venv = gym.make_vec(
+            env_id,
+            num_envs=int(num_envs),
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP, "copy": False},
+            wrappers=scalar,
+            **env_kwargs,
+        )
     if twins and specs:
         # the scalar wrappers validate their arguments and resolve the twins' parameters
         template = make_env(env_id, env_kwargs, specs)
@@ -427,7 +467,9 @@ def make_vec_env(
     :param step_info_keys: per-step info keys every lane's info gets at every step.
     :param monitor: wrap in ``VecMonitor`` (episode return, length and time in ``info["episode"]``).
     """
-    vector_env = make_vector_env(env_id, num_envs, env_kwargs, mode, wrappers, step_info=bool(step_info_keys))
+    vector_env = make_vector_env(
+        env_id, num_envs, env_kwargs, mode, wrappers, step_info=bool(step_info_keys)
+    )
     venv: VecEnv = SB3VecEnv(vector_env, step_info_keys=step_info_keys)
     if seed is not None:
         venv.seed(seed)

@@ -54,7 +54,9 @@ def check_gain_mode(gain: Any, field: str = "centering_gain") -> None:
     except (TypeError, ValueError):
         value = math.nan
     if isinstance(gain, bool) or not math.isfinite(value):
-        raise ValueError(f"{field}={gain!r} is invalid: expected greedy, smdp, online or a number (cost per second)")
+        raise ValueError(
+            f"{field}={gain!r} is invalid: expected greedy, smdp, online or a number (cost per second)"
+        )
 
 
 def resolve_gain(mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int = 0) -> float | None:
@@ -77,13 +79,18 @@ def resolve_gain(mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int =
     return _GAIN_CACHE[key]
 
 
-def run_specs(specs: list[tuple[str, dict[str, Any]]], gain: float | None) -> list[tuple[str, dict[str, Any]]]:
+def run_specs(
+    specs: list[tuple[str, dict[str, Any]]], gain: float | None
+) -> list[tuple[str, dict[str, Any]]]:
     """A hyperparameter file's wrapper specs as a run uses them: display-only wrappers
     (:data:`DISPLAY_WRAPPERS`) left out, every centring wrapper as
     ``batch_env.wrappers.AverageRewardCentering`` with ``gain`` (a number, None: online),
     which has a vector twin and needs nothing resolved when the run is loaded again."""
-    return [(CENTERING_WRAPPERS[0], {"gain": gain}) if p in CENTERING_WRAPPERS else (p, dict(kw))
-            for p, kw in specs if p not in DISPLAY_WRAPPERS]
+    return [
+        (CENTERING_WRAPPERS[0], {"gain": gain}) if p in CENTERING_WRAPPERS else (p, dict(kw))
+        for p, kw in specs
+        if p not in DISPLAY_WRAPPERS
+    ]
 
 
 def _measure_gain(mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> float:
@@ -107,8 +114,10 @@ def _env_config(env: gym.Env) -> tuple[str, dict[str, Any]]:
     """The registered id and kwargs that made ``env`` (its spec), without ``render_mode``."""
     spec = env.unwrapped.spec or env.spec
     if spec is None:
-        raise ValueError("CenteredReward needs an env made by gymnasium.make (its spec names the configuration "
-                         "that gain='greedy' or 'smdp' measures): give a number instead")
+        raise ValueError(
+            "CenteredReward needs an env made by gymnasium.make (its spec names the configuration "
+            "that gain='greedy' or 'smdp' measures): give a number instead"
+        )
     kwargs = {k: v for k, v in (spec.kwargs or {}).items() if k != "render_mode"}
     return spec.id, kwargs
 
@@ -124,7 +133,9 @@ class CenteredReward(AverageRewardCentering):
     """
 
     def __init__(self, env: gym.Env, gain: Any = DEFAULT_CENTERING_GAIN, seed: int = 0) -> None:
-        gym.utils.RecordConstructorArgs.__init__(self, gain=gain, seed=seed)  # first: the mode, not the number
+        gym.utils.RecordConstructorArgs.__init__(
+            self, gain=gain, seed=seed
+        )  # first: the mode, not the number
         check_gain_mode(gain, "gain")
         online = gain is None or gain == "online"
         number = None if online or str(gain) in GAIN_MODES else float(gain)
@@ -164,7 +175,9 @@ def format_serving(serving: dict[str, Any]) -> str:
     for key, label, fmt in SUMMARY_FIGURES:
         value = serving.get(key)
         if isinstance(value, (int, float)) and math.isfinite(value):
-            parts.append(f"{'reward rate' if key == 'reward_rate_per_s' else label} {fmt.format(value)}")
+            parts.append(
+                f"{'reward rate' if key == 'reward_rate_per_s' else label} {fmt.format(value)}"
+            )
     return ", ".join(parts)
 
 
@@ -173,8 +186,11 @@ def _enjoying() -> bool:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", "") or ""
-    return name == "rl_zoo3.enjoy" or (name in ("rl_zoo3.cli", "agents.zoo") and "enjoy" in sys.argv[:1]) or \
-        any(arg.endswith(("rl_zoo3/enjoy.py", "rl_zoo3.enjoy")) for arg in sys.argv[:1])
+    return (
+        name == "rl_zoo3.enjoy"
+        or (name in ("rl_zoo3.cli", "agents.zoo") and "enjoy" in sys.argv[:1])
+        or any(arg.endswith(("rl_zoo3/enjoy.py", "rl_zoo3.enjoy")) for arg in sys.argv[:1])
+    )
 
 
 class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -192,7 +208,9 @@ class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def __init__(self, env: gym.Env, verbose: int | None = None, stream: Any = None) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, verbose=verbose)
         gym.Wrapper.__init__(self, env)
-        self.verbose = int(env.render_mode == "human" or _enjoying()) if verbose is None else int(verbose)
+        self.verbose = (
+            int(env.render_mode == "human" or _enjoying()) if verbose is None else int(verbose)
+        )
         self.stream = stream
         self.episodes: list[dict[str, Any]] = []
 
@@ -211,10 +229,16 @@ class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def close(self) -> None:
         """Print the mean reward rate per second of the episodes seen, then close."""
-        rates = [s["reward_rate_per_s"] for s in self.episodes
-                 if isinstance(s.get("reward_rate_per_s"), (int, float)) and math.isfinite(s["reward_rate_per_s"])]
+        rates = [
+            s["reward_rate_per_s"]
+            for s in self.episodes
+            if isinstance(s.get("reward_rate_per_s"), (int, float))
+            and math.isfinite(s["reward_rate_per_s"])
+        ]
         if self.verbose and rates:
-            self._print(f"serving: mean reward rate {np.mean(rates):.4g} +/- {np.std(rates):.2g} per second over "
-                        f"{len(rates)} episode(s) (minus the serving cost per second; the centred rewards above "
-                        "are not)")
+            self._print(
+                f"serving: mean reward rate {np.mean(rates):.4g} +/- {np.std(rates):.2g} per second over "
+                f"{len(rates)} episode(s) (minus the serving cost per second; the centred rewards above "
+                "are not)"
+            )
         super().close()

@@ -36,8 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     except ModuleNotFoundError:
         found = False
     if not found:
-        print(f"error: script={argv[0]!r} is not an rl-zoo3 script (no module {module}): e.g. train, enjoy, "
-              "record_video, plots.plot_train, plots.all_plots", file=sys.stderr)
+        print(
+            f"error: script={argv[0]!r} is not an rl-zoo3 script (no module {module}): e.g. train, enjoy, "
+            "record_video, plots.plot_train, plots.all_plots",
+            file=sys.stderr,
+        )
         return 2
     sys.argv = [module, *argv[1:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -51,7 +51,9 @@ from .common import env_config
 def _llm_settings(env: gym.Env | None, policy: str) -> tuple[tuple[int, ...], int, float]:
     """The env's action grid, max_num_seqs and TPOT SLA (ms), refusing other envs."""
     if env is None:
-        raise ValueError(f"policy {policy!r} needs env= (an LLMBatching-v0 env) for its grid of caps")
+        raise ValueError(
+            f"policy {policy!r} needs env= (an LLMBatching-v0 env) for its grid of caps"
+        )
     cfg = env_config(env)
     if not hasattr(cfg, "max_num_seqs"):
         raise ValueError(
@@ -113,7 +115,11 @@ class MemoryAwarePolicy(_CapPolicy):
     name = "memory-aware"
 
     def __init__(
-        self, env: gym.Env | None = None, eta: float = 0.95, b_min: int = 1, b_max: int | None = None
+        self,
+        env: gym.Env | None = None,
+        eta: float = 0.95,
+        b_min: int = 1,
+        b_max: int | None = None,
     ) -> None:
         super().__init__(env, b_min, b_max)
         check_number("eta", eta, low=0.0, low_inclusive=False, high=1.0)
@@ -227,7 +233,13 @@ class Pang2025Policy(_CapPolicy):
         super().__init__(env, b_min, b_max)
         self.memory = MemoryAwarePolicy(env, eta=eta, b_min=b_min, b_max=b_max)
         self.sla = SLAFeedbackPolicy(
-            env, d_sla_ms=d_sla_ms, eps_ms=eps_ms, alpha=alpha, delta=delta, b_min=b_min, b_max=b_max
+            env,
+            d_sla_ms=d_sla_ms,
+            eps_ms=eps_ms,
+            alpha=alpha,
+            delta=delta,
+            b_min=b_min,
+            b_max=b_max,
         )
 
     def reset(self) -> None:

@@ -113,7 +113,9 @@ class LazyBatchingPolicy:
         self.slack = slack
         config = env_config(env)
         self.max_batch_size = B = int(config.max_batch_size)
-        self.sla_s = (check_duration_ms("sla_ms", sla_ms) if sla_ms is not None else sla_ms_of(env)) / 1000.0
+        self.sla_s = (
+            check_duration_ms("sla_ms", sla_ms) if sla_ms is not None else sla_ms_of(env)
+        ) / 1000.0
         unwrapped: Any = env.unwrapped  # a NodeBatching-v0 env, checked by its attributes
         if not hasattr(unwrapped, "node_names"):
             raise ValueError(

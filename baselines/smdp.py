@@ -129,9 +129,13 @@ class SMDPProblem:
             check_number(name, getattr(self, name), low=0.0)
         check_number("queue_capacity", self.queue_capacity, low=1, integer=True)
         if self.decision_interval_ms is not None:
-            check_number("decision_interval_ms", self.decision_interval_ms, low=0.0, low_inclusive=False)
+            check_number(
+                "decision_interval_ms", self.decision_interval_ms, low=0.0, low_inclusive=False
+            )
         if self.service not in ("deterministic", "lognormal"):
-            raise ValueError(f"service={self.service!r} is invalid: allowed values are ('deterministic', 'lognormal')")
+            raise ValueError(
+                f"service={self.service!r} is invalid: allowed values are ('deterministic', 'lognormal')"
+            )
         check_number("service_cv", self.service_cv, low=0.0)
         if self.max_states is not None:
             check_number("max_states", self.max_states, low=1, integer=True)
@@ -158,7 +162,9 @@ class SMDPProblem:
         return self.top_state < self.queue_capacity
 
     @classmethod
-    def from_env(cls, env: gym.Env, rate_per_s: float | None = None, **overrides: Any) -> SMDPProblem:
+    def from_env(
+        cls, env: gym.Env, rate_per_s: float | None = None, **overrides: Any
+    ) -> SMDPProblem:
         """The SMDP of a ``DynamicBatching-v0`` env (looking through wrappers).
 
         :param env: the env.
@@ -502,7 +508,9 @@ def _self_loop_prob(arr: _Arrays) -> np.ndarray:
     return out
 
 
-def transformed_mdp(problem: SMDPProblem, invalid_cost: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+def transformed_mdp(
+    problem: SMDPProblem, invalid_cost: float | None = None
+) -> tuple[np.ndarray, np.ndarray, float]:
     """Tijms' discrete-time MDP of the SMDP, as dense arrays (for pymdptoolbox and tests).
 
     Every state has the actions ``0..B``; an invalid action (serve more than waits) has
@@ -529,7 +537,9 @@ def transformed_mdp(problem: SMDPProblem, invalid_cost: float | None = None) -> 
 
 def _env_of(env: gym.Env | None, name: str) -> gym.Env:
     if env is None:
-        raise ValueError(f"{name} needs env=<a DynamicBatching-v0 env>: it solves the SMDP of that env")
+        raise ValueError(
+            f"{name} needs env=<a DynamicBatching-v0 env>: it solves the SMDP of that env"
+        )
     return env
 
 
@@ -613,7 +623,9 @@ class AdaptiveSMDPPolicy:
             if problem.truncated:  # the abstract cost needs full batches to keep up
                 B = problem.max_batch_size
                 rate = min(rate, 0.99 * B / problem.latency_s[B])
-                problem = SMDPProblem.from_env(self._env, rate_per_s=rate, max_states=self._max_states)
+                problem = SMDPProblem.from_env(
+                    self._env, rate_per_s=rate, max_states=self._max_states
+                )
             sol = solve(problem)
             self.solutions[bucket] = sol
             table = self._cache[bucket] = sol.policy.tolist()

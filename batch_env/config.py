@@ -170,10 +170,14 @@ class ServingConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reward_weights", RewardWeights.from_any(self.reward_weights))
-        check_number("max_batch_size", self.max_batch_size, low=1, high=MAX_BATCH_LIMIT, integer=True)
+        check_number(
+            "max_batch_size", self.max_batch_size, low=1, high=MAX_BATCH_LIMIT, integer=True
+        )
         check_number("sla_ms", self.sla_ms, low=0.0, low_inclusive=False)
         if self.service not in SERVICE_LAWS:
-            raise ValueError(f"service={self.service!r} is invalid: allowed values are {SERVICE_LAWS}")
+            raise ValueError(
+                f"service={self.service!r} is invalid: allowed values are {SERVICE_LAWS}"
+            )
         if self.service_cv is not None:
             check_number("service_cv", self.service_cv, low=0.0)
         check_number("queue_capacity", self.queue_capacity, low=1, integer=True)
@@ -283,8 +287,13 @@ class LLMConfig:
         check_number("block_size", self.block_size, low=1, integer=True)
         check_number("watermark", self.watermark, low=0.0, high=0.5)
         if self.gpu_memory_utilization is not None:
-            check_number("gpu_memory_utilization", self.gpu_memory_utilization, low=0.0,
-                         low_inclusive=False, high=1.0)
+            check_number(
+                "gpu_memory_utilization",
+                self.gpu_memory_utilization,
+                low=0.0,
+                low_inclusive=False,
+                high=1.0,
+            )
         check_number("ttft_sla_ms", self.ttft_sla_ms, low=0.0, low_inclusive=False)
         check_number("tpot_sla_ms", self.tpot_sla_ms, low=0.0, low_inclusive=False)
         grid = self.grid
@@ -292,7 +301,9 @@ class LLMConfig:
             grid = tuple(range(1, int(self.max_num_seqs) + 1))
         else:
             if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
-                raise ValueError(f"grid={grid!r} is invalid: expected a list of increasing integers")
+                raise ValueError(
+                    f"grid={grid!r} is invalid: expected a list of increasing integers"
+                )
             grid = tuple(grid)
             for i, g in enumerate(grid):
                 check_number(f"grid[{i}]", g, low=1, high=self.max_num_seqs, integer=True)
@@ -303,7 +314,9 @@ class LLMConfig:
                 )
             grid = tuple(int(g) for g in grid)
         object.__setattr__(self, "grid", grid)
-        object.__setattr__(self, "lengths", make_lengths(self.lengths) if self.lengths is not None else None)
+        object.__setattr__(
+            self, "lengths", make_lengths(self.lengths) if self.lengths is not None else None
+        )
         check_number("queue_capacity", self.queue_capacity, low=1, integer=True)
         check_number("horizon_requests", self.horizon_requests, low=1, integer=True)
         check_number("warmup_requests", self.warmup_requests, low=0, integer=True)

@@ -208,13 +208,21 @@ class ServingCore(gym.Env):
 
         cfg = self.config
         self.executor = make_executor(
-            executor, self.profile, cfg.max_batch_size, cfg.service, cfg.service_cv,
-            model=model, torch_device=torch_device, options=executor_options,
+            executor,
+            self.profile,
+            cfg.max_batch_size,
+            cfg.service,
+            cfg.service_cv,
+            model=model,
+            torch_device=torch_device,
+            options=executor_options,
         )
         self._executor_spec: dict[str, Any] = {"executor": executor}
         if executor != "profile":
             self._executor_spec.update(
-                model=model, torch_device=torch_device, executor_options=dict(executor_options or {}),
+                model=model,
+                torch_device=torch_device,
+                executor_options=dict(executor_options or {}),
                 executor_metadata=self.executor.metadata(),
             )
 
@@ -235,8 +243,12 @@ class ServingCore(gym.Env):
         high = int(self.action_space.n) - 1
         try:
             arr = np.asarray(action)
-            if arr.shape != () or arr.dtype.kind not in "iub" and not (
-                arr.dtype.kind == "f" and math.isfinite(float(arr)) and float(arr).is_integer()
+            if (
+                arr.shape != ()
+                or arr.dtype.kind not in "iub"
+                and not (
+                    arr.dtype.kind == "f" and math.isfinite(float(arr)) and float(arr).is_integer()
+                )
             ):
                 raise TypeError
             a = int(arr)
@@ -282,7 +294,9 @@ class ServingCore(gym.Env):
             float(config.idle_power_w) if config.idle_power_w is not None else profile.idle_power_w
         )
         self._tick = (
-            config.decision_interval_ms / 1000.0 if config.decision_interval_ms is not None else None
+            config.decision_interval_ms / 1000.0
+            if config.decision_interval_ms is not None
+            else None
         )
         self.mean_rate_per_s = float(workload.mean_rate_per_s)
         n_sum = config.warmup_requests + config.horizon_requests
@@ -510,7 +524,10 @@ class ServingCore(gym.Env):
     def _episode_totals(self) -> dict[str, int]:
         """The whole episode's arrivals and completions (``summarize``'s ``arrived_total``
         and ``completed_total``), as :meth:`request_counts` counts them."""
-        return {"arrived_total": self._arrived + self._rejected_count(), "completed_total": self._n_done}
+        return {
+            "arrived_total": self._arrived + self._rejected_count(),
+            "completed_total": self._n_done,
+        }
 
     def _warn_summary(self, summary: dict[str, Any]) -> None:
         """Warn once for this episode if its summary hides something (metrics: Warnings)."""

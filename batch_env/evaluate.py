@@ -77,7 +77,9 @@ class EvaluationResult:
     def values(self, key: str) -> np.ndarray:
         """Per-episode values of ``key`` (a ``serving`` key, ``return`` or ``steps``)."""
         if self.episodes and key not in self.episodes[0]:
-            raise KeyError(f"unknown summary key {key!r}: available keys are {sorted(self.episodes[0])}")
+            raise KeyError(
+                f"unknown summary key {key!r}: available keys are {sorted(self.episodes[0])}"
+            )
         return np.array([float(ep[key]) for ep in self.episodes], dtype=np.float64)
 
     def mean(self, key: str) -> float:
@@ -113,16 +115,22 @@ class EvaluationResult:
         parts = []
         idle = [ep for ep in self.episodes if ep.get("completed", 1) == 0]
         if idle:
-            parts.append(f"{len(idle)} of {n} episodes completed no summary request (their NaN "
-                         f"latency figures are left out of the means)")
+            parts.append(
+                f"{len(idle)} of {n} episodes completed no summary request (their NaN "
+                f"latency figures are left out of the means)"
+            )
         drops = [ep for ep in self.episodes if hides_outside_drops(ep)]
         if drops:
             out = sum(int(ep["dropped_outside_window"]) for ep in drops)
             inside = sum(int(ep["dropped"]) for ep in drops)
-            parts.append(f"{len(drops)} of {n} episodes dropped {out} requests outside the summary "
-                         f"window ({inside} summary requests dropped in them; see "
-                         f"dropped_outside_window, drop_rate_total)")
-        return f"evaluation of {self.policy!r}: " + "; ".join(parts) + " (EvaluationResult.warnings)"
+            parts.append(
+                f"{len(drops)} of {n} episodes dropped {out} requests outside the summary "
+                f"window ({inside} summary requests dropped in them; see "
+                f"dropped_outside_window, drop_rate_total)"
+            )
+        return (
+            f"evaluation of {self.policy!r}: " + "; ".join(parts) + " (EvaluationResult.warnings)"
+        )
 
 
 def evaluate(
@@ -173,8 +181,14 @@ def evaluate(
     return result
 
 
-def _run_episodes(policy: Policy, env: gym.Env, seeds: list[int], result: EvaluationResult,
-                  max_steps: int, progress: Callable[[int], None] | None) -> None:
+def _run_episodes(
+    policy: Policy,
+    env: gym.Env,
+    seeds: list[int],
+    result: EvaluationResult,
+    max_steps: int,
+    progress: Callable[[int], None] | None,
+) -> None:
     """The episodes of :func:`evaluate`, appended to ``result``."""
     for k, s in enumerate(seeds):
         policy.reset()

@@ -47,7 +47,11 @@ _BLOCK = 4096
 EXECUTORS = ("profile", "torch")
 #: Profile-name prefixes and the model of :mod:`batch_env.real.models` they describe, used
 #: when ``executor="torch"`` is given without ``model=``.
-_MODEL_OF_PROFILE = (("resnet50", "resnet50"), ("bert-base", "bert-base"), ("googlenet", "googlenet"))
+_MODEL_OF_PROFILE = (
+    ("resnet50", "resnet50"),
+    ("bert-base", "bert-base"),
+    ("googlenet", "googlenet"),
+)
 
 
 @runtime_checkable
@@ -109,12 +113,17 @@ class LLMExecutor(Protocol):
         """Start an episode (drop every KV cache)."""
 
     def prefill(
-        self, tokens: int, sq_sum: float, seqs: Sequence[int] | None = None,
+        self,
+        tokens: int,
+        sq_sum: float,
+        seqs: Sequence[int] | None = None,
         lengths: Sequence[int] | None = None,
     ) -> tuple[float, float]:
         """One prefill iteration of prompts with ``tokens`` in all: ``(duration_s, energy_j)``."""
 
-    def decode(self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None) -> tuple[float, float]:
+    def decode(
+        self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None
+    ) -> tuple[float, float]:
         """One decode step of ``batch`` running requests: ``(duration_s, energy_j)``."""
 
     def release(self, seqs: Sequence[int]) -> None:
@@ -162,7 +171,9 @@ def make_executor(
             "measured, so leave service='deterministic'"
         )
     if model is None:
-        model = next((m for prefix, m in _MODEL_OF_PROFILE if profile.name.startswith(prefix)), None)
+        model = next(
+            (m for prefix, m in _MODEL_OF_PROFILE if profile.name.startswith(prefix)), None
+        )
         if model is None:
             raise ValueError(
                 f"executor='torch' needs model=<name>: none can be inferred from profile "
@@ -170,8 +181,12 @@ def make_executor(
             )
     from .real.torch_executor import TorchExecutor
 
-    options = _check_options(options, TorchExecutor, ("model", "max_batch_size", "torch_device", "profile"))
-    return TorchExecutor(model, max_batch_size, torch_device=torch_device, profile=profile, **options)
+    options = _check_options(
+        options, TorchExecutor, ("model", "max_batch_size", "torch_device", "profile")
+    )
+    return TorchExecutor(
+        model, max_batch_size, torch_device=torch_device, profile=profile, **options
+    )
 
 
 _TORCH_DEVICE = re.compile(r"auto|cpu|cuda(:[0-9]+)?")
@@ -187,7 +202,8 @@ def _is_profile_kind(kind: str, model: str | None, torch_device: Any, options: d
         )
     if kind == "profile":
         for name, value, default in (
-            ("model", model, None), ("torch_device", torch_device, "auto"),
+            ("model", model, None),
+            ("torch_device", torch_device, "auto"),
             ("executor_options", options, None),
         ):
             if value != default and not (name == "executor_options" and value == {}):
@@ -230,11 +246,17 @@ def make_llm_executor(
     from .real.llm_torch_executor import LLMTorchExecutor
 
     options = _check_options(
-        options, LLMTorchExecutor, ("model", "max_num_seqs", "max_model_len", "torch_device", "profile")
+        options,
+        LLMTorchExecutor,
+        ("model", "max_num_seqs", "max_model_len", "torch_device", "profile"),
     )
     return LLMTorchExecutor(
-        "gpt-small" if model is None else model, max_num_seqs=max_num_seqs,
-        max_model_len=max_model_len, torch_device=torch_device, profile=profile, **options,
+        "gpt-small" if model is None else model,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        torch_device=torch_device,
+        profile=profile,
+        **options,
     )
 
 
@@ -279,7 +301,9 @@ class ProfileExecutor:
         lat, energy = profile.tables(self.max_batch_size)
         self.latency_s: list[float] = lat.tolist()
         self.energy_j: list[float] = energy.tolist()
-        self.power_w: list[float] = [0.0] + [e / t for e, t in zip(energy[1:], lat[1:], strict=True)]
+        self.power_w: list[float] = [0.0] + [
+            e / t for e, t in zip(energy[1:], lat[1:], strict=True)
+        ]
         nlat, nen = profile.node_tables(self.max_batch_size)
         self.node_names: tuple[str, ...] = profile.node_names
         self.n_nodes = len(self.node_names)
@@ -343,8 +367,12 @@ class ProfileExecutor:
 
     def metadata(self) -> dict[str, Any]:
         """What executed the batches (for ``get_config``)."""
-        return {"executor": "profile", "profile": self.profile.name, "service": self.service,
-                "service_cv": self.cv}
+        return {
+            "executor": "profile",
+            "profile": self.profile.name,
+            "service": self.service,
+            "service_cv": self.cv,
+        }
 
     def close(self) -> None:
         """Nothing to release."""
@@ -392,7 +420,10 @@ class LLMProfileExecutor:
         """Start an episode (no randomness: iteration times are deterministic)."""
 
     def prefill(
-        self, tokens: int, sq_sum: float, seqs: Sequence[int] | None = None,
+        self,
+        tokens: int,
+        sq_sum: float,
+        seqs: Sequence[int] | None = None,
         lengths: Sequence[int] | None = None,
     ) -> tuple[float, float]:
         """One prefill iteration of prompts with ``tokens`` in all (``sq_sum`` = sum p^2);
@@ -401,7 +432,9 @@ class LLMProfileExecutor:
         d = p.prefill_time_s(tokens, sq_sum)
         return d, d * p.prefill_power_w(tokens)
 
-    def decode(self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None) -> tuple[float, float]:
+    def decode(
+        self, batch: int, context_tokens: int, seqs: Sequence[int] | None = None
+    ) -> tuple[float, float]:
         """One decode step of ``batch`` requests whose KV contexts hold ``context_tokens``;
         ``seqs`` (the running requests) is ignored."""
         p = self.profile

@@ -137,8 +137,9 @@ def summary_warning(summary: dict[str, Any]) -> str | None:
     return "; and ".join(problems) if problems else None
 
 
-def warn_summaries(summaries: dict[int, dict[str, Any]] | dict[str, Any], where: str,
-                   stacklevel: int = 3) -> None:
+def warn_summaries(
+    summaries: dict[int, dict[str, Any]] | dict[str, Any], where: str, stacklevel: int = 3
+) -> None:
     """Emit one :class:`SummaryWarning` for the summaries that hide something.
 
     :param summaries: one summary, or ``{lane: summary}`` (the vector env's lanes).
@@ -197,8 +198,9 @@ def _sorted_percentiles(srt: np.ndarray, n: int) -> list[float]:
     return out
 
 
-def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwrite: bool = False
-                  ) -> dict[str, np.ndarray]:
+def latency_stats(
+    rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwrite: bool = False
+) -> dict[str, np.ndarray]:
     """Latency figures of ``k`` episodes at once: row ``r`` holds ``counts[r]`` latencies
     (seconds) in its first columns; later columns are ignored.
 
@@ -237,8 +239,14 @@ def latency_stats(rows: np.ndarray, counts: np.ndarray, sla_s: float, *, overwri
             pct[r] = _sorted_percentiles(row, n)
     mean *= 1000.0
     pct *= 1000.0
-    return {"completed": counts.copy(), "within": within, "mean_ms": mean,
-            "p50_ms": pct[:, 0], "p95_ms": pct[:, 1], "p99_ms": pct[:, 2]}
+    return {
+        "completed": counts.copy(),
+        "within": within,
+        "mean_ms": mean,
+        "p50_ms": pct[:, 0],
+        "p95_ms": pct[:, 1],
+        "p99_ms": pct[:, 2],
+    }
 
 
 def percentiles(values: np.ndarray) -> np.ndarray:
@@ -291,7 +299,9 @@ def summarize(
     :param completed_total: every request completed in the episode.
     """
     if window is None:
-        window = WindowStart(now_s, latency_integral_s, energy_j, misses, drops, len(arrivals), n_batches, sum_batch)
+        window = WindowStart(
+            now_s, latency_integral_s, energy_j, misses, drops, len(arrivals), n_batches, sum_batch
+        )
         entry_hi = window.entry
     lo = window.entry
     hi = min(entry_hi, n_done)
@@ -302,10 +312,20 @@ def summarize(
     # a WindowStart of one-element columns (summaries_from_totals takes per-episode sequences)
     one = WindowStart(*([v] for v in astuple(window)))  # type: ignore[arg-type]
     return summaries_from_totals(
-        stats, window=one, n_entries=[entry_hi - lo], drops_summary=[drops_summary],
-        now_s=[now_s], latency_integral_s=[latency_integral_s], energy_j=[energy_j],
-        misses=[misses], drops=[drops], n_batches=[n_batches], sum_batch=[sum_batch],
-        in_system=[in_system], weights=weights, arrived_total=[arrived_total],
+        stats,
+        window=one,
+        n_entries=[entry_hi - lo],
+        drops_summary=[drops_summary],
+        now_s=[now_s],
+        latency_integral_s=[latency_integral_s],
+        energy_j=[energy_j],
+        misses=[misses],
+        drops=[drops],
+        n_batches=[n_batches],
+        sum_batch=[sum_batch],
+        in_system=[in_system],
+        weights=weights,
+        arrived_total=[arrived_total],
         completed_total=[completed_total],
     )[0]
 
@@ -337,16 +357,68 @@ def summaries_from_totals(
     is the same for both: given equal totals, a lane's summary equals the scalar env's.
     """
     col = lambda v: v.tolist() if isinstance(v, np.ndarray) else list(v)  # noqa: E731
-    columns = [col(stats[k]) for k in ("completed", "within", "mean_ms", "p50_ms", "p95_ms", "p99_ms")]
-    columns += [col(getattr(window, f)) for f in
-                ("time_s", "latency_integral_s", "energy_j", "misses", "drops", "n_batches", "sum_batch")]
-    columns += [col(v) for v in (n_entries, drops_summary, now_s, latency_integral_s, energy_j, misses,
-                                 drops, n_batches, sum_batch, in_system, arrived_total, completed_total)]
+    columns = [
+        col(stats[k]) for k in ("completed", "within", "mean_ms", "p50_ms", "p95_ms", "p99_ms")
+    ]
+    columns += [
+        col(getattr(window, f))
+        for f in (
+            "time_s",
+            "latency_integral_s",
+            "energy_j",
+            "misses",
+            "drops",
+            "n_batches",
+            "sum_batch",
+        )
+    ]
+    columns += [
+        col(v)
+        for v in (
+            n_entries,
+            drops_summary,
+            now_s,
+            latency_integral_s,
+            energy_j,
+            misses,
+            drops,
+            n_batches,
+            sum_batch,
+            in_system,
+            arrived_total,
+            completed_total,
+        )
+    ]
     wl, we, ws, wd = weights
     nan = float("nan")
     out = []
-    for (completed, within, mean, p50, p95, p99, w_time, w_L, w_E, w_M, w_D, w_nb, w_sb, n_ent, d_sum,
-         now, L_end, E_end, M_end, D_end, nb_end, sb_end, in_sys, arr_tot, comp_tot) in zip(*columns, strict=True):
+    for (
+        completed,
+        within,
+        mean,
+        p50,
+        p95,
+        p99,
+        w_time,
+        w_L,
+        w_E,
+        w_M,
+        w_D,
+        w_nb,
+        w_sb,
+        n_ent,
+        d_sum,
+        now,
+        L_end,
+        E_end,
+        M_end,
+        D_end,
+        nb_end,
+        sb_end,
+        in_sys,
+        arr_tot,
+        comp_tot,
+    ) in zip(*columns, strict=True):
         completed, within, d_sum = int(completed), int(within), int(d_sum)
         n_summary = int(n_ent) + d_sum
         elapsed = float(now) - float(w_time)
@@ -357,33 +429,35 @@ def summaries_from_totals(
         nb = int(nb_end) - int(w_nb)
         reward = -(wl * L + we * E + ws * M + wd * D)
         denom = completed + d_sum
-        out.append({
-            "completed": completed,
-            "dropped": d_sum,
-            "in_system_at_end": int(in_sys),
-            "latency_mean_ms": float(mean),
-            "latency_p50_ms": float(p50),
-            "latency_p95_ms": float(p95),
-            "latency_p99_ms": float(p99),
-            "sla_attainment": within / denom if denom else nan,
-            "throughput_rps": completed / elapsed if elapsed > 0 else nan,
-            "power_mean_w": E / elapsed if elapsed > 0 else nan,
-            "energy_per_request_j": E / completed if completed else nan,
-            "batch_size_mean": (int(sb_end) - int(w_sb)) / nb if nb else 0.0,
-            "drop_rate": d_sum / n_summary if n_summary else 0.0,
-            "reward_rate_per_s": reward / elapsed if elapsed > 0 else nan,
-            "elapsed_s": elapsed,
-            "latency_integral_s": L,
-            "energy_j": E,
-            "sla_misses": M,
-            "window_drops": D,
-            "arrived_total": int(arr_tot),
-            "completed_total": int(comp_tot),
-            "dropped_total": int(D_end),
-            "completed_outside_window": int(comp_tot) - completed,
-            "dropped_outside_window": int(D_end) - d_sum,
-            "drop_rate_total": int(D_end) / int(arr_tot) if int(arr_tot) else 0.0,
-        })
+        out.append(
+            {
+                "completed": completed,
+                "dropped": d_sum,
+                "in_system_at_end": int(in_sys),
+                "latency_mean_ms": float(mean),
+                "latency_p50_ms": float(p50),
+                "latency_p95_ms": float(p95),
+                "latency_p99_ms": float(p99),
+                "sla_attainment": within / denom if denom else nan,
+                "throughput_rps": completed / elapsed if elapsed > 0 else nan,
+                "power_mean_w": E / elapsed if elapsed > 0 else nan,
+                "energy_per_request_j": E / completed if completed else nan,
+                "batch_size_mean": (int(sb_end) - int(w_sb)) / nb if nb else 0.0,
+                "drop_rate": d_sum / n_summary if n_summary else 0.0,
+                "reward_rate_per_s": reward / elapsed if elapsed > 0 else nan,
+                "elapsed_s": elapsed,
+                "latency_integral_s": L,
+                "energy_j": E,
+                "sla_misses": M,
+                "window_drops": D,
+                "arrived_total": int(arr_tot),
+                "completed_total": int(comp_tot),
+                "dropped_total": int(D_end),
+                "completed_outside_window": int(comp_tot) - completed,
+                "dropped_outside_window": int(D_end) - d_sum,
+                "drop_rate_total": int(D_end) / int(arr_tot) if int(arr_tot) else 0.0,
+            }
+        )
     return out
 
 
@@ -460,11 +534,19 @@ def llm_metrics(
 
     def pct(x: np.ndarray, prefix: str) -> dict[str, float]:
         if x.size == 0:
-            return {f"{prefix}_mean_ms": nan, f"{prefix}_p50_ms": nan, f"{prefix}_p90_ms": nan,
-                    f"{prefix}_p99_ms": nan}
+            return {
+                f"{prefix}_mean_ms": nan,
+                f"{prefix}_p50_ms": nan,
+                f"{prefix}_p90_ms": nan,
+                f"{prefix}_p99_ms": nan,
+            }
         p50, p90, p99 = np.percentile(x, [50.0, 90.0, 99.0]) * 1000.0
-        return {f"{prefix}_mean_ms": float(x.mean() * 1000.0), f"{prefix}_p50_ms": float(p50),
-                f"{prefix}_p90_ms": float(p90), f"{prefix}_p99_ms": float(p99)}
+        return {
+            f"{prefix}_mean_ms": float(x.mean() * 1000.0),
+            f"{prefix}_p50_ms": float(p50),
+            f"{prefix}_p90_ms": float(p90),
+            f"{prefix}_p99_ms": float(p99),
+        }
 
     return {
         **pct(ttft[has_first], "ttft"),

@@ -60,30 +60,54 @@ TEAL = _color(60, 190, 170)
 
 # -- the bitmap font ------------------------------------------------------------------------
 _FONT_ROWS = {
-    "0": ("111", "101", "101", "101", "111"), "1": ("010", "110", "010", "010", "111"),
-    "2": ("111", "001", "111", "100", "111"), "3": ("111", "001", "111", "001", "111"),
-    "4": ("101", "101", "111", "001", "001"), "5": ("111", "100", "111", "001", "111"),
-    "6": ("111", "100", "111", "101", "111"), "7": ("111", "001", "010", "010", "010"),
-    "8": ("111", "101", "111", "101", "111"), "9": ("111", "101", "111", "001", "111"),
-    "A": ("010", "101", "111", "101", "101"), "B": ("110", "101", "110", "101", "110"),
-    "C": ("011", "100", "100", "100", "011"), "D": ("110", "101", "101", "101", "110"),
-    "E": ("111", "100", "110", "100", "111"), "F": ("111", "100", "110", "100", "100"),
-    "G": ("011", "100", "101", "101", "011"), "H": ("101", "101", "111", "101", "101"),
-    "I": ("111", "010", "010", "010", "111"), "J": ("001", "001", "001", "101", "010"),
-    "K": ("101", "101", "110", "101", "101"), "L": ("100", "100", "100", "100", "111"),
-    "M": ("101", "111", "111", "101", "101"), "N": ("110", "101", "101", "101", "101"),
-    "O": ("010", "101", "101", "101", "010"), "P": ("110", "101", "110", "100", "100"),
-    "Q": ("010", "101", "101", "110", "011"), "R": ("110", "101", "110", "101", "101"),
-    "S": ("011", "100", "010", "001", "110"), "T": ("111", "010", "010", "010", "010"),
-    "U": ("101", "101", "101", "101", "111"), "V": ("101", "101", "101", "101", "010"),
-    "W": ("101", "101", "111", "111", "101"), "X": ("101", "101", "010", "101", "101"),
-    "Y": ("101", "101", "010", "010", "010"), "Z": ("111", "001", "010", "100", "111"),
-    ".": ("000", "000", "000", "000", "010"), ":": ("000", "010", "000", "010", "000"),
-    "/": ("001", "001", "010", "100", "100"), "+": ("000", "010", "111", "010", "000"),
-    "-": ("000", "000", "111", "000", "000"), "=": ("000", "111", "000", "111", "000"),
-    "%": ("101", "001", "010", "100", "101"), "(": ("010", "100", "100", "100", "010"),
-    ")": ("010", "001", "001", "001", "010"), "<": ("001", "010", "100", "010", "001"),
-    ">": ("100", "010", "001", "010", "100"), "@": ("010", "101", "111", "100", "011"),
+    "0": ("111", "101", "101", "101", "111"),
+    "1": ("010", "110", "010", "010", "111"),
+    "2": ("111", "001", "111", "100", "111"),
+    "3": ("111", "001", "111", "001", "111"),
+    "4": ("101", "101", "111", "001", "001"),
+    "5": ("111", "100", "111", "001", "111"),
+    "6": ("111", "100", "111", "101", "111"),
+    "7": ("111", "001", "010", "010", "010"),
+    "8": ("111", "101", "111", "101", "111"),
+    "9": ("111", "101", "111", "001", "111"),
+    "A": ("010", "101", "111", "101", "101"),
+    "B": ("110", "101", "110", "101", "110"),
+    "C": ("011", "100", "100", "100", "011"),
+    "D": ("110", "101", "101", "101", "110"),
+    "E": ("111", "100", "110", "100", "111"),
+    "F": ("111", "100", "110", "100", "100"),
+    "G": ("011", "100", "101", "101", "011"),
+    "H": ("101", "101", "111", "101", "101"),
+    "I": ("111", "010", "010", "010", "111"),
+    "J": ("001", "001", "001", "101", "010"),
+    "K": ("101", "101", "110", "101", "101"),
+    "L": ("100", "100", "100", "100", "111"),
+    "M": ("101", "111", "111", "101", "101"),
+    "N": ("110", "101", "101", "101", "101"),
+    "O": ("010", "101", "101", "101", "010"),
+    "P": ("110", "101", "110", "100", "100"),
+    "Q": ("010", "101", "101", "110", "011"),
+    "R": ("110", "101", "110", "101", "101"),
+    "S": ("011", "100", "010", "001", "110"),
+    "T": ("111", "010", "010", "010", "010"),
+    "U": ("101", "101", "101", "101", "111"),
+    "V": ("101", "101", "101", "101", "010"),
+    "W": ("101", "101", "111", "111", "101"),
+    "X": ("101", "101", "010", "101", "101"),
+    "Y": ("101", "101", "010", "010", "010"),
+    "Z": ("111", "001", "010", "100", "111"),
+    ".": ("000", "000", "000", "000", "010"),
+    ":": ("000", "010", "000", "010", "000"),
+    "/": ("001", "001", "010", "100", "100"),
+    "+": ("000", "010", "111", "010", "000"),
+    "-": ("000", "000", "111", "000", "000"),
+    "=": ("000", "111", "000", "111", "000"),
+    "%": ("101", "001", "010", "100", "101"),
+    "(": ("010", "100", "100", "100", "010"),
+    ")": ("010", "001", "001", "001", "010"),
+    "<": ("001", "010", "100", "010", "001"),
+    ">": ("100", "010", "001", "010", "100"),
+    "@": ("010", "101", "111", "100", "011"),
     " ": ("000", "000", "000", "000", "000"),
 }
 #: glyph of every ASCII code, with one blank column after it: (128, 5, 4) booleans; codes
@@ -100,9 +124,15 @@ del _ch, _rows
 def _ramp() -> np.ndarray:
     """64 colours from green (wait 0) through yellow (half the SLA) to orange (the SLA)."""
     t = np.linspace(0.0, 1.0, 64)[:, None]
-    green, yellow, orange = np.array([60, 200, 90]), np.array([235, 215, 60]), np.array([245, 140, 40])
+    green, yellow, orange = (
+        np.array([60, 200, 90]),
+        np.array([235, 215, 60]),
+        np.array([245, 140, 40]),
+    )
     lo = green + (yellow - green) * np.clip(2 * t, 0, 1)
-    return np.where(t < 0.5, lo, yellow + (orange - yellow) * np.clip(2 * t - 1, 0, 1)).astype(np.uint8)
+    return np.where(t < 0.5, lo, yellow + (orange - yellow) * np.clip(2 * t - 1, 0, 1)).astype(
+        np.uint8
+    )
 
 
 #: the ramp's 64 colours, then red (index 64)
@@ -182,7 +212,12 @@ class Canvas:
     ``[x0, x1) x [y0, y1)``; everything is clipped to the image.
     """
 
-    def __init__(self, height: int = HEIGHT, width: int = WIDTH, background: Sequence[int] | np.ndarray = BACKGROUND) -> None:
+    def __init__(
+        self,
+        height: int = HEIGHT,
+        width: int = WIDTH,
+        background: Sequence[int] | np.ndarray = BACKGROUND,
+    ) -> None:
         """:param height: rows.  :param width: columns.  :param background: RGB of the empty image."""
         if not (isinstance(height, int) and isinstance(width, int) and height >= 1 and width >= 1):
             raise ValueError(
@@ -227,14 +262,18 @@ class Canvas:
         region = self._bytes(x0, y0, x1, y1)
         region[...] = self._row(color)[: region.shape[1]]
 
-    def outline(self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int] | np.ndarray) -> None:
+    def outline(
+        self, x0: int, y0: int, x1: int, y1: int, color: Sequence[int] | np.ndarray
+    ) -> None:
         """Draw the one-pixel border of the rectangle ``[x0, x1) x [y0, y1)``."""
         self.fill(x0, y0, x1, y0 + 1, color)
         self.fill(x0, y1 - 1, x1, y1, color)
         self.fill(x0, y0, x0 + 1, y1, color)
         self.fill(x1 - 1, y0, x1, y1, color)
 
-    def text(self, x: int, y: int, s: str, color: Sequence[int] | np.ndarray = TEXT, scale: int = 1) -> int:
+    def text(
+        self, x: int, y: int, s: str, color: Sequence[int] | np.ndarray = TEXT, scale: int = 1
+    ) -> int:
         """Write ``s`` (3x5 glyphs, ``scale`` pixels per dot) with its top-left at ``(x, y)``.
 
         Lower case is drawn as upper case; characters without a glyph are blank; text
@@ -253,8 +292,15 @@ class Canvas:
         return end
 
     def columns(
-        self, x0: int, y_bottom: int, height: int, fractions: np.ndarray, colors: np.ndarray | Sequence[int],
-        width: int = 3, gap: int = 1, back: Sequence[int] | np.ndarray = PANEL,
+        self,
+        x0: int,
+        y_bottom: int,
+        height: int,
+        fractions: np.ndarray,
+        colors: np.ndarray | Sequence[int],
+        width: int = 3,
+        gap: int = 1,
+        back: Sequence[int] | np.ndarray = PANEL,
     ) -> int:
         """Vertical bars from the baseline ``y_bottom`` up, one per value, left to right,
         on a plain ``back`` ground: the whole bar area (``height`` rows, from ``x0`` to
@@ -296,14 +342,24 @@ class Canvas:
         rows = _row_index(r0 + first, region.shape[0], small)
         mask = rows >= tops[bar[cols]]
         colors = np.asarray(colors, dtype=np.uint8)
-        cb = colors.reshape(-1)[cidx[cols]] if colors.ndim == 2 else self._row(colors)[: region.shape[1]]
+        cb = (
+            colors.reshape(-1)[cidx[cols]]
+            if colors.ndim == 2
+            else self._row(colors)[: region.shape[1]]
+        )
         # region = ground + mask * (bar colour - ground), in wrapping uint8 arithmetic
         np.multiply(mask.view(np.uint8), cb - ground, out=region)
         region += ground
         return end
 
     def gauge(
-        self, x0: int, y0: int, x1: int, y1: int, fraction: float, color: Sequence[int] | np.ndarray,
+        self,
+        x0: int,
+        y0: int,
+        x1: int,
+        y1: int,
+        fraction: float,
+        color: Sequence[int] | np.ndarray,
         back: Sequence[int] | np.ndarray = GRID,
     ) -> None:
         """A horizontal gauge: ``[x0, x1) x [y0, y1)`` filled from the left to ``fraction``."""
@@ -337,7 +393,12 @@ class ServerView:
     """
 
     def __init__(
-        self, title: str, service_label: str, timeline_label: str, latency_label: str, timeline: Timeline,
+        self,
+        title: str,
+        service_label: str,
+        timeline_label: str,
+        latency_label: str,
+        timeline: Timeline,
     ) -> None:
         """:param title: the env's short name, drawn at the top right.
         :param service_label: caption of the service panel.
@@ -389,12 +450,16 @@ class ServerView:
         if len(w):
             colors = sla_colors(w) if queue_colors is None else queue_colors[:QUEUE_BARS]
             # at least one pixel: a request that just arrived is still seen
-            c.columns(x0 + 2, y1 - 2, h, np.maximum(w / QUEUE_SPAN, 1.0 / h), colors, BAR_W, BAR_GAP)
+            c.columns(
+                x0 + 2, y1 - 2, h, np.maximum(w / QUEUE_SPAN, 1.0 / h), colors, BAR_W, BAR_GAP
+            )
         c.fill(x0, y1 - 2 - round(h / QUEUE_SPAN), x1, y1 - 1 - round(h / QUEUE_SPAN), SLA_LINE)
         fill = queue_len / queue_capacity if queue_capacity else 0.0
         c.gauge(x0, y1 + 3, x1, y1 + 8, fill, RED if fill >= 1.0 else TEAL)
         if queue_len > len(w):
-            c.text(x1 - 4 * len(f"+{queue_len - len(w)}") - 1, y1 + 10, f"+{queue_len - len(w)}", TEXT)
+            c.text(
+                x1 - 4 * len(f"+{queue_len - len(w)}") - 1, y1 + 10, f"+{queue_len - len(w)}", TEXT
+            )
         # the service panel
         draw_service(c, SERVICE_BOX)
         # the timeline
@@ -403,8 +468,15 @@ class ServerView:
         if len(timeline):
             sizes, lat, kinds = timeline.arrays()
             sizes, lat, kinds = sizes[-TIMELINE_BARS:], lat[-TIMELINE_BARS:], kinds[-TIMELINE_BARS:]
-            c.columns(SIZE_BOX[0] + 2, SIZE_BOX[3] - 1, SIZE_BOX[3] - SIZE_BOX[1] - 2, sizes,
-                      kind_colors[kinds], BAR_W, BAR_GAP)
+            c.columns(
+                SIZE_BOX[0] + 2,
+                SIZE_BOX[3] - 1,
+                SIZE_BOX[3] - SIZE_BOX[1] - 2,
+                sizes,
+                kind_colors[kinds],
+                BAR_W,
+                BAR_GAP,
+            )
             c.columns(x0 + 2, y1 - 1, h, lat / LATENCY_SPAN, sla_colors(lat), BAR_W, BAR_GAP)
         line = y1 - 1 - round(h / LATENCY_SPAN)
         c.fill(x0, line, x1, line + 1, SLA_LINE)
@@ -412,7 +484,11 @@ class ServerView:
 
 
 def batch_panel(
-    batch_latencies_over_sla: np.ndarray, size: int, max_size: int, duration_s: float, sla_s: float,
+    batch_latencies_over_sla: np.ndarray,
+    size: int,
+    max_size: int,
+    duration_s: float,
+    sla_s: float,
 ) -> Callable[[Canvas, tuple[int, int, int, int]], None]:
     """Service panel of ``DynamicBatching-v0``: the batch that ran in the last step.
 
@@ -433,14 +509,22 @@ def batch_panel(
         line = y1 - 14 - round(h / QUEUE_SPAN)
         c.fill(x0, line, x1, line + 1, SLA_LINE)
         c.gauge(x0 + 2, y1 - 11, x1 - 2, y1 - 7, size / max_size, BLUE)
-        label = f"LAST BATCH {size}/{max_size} {duration_s * 1000:.2f} MS" if size else "LAST STEP: WAIT"
+        label = (
+            f"LAST BATCH {size}/{max_size} {duration_s * 1000:.2f} MS"
+            if size
+            else "LAST STEP: WAIT"
+        )
         c.text(x0 + 2, y1 - 5, f"{label}  SLA {sla_s * 1000:g} MS", TEXT)
 
     return draw
 
 
 def groups_panel(
-    positions: np.ndarray, sizes: np.ndarray, ages_over_sla: np.ndarray, n_nodes: int, max_size: int,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    ages_over_sla: np.ndarray,
+    n_nodes: int,
+    max_size: int,
     last: str,
 ) -> Callable[[Canvas, tuple[int, int, int, int]], None]:
     """Service panel of ``NodeBatching-v0``: the groups in flight at their node positions.
@@ -468,14 +552,21 @@ def groups_panel(
             cols = sla_colors(ages_over_sla)
             for x, top, col in zip(xs.tolist(), tops.tolist(), cols, strict=True):
                 c.fill(x, top, x + 4, base, col)
-        c.text(x0 + 2, y0 + 2, f"{len(positions)} GROUPS  {int(sizes.sum())}/{max_size} IN FLIGHT", DIM)
+        c.text(
+            x0 + 2, y0 + 2, f"{len(positions)} GROUPS  {int(sizes.sum())}/{max_size} IN FLIGHT", DIM
+        )
         c.text(x0 + 2, y1 - 8, f"NODE 0 .. {n_nodes}  {last}", TEXT)
 
     return draw
 
 
 def llm_panel(
-    contexts_over_max: np.ndarray, running: int, max_seqs: int, cap: int, kv_used: int, kv_total: int,
+    contexts_over_max: np.ndarray,
+    running: int,
+    max_seqs: int,
+    cap: int,
+    kv_used: int,
+    kv_total: int,
     kv_watermark: int,
 ) -> Callable[[Canvas, tuple[int, int, int, int]], None]:
     """Service panel of ``LLMBatching-v0``: running requests and the KV cache.
@@ -545,10 +636,17 @@ class Timeline:
         """``(sizes, latencies, kinds)`` of the batches held, oldest first."""
         i, n = self._i, self._n
         if i <= n:
-            return np.array(self._size[:i]), np.array(self._lat[:i]), np.array(self._kind[:i], dtype=np.intp)
+            return (
+                np.array(self._size[:i]),
+                np.array(self._lat[:i]),
+                np.array(self._kind[:i], dtype=np.intp),
+            )
         j = i % n
-        return (np.array(self._size[j:] + self._size[:j]), np.array(self._lat[j:] + self._lat[:j]),
-                np.array(self._kind[j:] + self._kind[:j], dtype=np.intp))
+        return (
+            np.array(self._size[j:] + self._size[:j]),
+            np.array(self._lat[j:] + self._lat[:j]),
+            np.array(self._kind[j:] + self._kind[:j], dtype=np.intp),
+        )
 
 
 class CompletionTimeline(Timeline):
@@ -567,7 +665,9 @@ class CompletionTimeline(Timeline):
         self._source: list[float] | None = None
         self._pos = 0
 
-    def sync(self, arrivals: list[float], completions: list[float], max_size: int, sla_s: float) -> None:
+    def sync(
+        self, arrivals: list[float], completions: list[float], max_size: int, sla_s: float
+    ) -> None:
         """Take in the batches completed since the last call.
 
         :param arrivals: arrival times by entry (``ServingCore._arr``).

@@ -64,7 +64,9 @@ def pcg64_states(seeds: list[int], spawn: int) -> list[Mapping[str, Any]]:
     NumPy's.
     """
     if len(seeds) < _BATCH_SEEDING:  # below this, NumPy's constructors cost less
-        return [np.random.PCG64(np.random.SeedSequence(sd, spawn_key=(spawn,))).state for sd in seeds]
+        return [
+            np.random.PCG64(np.random.SeedSequence(sd, spawn_key=(spawn,))).state for sd in seeds
+        ]
     fast = [0 <= sd < 1 << 64 for sd in seeds]
     s = np.asarray([sd if ok else 0 for sd, ok in zip(seeds, fast, strict=True)], dtype=np.uint64)
     ent = np.zeros((4, s.size), dtype=np.uint32)  # low word, high word, zero padding
@@ -88,6 +90,12 @@ def pcg64_states(seeds: list[int], spawn: int) -> list[Mapping[str, Any]]:
             continue
         inc = (((c << 64) | d) << 1 | 1) & _M128
         state = (((inc + ((a << 64) | b)) & _M128) * _PCG_MULT + inc) & _M128
-        out.append({"bit_generator": "PCG64", "state": {"state": state, "inc": inc},
-                    "has_uint32": 0, "uinteger": 0})
+        out.append(
+            {
+                "bit_generator": "PCG64",
+                "state": {"state": state, "inc": inc},
+                "has_uint32": 0,
+                "uinteger": 0,
+            }
+        )
     return out

@@ -72,7 +72,9 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
     ``info["centering_gain"]`` gives the value used at each step.
     """
 
-    def __init__(self, env: gym.Env, gain: float | None = None, initial_gain: float | None = None) -> None:
+    def __init__(
+        self, env: gym.Env, gain: float | None = None, initial_gain: float | None = None
+    ) -> None:
         gym.utils.RecordConstructorArgs.__init__(self, gain=gain, initial_gain=initial_gain)
         gym.Wrapper.__init__(self, env)
         if gain is not None:
@@ -168,7 +170,9 @@ class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     def observation(self, observation: np.ndarray) -> np.ndarray:
         """Add the two queue features."""
         q = float(observation[0]) * self._B
-        extra = np.array([math.log1p(q) / self._log_cap, min(q, self._B) / self._B], dtype=np.float32)
+        extra = np.array(
+            [math.log1p(q) / self._log_cap, min(q, self._B) / self._B], dtype=np.float32
+        )
         return np.concatenate([observation, np.minimum(extra, 1.0)]).astype(np.float32)
 
 
@@ -200,7 +204,9 @@ def vector_config(env: VectorEnv) -> ServingConfig:
 
 def _defines(obj: Any, name: str) -> bool:
     """Whether ``obj``'s class itself (not ``VectorWrapper`` or ``VectorEnv``) defines ``name``."""
-    return any(name in vars(c) for c in type(obj).__mro__ if c not in (VectorWrapper, VectorEnv, object))
+    return any(
+        name in vars(c) for c in type(obj).__mro__ if c not in (VectorWrapper, VectorEnv, object)
+    )
 
 
 def vector_action_masks(env: VectorEnv) -> np.ndarray:
@@ -276,7 +282,9 @@ class VectorBinaryAction(_BatchingVectorWrapper):
     def _observe(self, obs: np.ndarray) -> None:
         self._queue = np.rint(obs[:, 0].astype(np.float64) * self._B).astype(np.int64)
 
-    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: Any = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset and read every lane's queue."""
         obs, info = self.env.reset(seed=seed, options=options)
         self._observe(obs)
@@ -294,7 +302,9 @@ class VectorBinaryAction(_BatchingVectorWrapper):
         bad = (a != 0) & (a != 1)
         if bad.any():
             lane = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"actions[{lane}]={a[lane].item()!r} is out of range: expected 0 (wait) or 1 (serve)")
+            raise ValueError(
+                f"actions[{lane}]={a[lane].item()!r} is out of range: expected 0 (wait) or 1 (serve)"
+            )
         serve = a.astype(bool)
         if self.serve_full:
             serve = serve | (self._queue >= self._B)
@@ -329,9 +339,13 @@ class VectorQueueFeatures(_BatchingVectorWrapper):
         """Add the two queue features to a ``(lanes, features)`` array."""
         q = obs[:, 0].astype(np.float64) * self._B
         extra = np.stack([np.log1p(q) / self._log_cap, np.minimum(q, self._B) / self._B], axis=1)
-        return np.concatenate([obs, np.minimum(extra.astype(np.float32), 1.0)], axis=1).astype(np.float32)
+        return np.concatenate([obs, np.minimum(extra.astype(np.float32), 1.0)], axis=1).astype(
+            np.float32
+        )
 
-    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: Any = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset with the features added."""
         obs, info = self.env.reset(seed=seed, options=options)
         return self.observations(obs), info
@@ -365,14 +379,18 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
 
     needs_step_info = True
 
-    def __init__(self, env: VectorEnv, gain: float | None = None, initial_gain: float | None = None) -> None:
+    def __init__(
+        self, env: VectorEnv, gain: float | None = None, initial_gain: float | None = None
+    ) -> None:
         super().__init__(env)
         if gain is not None:
             check_number("gain", gain)
         if initial_gain is not None:
             check_number("initial_gain", initial_gain)
         self.online = gain is None
-        self.gain = np.full(env.num_envs, float(gain if gain is not None else (initial_gain or 0.0)))
+        self.gain = np.full(
+            env.num_envs, float(gain if gain is not None else (initial_gain or 0.0))
+        )
         self._cost = np.zeros(env.num_envs)
         self._time = np.zeros(env.num_envs)
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # NEXT_STEP: lanes this step resets
@@ -381,7 +399,9 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         """Stop updating the online estimates."""
         self.online = False
 
-    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self, *, seed: Any = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset (the gains and online estimates carry over, as the scalar wrapper's)."""
         out = self.env.reset(seed=seed, options=options)
         mask = (options or {}).get("reset_mask")
@@ -407,7 +427,9 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         if same_step and ended.any():  # the ended lanes' last step is in final_info
             final = info["final_info"]
             if "dt_s" not in final:
-                raise ValueError("VectorAverageRewardCentering needs final_info['dt_s'] of the lanes that ended")
+                raise ValueError(
+                    "VectorAverageRewardCentering needs final_info['dt_s'] of the lanes that ended"
+                )
             lanes = np.flatnonzero(ended)
             dt = dt.copy()
             dt[lanes] = np.asarray(final["dt_s"], dtype=np.float64)[lanes]
@@ -425,7 +447,13 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         if same_step and ended.any():
             final["centering_gain"] = np.where(ended, self.gain, 0.0)
             final["_centering_gain"] = ended.copy()
-        return obs, np.where(stepped, rewards + self.gain * dt, rewards), terminated, truncated, info
+        return (
+            obs,
+            np.where(stepped, rewards + self.gain * dt, rewards),
+            terminated,
+            truncated,
+            info,
+        )
 
 
 WRAPPERS: dict[str, type[gym.Wrapper]] = {

@@ -33,30 +33,49 @@ from batch_env.evaluate import ci95_half_width
 
 from .compare import check_mapping, check_name, read_yaml_config
 
-_KEYS = {"name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings", "centering_gain",
-         "eval_horizon_requests", "triton_grid"}
+_KEYS = {
+    "name",
+    "algo",
+    "n_timesteps",
+    "train_seeds",
+    "eval_seeds",
+    "env",
+    "settings",
+    "centering_gain",
+    "eval_horizon_requests",
+    "triton_grid",
+}
 
 
 def load_agents_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     """Read the agents experiment config (a name in ``experiments/configs`` or a path)."""
     cfg = read_yaml_config(path_or_name)
     where = f"agents config {cfg['_path']}"
-    cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env",
-                                            "settings"))
+    cfg = check_mapping(
+        cfg,
+        where,
+        _KEYS,
+        ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings"),
+    )
     check_name(cfg["name"], where)
     check_int(f"{where}: n_timesteps", cfg["n_timesteps"], 1)
     for key in ("train_seeds", "eval_seeds"):
         seeds = cfg[key]
-        if not isinstance(seeds, list) or not seeds or not all(
-                isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds):
+        if (
+            not isinstance(seeds, list)
+            or not seeds
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
+        ):
             raise ValueError(f"{where}: {key}={seeds!r} must be a non-empty list of integers >= 0")
     for key in ("env", "settings"):
         if not isinstance(cfg[key], dict):
             raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
     for name, setting in cfg["settings"].items():
         if not isinstance(setting, dict) or not isinstance(setting.get("workload"), dict):
-            raise ValueError(f"{where}: settings.{name}={setting!r} must be a mapping of env kwargs with a workload "
-                             "mapping")
+            raise ValueError(
+                f"{where}: settings.{name}={setting!r} must be a mapping of env kwargs with a workload "
+                "mapping"
+            )
     return cfg
 
 
@@ -71,9 +90,14 @@ def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
 
     train_or_reuse(
         TrainArgs(
-            algo=cfg["algo"], env_kwargs=setting_env(cfg, setting), n_timesteps=int(cfg["n_timesteps"]),
-            seed=seed, run_dir=run_dir, centering_gain=str(cfg.get("centering_gain", "greedy")),
-            eval_freq=int(cfg["n_timesteps"]) // 3, progress=False,
+            algo=cfg["algo"],
+            env_kwargs=setting_env(cfg, setting),
+            n_timesteps=int(cfg["n_timesteps"]),
+            seed=seed,
+            run_dir=run_dir,
+            centering_gain=str(cfg.get("centering_gain", "greedy")),
+            eval_freq=int(cfg["n_timesteps"]) // 3,
+            progress=False,
         )
     )
     return run_dir
@@ -127,7 +151,9 @@ def run_agents_experiment(
     for s, why in skipped.items():
         print(f"skipped setting {s}: {why}", file=sys.stderr)
     root = Path(runs_dir) / cfg["name"]
-    jobs = [(cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]]
+    jobs = [
+        (cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]
+    ]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         list(pool.map(_train_job, jobs))
 
@@ -137,13 +163,23 @@ def run_agents_experiment(
     eval_seeds = list(cfg["eval_seeds"])
     results: dict[str, Any] = {"config": cfg, "settings": {}, "skipped": skipped}
     for s in names:
-        env_kwargs = {**setting_env(cfg, s), "horizon_requests": int(cfg.get("eval_horizon_requests", 20_000))}
+        env_kwargs = {
+            **setting_env(cfg, s),
+            "horizon_requests": int(cfg.get("eval_horizon_requests", 20_000)),
+        }
         env = gym.make("batch_env/DynamicBatching-v0", **env_kwargs)
         row: dict[str, Any] = {"env_kwargs": env_kwargs}
-        agent_runs = [_eval(load_policy(root / f"{s}-s{seed}"), env, eval_seeds) for seed in cfg["train_seeds"]]
+        agent_runs = [
+            _eval(load_policy(root / f"{s}-s{seed}"), env, eval_seeds)
+            for seed in cfg["train_seeds"]
+        ]
         per_run = np.array([r.mean() for r in agent_runs])
-        row["agent"] = {"per_training_seed": per_run.tolist(), "mean": float(per_run.mean()),
-                        "ci95": ci95_half_width(per_run), "per_eval_seed": np.mean(agent_runs, axis=0).tolist()}
+        row["agent"] = {
+            "per_training_seed": per_run.tolist(),
+            "mean": float(per_run.mean()),
+            "ci95": ci95_half_width(per_run),
+            "per_eval_seed": np.mean(agent_runs, axis=0).tolist(),
+        }
         base: dict[str, np.ndarray] = {
             "greedy": _eval(baselines.make("greedy", env=env), env, eval_seeds),
         }
@@ -156,13 +192,21 @@ def run_agents_experiment(
             best = None
             for delay in grid["max_queue_delay_ms"]:
                 for bmax in grid["max_batch_size"]:
-                    v = _eval(baselines.make("timeout", env=env, max_batch_size=bmax, max_queue_delay_ms=delay), env, eval_seeds)
+                    v = _eval(
+                        baselines.make(
+                            "timeout", env=env, max_batch_size=bmax, max_queue_delay_ms=delay
+                        ),
+                        env,
+                        eval_seeds,
+                    )
                     if best is None or v.mean() < best[0].mean():
                         best = (v, {"max_queue_delay_ms": delay, "max_batch_size": bmax})
             base["triton-best"] = best[0]
             row["triton_best_params"] = best[1]
-        row["baselines"] = {k: {"mean": float(v.mean()), "ci95": ci95_half_width(v), "per_eval_seed": v.tolist()}
-                            for k, v in base.items()}
+        row["baselines"] = {
+            k: {"mean": float(v.mean()), "ci95": ci95_half_width(v), "per_eval_seed": v.tolist()}
+            for k, v in base.items()
+        }
         agent_eval = np.mean(agent_runs, axis=0)
         ref_name = min(base, key=lambda k: base[k].mean())
         row["best_baseline"] = ref_name
@@ -173,8 +217,10 @@ def run_agents_experiment(
         }
         if "smdp_gain" in row:
             g = row["smdp_gain"]
-            row["agent_gap_percent"] = {"mean": float(100 * (per_run.mean() / g - 1)),
-                                        "ci95": float(100 * ci95_half_width(per_run) / g)}
+            row["agent_gap_percent"] = {
+                "mean": float(100 * (per_run.mean() / g - 1)),
+                "ci95": float(100 * ci95_half_width(per_run) / g),
+            }
             row["greedy_gap_percent"] = float(100 * (base["greedy"].mean() / g - 1))
         results["settings"][s] = row
     out = Path(results_dir) / cfg["name"]
@@ -207,10 +253,17 @@ def _markdown(results: dict[str, Any]) -> str:
     for s, row in results["settings"].items():
         b = row["baselines"]
         gain = f"{row['smdp_gain']:.2f}" if "smdp_gain" in row else "n/a"
-        agap = _pm(row["agent_gap_percent"]["mean"], row["agent_gap_percent"]["ci95"]) + "%" if "agent_gap_percent" in row else "n/a"
+        agap = (
+            _pm(row["agent_gap_percent"]["mean"], row["agent_gap_percent"]["ci95"]) + "%"
+            if "agent_gap_percent" in row
+            else "n/a"
+        )
         ggap = f"{row['greedy_gap_percent']:.2f}%" if "greedy_gap_percent" in row else "n/a"
-        tri = (f"{_pm(b['triton-best']['mean'], b['triton-best']['ci95'])} {row['triton_best_params']}"
-               if "triton-best" in b else "n/a")
+        tri = (
+            f"{_pm(b['triton-best']['mean'], b['triton-best']['ci95'])} {row['triton_best_params']}"
+            if "triton-best" in b
+            else "n/a"
+        )
         vs = row["agent_vs_best_baseline_percent"]
         lines.append(
             f"| {s} | {gain} | {_pm(row['agent']['mean'], row['agent']['ci95'])} | {agap} "
@@ -236,14 +289,25 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     x = np.arange(len(names))
     series = [("agent", lambda r: (r["agent"]["mean"], r["agent"]["ci95"]))]
     for key in ("greedy", "smdp", "triton-best"):
-        series.append((key, lambda r, k=key: (r["baselines"][k]["mean"], r["baselines"][k]["ci95"]) if k in r["baselines"] else (np.nan, 0)))
+        series.append(
+            (
+                key,
+                lambda r, k=key: (
+                    (r["baselines"][k]["mean"], r["baselines"][k]["ci95"])
+                    if k in r["baselines"]
+                    else (np.nan, 0)
+                ),
+            )
+        )
     width = 0.8 / len(series)
     for i, (label, fn) in enumerate(series):
         vals = [fn(rows[n]) for n in names]
         ref = [min(b["mean"] for b in rows[n]["baselines"].values()) for n in names]
         rel = [100 * (v[0] / r - 1) for v, r in zip(vals, ref, strict=True)]
         err = [100 * (v[1] if np.isfinite(v[1]) else 0) / r for v, r in zip(vals, ref, strict=True)]
-        ax.bar(x + (i - len(series) / 2 + 0.5) * width, rel, width, yerr=err, capsize=2, label=label)
+        ax.bar(
+            x + (i - len(series) / 2 + 0.5) * width, rel, width, yerr=err, capsize=2, label=label
+        )
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(x, names, rotation=20, fontsize=8)
     ax.set_ylabel("cost vs best baseline (%)")

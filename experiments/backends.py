@@ -64,8 +64,10 @@ def check_backend(backend: str, address: str | None = None) -> None:
     if backend not in BACKENDS:
         raise ValueError(f"backend={backend!r} is unknown: allowed values are {list(BACKENDS)}")
     if address is not None and backend != "ray":
-        raise ValueError(f"address={address!r} needs backend='ray' (--backend ray); the {backend} backend "
-                         "runs in this process")
+        raise ValueError(
+            f"address={address!r} needs backend='ray' (--backend ray); the {backend} backend "
+            "runs in this process"
+        )
 
 
 def require_ray() -> Any:
@@ -94,9 +96,13 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
         yield ray
         return
     if address is not None and num_cpus is not None:
-        raise ValueError(f"num_cpus={num_cpus!r} applies to a local Ray instance: a cluster at "
-                         f"address={address!r} has its own CPUs")
-    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1):
+        raise ValueError(
+            f"num_cpus={num_cpus!r} applies to a local Ray instance: a cluster at "
+            f"address={address!r} has its own CPUs"
+        )
+    if num_cpus is not None and (
+        isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1
+    ):
         raise ValueError(f"num_cpus={num_cpus!r} is invalid: expected an integer >= 1")
     kwargs: dict[str, Any] = {"log_to_driver": False}
     if address is not None:
@@ -176,14 +182,21 @@ class RayStream(OutcomeStream):
     :param num_cpus_per_task: CPUs Ray reserves for each task.
     """
 
-    def __init__(self, fn: Callable[[Any], Any], items: Iterable[Any], *, max_retries: int = 3,
-                 num_cpus_per_task: float = 1.0) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        max_retries: int = 3,
+        num_cpus_per_task: float = 1.0,
+    ) -> None:
         ray = require_ray()
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
             raise ValueError(f"max_retries={max_retries!r} is invalid: expected an integer >= 0")
         self.ray = ray
-        task = ray.remote(guarded).options(max_retries=max_retries, retry_exceptions=False,
-                                            num_cpus=num_cpus_per_task)
+        task = ray.remote(guarded).options(
+            max_retries=max_retries, retry_exceptions=False, num_cpus=num_cpus_per_task
+        )
         fn_ref = ray.put(fn)
         self.pending = {task.remote(fn_ref, item): i for i, item in enumerate(items)}
         self.ready: list[Any] = []

@@ -134,7 +134,9 @@ def _time_cartpole_vector(num_envs: int, n_steps: int, seed: int) -> float:
 
 
 def bench_vector(
-    sizes: tuple[int, ...] = (1, 64, 1024, 4096), env_steps: int = 2_000_000, repeats: int = 3,
+    sizes: tuple[int, ...] = (1, 64, 1024, 4096),
+    env_steps: int = 2_000_000,
+    repeats: int = 3,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Vector env-steps/s against Gymnasium's ``CartPoleVectorEnv`` at each ``num_envs``.
@@ -156,8 +158,15 @@ def bench_vector(
         steps = min(max(env_steps // n, 200), 30_000)
         ours = max(_time_vector(n, steps, seed, env_kwargs) for _ in range(repeats))
         cart = max(_time_cartpole_vector(n, steps, seed) for _ in range(repeats))
-        rows.append({"num_envs": n, "vector_steps": steps, "env_steps_per_s": ours,
-                     "cartpole_vector_env_steps_per_s": cart, "ratio_vs_cartpole": ours / cart})
+        rows.append(
+            {
+                "num_envs": n,
+                "vector_steps": steps,
+                "env_steps_per_s": ours,
+                "cartpole_vector_env_steps_per_s": cart,
+                "ratio_vs_cartpole": ours / cart,
+            }
+        )
     at_1024 = next((r for r in rows if r["num_envs"] == 1024), None)
     return {
         "env_kwargs": env_kwargs,
@@ -212,7 +221,8 @@ def bench_smdp(tol: float = 1e-6) -> dict[str, Any]:
         "gain_rvi": rvi.gain,
         "gain_pymdptoolbox": -ref.average_reward,
         "same_policy": bool(
-            np.array_equal(pi.policy, rvi.policy) and np.array_equal(pi.policy, np.array(ref.policy))
+            np.array_equal(pi.policy, rvi.policy)
+            and np.array_equal(pi.policy, np.array(ref.policy))
         ),
         "speedup_pi_vs_pymdptoolbox": ref_s / pi_s,
         "speedup_rvi_vs_pymdptoolbox": ref_s / rvi_s,
@@ -238,14 +248,25 @@ def _ppo_setup() -> tuple[str, dict[str, Any], list, dict[str, Any], dict[str, A
     return env_id, hp, specs, algo_kwargs, policy_kwargs
 
 
-def _ppo_steps_per_s(venv: Any, total_steps: int, seed: int, algo_kwargs: dict[str, Any],
-                     policy_kwargs: dict[str, Any]) -> float:
+def _ppo_steps_per_s(
+    venv: Any,
+    total_steps: int,
+    seed: int,
+    algo_kwargs: dict[str, Any],
+    policy_kwargs: dict[str, Any],
+) -> float:
     """PPO training steps/s on ``venv`` (wrapped in ``VecNormalize``)."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
-    model = PPO("MlpPolicy", VecNormalize(venv), policy_kwargs=dict(policy_kwargs), seed=seed,
-                device="cpu", **algo_kwargs)
+    model = PPO(
+        "MlpPolicy",
+        VecNormalize(venv),
+        policy_kwargs=dict(policy_kwargs),
+        seed=seed,
+        device="cpu",
+        **algo_kwargs,
+    )
     t0 = time.perf_counter()
     model.learn(total_timesteps=total_steps)
     return total_steps / (time.perf_counter() - t0)
@@ -281,11 +302,18 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
         "cartpole_ppo_steps_per_s": cart,
         "ratio": ours / cart,
         "floor_ratio": 0.8,
-        "settings": {"n_envs": hp["n_envs"], **algo_kwargs, "policy_kwargs": str(policy_kwargs), "threads": 1},
+        "settings": {
+            "n_envs": hp["n_envs"],
+            **algo_kwargs,
+            "policy_kwargs": str(policy_kwargs),
+            "threads": 1,
+        },
     }
 
 
-def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 0) -> dict[str, Any]:
+def bench_ppo_vector(
+    num_envs: int = 64, total_steps: int = 65_536, seed: int = 0
+) -> dict[str, Any]:
     """PPO training steps/s through the SB3 adapter on the native vector env against SB3's
     ``DummyVecEnv`` of the scalar env: the same ``num_envs``, wrappers (the hyperparameter
     file's, as vector twins on the native side), PPO settings and one torch thread.
@@ -303,14 +331,30 @@ def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 
     env_id, hp, specs, algo_kwargs, policy_kwargs = _ppo_setup()
     env_kwargs = {"workload": {"kind": "poisson", "load": 0.6}}
     # the same rollout size in steps as the file's n_envs x n_steps
-    algo_kwargs["n_steps"] = max(int(algo_kwargs.get("n_steps", 512)) * int(hp["n_envs"]) // num_envs, 16)
+    algo_kwargs["n_steps"] = max(
+        int(algo_kwargs.get("n_steps", 512)) * int(hp["n_envs"]) // num_envs, 16
+    )
     native = _ppo_steps_per_s(
-        make_vec_env(env_id, num_envs, env_kwargs, seed=seed, mode="vector_entry_point", wrappers=specs),
-        total_steps, seed, algo_kwargs, policy_kwargs)
+        make_vec_env(
+            env_id, num_envs, env_kwargs, seed=seed, mode="vector_entry_point", wrappers=specs
+        ),
+        total_steps,
+        seed,
+        algo_kwargs,
+        policy_kwargs,
+    )
     dummy = _ppo_steps_per_s(
-        sb3_make_vec_env(lambda: make_env(env_id, env_kwargs, specs), n_envs=num_envs, seed=seed,
-                         vec_env_cls=DummyVecEnv),
-        total_steps, seed, algo_kwargs, policy_kwargs)
+        sb3_make_vec_env(
+            lambda: make_env(env_id, env_kwargs, specs),
+            n_envs=num_envs,
+            seed=seed,
+            vec_env_cls=DummyVecEnv,
+        ),
+        total_steps,
+        seed,
+        algo_kwargs,
+        policy_kwargs,
+    )
     return {
         "num_envs": num_envs,
         "total_steps": total_steps,
@@ -323,7 +367,9 @@ def bench_ppo_vector(num_envs: int = 64, total_steps: int = 65_536, seed: int = 
 
 #: the envs of :func:`bench_render`, with their default profiles and workloads
 RENDER_BENCH_ENVS: tuple[str, ...] = (
-    "batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0", "batch_env/LLMBatching-v0",
+    "batch_env/DynamicBatching-v0",
+    "batch_env/NodeBatching-v0",
+    "batch_env/LLMBatching-v0",
 )
 
 
@@ -351,8 +397,12 @@ def _time_render(env_id: str, n_steps: int, seed: int) -> tuple[float, float]:
     return t_step / n_steps, t_render / n_steps
 
 
-def bench_render(n_steps: int = 5000, repeats: int = 3, seed: int = 0,
-                 env_ids: tuple[str, ...] = RENDER_BENCH_ENVS) -> dict[str, Any]:
+def bench_render(
+    n_steps: int = 5000,
+    repeats: int = 3,
+    seed: int = 0,
+    env_ids: tuple[str, ...] = RENDER_BENCH_ENVS,
+) -> dict[str, Any]:
     """What one ``rgb_array`` frame costs against one step of the same env.
 
     Each env (default arguments, ``render_mode="rgb_array"``, through ``gymnasium.make``)
@@ -371,12 +421,23 @@ def bench_render(n_steps: int = 5000, repeats: int = 3, seed: int = 0,
         times = [_time_render(env_id, n_steps, seed) for _ in range(repeats)]
         step_s = min(t[0] for t in times)
         frame_s = min(t[1] for t in times)
-        rows.append({"env_id": env_id, "step_us": step_s * 1e6, "frame_us": frame_s * 1e6,
-                     "frame_cost_ratio_vs_step": frame_s / step_s})
+        rows.append(
+            {
+                "env_id": env_id,
+                "step_us": step_s * 1e6,
+                "frame_us": frame_s * 1e6,
+                "frame_cost_ratio_vs_step": frame_s / step_s,
+            }
+        )
     from batch_env.render import HEIGHT, WIDTH
 
-    return {"envs": rows, "frame_shape": [HEIGHT, WIDTH, 3], "n_steps": n_steps, "repeats": repeats,
-            "target_frame_us": 1000.0}
+    return {
+        "envs": rows,
+        "frame_shape": [HEIGHT, WIDTH, 3],
+        "n_steps": n_steps,
+        "repeats": repeats,
+        "target_frame_us": 1000.0,
+    }
 
 
 def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
@@ -393,8 +454,14 @@ def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
     from batch_env.real.torch_executor import TorchExecutor, overhead_benchmark
 
     ex = TorchExecutor(
-        "resnet50", 32, torch_device="cpu", profile="resnet50-v100-linear", threads=1, warmup=2,
-        width=0.25, model_kwargs={"image_size": 64, "num_classes": 100},
+        "resnet50",
+        32,
+        torch_device="cpu",
+        profile="resnet50-v100-linear",
+        threads=1,
+        warmup=2,
+        width=0.25,
+        model_kwargs={"image_size": 64, "num_classes": 100},
         meter=ModelMeter("bench: the profile's power model", "cpu"),
     )
     try:
@@ -410,18 +477,28 @@ def bench_executor_overhead(repeats: int = 30) -> dict[str, Any]:
 #: episodes of 5000 requests (the demo config's episodes)
 BACKEND_BENCH_CONFIG: dict[str, Any] = {
     "name": "bench-backends",
-    "env": {"profile": "resnet50-v100", "decision_interval_ms": 0.5, "horizon_requests": 5000,
-            "reward_weights": {"sla": 0.0}},
+    "env": {
+        "profile": "resnet50-v100",
+        "decision_interval_ms": 0.5,
+        "horizon_requests": 5000,
+        "reward_weights": {"sla": 0.0},
+    },
     "workloads": {"poisson": {"kind": "poisson"}},
     "loads": [0.3, 0.5, 0.7, 0.9],
     "seeds": 3,
     "reference": "smdp",
-    "policies": {"greedy": {}, "static-8": {"name": "static", "batch_size": 8, "timeout_ms": 5},
-                 "tfserving": {"name": "tfserving", "batch_timeout_ms": 2}, "smdp": {}},
+    "policies": {
+        "greedy": {},
+        "static-8": {"name": "static", "batch_size": 8, "timeout_ms": 5},
+        "tfserving": {"name": "tfserving", "batch_timeout_ms": 2},
+        "smdp": {},
+    },
 }
 
 
-def _time_compare(config: dict[str, Any], results_dir: Path, **kwargs: Any) -> tuple[float, dict[str, Any]]:
+def _time_compare(
+    config: dict[str, Any], results_dir: Path, **kwargs: Any
+) -> tuple[float, dict[str, Any]]:
     """Seconds from the start of ``run_compare`` to its last computed cell (tables and plots excluded)."""
     from experiments.compare import run_compare
 
@@ -434,12 +511,15 @@ def _time_compare(config: dict[str, Any], results_dir: Path, **kwargs: Any) -> t
     t0 = time.perf_counter()
     res = run_compare(config, results_dir=results_dir, progress=False, on_cell=on_cell, **kwargs)
     if res["failed"] or res["computed"] == 0:
-        raise RuntimeError(f"bench comparison: {res['computed']} cells computed, failures {res['failed']}")
+        raise RuntimeError(
+            f"bench comparison: {res['computed']} cells computed, failures {res['failed']}"
+        )
     return last[0] - t0, res
 
 
-def bench_backends(config: dict[str, Any] | None = None, num_cpus: int | None = None,
-                   repeats: int = 3) -> dict[str, Any]:
+def bench_backends(
+    config: dict[str, Any] | None = None, num_cpus: int | None = None, repeats: int = 3
+) -> dict[str, Any]:
     """Cells/s of a small comparison on the local backend and on Ray, in the same run.
 
     The same config runs from scratch (fresh results folders) twice on each backend:
@@ -472,8 +552,10 @@ def bench_backends(config: dict[str, Any] | None = None, num_cpus: int | None = 
     cpus = num_cpus or os.cpu_count() or 1
     with tempfile.TemporaryDirectory(prefix="bench-backends-") as tmp:
         local_s, local = _time_compare(config, Path(tmp) / "local")
-        local_warm_s, local_warm = min((_time_compare(config, Path(tmp) / f"local-warm-{i}") for i in range(repeats)),
-                                       key=lambda t: t[0])
+        local_warm_s, local_warm = min(
+            (_time_compare(config, Path(tmp) / f"local-warm-{i}") for i in range(repeats)),
+            key=lambda t: t[0],
+        )
         started_here = not ray.is_initialized()
         t0 = time.perf_counter()
         if started_here:
@@ -481,8 +563,13 @@ def bench_backends(config: dict[str, Any] | None = None, num_cpus: int | None = 
         startup_s = time.perf_counter() - t0
         try:
             ray_s, remote = _time_compare(config, Path(tmp) / "ray", backend="ray")
-            warm_s, warm = min((_time_compare(config, Path(tmp) / f"ray-warm-{i}", backend="ray")
-                                for i in range(repeats)), key=lambda t: t[0])
+            warm_s, warm = min(
+                (
+                    _time_compare(config, Path(tmp) / f"ray-warm-{i}", backend="ray")
+                    for i in range(repeats)
+                ),
+                key=lambda t: t[0],
+            )
         finally:
             if started_here:
                 ray.shutdown()
@@ -506,15 +593,26 @@ def bench_backends(config: dict[str, Any] | None = None, num_cpus: int | None = 
         "ratio_ray_vs_local": local_s / ray_s,
         "ratio_ray_with_startup_vs_local": local_s / (ray_s + startup_s),
         "ratio_ray_warm_vs_local_warm": local_warm_s / warm_s,
-        "same_results": local["records"] == local_warm["records"] == remote["records"] == warm["records"],
+        "same_results": local["records"]
+        == local_warm["records"]
+        == remote["records"]
+        == warm["records"],
     }
 
 
 def run_bench(
-    n_steps: int = 200_000, repeats: int = 3, seed: int = 0, smdp: bool = True, ppo: bool = True,
-    vector: bool = True, vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
-    vector_env_steps: int = 2_000_000, torch_overhead: bool = True, backends: bool = True,
-    render: bool = True, render_steps: int | None = None,
+    n_steps: int = 200_000,
+    repeats: int = 3,
+    seed: int = 0,
+    smdp: bool = True,
+    ppo: bool = True,
+    vector: bool = True,
+    vector_sizes: tuple[int, ...] = (1, 64, 1024, 4096),
+    vector_env_steps: int = 2_000_000,
+    torch_overhead: bool = True,
+    backends: bool = True,
+    render: bool = True,
+    render_steps: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 

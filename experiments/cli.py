@@ -83,7 +83,9 @@ def _count(low: int) -> Any:
         try:
             return check_int("value", int(text), low)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: expected an integer >= {low}") from None
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is invalid: expected an integer >= {low}"
+            ) from None
 
     parse.__name__ = f"integer >= {low}"
     return parse
@@ -102,12 +104,17 @@ def _positive(text: str) -> float:
 
 #: env options of evaluate and solve-smdp: (option, dest, env keyword argument it sets)
 _ENV_OPTIONS = (
-    ("--profile", "profile", "profile"), ("--load", "load", "workload"), ("--workload", "workload", "workload"),
-    ("--max-batch-size", "max_batch_size", "max_batch_size"), ("--sla-ms", "sla_ms", "sla_ms"),
+    ("--profile", "profile", "profile"),
+    ("--load", "load", "workload"),
+    ("--workload", "workload", "workload"),
+    ("--max-batch-size", "max_batch_size", "max_batch_size"),
+    ("--sla-ms", "sla_ms", "sla_ms"),
     ("--horizon-requests", "horizon_requests", "horizon_requests"),
     ("--decision-interval-ms", "decision_interval_ms", "decision_interval_ms"),
-    ("--service", "service", "service"), ("--service-cv", "service_cv", "service_cv"),
-    ("--queue-capacity", "queue_capacity", "queue_capacity"), ("--warmup-requests", "warmup_requests", "warmup_requests"),
+    ("--service", "service", "service"),
+    ("--service-cv", "service_cv", "service_cv"),
+    ("--queue-capacity", "queue_capacity", "queue_capacity"),
+    ("--warmup-requests", "warmup_requests", "warmup_requests"),
     ("--reward-weights", "reward_weights", "reward_weights"),
 )
 #: what to use instead of an env option that an env lacks
@@ -119,8 +126,11 @@ _ENV_OPTION_HINTS = {
 }
 #: the DynamicBatching-v0 / NodeBatching-v0 defaults of the options that have one here
 #: (from batch_env.config, the one source of defaults)
-_ENV_DEFAULTS = {"profile": DEFAULT_PROFILE, "load": DEFAULT_WORKLOAD["load"],
-                 "max_batch_size": field_default(ServingConfig, "max_batch_size")}
+_ENV_DEFAULTS = {
+    "profile": DEFAULT_PROFILE,
+    "load": DEFAULT_WORKLOAD["load"],
+    "max_batch_size": field_default(ServingConfig, "max_batch_size"),
+}
 
 
 def _default(name: str) -> str:
@@ -143,14 +153,21 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     given = [(opt, dest, kw) for opt, dest, kw in _ENV_OPTIONS if getattr(args, dest) is not None]
     for opt, dest, kw in given:
         if kw not in names or (opt == "--load" and "max_batch_size" not in names):
-            hint = _ENV_OPTION_HINTS.get(opt, f"its keyword arguments are {names}, given with --env-kwargs")
+            hint = _ENV_OPTION_HINTS.get(
+                opt, f"its keyword arguments are {names}, given with --env-kwargs"
+            )
             raise ValueError(f"{opt}={getattr(args, dest)!r} does not apply to {env_id}: {hint}")
     if args.load is not None and args.workload is not None:
-        raise ValueError(f"--load={args.load!r} and --workload={args.workload!r} both set the workload: give one")
+        raise ValueError(
+            f"--load={args.load!r} and --workload={args.workload!r} both set the workload: give one"
+        )
     kw: dict[str, Any] = {}
     if "max_batch_size" in names:  # DynamicBatching-v0 and NodeBatching-v0: this command's defaults
-        kw = {"profile": _ENV_DEFAULTS["profile"], "max_batch_size": _ENV_DEFAULTS["max_batch_size"],
-              "workload": {"kind": "poisson", "load": _ENV_DEFAULTS["load"]}}
+        kw = {
+            "profile": _ENV_DEFAULTS["profile"],
+            "max_batch_size": _ENV_DEFAULTS["max_batch_size"],
+            "workload": {"kind": "poisson", "load": _ENV_DEFAULTS["load"]},
+        }
     for opt, dest, name in given:
         value = getattr(args, dest)
         if opt == "--load":
@@ -162,7 +179,9 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     both = sorted(k for k in extra if any(k == name for _, _, name in given))
     if both:
         opts = [opt for opt, _, name in given if name in both]
-        raise ValueError(f"--env-kwargs={args.env_kwargs!r} sets {both}, which {opts} give too: give each once")
+        raise ValueError(
+            f"--env-kwargs={args.env_kwargs!r} sets {both}, which {opts} give too: give each once"
+        )
     kw.update(extra)
     return kw
 
@@ -170,22 +189,70 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def _add_env_args(p: argparse.ArgumentParser) -> None:
     from batch_env.profiles.batch_profile import available
 
-    p.add_argument("--profile", default=None,
-                   help=f"profile name or JSON path (default {DEFAULT_PROFILE}; the LLM env: its own); shipped: "
-                        f"{', '.join(available())}")
-    p.add_argument("--load", type=_positive, default=None,
-                   help=f"Poisson load rho = rate / max throughput (default {DEFAULT_WORKLOAD['load']:g}; "
-                        "not with --workload)")
-    p.add_argument("--workload", default=None, help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], "
-                                                    "switch_rates_per_s: [2, 2]}' (not with --load)")
-    p.add_argument("--max-batch-size", type=int, default=None, help=f"largest batch ({_default('max_batch_size')})")
-    p.add_argument("--sla-ms", type=float, default=None, help=f"latency SLA in ms ({_default('sla_ms')})")
-    p.add_argument("--horizon-requests", type=int, default=None, help=f"summary requests per episode ({_default('horizon_requests')})")
-    p.add_argument("--decision-interval-ms", type=float, default=None, help="relative tick interval (default: ticks off)")
-    p.add_argument("--service", choices=["deterministic", "lognormal"], default=None, help=f"service-time law (default {field_default(ServingConfig, 'service')})")
-    p.add_argument("--service-cv", type=float, default=None, help="coefficient of variation of lognormal service")
-    p.add_argument("--queue-capacity", type=int, default=None, help=f"waiting requests admitted ({_default('queue_capacity')})")
-    p.add_argument("--warmup-requests", type=int, default=None, help=f"arrivals before the summary requests ({_default('warmup_requests')})")
+    p.add_argument(
+        "--profile",
+        default=None,
+        help=f"profile name or JSON path (default {DEFAULT_PROFILE}; the LLM env: its own); shipped: "
+        f"{', '.join(available())}",
+    )
+    p.add_argument(
+        "--load",
+        type=_positive,
+        default=None,
+        help=f"Poisson load rho = rate / max throughput (default {DEFAULT_WORKLOAD['load']:g}; "
+        "not with --workload)",
+    )
+    p.add_argument(
+        "--workload",
+        default=None,
+        help="workload mapping, e.g. '{kind: mmpp, rates_per_s: [1000, 4000], "
+        "switch_rates_per_s: [2, 2]}' (not with --load)",
+    )
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=None,
+        help=f"largest batch ({_default('max_batch_size')})",
+    )
+    p.add_argument(
+        "--sla-ms", type=float, default=None, help=f"latency SLA in ms ({_default('sla_ms')})"
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=int,
+        default=None,
+        help=f"summary requests per episode ({_default('horizon_requests')})",
+    )
+    p.add_argument(
+        "--decision-interval-ms",
+        type=float,
+        default=None,
+        help="relative tick interval (default: ticks off)",
+    )
+    p.add_argument(
+        "--service",
+        choices=["deterministic", "lognormal"],
+        default=None,
+        help=f"service-time law (default {field_default(ServingConfig, 'service')})",
+    )
+    p.add_argument(
+        "--service-cv",
+        type=float,
+        default=None,
+        help="coefficient of variation of lognormal service",
+    )
+    p.add_argument(
+        "--queue-capacity",
+        type=int,
+        default=None,
+        help=f"waiting requests admitted ({_default('queue_capacity')})",
+    )
+    p.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=None,
+        help=f"arrivals before the summary requests ({_default('warmup_requests')})",
+    )
     p.add_argument("--reward-weights", default=None, help="weights mapping, e.g. '{energy: 0.1}'")
     p.add_argument("--episodes", type=_count(1), default=5, help="seeded episodes (default 5)")
     p.add_argument("--seed", type=_count(0), default=0, help="first episode seed (default 0)")
@@ -199,10 +266,16 @@ DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 def _env_options_given(args: argparse.Namespace) -> list[str]:
     """The env options (``--env-id``, ``--env-kwargs`` and the options of ``_ENV_OPTIONS``) given."""
     given = [opt for opt, dest, _ in _ENV_OPTIONS if getattr(args, dest, None) is not None]
-    return given + [opt for opt in ("--env-id", "--env-kwargs") if getattr(args, opt[2:].replace("-", "_"), None) is not None]
+    return given + [
+        opt
+        for opt in ("--env-id", "--env-kwargs")
+        if getattr(args, opt[2:].replace("-", "_"), None) is not None
+    ]
 
 
-def env_differences(trained: tuple[str, dict[str, Any]], here: tuple[str, dict[str, Any]]) -> list[str]:
+def env_differences(
+    trained: tuple[str, dict[str, Any]], here: tuple[str, dict[str, Any]]
+) -> list[str]:
     """What differs between the env a run was trained on and another, ``(env id, kwargs)``
     each: ``"<kwarg> (trained <value>, here <value>)"`` per differing keyword argument,
     a kwarg left out counting as the env's default (the Poisson load 0.6 for no workload)."""
@@ -243,8 +316,10 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
             algo, run_dir = parse_policy_spec(name)
             cfg = read_run_config(run_dir)
             if algo != cfg["algo"]:
-                raise ValueError(f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {cfg['algo']} run: "
-                                 f"give {cfg['algo']}:{run_dir}")
+                raise ValueError(
+                    f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {cfg['algo']} run: "
+                    f"give {cfg['algo']}:{run_dir}"
+                )
             runs[name] = (run_dir, cfg)
     if runs and not _env_options_given(args):
         _, first = next(iter(runs.values()))
@@ -260,12 +335,17 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
             run_dir, cfg = runs[name]
             diff = env_differences((cfg["env_id"], cfg["env_kwargs"]), (env_id, env_kwargs))
             if diff:
-                print(f"note: {name} is evaluated on another env than it was trained on: {'; '.join(diff)}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"note: {name} is evaluated on another env than it was trained on: {'; '.join(diff)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             policy = load_policy(run_dir, name=name)
         else:
             policy = baselines.make(name, env=env)
-        results.append(batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed, name=name))
+        results.append(
+            batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed, name=name)
+        )
     return results
 
 
@@ -283,13 +363,28 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from agents.train import TrainArgs, train_or_reuse
 
         load = float(cfg["loads"][0])
-        env_kwargs = {**cfg["env"], "workload": {**next(iter(cfg["workloads"].values())), "load": load}}
-        train_or_reuse(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=args.train_steps, run_dir=str(run),
-                                 eval_freq=0, checkpoint_freq=args.train_steps, progress=not args.json))
+        env_kwargs = {
+            **cfg["env"],
+            "workload": {**next(iter(cfg["workloads"].values())), "load": load},
+        }
+        train_or_reuse(
+            TrainArgs(
+                algo="ppo",
+                env_kwargs=env_kwargs,
+                n_timesteps=args.train_steps,
+                run_dir=str(run),
+                eval_freq=0,
+                checkpoint_freq=args.train_steps,
+                progress=not args.json,
+            )
+        )
         cfg = load_config(args.config)
         cfg["policies"]["ppo-demo"] = {"agent": str(run)}
-    return _print_compare(run_compare(cfg, results_dir=args.results_dir, progress=not args.json), args,
-                          tensorboard=run / "tb" if args.train_steps > 0 else None)
+    return _print_compare(
+        run_compare(cfg, results_dir=args.results_dir, progress=not args.json),
+        args,
+        tensorboard=run / "tb" if args.train_steps > 0 else None,
+    )
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -306,9 +401,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from experiments.compare import run_compare
 
     with _stdout_to_stderr(args.json):
-        result = run_compare(args.config, results_dir=args.results_dir, progress=not args.json,
-                             backend=args.backend, address=args.address, max_retries=args.max_retries,
-                             num_cpus=args.num_cpus)
+        result = run_compare(
+            args.config,
+            results_dir=args.results_dir,
+            progress=not args.json,
+            backend=args.backend,
+            address=args.address,
+            max_retries=args.max_retries,
+            num_cpus=args.num_cpus,
+        )
     return _print_compare(result, args)
 
 
@@ -319,18 +420,34 @@ def _stdout_to_stderr(active: bool) -> Any:
     return contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext()
 
 
-def _print_compare(result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None) -> int:
+def _print_compare(
+    result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None
+) -> int:
     failed = result.get("failed") or []
     if args.json:
-        print(dumps({"dir": str(result["dir"]), "records": result["records"], "computed": result["computed"],
-                     "reused": result["reused"], "failed": failed}))
+        print(
+            dumps(
+                {
+                    "dir": str(result["dir"]),
+                    "records": result["records"],
+                    "computed": result["computed"],
+                    "reused": result["reused"],
+                    "failed": failed,
+                }
+            )
+        )
         return 1 if failed else 0
     print(result["markdown"])
-    print(f"tables, CSV and plots in {result['dir']}/ ({result['computed']} cells computed, "
-          f"{result['reused']} reused, {len(failed)} failed)")
+    print(
+        f"tables, CSV and plots in {result['dir']}/ ({result['computed']} cells computed, "
+        f"{result['reused']} reused, {len(failed)} failed)"
+    )
     if failed:
-        print(f"{len(failed)} cell(s) failed (listed in summary.md and {result['dir']}/failed.json); "
-              "rerun to retry them:", file=sys.stderr)
+        print(
+            f"{len(failed)} cell(s) failed (listed in summary.md and {result['dir']}/failed.json); "
+            "rerun to retry them:",
+            file=sys.stderr,
+        )
         for f in failed:
             print(f"  {f['key']}: {f['error']}", file=sys.stderr)
     if tensorboard is not None:
@@ -367,59 +484,87 @@ def cmd_bench(args: argparse.Namespace) -> int:
     except ValueError:
         sizes = ()
     if not sizes or min(sizes) < 1:
-        raise ValueError(f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024")
-    result = run_bench(n_steps=args.steps, repeats=args.repeats, smdp=not args.skip_smdp, ppo=not args.skip_ppo,
-                       vector=not args.skip_vector, vector_sizes=sizes, torch_overhead=not args.skip_torch,
-                       backends=not args.skip_ray, render=not args.skip_render)
+        raise ValueError(
+            f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024"
+        )
+    result = run_bench(
+        n_steps=args.steps,
+        repeats=args.repeats,
+        smdp=not args.skip_smdp,
+        ppo=not args.skip_ppo,
+        vector=not args.skip_vector,
+        vector_sizes=sizes,
+        torch_overhead=not args.skip_torch,
+        backends=not args.skip_ray,
+        render=not args.skip_render,
+    )
     path = write_results(result, args.out)
     if args.json:
         print(dumps(result, indent=2))
         return 0
     print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
     print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
-    print(f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
-          f"(floor: <= {result['floor_step_cost_ratio']:.1f})")
+    print(
+        f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
+        f"(floor: <= {result['floor_step_cost_ratio']:.1f})"
+    )
     rn = result.get("render")
     if rn:
         for r in rn["envs"]:
-            print(f"{r['env_id'].split('/')[-1]} rgb_array frame: {r['frame_us']:,.0f} us vs step "
-                  f"{r['step_us']:,.1f} us -> ratio {r['frame_cost_ratio_vs_step']:.1f} "
-                  f"(target: frame < {rn['target_frame_us']:,.0f} us)")
+            print(
+                f"{r['env_id'].split('/')[-1]} rgb_array frame: {r['frame_us']:,.0f} us vs step "
+                f"{r['step_us']:,.1f} us -> ratio {r['frame_cost_ratio_vs_step']:.1f} "
+                f"(target: frame < {rn['target_frame_us']:,.0f} us)"
+            )
     vec = result.get("vector")
     if vec:
         for r in vec["sizes"]:
-            print(f"vector env, {r['num_envs']:5d} lanes: {r['env_steps_per_s']:,.0f} env-steps/s vs "
-                  f"CartPoleVectorEnv {r['cartpole_vector_env_steps_per_s']:,.0f} -> ratio {r['ratio_vs_cartpole']:.3f}")
+            print(
+                f"vector env, {r['num_envs']:5d} lanes: {r['env_steps_per_s']:,.0f} env-steps/s vs "
+                f"CartPoleVectorEnv {r['cartpole_vector_env_steps_per_s']:,.0f} -> ratio {r['ratio_vs_cartpole']:.3f}"
+            )
         if vec["meets_floor_at_1024"] is not None:
-            print(f"floor {vec['floor_env_steps_per_s_at_1024']:,} env-steps/s at 1024 lanes met: {vec['meets_floor_at_1024']}")
+            print(
+                f"floor {vec['floor_env_steps_per_s_at_1024']:,} env-steps/s at 1024 lanes met: {vec['meets_floor_at_1024']}"
+            )
     ov = result.get("torch_executor_overhead")
     if ov:
         fracs = ", ".join(f"b={b}: {r['overhead_frac']:.1%}" for b, r in ov["run"].items())
-        print(f"real executor overhead outside the model call ({ov['model']}): {fracs} "
-              f"(floor: < {ov['floor_overhead_frac_b_ge_8']:.0%} at b >= 8)")
+        print(
+            f"real executor overhead outside the model call ({ov['model']}): {fracs} "
+            f"(floor: < {ov['floor_overhead_frac_b_ge_8']:.0%} at b >= 8)"
+        )
     sm = result.get("smdp")
     if sm:
-        print(f"SMDP solve, {sm['n_states']} states, B={sm['max_batch_size']}, rho={sm['load']}: "
-              f"policy iteration {sm['pi_s']:.3f} s, our RVI {sm['rvi_s']:.2f} s, "
-              f"pymdptoolbox RVI {sm['pymdptoolbox_s']:.2f} s -> {sm['speedup_pi_vs_pymdptoolbox']:.0f}x "
-              f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}")
+        print(
+            f"SMDP solve, {sm['n_states']} states, B={sm['max_batch_size']}, rho={sm['load']}: "
+            f"policy iteration {sm['pi_s']:.3f} s, our RVI {sm['rvi_s']:.2f} s, "
+            f"pymdptoolbox RVI {sm['pymdptoolbox_s']:.2f} s -> {sm['speedup_pi_vs_pymdptoolbox']:.0f}x "
+            f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}"
+        )
     pp = result.get("ppo")
     if pp:
-        print(f"PPO training: {pp['dynamic_batching_ppo_steps_per_s']:,.0f} steps/s vs CartPole-v1 "
-              f"{pp['cartpole_ppo_steps_per_s']:,.0f} steps/s -> ratio {pp['ratio']:.2f} (floor: >= {pp['floor_ratio']})")
+        print(
+            f"PPO training: {pp['dynamic_batching_ppo_steps_per_s']:,.0f} steps/s vs CartPole-v1 "
+            f"{pp['cartpole_ppo_steps_per_s']:,.0f} steps/s -> ratio {pp['ratio']:.2f} (floor: >= {pp['floor_ratio']})"
+        )
     pv = result.get("ppo_vector")
     if pv:
-        print(f"PPO training, {pv['num_envs']} lanes: native vector env {pv['native_vector_ppo_steps_per_s']:,.0f} "
-              f"steps/s vs DummyVecEnv {pv['dummy_vec_env_ppo_steps_per_s']:,.0f} -> ratio {pv['ratio']:.2f}")
+        print(
+            f"PPO training, {pv['num_envs']} lanes: native vector env {pv['native_vector_ppo_steps_per_s']:,.0f} "
+            f"steps/s vs DummyVecEnv {pv['dummy_vec_env_ppo_steps_per_s']:,.0f} -> ratio {pv['ratio']:.2f}"
+        )
     cb = result.get("compare_backends")
     if cb and "skipped" in cb:
         print(f"compare backends: skipped ({cb['skipped']})")
     elif cb:
-        print(f"compare, {cb['cells']} cells, Ray / local cells/s: first run {cb['ray_cells_per_s']:.2f} / "
-              f"{cb['local_cells_per_s']:.2f} = {cb['ratio_ray_vs_local']:.2f} (with Ray's {cb['ray_startup_s']:.1f} s "
-              f"start-up {cb['ratio_ray_with_startup_vs_local']:.2f}), warm {cb['ray_warm_cells_per_s']:.2f} / "
-              f"{cb['local_warm_cells_per_s']:.2f} = {cb['ratio_ray_warm_vs_local_warm']:.2f}; "
-              f"same results: {cb['same_results']}")
+        print(
+            f"compare, {cb['cells']} cells, Ray / local cells/s: first run {cb['ray_cells_per_s']:.2f} / "
+            f"{cb['local_cells_per_s']:.2f} = {cb['ratio_ray_vs_local']:.2f} (with Ray's {cb['ray_startup_s']:.1f} s "
+            f"start-up {cb['ratio_ray_with_startup_vs_local']:.2f}), warm {cb['ray_warm_cells_per_s']:.2f} / "
+            f"{cb['local_warm_cells_per_s']:.2f} = {cb['ratio_ray_warm_vs_local_warm']:.2f}; "
+            f"same results: {cb['same_results']}"
+        )
     print(f"written to {path}")
     return 0
 
@@ -452,14 +597,19 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _cmd_sweep(args)
     for opt, dest, default in _SWEEP_ONLY:
         if getattr(args, dest) != default:
-            raise ValueError(f"{opt}={getattr(args, dest)!r} applies to a sweep: give --sweep <yaml> too")
+            raise ValueError(
+                f"{opt}={getattr(args, dest)!r} applies to a sweep: give --sweep <yaml> too"
+            )
     from agents.train import TrainArgs, train
 
     env_kwargs: dict[str, Any] | None = None
     if args.env_config is not None:
         env_kwargs = _load_yaml_mapping(args.env_config, "--env-config")
     if args.env_kwargs is not None:
-        env_kwargs = {**(env_kwargs or {}), **(_parse_mapping(args.env_kwargs, "--env-kwargs") or {})}
+        env_kwargs = {
+            **(env_kwargs or {}),
+            **(_parse_mapping(args.env_kwargs, "--env-kwargs") or {}),
+        }
     if args.resume and args.run_dir is None:
         raise ValueError("--resume needs --run-dir <the run to continue>")
     targs = TrainArgs(
@@ -483,7 +633,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     run = train(targs)
     final = run / "final_evaluation.json"
-    result = {"run_dir": str(run), "final_evaluation": json.loads(final.read_text()) if final.exists() else None}
+    result = {
+        "run_dir": str(run),
+        "final_evaluation": json.loads(final.read_text()) if final.exists() else None,
+    }
     if args.json:
         print(dumps(result, indent=2))
     else:
@@ -491,7 +644,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         if ev:
             det = ev["deterministic"]
             m, h = det["reward_rate_per_s"]
-            gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
+            gap = (
+                f", {det['gap_percent']:.2f}% above the SMDP optimum"
+                if "gap_percent" in det
+                else ""
+            )
             print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
@@ -499,17 +656,30 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 #: train options that only a sweep uses: (option, dest, default)
-_SWEEP_ONLY = (("--backend", "backend", "local"), ("--address", "address", None), ("--num-cpus", "num_cpus", None),
-               ("--max-retries", "max_retries", 3), ("--runs-dir", "runs_dir", "runs"))
+_SWEEP_ONLY = (
+    ("--backend", "backend", "local"),
+    ("--address", "address", None),
+    ("--num-cpus", "num_cpus", None),
+    ("--max-retries", "max_retries", 3),
+    ("--runs-dir", "runs_dir", "runs"),
+)
 #: train options that a sweep's YAML sets instead: (option, dest, YAML field); not given = None (False for flags)
 _SET_BY_SWEEP = (
-    ("--algo", "algo", "algo"), ("--env-id", "env_id", "env_id"), ("--env-kwargs", "env_kwargs", "env"),
-    ("--env-config", "env_config", "env"), ("--hyperparams", "hyperparams", "hyperparams"),
-    ("--n-timesteps", "n_timesteps", "n_timesteps"), ("--seed", "seed", "seeds"),
-    ("--vectorized", "vectorized", "vectorized"), ("--num-envs", "num_envs", "num_envs"),
-    ("--run-dir", "run_dir", "name (with --runs-dir)"), ("--centering-gain", "centering_gain", "centering_gain"),
-    ("--eval-episodes", "eval_episodes", "eval_episodes"), ("--resume", "resume", "(a rerun resumes)"),
-    ("--device", "device", "(trials train on the CPU)"), ("--threads", "threads", "(one thread per trial)"),
+    ("--algo", "algo", "algo"),
+    ("--env-id", "env_id", "env_id"),
+    ("--env-kwargs", "env_kwargs", "env"),
+    ("--env-config", "env_config", "env"),
+    ("--hyperparams", "hyperparams", "hyperparams"),
+    ("--n-timesteps", "n_timesteps", "n_timesteps"),
+    ("--seed", "seed", "seeds"),
+    ("--vectorized", "vectorized", "vectorized"),
+    ("--num-envs", "num_envs", "num_envs"),
+    ("--run-dir", "run_dir", "name (with --runs-dir)"),
+    ("--centering-gain", "centering_gain", "centering_gain"),
+    ("--eval-episodes", "eval_episodes", "eval_episodes"),
+    ("--resume", "resume", "(a rerun resumes)"),
+    ("--device", "device", "(trials train on the CPU)"),
+    ("--threads", "threads", "(one thread per trial)"),
     ("--checkpoint-freq", "checkpoint_freq", "(one checkpoint at the end)"),
     ("--eval-freq", "eval_freq", "(one evaluation at the end, eval_episodes)"),
 )
@@ -521,11 +691,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     for opt, dest, field in _SET_BY_SWEEP:
         if getattr(args, dest) is not None and getattr(args, dest) is not False:
-            raise ValueError(f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
-                             f"sets it (field {field})")
+            raise ValueError(
+                f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
+                f"sets it (field {field})"
+            )
     with _stdout_to_stderr(args.json):  # Ray Tune prints its tables: keep --json output pure
-        summary = run_sweep(args.sweep, runs_dir=args.runs_dir, backend=args.backend, address=args.address,
-                            max_retries=args.max_retries, num_cpus=args.num_cpus, progress=not args.json)
+        summary = run_sweep(
+            args.sweep,
+            runs_dir=args.runs_dir,
+            backend=args.backend,
+            address=args.address,
+            max_retries=args.max_retries,
+            num_cpus=args.num_cpus,
+            progress=not args.json,
+        )
     if args.json:
         print(dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=1))
     else:
@@ -543,13 +722,17 @@ def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
 
     p = Path(path)
     if not p.is_file():
-        raise FileNotFoundError(f"{field}={path!r}: file not found" + (" (it is a folder)" if p.is_dir() else ""))
+        raise FileNotFoundError(
+            f"{field}={path!r}: file not found" + (" (it is a folder)" if p.is_dir() else "")
+        )
     try:
         value = yaml.safe_load(p.read_bytes().decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"{field}={path!r} is not valid YAML: {_one_line(exc)}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{field}={path!r} must hold a mapping of env kwargs, got {type(value).__name__}")
+        raise ValueError(
+            f"{field}={path!r} must hold a mapping of env kwargs, got {type(value).__name__}"
+        )
     return value
 
 
@@ -557,8 +740,13 @@ def cmd_agents(args: argparse.Namespace) -> int:
     """Train agents per setting and compare them with the SMDP optimum and the baselines."""
     from experiments.agents import run_agents_experiment
 
-    result = run_agents_experiment(args.config, runs_dir=args.runs_dir, results_dir=args.results_dir,
-                                   workers=args.workers, settings=args.settings)
+    result = run_agents_experiment(
+        args.config,
+        runs_dir=args.runs_dir,
+        results_dir=args.results_dir,
+        workers=args.workers,
+        settings=args.settings,
+    )
     if args.json:
         print(dumps(result["results"], indent=1))
     else:
@@ -571,8 +759,9 @@ def cmd_lazybatching(args: argparse.Namespace) -> int:
     """Node-level batching (LazyBatching) vs graph batching on NodeBatching-v0, with ratios."""
     from experiments.lazybatching import run_lazybatching
 
-    result = run_lazybatching(args.config, results_dir=args.results_dir, progress=not args.json,
-                              train=not args.no_train)
+    result = run_lazybatching(
+        args.config, results_dir=args.results_dir, progress=not args.json, train=not args.no_train
+    )
     if args.json:
         print(dumps(result["ratios"], indent=1))
     else:
@@ -612,18 +801,30 @@ def cmd_profile(args: argparse.Namespace) -> int:
     except ValueError:
         sizes = ()
     if not sizes or min(sizes) < 1 or list(sizes) != sorted(set(sizes)):
-        raise ValueError(f"--batch-sizes={args.batch_sizes!r} is invalid: expected increasing integers >= 1 "
-                         "separated by commas, e.g. 1,2,4,8")
+        raise ValueError(
+            f"--batch-sizes={args.batch_sizes!r} is invalid: expected increasing integers >= 1 "
+            "separated by commas, e.g. 1,2,4,8"
+        )
     if args.model not in MODELS:
         raise ValueError(f"--model={args.model!r} is unknown: allowed values are {sorted(MODELS)}")
     check_device("--device", args.device)
     model_kwargs = _parse_mapping(args.model_kwargs, "--model-kwargs")
     if Path(args.out).is_dir():
-        raise ValueError(f"--out={args.out!r} is a folder: give the JSON file to write, e.g. {args.out}/profile.json")
+        raise ValueError(
+            f"--out={args.out!r} is a folder: give the JSON file to write, e.g. {args.out}/profile.json"
+        )
     prof = measure_profile(
-        args.model, torch_device=args.device, batch_sizes=sizes, min_time_s=args.min_time_s, nodes=not args.no_nodes,
-        width=args.width, depth=args.depth, threads=args.threads, cuda_graphs=args.cuda_graphs,
-        model_kwargs=model_kwargs, name=args.name,
+        args.model,
+        torch_device=args.device,
+        batch_sizes=sizes,
+        min_time_s=args.min_time_s,
+        nodes=not args.no_nodes,
+        width=args.width,
+        depth=args.depth,
+        threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
+        model_kwargs=model_kwargs,
+        name=args.name,
         progress=None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True)),
     )
     path = write_profile(prof, args.out)
@@ -649,8 +850,13 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     from experiments.roundtrip import run_roundtrip
 
     _check_folder("--out", args.out)
-    res = run_roundtrip(args.out, load=args.load, horizon_requests=args.horizon_requests, episodes=args.episodes,
-                        repeats=args.repeats)
+    res = run_roundtrip(
+        args.out,
+        load=args.load,
+        horizon_requests=args.horizon_requests,
+        episodes=args.episodes,
+        repeats=args.repeats,
+    )
     if args.json:
         print(dumps({k: v for k, v in res.items() if k != "markdown"}, indent=1))
     else:
@@ -667,8 +873,10 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
     kw = _env_kwargs(args)
     if args.rate_per_s is not None:
         if args.load is not None or args.workload is not None:
-            raise ValueError(f"--rate-per-s={args.rate_per_s!r} sets the workload, as --load and --workload do: "
-                             "give one of them")
+            raise ValueError(
+                f"--rate-per-s={args.rate_per_s!r} sets the workload, as --load and --workload do: "
+                "give one of them"
+            )
         kw["workload"] = {"kind": "poisson", "rate_per_s": args.rate_per_s}
     env = make_raw_env("batch_env/DynamicBatching-v0", kw, "env options")
     sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
@@ -678,8 +886,10 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
         print(dumps(out, indent=2))
         return 0
     print(f"gain (cost per second): {sol.gain:.6g}   reward rate: {-sol.gain:.6g}/s")
-    print(f"threshold: {sol.threshold}   iterations: {sol.iterations}   solve time: {sol.solve_time_s:.3f} s   "
-          f"states: {sol.problem.n_states}{' (truncated)' if sol.problem.truncated else ''}")
+    print(
+        f"threshold: {sol.threshold}   iterations: {sol.iterations}   solve time: {sol.solve_time_s:.3f} s   "
+        f"states: {sol.problem.n_states}{' (truncated)' if sol.problem.truncated else ''}"
+    )
     B = sol.problem.max_batch_size
     shown = sol.policy[: 3 * B + 1].tolist()
     print(f"policy (queue length 0..{len(shown) - 1} -> batch size, 0 = wait): {shown}")
@@ -690,14 +900,25 @@ def _add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
     """--backend, --address and --num-cpus (shared by compare and train --sweep)."""
     from experiments.backends import BACKENDS
 
-    p.add_argument("--backend", choices=list(BACKENDS), default="local",
-                   help=f"where each {unit} runs: local (this process, one after the other; the default and the "
-                        f"fast path on one machine) or ray (each {unit} on Ray; pip install 'batch-env[ray]')")
-    p.add_argument("--address", default=None,
-                   help="ray backend: the Ray cluster to join, e.g. auto (the cluster this node belongs to) or "
-                        "ray://<head>:10001 (default: start a local Ray instance)")
-    p.add_argument("--num-cpus", type=_count(1), default=None,
-                   help="ray backend without --address: CPUs of the local Ray instance (default: all)")
+    p.add_argument(
+        "--backend",
+        choices=list(BACKENDS),
+        default="local",
+        help=f"where each {unit} runs: local (this process, one after the other; the default and the "
+        f"fast path on one machine) or ray (each {unit} on Ray; pip install 'batch-env[ray]')",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="ray backend: the Ray cluster to join, e.g. auto (the cluster this node belongs to) or "
+        "ray://<head>:10001 (default: start a local Ray instance)",
+    )
+    p.add_argument(
+        "--num-cpus",
+        type=_count(1),
+        default=None,
+        help="ray backend without --address: CPUs of the local Ray instance (default: all)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -708,196 +929,431 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("demo", help="compare every baseline on the default env (small) and print the table",
-                       description=cmd_demo.__doc__)
-    p.add_argument("--config", default="demo", help="comparison config name or YAML path (default: demo)")
-    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
-    p.add_argument("--runs-dir", default="runs", help="parent folder of the training run (default runs)")
-    p.add_argument("--train-steps", type=_count(0), default=30_000, help="PPO steps to train first (0: no agent; default 30000)")
+    p = sub.add_parser(
+        "demo",
+        help="compare every baseline on the default env (small) and print the table",
+        description=cmd_demo.__doc__,
+    )
+    p.add_argument(
+        "--config", default="demo", help="comparison config name or YAML path (default: demo)"
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="parent folder of the outputs (default results)"
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", help="parent folder of the training run (default runs)"
+    )
+    p.add_argument(
+        "--train-steps",
+        type=_count(0),
+        default=30_000,
+        help="PPO steps to train first (0: no agent; default 30000)",
+    )
     p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("compare", help="run (or resume) a comparison experiment from a YAML config",
-                       description=cmd_compare.__doc__)
-    p.add_argument("--config", default="default", help="config name in experiments/configs or a YAML path (default: default)")
-    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p = sub.add_parser(
+        "compare",
+        help="run (or resume) a comparison experiment from a YAML config",
+        description=cmd_compare.__doc__,
+    )
+    p.add_argument(
+        "--config",
+        default="default",
+        help="config name in experiments/configs or a YAML path (default: default)",
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="parent folder of the outputs (default results)"
+    )
     _add_backend_args(p, "cell")
-    p.add_argument("--max-retries", type=_count(0), default=3,
-                   help="ray backend: retries of a cell whose worker process died (default 3); a cell that "
-                        "raises is not retried but recorded as failed")
+    p.add_argument(
+        "--max-retries",
+        type=_count(0),
+        default=3,
+        help="ray backend: retries of a cell whose worker process died (default 3); a cell that "
+        "raises is not retried but recorded as failed",
+    )
     p.add_argument("--json", action="store_true", help="print the records as JSON")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("solve-smdp", help="solve the SMDP-optimal policy of an env configuration",
-                       description=cmd_solve_smdp.__doc__)
+    p = sub.add_parser(
+        "solve-smdp",
+        help="solve the SMDP-optimal policy of an env configuration",
+        description=cmd_solve_smdp.__doc__,
+    )
     _add_env_args(p)
-    p.add_argument("--rate-per-s", type=_positive, default=None,
-                   help="Poisson arrival rate per second (instead of --load/--workload)")
-    p.add_argument("--max-states", type=_count(1), default=None, help="truncation level (default: the queue capacity, exact)")
-    p.add_argument("--method", choices=["pi", "rvi"], default="pi", help="policy iteration (default) or relative value iteration")
+    p.add_argument(
+        "--rate-per-s",
+        type=_positive,
+        default=None,
+        help="Poisson arrival rate per second (instead of --load/--workload)",
+    )
+    p.add_argument(
+        "--max-states",
+        type=_count(1),
+        default=None,
+        help="truncation level (default: the queue capacity, exact)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["pi", "rvi"],
+        default="pi",
+        help="policy iteration (default) or relative value iteration",
+    )
     p.set_defaults(func=cmd_solve_smdp)
 
-    p = sub.add_parser("evaluate", help="evaluate baselines and trained agents on one env configuration",
-                       description=cmd_evaluate.__doc__)
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate baselines and trained agents on one env configuration",
+        description=cmd_evaluate.__doc__,
+    )
     _add_env_args(p)
     import batch_env
 
-    p.add_argument("--env-id", default=None, choices=list(batch_env.ENV_IDS),
-                   help="registered env id (default batch_env/DynamicBatching-v0; with an agent and no env option, "
-                        "the agent's own env); an option above that the env "
-                        "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
-                        "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
-                        "tpot_sla_ms, max_num_seqs, with --env-kwargs)")
-    p.add_argument("--env-kwargs", default=None,
-                   help="more env kwargs, a mapping, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}' (not the ones "
-                        "the options above give)")
+    p.add_argument(
+        "--env-id",
+        default=None,
+        choices=list(batch_env.ENV_IDS),
+        help="registered env id (default batch_env/DynamicBatching-v0; with an agent and no env option, "
+        "the agent's own env); an option above that the env "
+        "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
+        "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
+        "tpot_sla_ms, max_num_seqs, with --env-kwargs)",
+    )
+    p.add_argument(
+        "--env-kwargs",
+        default=None,
+        help="more env kwargs, a mapping, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}' (not the ones "
+        "the options above give)",
+    )
     from baselines import available
 
-    p.add_argument("--policy", nargs="+", default=["greedy"],
-                   help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as <algo>:<run_dir>")
+    p.add_argument(
+        "--policy",
+        nargs="+",
+        default=["greedy"],
+        help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as <algo>:<run_dir>",
+    )
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("train", help="train an SB3 agent and log it to TensorBoard",
-                       description=cmd_train.__doc__)
+    p = sub.add_parser(
+        "train", help="train an SB3 agent and log it to TensorBoard", description=cmd_train.__doc__
+    )
     kept = "; --resume keeps the run's own"
-    p.add_argument("--algo", choices=["ppo", "a2c", "dqn", "ppo_mask"], default=None,
-                   help=f"algorithm (default ppo{kept})")
-    p.add_argument("--env-id", default=None, help=f"registered env id (default batch_env/DynamicBatching-v0{kept})")
-    p.add_argument("--env-kwargs", default=None,
-                   help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})")
-    p.add_argument("--env-config", default=None, help="YAML file of env kwargs (--env-kwargs override it)")
-    p.add_argument("--hyperparams", default=None,
-                   help=f"rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml{kept})")
-    p.add_argument("--n-timesteps", type=_count(1), default=None,
-                   help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
-                        "larger value to extend it)")
+    p.add_argument(
+        "--algo",
+        choices=["ppo", "a2c", "dqn", "ppo_mask"],
+        default=None,
+        help=f"algorithm (default ppo{kept})",
+    )
+    p.add_argument(
+        "--env-id",
+        default=None,
+        help=f"registered env id (default batch_env/DynamicBatching-v0{kept})",
+    )
+    p.add_argument(
+        "--env-kwargs",
+        default=None,
+        help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})",
+    )
+    p.add_argument(
+        "--env-config", default=None, help="YAML file of env kwargs (--env-kwargs override it)"
+    )
+    p.add_argument(
+        "--hyperparams",
+        default=None,
+        help=f"rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml{kept})",
+    )
+    p.add_argument(
+        "--n-timesteps",
+        type=_count(1),
+        default=None,
+        help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
+        "larger value to extend it)",
+    )
     p.add_argument("--seed", type=_count(0), default=None, help=f"seed (default 0{kept})")
-    p.add_argument("--vectorized", action="store_true",
-                   help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
-                        "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
-                        f"same training otherwise{kept}")
-    p.add_argument("--num-envs", type=_count(1), default=None, metavar="N",
-                   help="training envs (lanes of the vector env with --vectorized); default: the "
-                        f"hyperparameter file's n_envs{kept}")
-    p.add_argument("--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)")
+    p.add_argument(
+        "--vectorized",
+        action="store_true",
+        help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
+        "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
+        f"same training otherwise{kept}",
+    )
+    p.add_argument(
+        "--num-envs",
+        type=_count(1),
+        default=None,
+        metavar="N",
+        help="training envs (lanes of the vector env with --vectorized); default: the "
+        f"hyperparameter file's n_envs{kept}",
+    )
+    p.add_argument(
+        "--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)"
+    )
     from agents.wrappers import DEFAULT_CENTERING_GAIN
 
-    p.add_argument("--centering-gain", default=None,
-                   help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
-                        f"number; default {DEFAULT_CENTERING_GAIN}, or the gain the hyperparameter file gives "
-                        f"agents.wrappers.CenteredReward{kept}")
+    p.add_argument(
+        "--centering-gain",
+        default=None,
+        help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
+        f"number; default {DEFAULT_CENTERING_GAIN}, or the gain the hyperparameter file gives "
+        f"agents.wrappers.CenteredReward{kept}",
+    )
     p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
-    p.add_argument("--threads", type=_count(1), default=None, help=f"torch threads (default 1{kept})")
-    p.add_argument("--checkpoint-freq", type=_count(1), default=None,
-                   help=f"checkpoint every N steps (default 50000{kept})")
-    p.add_argument("--eval-freq", type=_count(0), default=None,
-                   help=f"evaluate every N steps, 0: never (default 50000{kept})")
-    p.add_argument("--eval-episodes", type=_count(1), default=None,
-                   help=f"episodes per evaluation (default 3{kept})")
-    p.add_argument("--resume", action="store_true",
-                   help="continue --run-dir from its newest usable checkpoint with its saved settings; an option "
-                        "given again must equal the saved value, except a larger --n-timesteps (extends the run)")
+    p.add_argument(
+        "--threads", type=_count(1), default=None, help=f"torch threads (default 1{kept})"
+    )
+    p.add_argument(
+        "--checkpoint-freq",
+        type=_count(1),
+        default=None,
+        help=f"checkpoint every N steps (default 50000{kept})",
+    )
+    p.add_argument(
+        "--eval-freq",
+        type=_count(0),
+        default=None,
+        help=f"evaluate every N steps, 0: never (default 50000{kept})",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=_count(1),
+        default=None,
+        help=f"episodes per evaluation (default 3{kept})",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue --run-dir from its newest usable checkpoint with its saved settings; an option "
+        "given again must equal the saved value, except a larger --n-timesteps (extends the run)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--sweep", default=None, metavar="YAML",
-                   help="run a training sweep from a YAML file or a config name (e.g. sweep-demo): algorithms x "
-                        "hyperparameter grid x seeds, one run per trial, best trial by evaluation reward; the "
-                        "options above that the YAML sets are not allowed with it")
+    p.add_argument(
+        "--sweep",
+        default=None,
+        metavar="YAML",
+        help="run a training sweep from a YAML file or a config name (e.g. sweep-demo): algorithms x "
+        "hyperparameter grid x seeds, one run per trial, best trial by evaluation reward; the "
+        "options above that the YAML sets are not allowed with it",
+    )
     _add_backend_args(p, "trial of --sweep")
-    p.add_argument("--max-retries", type=_count(0), default=3,
-                   help="--sweep on ray: retries of a trial whose worker process died (default 3)")
-    p.add_argument("--runs-dir", default="runs", help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)")
+    p.add_argument(
+        "--max-retries",
+        type=_count(0),
+        default=3,
+        help="--sweep on ray: retries of a trial whose worker process died (default 3)",
+    )
+    p.add_argument(
+        "--runs-dir",
+        default="runs",
+        help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("agents", help="train agents and compare them with the SMDP optimum and baselines",
-                       description=cmd_agents.__doc__)
-    p.add_argument("--config", default="agents", help="config name in experiments/configs or a YAML path")
+    p = sub.add_parser(
+        "agents",
+        help="train agents and compare them with the SMDP optimum and baselines",
+        description=cmd_agents.__doc__,
+    )
+    p.add_argument(
+        "--config", default="agents", help="config name in experiments/configs or a YAML path"
+    )
     p.add_argument("--settings", nargs="+", default=None, help="only these settings of the config")
-    p.add_argument("--runs-dir", default="runs", help="parent folder of the training runs (default runs)")
-    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
-    p.add_argument("--workers", type=_count(1), default=2, help="training processes in parallel (default 2)")
+    p.add_argument(
+        "--runs-dir", default="runs", help="parent folder of the training runs (default runs)"
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="parent folder of the outputs (default results)"
+    )
+    p.add_argument(
+        "--workers", type=_count(1), default=2, help="training processes in parallel (default 2)"
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_agents)
 
-    p = sub.add_parser("lazybatching", help="node-level (LazyBatching) vs graph batching: sweep, ratios, plots",
-                       description=cmd_lazybatching.__doc__)
-    p.add_argument("--config", default="lazybatching", help="config name in experiments/configs or a YAML path")
-    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
-    p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
+    p = sub.add_parser(
+        "lazybatching",
+        help="node-level (LazyBatching) vs graph batching: sweep, ratios, plots",
+        description=cmd_lazybatching.__doc__,
+    )
+    p.add_argument(
+        "--config", default="lazybatching", help="config name in experiments/configs or a YAML path"
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="parent folder of the outputs (default results)"
+    )
+    p.add_argument(
+        "--no-train", action="store_true", help="do not train missing agent runs (error instead)"
+    )
     p.add_argument("--json", action="store_true", help="print the ratios as JSON")
     p.set_defaults(func=cmd_lazybatching)
 
-    p = sub.add_parser("llm", help="LLM batching: capacity and throughput at the SLA per policy, plots",
-                       description=cmd_llm.__doc__)
-    p.add_argument("--config", default="llm", help="config name in experiments/configs or a YAML path")
-    p.add_argument("--results-dir", default="results", help="parent folder of the outputs (default results)")
+    p = sub.add_parser(
+        "llm",
+        help="LLM batching: capacity and throughput at the SLA per policy, plots",
+        description=cmd_llm.__doc__,
+    )
+    p.add_argument(
+        "--config", default="llm", help="config name in experiments/configs or a YAML path"
+    )
+    p.add_argument(
+        "--results-dir", default="results", help="parent folder of the outputs (default results)"
+    )
     p.add_argument("--name", default=None, help="output folder name (default: the config's name)")
-    p.add_argument("--no-train", action="store_true", help="do not train missing agent runs (error instead)")
+    p.add_argument(
+        "--no-train", action="store_true", help="do not train missing agent runs (error instead)"
+    )
     p.add_argument("--json", action="store_true", help="print the gains as JSON")
     p.set_defaults(func=cmd_llm)
 
-    p = sub.add_parser("profile", help="measure a real PyTorch model's latency/power profile (JSON)",
-                       description=cmd_profile.__doc__)
-    p.add_argument("--model", default="resnet50", help="resnet50, googlenet, bert-base or gpt-small (default resnet50)")
+    p = sub.add_parser(
+        "profile",
+        help="measure a real PyTorch model's latency/power profile (JSON)",
+        description=cmd_profile.__doc__,
+    )
+    p.add_argument(
+        "--model",
+        default="resnet50",
+        help="resnet50, googlenet, bert-base or gpt-small (default resnet50)",
+    )
     p.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda (default auto)")
-    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128", help="comma-separated, increasing")
-    p.add_argument("--min-time-s", type=_positive, default=2.0, help="back-to-back seconds per batch size (default 2)")
-    p.add_argument("--width", type=_positive, default=1.0, help="model width multiplier (default 1 = the real model)")
-    p.add_argument("--depth", type=_count(1), default=None, help="model depth (default: the real model's)")
-    p.add_argument("--threads", type=_count(1), default=None, help="torch.set_num_threads (recorded)")
-    p.add_argument("--cuda-graphs", action="store_true", help="time whole-model batches with CUDA graphs")
-    p.add_argument("--model-kwargs", default=None, help="more model arguments, e.g. '{image_size: 64}'")
+    p.add_argument(
+        "--batch-sizes", default="1,2,4,8,16,32,64,128", help="comma-separated, increasing"
+    )
+    p.add_argument(
+        "--min-time-s",
+        type=_positive,
+        default=2.0,
+        help="back-to-back seconds per batch size (default 2)",
+    )
+    p.add_argument(
+        "--width",
+        type=_positive,
+        default=1.0,
+        help="model width multiplier (default 1 = the real model)",
+    )
+    p.add_argument(
+        "--depth", type=_count(1), default=None, help="model depth (default: the real model's)"
+    )
+    p.add_argument(
+        "--threads", type=_count(1), default=None, help="torch.set_num_threads (recorded)"
+    )
+    p.add_argument(
+        "--cuda-graphs", action="store_true", help="time whole-model batches with CUDA graphs"
+    )
+    p.add_argument(
+        "--model-kwargs", default=None, help="more model arguments, e.g. '{image_size: 64}'"
+    )
     p.add_argument("--no-nodes", action="store_true", help="skip the per-node tables")
     p.add_argument("--name", default=None, help="profile name (default: model and device)")
     p.add_argument("--out", default="profile.json", help="output JSON path (default profile.json)")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(func=cmd_profile)
 
-    p = sub.add_parser("roundtrip", help="profile mode vs real mode on a small CPU model (same seeds)",
-                       description=cmd_roundtrip.__doc__)
-    p.add_argument("--out", default="results/roundtrip", help="output folder (default results/roundtrip)")
-    p.add_argument("--load", type=_positive, default=0.5, help="load of the measured profile (default 0.5)")
-    p.add_argument("--horizon-requests", type=_count(1), default=1000, help="requests per episode (default 1000)")
-    p.add_argument("--episodes", type=_count(1), default=3, help="seeded episodes per mode (default 3)")
-    p.add_argument("--repeats", type=_count(1), default=3, help="measure-and-compare cycles; the median counts (default 3)")
+    p = sub.add_parser(
+        "roundtrip",
+        help="profile mode vs real mode on a small CPU model (same seeds)",
+        description=cmd_roundtrip.__doc__,
+    )
+    p.add_argument(
+        "--out", default="results/roundtrip", help="output folder (default results/roundtrip)"
+    )
+    p.add_argument(
+        "--load", type=_positive, default=0.5, help="load of the measured profile (default 0.5)"
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=_count(1),
+        default=1000,
+        help="requests per episode (default 1000)",
+    )
+    p.add_argument(
+        "--episodes", type=_count(1), default=3, help="seeded episodes per mode (default 3)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=_count(1),
+        default=3,
+        help="measure-and-compare cycles; the median counts (default 3)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_roundtrip)
 
-    p = sub.add_parser("bench", help="env steps/s vs CartPole-v1 in the same process",
-                       description=cmd_bench.__doc__)
-    p.add_argument("--steps", type=_count(1), default=200_000, help="steps per timed round (default 200000)")
-    p.add_argument("--repeats", type=_count(1), default=3, help="timed rounds; the best counts (default 3)")
+    p = sub.add_parser(
+        "bench",
+        help="env steps/s vs CartPole-v1 in the same process",
+        description=cmd_bench.__doc__,
+    )
+    p.add_argument(
+        "--steps", type=_count(1), default=200_000, help="steps per timed round (default 200000)"
+    )
+    p.add_argument(
+        "--repeats", type=_count(1), default=3, help="timed rounds; the best counts (default 3)"
+    )
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
-    p.add_argument("--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part")
+    p.add_argument(
+        "--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part"
+    )
     p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
-    p.add_argument("--skip-vector", action="store_true", help="skip the vector env vs CartPoleVectorEnv part")
-    p.add_argument("--skip-torch", action="store_true", help="skip the real executor's overhead part")
-    p.add_argument("--skip-ray", action="store_true",
-                   help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)")
-    p.add_argument("--skip-render", action="store_true",
-                   help="skip the rgb_array frame cost vs step part")
-    p.add_argument("--vector-sizes", default="1,64,1024,4096",
-                   help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)")
+    p.add_argument(
+        "--skip-vector", action="store_true", help="skip the vector env vs CartPoleVectorEnv part"
+    )
+    p.add_argument(
+        "--skip-torch", action="store_true", help="skip the real executor's overhead part"
+    )
+    p.add_argument(
+        "--skip-ray",
+        action="store_true",
+        help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)",
+    )
+    p.add_argument(
+        "--skip-render", action="store_true", help="skip the rgb_array frame cost vs step part"
+    )
+    p.add_argument(
+        "--vector-sizes",
+        default="1,64,1024,4096",
+        help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("data", help="list and fetch the public datasets traces can name (docs/data.md)",
-                       description=cmd_data.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "data",
+        help="list and fetch the public datasets traces can name (docs/data.md)",
+        description=cmd_data.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     dsub = p.add_subparsers(dest="data_command", metavar="{list,fetch}", required=True)
-    q = dsub.add_parser("list", help="the known datasets, and which are shipped or fetched",
-                        description="The known datasets: shipped (no download), fetched (in the "
-                        "cache) or not fetched; the cache folder on stderr.")
+    q = dsub.add_parser(
+        "list",
+        help="the known datasets, and which are shipped or fetched",
+        description="The known datasets: shipped (no download), fetched (in the "
+        "cache) or not fetched; the cache folder on stderr.",
+    )
     q.add_argument("--json", action="store_true", help="print the registry as JSON")
     q.set_defaults(func=cmd_data)
-    q = dsub.add_parser("fetch", help="download a dataset into the cache and check its SHA-256",
-                        description="Download dataset NAME into the cache folder ($BATCH_ENV_DATA_DIR "
-                        "or the user's cache) and check its SHA-256; needs pip install 'batch-env[data]'. "
-                        "A shipped dataset or one already fetched is not downloaded again.")
+    q = dsub.add_parser(
+        "fetch",
+        help="download a dataset into the cache and check its SHA-256",
+        description="Download dataset NAME into the cache folder ($BATCH_ENV_DATA_DIR "
+        "or the user's cache) and check its SHA-256; needs pip install 'batch-env[data]'. "
+        "A shipped dataset or one already fetched is not downloaded again.",
+    )
     q.add_argument("name", help="a dataset name (see batch-env data list)")
-    q.add_argument("--url", default=None, help="download from here instead: a mirror, or file:///path of a local copy")
-    q.add_argument("--sha256", default=None,
-                   help="the SHA-256 the file must have (for a dataset whose registry entry has none)")
-    q.add_argument("--force", action="store_true", help="download again even when the file is in the cache")
+    q.add_argument(
+        "--url",
+        default=None,
+        help="download from here instead: a mirror, or file:///path of a local copy",
+    )
+    q.add_argument(
+        "--sha256",
+        default=None,
+        help="the SHA-256 the file must have (for a dataset whose registry entry has none)",
+    )
+    q.add_argument(
+        "--force", action="store_true", help="download again even when the file is in the cache"
+    )
     q.add_argument("--no-progress", action="store_true", help="no progress bar")
     q.set_defaults(func=cmd_data)
     return parser
@@ -924,8 +1380,13 @@ def cmd_data(args: argparse.Namespace) -> int:
     elif not d.shipped:
         print(f"{d.name}: downloading {args.url or d.url}", file=sys.stderr)
     try:
-        path, digest = data.fetch(d.name, url=args.url, sha256=args.sha256, force=args.force,
-                                  progress=not args.no_progress)
+        path, digest = data.fetch(
+            d.name,
+            url=args.url,
+            sha256=args.sha256,
+            force=args.force,
+            progress=not args.no_progress,
+        )
     except data.DatasetError as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 1
@@ -936,16 +1397,26 @@ def cmd_data(args: argparse.Namespace) -> int:
     elif args.sha256 is not None:
         print(f"{d.name}: SHA-256 {digest} (matches --sha256)", file=sys.stderr)
     else:
-        print(f"warning: {d.name} has no published checksum; SHA-256 of this download: {digest} "
-              f"(recorded in {path}.sha256: later fetches must match it)", file=sys.stderr)
+        print(
+            f"warning: {d.name} has no published checksum; SHA-256 of this download: {digest} "
+            f"(recorded in {path}.sha256: later fetches must match it)",
+            file=sys.stderr,
+        )
     print(path)
     return 0
 
 
 #: what a user's input can raise besides ValueError and FileNotFoundError: a path that is
 #: a folder or not readable, a damaged file read by a library. Reported as one line.
-_USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError,
-                PermissionError, yaml.YAMLError)
+_USER_ERRORS = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+    yaml.YAMLError,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,7 +63,19 @@ from batch_env.metrics import HEADLINE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 METRICS = HEADLINE_KEYS
-_KEYS = {"name", "env_id", "env", "envs", "workloads", "loads", "seeds", "policies", "reference", "pareto", "structure"}
+_KEYS = {
+    "name",
+    "env_id",
+    "env",
+    "envs",
+    "workloads",
+    "loads",
+    "seeds",
+    "policies",
+    "reference",
+    "pareto",
+    "structure",
+}
 DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 
 
@@ -84,26 +96,45 @@ class Cell:
     def key(self) -> str:
         """Stable file name: readable prefix plus a hash of everything the cell depends on."""
         blob = json.dumps(
-            [self.group, self.workload, self.load, self.policy, self.policy_params, self.env_kwargs, self.seeds,
-             batch_env.__version__] + ([self.env_id] if self.env_id != DEFAULT_ENV_ID else []),
+            [
+                self.group,
+                self.workload,
+                self.load,
+                self.policy,
+                self.policy_params,
+                self.env_kwargs,
+                self.seeds,
+                batch_env.__version__,
+            ]
+            + ([self.env_id] if self.env_id != DEFAULT_ENV_ID else []),
             sort_keys=True,
             default=str,
         )
         digest = hashlib.sha256(blob.encode()).hexdigest()[:10]
-        return f"{self.group}-{self.workload.replace('/', '_')}-{self.load:g}-{self.policy}-{digest}"
+        return (
+            f"{self.group}-{self.workload.replace('/', '_')}-{self.load:g}-{self.policy}-{digest}"
+        )
 
     def check_record(self, record: Any) -> None:
         """Raise ``ValueError`` saying what is wrong unless ``record`` (read back from this
         cell's file) is a whole record of this cell, as :func:`run_cell` returns it."""
         require_keys(record, ("group", "workload", "load", "policy", "result"), "a cell record")
         require_keys(record["result"], ("policy", "seeds", "episodes"), "a cell result")
-        mine = {"group": self.group, "workload": self.workload, "load": self.load, "policy": self.policy}
+        mine = {
+            "group": self.group,
+            "workload": self.workload,
+            "load": self.load,
+            "policy": self.policy,
+        }
         theirs = {k: record[k] for k in mine}
         if theirs != mine:
             raise ValueError(f"it holds the cell {theirs}, not {mine}")
         episodes = record["result"]["episodes"]
-        if not isinstance(episodes, list) or len(episodes) != len(self.seeds) or record["result"]["seeds"] != list(
-                self.seeds):
+        if (
+            not isinstance(episodes, list)
+            or len(episodes) != len(self.seeds)
+            or record["result"]["seeds"] != list(self.seeds)
+        ):
             raise ValueError(f"its result does not hold one episode per seed {list(self.seeds)}")
 
 
@@ -116,17 +147,26 @@ def read_yaml_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path_or_name)
     if not path.is_file():
         path = next(
-            (p for p in (CONFIG_DIR / f"{path_or_name}{ext}" for ext in (".yaml", ".yml")) if p.exists()), path
+            (
+                p
+                for p in (CONFIG_DIR / f"{path_or_name}{ext}" for ext in (".yaml", ".yml"))
+                if p.exists()
+            ),
+            path,
         )
     if not path.is_file():
         shipped = sorted(p.stem for p in (*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("*.yml")))
-        raise FileNotFoundError(f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}")
+        raise FileNotFoundError(
+            f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}"
+        )
     try:
         cfg = yaml.safe_load(path.read_bytes().decode("utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ValueError(f"config {path}: invalid YAML: {' '.join(str(exc).split())}") from None
     if not isinstance(cfg, dict):
-        raise ValueError(f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}")
+        raise ValueError(
+            f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}"
+        )
     cfg["_path"] = str(path)
     return cfg
 
@@ -140,7 +180,9 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     return validate_config(cfg, cfg["_path"])
 
 
-def check_mapping(cfg: Any, where: str, allowed: set[str], required: tuple[str, ...]) -> dict[str, Any]:
+def check_mapping(
+    cfg: Any, where: str, allowed: set[str], required: tuple[str, ...]
+) -> dict[str, Any]:
     """A copy of a config's top-level mapping, checked: a mapping, no unknown keys (keys
     starting with ``_`` are free), every required key present; else ``ValueError``
     naming ``where``, the key and what is allowed. Shared by the comparison and sweep
@@ -164,7 +206,9 @@ def _is_number(x: Any) -> bool:
 def check_name(name: Any, where: str) -> None:
     """Refuse a config ``name`` that is not a plain folder name (outputs go to ``<dir>/<name>/``)."""
     if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(f"{where}: name={name!r} must be a non-empty folder name (no '/', not starting with '.')")
+        raise ValueError(
+            f"{where}: name={name!r} must be a non-empty folder name (no '/', not starting with '.')"
+        )
 
 
 def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
@@ -189,7 +233,10 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
         cfg["workloads"] = _expand_env_variants(envs, cfg["workloads"], where)
         cfg["_expanded"] = True
     cfg["seeds"] = _seed_list(cfg.get("seeds", 5), where)
-    policies = {label: _check_policy(label, params, envs, where) for label, params in cfg["policies"].items()}
+    policies = {
+        label: _check_policy(label, params, envs, where)
+        for label, params in cfg["policies"].items()
+    }
     cfg["policies"] = policies
     ref = cfg.get("reference", "smdp")
     if ref not in policies:
@@ -199,7 +246,9 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     if pareto:
         wname = pareto.get("workload", next(iter(cfg["workloads"])))
         if wname not in cfg["workloads"]:
-            raise ValueError(f"{where}: pareto.workload={wname!r} is not one of the workloads {list(cfg['workloads'])}")
+            raise ValueError(
+                f"{where}: pareto.workload={wname!r} is not one of the workloads {list(cfg['workloads'])}"
+            )
     cfg.setdefault("env", {})
     cfg.setdefault("_path", source)
     return cfg
@@ -209,14 +258,24 @@ def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
     """The grid's shapes: ``workloads`` and ``policies`` non-empty mappings of mappings,
     ``loads`` a non-empty list of positive numbers, ``env``, ``pareto`` and ``structure``
     mappings when given."""
-    if (not isinstance(cfg["workloads"], dict) or not cfg["workloads"]
-            or not all(isinstance(v, dict) for v in cfg["workloads"].values())):
-        raise ValueError(f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload "
-                         "mapping")
-    if (not isinstance(cfg["policies"], dict) or not cfg["policies"]
-            or not all(v is None or isinstance(v, dict) for v in cfg["policies"].values())):
-        raise ValueError(f"{where}: policies={cfg['policies']!r} must be a non-empty mapping of label -> parameters "
-                         "mapping")
+    if (
+        not isinstance(cfg["workloads"], dict)
+        or not cfg["workloads"]
+        or not all(isinstance(v, dict) for v in cfg["workloads"].values())
+    ):
+        raise ValueError(
+            f"{where}: workloads={cfg['workloads']!r} must be a non-empty mapping of name -> workload "
+            "mapping"
+        )
+    if (
+        not isinstance(cfg["policies"], dict)
+        or not cfg["policies"]
+        or not all(v is None or isinstance(v, dict) for v in cfg["policies"].values())
+    ):
+        raise ValueError(
+            f"{where}: policies={cfg['policies']!r} must be a non-empty mapping of label -> parameters "
+            "mapping"
+        )
     loads = cfg["loads"]
     if not isinstance(loads, list) or not loads or not all(_is_number(x) and x > 0 for x in loads):
         raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of positive numbers")
@@ -229,15 +288,23 @@ def _check_pareto_numbers(pareto: dict[str, Any], where: str) -> None:
     """The Pareto sweep's ``energy_weights`` (numbers >= 0) and ``load`` (a number > 0)."""
     weights = pareto.get("energy_weights", [])
     if not isinstance(weights, list) or not all(_is_number(w) and w >= 0 for w in weights):
-        raise ValueError(f"{where}: pareto.energy_weights={weights!r} must be a list of numbers >= 0")
+        raise ValueError(
+            f"{where}: pareto.energy_weights={weights!r} must be a list of numbers >= 0"
+        )
     if not (_is_number(pareto.get("load", 0.6)) and pareto.get("load", 0.6) > 0):
         raise ValueError(f"{where}: pareto.load={pareto['load']!r} must be a number > 0")
 
 
 def _expand_env_variants(envs: Any, workloads: dict[str, Any], where: str) -> dict[str, Any]:
     """The workloads crossed with the env variants of ``envs``: ``<variant>/<workload>``."""
-    if not isinstance(envs, dict) or not envs or not all(isinstance(v, dict) for v in envs.values()):
-        raise ValueError(f"{where}: envs={envs!r} must be a non-empty mapping of variant name -> env kwargs")
+    if (
+        not isinstance(envs, dict)
+        or not envs
+        or not all(isinstance(v, dict) for v in envs.values())
+    ):
+        raise ValueError(
+            f"{where}: envs={envs!r} must be a non-empty mapping of variant name -> env kwargs"
+        )
     bad = [e for e in envs if "/" in str(e)]
     if bad:
         raise ValueError(f"{where}: envs names {bad} must not contain '/'")
@@ -249,13 +316,20 @@ def _seed_list(seeds: Any, where: str) -> list[int]:
     integers >= 0 stays as it is."""
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
         return list(range(seeds))
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                      for s in seeds)):
-        raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers >= 0")
+    if not (
+        isinstance(seeds, list)
+        and seeds
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise ValueError(
+            f"{where}: seeds={seeds!r} must be a count >= 1 or a list of integers >= 0"
+        )
     return seeds
 
 
-def _check_policy(label: str, params: dict[str, Any] | None, envs: Any, where: str) -> dict[str, Any]:
+def _check_policy(
+    label: str, params: dict[str, Any] | None, envs: Any, where: str
+) -> dict[str, Any]:
     """A copy of one policy's parameters, checked: a baseline's ``name`` must be known; an
     ``agent`` run (one, or one per env variant) must hold a ``model.zip``, whose mtime is
     added as ``_model_mtime`` so that the cell key changes when the model is retrained."""
@@ -272,12 +346,16 @@ def _check_policy(label: str, params: dict[str, Any] | None, envs: Any, where: s
     if per_variant and envs is not None:
         missing = sorted(set(envs) - set(runs))
         if missing:
-            raise ValueError(f"{where}: policies.{label}: agent has no run for env variant(s) {missing}")
+            raise ValueError(
+                f"{where}: policies.{label}: agent has no run for env variant(s) {missing}"
+            )
     mtimes = {}
     for variant, run in runs.items():
         model = Path(run) / "model.zip"
         if not model.exists():
-            raise FileNotFoundError(f"{where}: policies.{label}: agent run {run!r} has no model.zip")
+            raise FileNotFoundError(
+                f"{where}: policies.{label}: agent run {run!r} has no model.zip"
+            )
         mtimes[variant] = model.stat().st_mtime
     # the cell key must change when the model is retrained
     params["_model_mtime"] = mtimes if per_variant else mtimes[""]
@@ -310,14 +388,31 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
         for load in cfg["loads"]:
             kw = {**base, "workload": {**wspec, "load": load}}
             for label, params in cfg["policies"].items():
-                yield Cell("main", wname, float(load), label, _variant_params(params, variant), kw, seeds, env_id)
+                yield Cell(
+                    "main",
+                    wname,
+                    float(load),
+                    label,
+                    _variant_params(params, variant),
+                    kw,
+                    seeds,
+                    env_id,
+                )
     pareto = cfg.get("pareto")
     if pareto:
         wname = pareto.get("workload", next(iter(cfg["workloads"])))
         load = float(pareto.get("load", 0.6))
         kw = {**cfg["env"], "workload": {**cfg["workloads"][wname], "load": load}}
         for w in pareto.get("energy_weights", []):
-            yield Cell("pareto", wname, load, f"smdp-we{w:g}", {"name": "smdp"}, _with_weights(kw, float(w)), seeds)
+            yield Cell(
+                "pareto",
+                wname,
+                load,
+                f"smdp-we{w:g}",
+                {"name": "smdp"},
+                _with_weights(kw, float(w)),
+                seeds,
+            )
         for label, params in cfg["policies"].items():  # the other policies as points
             yield Cell("pareto-point", wname, load, label, dict(params or {}), kw, seeds)
 
@@ -436,7 +531,9 @@ def run_compare(
     try:
         by_key, todo = _reuse_finished_cells(every, cell_dir, bar, on_cell)
         reused = len(by_key)
-        failed = _run_cells(todo, run, cell_dir, by_key, bar, on_cell, backend, address, max_retries, num_cpus)
+        failed = _run_cells(
+            todo, run, cell_dir, by_key, bar, on_cell, backend, address, max_retries, num_cpus
+        )
     finally:
         if bar is not None:
             bar.close()
@@ -445,8 +542,15 @@ def run_compare(
     records = [by_key[c.key] for c in every if c.key in by_key]
     _write_failures(out, failed)
     markdown = write_outputs(cfg, records, out, failed=failed)
-    return {"dir": out, "records": records, "computed": len(by_key) - reused, "reused": reused,
-            "failed": failed, "backend": backend, "markdown": markdown}
+    return {
+        "dir": out,
+        "records": records,
+        "computed": len(by_key) - reused,
+        "reused": reused,
+        "failed": failed,
+        "backend": backend,
+        "markdown": markdown,
+    }
 
 
 def _check_backend_options(backend: str, address: str | None, num_cpus: int | None) -> None:
@@ -461,8 +565,9 @@ def _check_backend_options(backend: str, address: str | None, num_cpus: int | No
         require_ray()
 
 
-def _reuse_finished_cells(every: list[Cell], cell_dir: Path, bar: Any,
-                          on_cell: Callable[[Cell, bool], None] | None) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
+def _reuse_finished_cells(
+    every: list[Cell], cell_dir: Path, bar: Any, on_cell: Callable[[Cell, bool], None] | None
+) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
     """Split the cells into those already on disk (read back, keyed by cell key; each
     counted on the progress bar and passed to ``on_cell`` as not computed) and those
     still to run, in order. A damaged cell file is moved aside and the cell runs again."""
@@ -470,7 +575,9 @@ def _reuse_finished_cells(every: list[Cell], cell_dir: Path, bar: Any,
     todo: list[Cell] = []
     for cell in every:
         path = cell_dir / f"{cell.key}.json"
-        record = read_json(path, "recomputing the cell", cell.check_record) if path.exists() else None
+        record = (
+            read_json(path, "recomputing the cell", cell.check_record) if path.exists() else None
+        )
         if record is not None:
             by_key[cell.key] = record
             if bar is not None:
@@ -482,9 +589,18 @@ def _reuse_finished_cells(every: list[Cell], cell_dir: Path, bar: Any,
     return by_key, todo
 
 
-def _run_cells(todo: list[Cell], run: Callable[[Cell], dict[str, Any]], cell_dir: Path,
-               by_key: dict[str, dict[str, Any]], bar: Any, on_cell: Callable[[Cell, bool], None] | None,
-               backend: str, address: str | None, max_retries: int, num_cpus: int | None) -> list[dict[str, Any]]:
+def _run_cells(
+    todo: list[Cell],
+    run: Callable[[Cell], dict[str, Any]],
+    cell_dir: Path,
+    by_key: dict[str, dict[str, Any]],
+    bar: Any,
+    on_cell: Callable[[Cell, bool], None] | None,
+    backend: str,
+    address: str | None,
+    max_retries: int,
+    num_cpus: int | None,
+) -> list[dict[str, Any]]:
     """Run the cells of ``todo`` on ``backend``, writing each to ``cell_dir`` and adding it
     to ``by_key`` as soon as it finishes; return the failed ones (unordered). An interrupt
     still writes every cell that has already finished, then propagates."""
@@ -498,8 +614,17 @@ def _run_cells(todo: list[Cell], run: Callable[[Cell], dict[str, Any]], cell_dir
             _write_cell(cell_dir / f"{cell.key}.json", outcome.value)
             by_key[cell.key] = outcome.value
         else:
-            failed.append({"key": cell.key, "group": cell.group, "workload": cell.workload, "load": cell.load,
-                           "policy": cell.policy, "error": outcome.error, "traceback": outcome.traceback})
+            failed.append(
+                {
+                    "key": cell.key,
+                    "group": cell.group,
+                    "workload": cell.workload,
+                    "load": cell.load,
+                    "policy": cell.policy,
+                    "error": outcome.error,
+                    "traceback": outcome.traceback,
+                }
+            )
         if bar is not None:
             bar.update(1)
         if outcome.ok and on_cell is not None:
@@ -554,8 +679,12 @@ def _fmt(m: float, h: float) -> str:
     return f"{m:.4g} ± {h:.2g}" if not np.isnan(h) else f"{m:.4g}"
 
 
-def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
-                  failed: list[dict[str, Any]] | None = None) -> str:
+def write_outputs(
+    cfg: dict[str, Any],
+    records: list[dict[str, Any]],
+    out: Path,
+    failed: list[dict[str, Any]] | None = None,
+) -> str:
     """Write ``summary.csv``, ``summary.md`` and the plots; return the Markdown.
 
     :param failed: cells that failed (see :func:`run_compare`): counted and listed with
@@ -573,13 +702,24 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
             row[k] = res.mean(k)
             row[f"{k}_ci95"] = res.ci95(k)
         base = by.get((r["workload"], r["load"], ref))
-        d, h = paired_difference(res, base, "reward_rate_per_s") if base is not None else (np.nan, np.nan)
+        d, h = (
+            paired_difference(res, base, "reward_rate_per_s")
+            if base is not None
+            else (np.nan, np.nan)
+        )
         row[f"reward_rate_vs_{ref}"] = d
         row[f"reward_rate_vs_{ref}_ci95"] = h
         row["episodes"] = len(res.episodes)
         rows.append(row)
-    fields = ["workload", "load", "policy", *(x for k in METRICS for x in (k, f"{k}_ci95")),
-              f"reward_rate_vs_{ref}", f"reward_rate_vs_{ref}_ci95", "episodes"]
+    fields = [
+        "workload",
+        "load",
+        "policy",
+        *(x for k in METRICS for x in (k, f"{k}_ci95")),
+        f"reward_rate_vs_{ref}",
+        f"reward_rate_vs_{ref}_ci95",
+        "episodes",
+    ]
     with open(out / "summary.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
@@ -589,17 +729,29 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
         f"# Comparison `{cfg['name']}`",
         "",
         f"Env `{cfg.get('env_id', DEFAULT_ENV_ID)}`: `{json.dumps(cfg['env'], sort_keys=True)}`"
-        + "".join(f"; `{e}`: `{json.dumps(v, sort_keys=True)}`" for e, v in (cfg.get("envs") or {}).items())
+        + "".join(
+            f"; `{e}`: `{json.dumps(v, sort_keys=True)}`"
+            for e, v in (cfg.get("envs") or {}).items()
+        )
         + f"; seeds {cfg['seeds']} (paired: every policy "
         f"sees the same arrivals). Mean ± 95% CI over episodes; Δ = paired difference of the "
         f"reward rate against `{ref}` (positive = better than `{ref}`).",
     ]
     if failed:
-        lines += ["", f"## Failed cells: {len(failed)}", "",
-                  "Not in the tables below; rerun the comparison to retry them (finished cells are reused).", "",
-                  "| group | workload | load | policy | error |", "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {f['group']} | {f['workload']} | {f['load']:g} | {f['policy']} | "
-                  f"{str(f['error']).replace('|', '/').splitlines()[0] if f['error'] else ''} |" for f in failed]
+        lines += [
+            "",
+            f"## Failed cells: {len(failed)}",
+            "",
+            "Not in the tables below; rerun the comparison to retry them (finished cells are reused).",
+            "",
+            "| group | workload | load | policy | error |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {f['group']} | {f['workload']} | {f['load']:g} | {f['policy']} | "
+            f"{str(f['error']).replace('|', '/').splitlines()[0] if f['error'] else ''} |"
+            for f in failed
+        ]
     for wname in cfg["workloads"]:
         for load in cfg["loads"]:
             lines += [
@@ -626,7 +778,9 @@ def write_outputs(cfg: dict[str, Any], records: list[dict[str, Any]], out: Path,
     return markdown
 
 
-def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[str, Any]], out: Path) -> None:
+def _plots(
+    cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[str, Any]], out: Path
+) -> None:
     try:
         import matplotlib
 
@@ -643,10 +797,16 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         ("sla_attainment", "SLA attainment", "sla_attainment_vs_load.png"),
     ]
     for key, ylabel, fname in panels:
-        fig, axes = plt.subplots(1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(workloads), figsize=(5.5 * len(workloads), 4), squeeze=False
+        )
         for ax, wname in zip(axes[0], workloads, strict=True):
             for pol in policies:
-                pts = sorted((r["load"], r[key], r[f"{key}_ci95"]) for r in rows if r["workload"] == wname and r["policy"] == pol)
+                pts = sorted(
+                    (r["load"], r[key], r[f"{key}_ci95"])
+                    for r in rows
+                    if r["workload"] == wname and r["policy"] == pol
+                )
                 if pts:
                     x, y, e = map(np.array, zip(*pts, strict=True))
                     ax.errorbar(x, y, yerr=np.nan_to_num(e), marker="o", capsize=2, label=pol)
@@ -668,7 +828,11 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         load = float(p.get("load", 0.6))
         fig, ax = plt.subplots(figsize=(6, 4.5))
         pts = sorted(
-            (float(r["env_kwargs"]["reward_weights"]["energy"]), record_result(r).mean("power_mean_w"), record_result(r).mean("latency_mean_ms"))
+            (
+                float(r["env_kwargs"]["reward_weights"]["energy"]),
+                record_result(r).mean("power_mean_w"),
+                record_result(r).mean("latency_mean_ms"),
+            )
             for r in pareto
         )
         _, pw, lat = zip(*pts, strict=True)
@@ -678,7 +842,9 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         for r in records:
             if r["group"] == "pareto-point":
                 res = record_result(r)
-                ax.plot(res.mean("power_mean_w"), res.mean("latency_mean_ms"), "s", label=r["policy"])
+                ax.plot(
+                    res.mean("power_mean_w"), res.mean("latency_mean_ms"), "s", label=r["policy"]
+                )
         ax.set_xlabel("mean power (W)")
         ax.set_ylabel("mean latency (ms)")
         ax.set_yscale("log")
@@ -698,12 +864,19 @@ def _plots(cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[s
         fig, axes = plt.subplots(1, len(weights), figsize=(5 * len(weights), 4), squeeze=False)
         for ax, w in zip(axes[0], weights, strict=True):
             for load in loads:
-                kw = _with_weights({**cfg["env"], "workload": {"kind": "poisson", "load": load}}, float(w))
+                kw = _with_weights(
+                    {**cfg["env"], "workload": {"kind": "poisson", "load": load}}, float(w)
+                )
                 env = gym.make("batch_env/DynamicBatching-v0", **kw)
                 sol = solve(SMDPProblem.from_env(env))
                 B = env.unwrapped.config.max_batch_size
                 qmax = min(len(sol.policy), 3 * B)
-                ax.step(np.arange(qmax), sol.policy[:qmax], where="post", label=f"load {load:g} (threshold {sol.threshold})")
+                ax.step(
+                    np.arange(qmax),
+                    sol.policy[:qmax],
+                    where="post",
+                    label=f"load {load:g} (threshold {sol.threshold})",
+                )
             ax.set_title(f"SMDP policy, energy weight {w:g}")
             ax.set_xlabel("queue length")
             ax.set_ylabel("batch size served (0 = wait)")

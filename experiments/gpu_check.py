@@ -30,7 +30,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _episode(env_id: str, env_kwargs: dict[str, Any], policy_name: str, policy_kwargs: dict[str, Any], seed: int) -> dict[str, Any]:
+def _episode(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    policy_name: str,
+    policy_kwargs: dict[str, Any],
+    seed: int,
+) -> dict[str, Any]:
     import gymnasium as gym
 
     import baselines
@@ -64,10 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     """Profile ResNet-50 and BERT-base on CUDA and run both envs in real mode."""
     p = argparse.ArgumentParser(description=main.__doc__)
     p.add_argument("--out", default="results/gpu_check", help="output folder")
-    p.add_argument("--min-time-s", type=float, default=2.0, help="seconds per batch size (default 2)")
+    p.add_argument(
+        "--min-time-s", type=float, default=2.0, help="seconds per batch size (default 2)"
+    )
     p.add_argument("--max-batch", type=int, default=128, help="largest batch size (power of two)")
-    p.add_argument("--horizon-requests", type=int, default=400, help="summary requests per real-mode episode")
-    p.add_argument("--models", nargs="+", default=["resnet50", "bert-base"], help="models to profile")
+    p.add_argument(
+        "--horizon-requests", type=int, default=400, help="summary requests per real-mode episode"
+    )
+    p.add_argument(
+        "--models", nargs="+", default=["resnet50", "bert-base"], help="models to profile"
+    )
     args = p.parse_args(argv)
 
     import torch
@@ -99,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     profiles = {}
     for model in args.models:
         t0 = time.perf_counter()
-        prof = measure_profile(model, torch_device="cuda", batch_sizes=tuple(sizes), min_time_s=args.min_time_s, nodes=True)
+        prof = measure_profile(
+            model,
+            torch_device="cuda",
+            batch_sizes=tuple(sizes),
+            min_time_s=args.min_time_s,
+            nodes=True,
+        )
         name = f"{model}-{result['device'].split()[-1].lower()}-measured"
         prof["name"] = name
         path = out / f"{name}.json"

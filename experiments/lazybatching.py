@@ -38,7 +38,9 @@ _EXTRA_KEYS = ("train", "paper")
 _TRAIN_KEYS = {"algo", "load", "seed", "centering_gain", "n_timesteps"}
 
 
-def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatching") -> tuple[dict, dict, dict]:
+def load_lazybatching_config(
+    path_or_name: str | os.PathLike[str] = "lazybatching",
+) -> tuple[dict, dict, dict]:
     """Read the config: ``(comparison config, train section, paper section)``."""
     raw = read_yaml_config(path_or_name)
     train = raw.pop("train", None) or {}
@@ -46,7 +48,9 @@ def load_lazybatching_config(path_or_name: str | os.PathLike[str] = "lazybatchin
     return raw, train, paper
 
 
-def train_missing_agents(raw: dict[str, Any], train: dict[str, Any], progress: bool = True) -> list[str]:
+def train_missing_agents(
+    raw: dict[str, Any], train: dict[str, Any], progress: bool = True
+) -> list[str]:
     """Train every agent run named in the config's policies that has no ``model.zip`` yet
     (an interrupted one is resumed, a damaged ``model.zip`` moved aside: see
     :func:`agents.train.train_or_reuse`).
@@ -68,19 +72,29 @@ def train_missing_agents(raw: dict[str, Any], train: dict[str, Any], progress: b
             raise ValueError(f"{where}: train.{label}: policies.{label} has no agent run to train")
         unknown = sorted(set(spec) - _TRAIN_KEYS) if isinstance(spec, dict) else None
         if unknown is None or unknown:
-            raise ValueError(f"{where}: train.{label}={spec!r} is invalid: expected a mapping with keys among "
-                             f"{sorted(_TRAIN_KEYS)}")
+            raise ValueError(
+                f"{where}: train.{label}={spec!r} is invalid: expected a mapping with keys among "
+                f"{sorted(_TRAIN_KEYS)}"
+            )
         runs = runs if isinstance(runs, dict) else {None: runs}
         for variant, run in runs.items():
             existed = (Path(run) / "model.zip").exists()
             env_kwargs = {**raw.get("env", {}), **((raw.get("envs") or {}).get(variant) or {})}
-            env_kwargs["workload"] = {**next(iter(raw["workloads"].values())), "load": float(spec.get("load", 0.5))}
+            env_kwargs["workload"] = {
+                **next(iter(raw["workloads"].values())),
+                "load": float(spec.get("load", 0.5)),
+            }
             train_or_reuse(
                 TrainArgs(
-                    algo=spec.get("algo", "ppo_mask"), env_id=raw.get("env_id", "batch_env/NodeBatching-v0"),
-                    env_kwargs=env_kwargs, n_timesteps=spec.get("n_timesteps"), seed=int(spec.get("seed", 0)),
-                    run_dir=str(run), centering_gain=str(spec.get("centering_gain", "greedy")),
-                    eval_freq=0, progress=progress,
+                    algo=spec.get("algo", "ppo_mask"),
+                    env_id=raw.get("env_id", "batch_env/NodeBatching-v0"),
+                    env_kwargs=env_kwargs,
+                    n_timesteps=spec.get("n_timesteps"),
+                    seed=int(spec.get("seed", 0)),
+                    run_dir=str(run),
+                    centering_gain=str(spec.get("centering_gain", "greedy")),
+                    eval_freq=0,
+                    progress=progress,
                 )
             )
             if not existed:
@@ -133,16 +147,24 @@ def ratios(cfg: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
             per[pol] = {
                 "latency_mean_ratio_gmean": _gmean(lat),
                 "latency_p99_ratio_gmean": _gmean(p99),
-                "throughput_ratio_at_saturation": sat_row["throughput_ratio"] if sat_row else float("nan"),
+                "throughput_ratio_at_saturation": sat_row["throughput_ratio"]
+                if sat_row
+                else float("nan"),
                 "sla_attainment_ratio_at_saturation": (
                     sat_row["sla_attainment"] / sat_row["sla_attainment_ref"]
-                    if sat_row and sat_row["sla_attainment_ref"] > 0 else float("nan")
+                    if sat_row and sat_row["sla_attainment_ref"] > 0
+                    else float("nan")
                 ),
                 "sla_violation_ratio_below_saturation": viol,
                 "by_load": rows,
             }
         out[wname] = per
-    return {"reference": ref, "saturated_load": sat, "loads_below_saturation": below, "by_setting": out}
+    return {
+        "reference": ref,
+        "saturated_load": sat,
+        "loads_below_saturation": below,
+        "by_setting": out,
+    }
 
 
 def _fmt(x: float | None) -> str:
@@ -171,21 +193,33 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
             f"{paper.get('throughput', 'n/a')}x, SLA satisfaction {paper.get('sla_attainment', 'n/a')}x.",
         ]
     for wname, per in rat["by_setting"].items():
-        lines += ["", f"## {wname}", "",
-                  "| policy | mean latency | p99 latency | throughput (sat.) | SLA attainment (sat.) | SLA violations |",
-                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"## {wname}",
+            "",
+            "| policy | mean latency | p99 latency | throughput (sat.) | SLA attainment (sat.) | SLA violations |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for pol, v in per.items():
             lines.append(
                 f"| {pol} | {_fmt(v['latency_mean_ratio_gmean'])} | {_fmt(v['latency_p99_ratio_gmean'])} "
                 f"| {_fmt(v['throughput_ratio_at_saturation'])} | {_fmt(v['sla_attainment_ratio_at_saturation'])} "
                 f"| {_fmt(v['sla_violation_ratio_below_saturation'])} |"
             )
-        lines += ["", "Per load (mean-latency ratio / SLA attainment of the policy vs the reference):", "",
-                  "| policy | " + " | ".join(f"{r['load']:g}" for r in next(iter(per.values()))["by_load"]) + " |",
-                  "| --- |" + " --- |" * len(next(iter(per.values()))["by_load"])]
+        lines += [
+            "",
+            "Per load (mean-latency ratio / SLA attainment of the policy vs the reference):",
+            "",
+            "| policy | "
+            + " | ".join(f"{r['load']:g}" for r in next(iter(per.values()))["by_load"])
+            + " |",
+            "| --- |" + " --- |" * len(next(iter(per.values()))["by_load"]),
+        ]
         for pol, v in per.items():
-            cells = [f"{r['latency_mean_ratio']:.2f}x / {r['sla_attainment']:.3f} vs {r['sla_attainment_ref']:.3f}"
-                     for r in v["by_load"]]
+            cells = [
+                f"{r['latency_mean_ratio']:.2f}x / {r['sla_attainment']:.3f} vs {r['sla_attainment_ref']:.3f}"
+                for r in v["by_load"]
+            ]
             lines.append(f"| {pol} | " + " | ".join(cells) + " |")
     md = "\n".join(lines) + "\n"
     (out / "ratios.md").write_text(md)
@@ -208,7 +242,9 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
             ax.plot(x, y, marker="o", label=pol)
         ax.axhline(1.0, color="grey", lw=0.8)
         if paper.get("latency_mean"):
-            ax.axhline(float(paper["latency_mean"]), color="red", ls="--", lw=0.8, label="paper (mean)")
+            ax.axhline(
+                float(paper["latency_mean"]), color="red", ls="--", lw=0.8, label="paper (mean)"
+            )
         ax.set_yscale("log")
         ax.set_xlabel("load rho")
         ax.set_ylabel(f"mean latency of {ref} / policy's")
@@ -222,8 +258,10 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
 
 
 def run_lazybatching(
-    config: str | os.PathLike[str] = "lazybatching", results_dir: str | os.PathLike[str] = "results",
-    progress: bool = True, train: bool = True,
+    config: str | os.PathLike[str] = "lazybatching",
+    results_dir: str | os.PathLike[str] = "results",
+    progress: bool = True,
+    train: bool = True,
 ) -> dict[str, Any]:
     """Train missing agents, run the comparison, write the ratio table and plot.
 

@@ -83,26 +83,44 @@ def load_llm_config(path_or_name: str = "llm") -> dict[str, Any]:
         if spec is not None and not isinstance(spec, dict):
             raise ValueError(f"config {src}: profiles.{prof}={spec!r} must be a mapping with rates")
         rates = (spec or {}).get("rates")
-        if not rates or any(not isinstance(r, (int, float)) or r <= 0 for r in rates) or sorted(rates) != rates:
+        if (
+            not rates
+            or any(not isinstance(r, (int, float)) or r <= 0 for r in rates)
+            or sorted(rates) != rates
+        ):
             raise ValueError(
                 f"config {src}: profiles.{prof}.rates={rates!r} is invalid: expected increasing rates > 0"
             )
     for name, spec in cfg["traffic"].items():
         if not isinstance(spec, dict) or spec.get("kind") not in ("trace", "poisson"):
-            raise ValueError(f"config {src}: traffic.{name}.kind must be 'trace' or 'poisson', got {spec!r}")
-        if ("path" in spec) + ("dataset" in spec) != 1 and not (spec["kind"] == "poisson" and spec.get("lengths")):
-            raise ValueError(f"config {src}: traffic.{name} needs one of 'dataset' (a name of `batch-env data "
-                             "list`) or 'path' (an Azure-format CSV) or, for poisson, 'lengths'")
+            raise ValueError(
+                f"config {src}: traffic.{name}.kind must be 'trace' or 'poisson', got {spec!r}"
+            )
+        if ("path" in spec) + ("dataset" in spec) != 1 and not (
+            spec["kind"] == "poisson" and spec.get("lengths")
+        ):
+            raise ValueError(
+                f"config {src}: traffic.{name} needs one of 'dataset' (a name of `batch-env data "
+                "list`) or 'path' (an Azure-format CSV) or, for poisson, 'lengths'"
+            )
     for label, spec in cfg["policies"].items():
         if not isinstance(spec, dict) or ("policy" in spec) == ("agent" in spec):
-            raise ValueError(f"config {src}: policies.{label} needs exactly one of 'policy' or 'agent'")
+            raise ValueError(
+                f"config {src}: policies.{label} needs exactly one of 'policy' or 'agent'"
+            )
     seeds = cfg["seeds"]
-    if not isinstance(seeds, list) or any(type(x) is not int for x in seeds) or seeds != list(
-        range(seeds[0], seeds[0] + len(seeds))
+    if (
+        not isinstance(seeds, list)
+        or any(type(x) is not int for x in seeds)
+        or seeds != list(range(seeds[0], seeds[0] + len(seeds)))
     ):
-        raise ValueError(f"config {src}: seeds={seeds!r} is invalid: expected consecutive integers, e.g. [0, 1, 2]")
+        raise ValueError(
+            f"config {src}: seeds={seeds!r} is invalid: expected consecutive integers, e.g. [0, 1, 2]"
+        )
     if cfg.get("reference") not in cfg["policies"]:
-        raise ValueError(f"config {src}: reference={cfg.get('reference')!r} is not one of the policies")
+        raise ValueError(
+            f"config {src}: reference={cfg.get('reference')!r} is not one of the policies"
+        )
     cfg.setdefault("name", "llm")
     cfg.setdefault("attainment", 0.9)
     cfg.setdefault("bisection_steps", 4)
@@ -126,7 +144,10 @@ class _Cell:
         self.cfg, self.profile, self.traffic, self.label = cfg, profile, traffic, label
         self.spec = dict(cfg["policies"][label])
         self.cache: dict[float, dict[str, float]] = {}
-        self.env_kwargs = {**cfg["env_kwargs"], **(cfg["profiles"][profile].get("env_kwargs") or {})}
+        self.env_kwargs = {
+            **cfg["env_kwargs"],
+            **(cfg["profiles"][profile].get("env_kwargs") or {}),
+        }
         self._agent = None
         if "agent" in self.spec:
             from agents.policy import load_policy, read_run_config
@@ -161,7 +182,9 @@ class _Cell:
         return out
 
 
-def capacity_search(evaluate_at, rates: list[float], attainment: float, steps: int) -> dict[str, Any]:
+def capacity_search(
+    evaluate_at, rates: list[float], attainment: float, steps: int
+) -> dict[str, Any]:
     """The highest rate whose attainment is >= ``attainment`` (scan, then bisection).
 
     :param evaluate_at: ``rate -> metrics`` (a dict with ``sla_attainment``).
@@ -208,8 +231,10 @@ def train_missing_agents(cfg: dict[str, Any], progress: bool = False) -> list[st
             raise ValueError(f"{where}: policies.{label} has no agent run to train")
         unknown = sorted(set(spec or {}) - set(RUN_SETTINGS)) if isinstance(spec, dict) else None
         if unknown is None or unknown:
-            raise ValueError(f"{where}={spec!r} is invalid: expected a mapping of training settings "
-                             f"{list(RUN_SETTINGS)}" + (f"; unknown: {unknown}" if unknown else ""))
+            raise ValueError(
+                f"{where}={spec!r} is invalid: expected a mapping of training settings "
+                f"{list(RUN_SETTINGS)}" + (f"; unknown: {unknown}" if unknown else "")
+            )
         run = cfg["policies"][label]["agent"]
         existed = (Path(run) / "model.zip").exists()
         train_or_reuse(dataclasses.replace(TrainArgs(**spec), run_dir=run, progress=progress))
@@ -248,7 +273,10 @@ def run_llm(
     out = Path(out_dir or Path("results") / cfg["name"])
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    results: dict[str, Any] = {"config": {k: v for k, v in cfg.items() if k != "_path"}, "cells": []}
+    results: dict[str, Any] = {
+        "config": {k: v for k, v in cfg.items() if k != "_path"},
+        "cells": [],
+    }
     for prof, pspec in cfg["profiles"].items():
         for traffic in cfg["traffic"]:
             for label in cfg["policies"]:
@@ -256,19 +284,29 @@ def run_llm(
                 if only is not None and prof not in only:
                     continue
                 params = {k: v for k, v in cfg["policies"][label].items() if k != "profiles"}
-                cell = _Cell({**cfg, "policies": {**cfg["policies"], label: params}}, prof, traffic, label)
+                cell = _Cell(
+                    {**cfg, "policies": {**cfg["policies"], label: params}}, prof, traffic, label
+                )
                 t = time.time()
-                cap = capacity_search(cell.evaluate, pspec["rates"], cfg["attainment"], cfg["bisection_steps"])
+                cap = capacity_search(
+                    cell.evaluate, pspec["rates"], cfg["attainment"], cfg["bisection_steps"]
+                )
                 rec = {
-                    "profile": prof, "traffic": traffic, "policy": label, **cap,
+                    "profile": prof,
+                    "traffic": traffic,
+                    "policy": label,
+                    **cap,
                     "evaluations": [cell.cache[r] for r in sorted(cell.cache)],
                     "seconds": time.time() - t,
                 }
                 results["cells"].append(rec)
                 if progress:
-                    print(f"{prof:18s} {traffic:8s} {label:14s} capacity {cap['capacity_rps']:.3f} req/s "
-                          f"throughput@SLA {cap['throughput_at_sla_tokens_per_s']:.0f} tok/s "
-                          f"({rec['seconds']:.1f} s)", flush=True)
+                    print(
+                        f"{prof:18s} {traffic:8s} {label:14s} capacity {cap['capacity_rps']:.3f} req/s "
+                        f"throughput@SLA {cap['throughput_at_sla_tokens_per_s']:.0f} tok/s "
+                        f"({rec['seconds']:.1f} s)",
+                        flush=True,
+                    )
     results["seconds"] = time.time() - t0
     results["gains"] = gains(cfg, results["cells"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
@@ -291,15 +329,22 @@ def gains(cfg: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, An
         def rel(a: float, b: float) -> float:
             return a / b - 1.0 if b > 0 else math.nan
 
-        rows.append({
-            "profile": c["profile"], "traffic": c["traffic"], "policy": c["policy"],
-            "capacity_rps": c["capacity_rps"], "capped": c["capped"],
-            "throughput_at_sla_tokens_per_s": c["throughput_at_sla_tokens_per_s"],
-            "capacity_gain_vs_reference": rel(c["capacity_rps"], ref["capacity_rps"]),
-            "throughput_gain_vs_reference": rel(c["throughput_at_sla_tokens_per_s"], ref["throughput_at_sla_tokens_per_s"]),
-            "capacity_gain_vs_best_static": rel(c["capacity_rps"], best["capacity_rps"]),
-            "best_static": best["policy"],
-        })
+        rows.append(
+            {
+                "profile": c["profile"],
+                "traffic": c["traffic"],
+                "policy": c["policy"],
+                "capacity_rps": c["capacity_rps"],
+                "capped": c["capped"],
+                "throughput_at_sla_tokens_per_s": c["throughput_at_sla_tokens_per_s"],
+                "capacity_gain_vs_reference": rel(c["capacity_rps"], ref["capacity_rps"]),
+                "throughput_gain_vs_reference": rel(
+                    c["throughput_at_sla_tokens_per_s"], ref["throughput_at_sla_tokens_per_s"]
+                ),
+                "capacity_gain_vs_best_static": rel(c["capacity_rps"], best["capacity_rps"]),
+                "best_static": best["policy"],
+            }
+        )
     return rows
 
 
@@ -330,13 +375,20 @@ def markdown(cfg: dict[str, Any], results: dict[str, Any]) -> str:
             f"{g['throughput_at_sla_tokens_per_s']:.0f} | {_pct(g['capacity_gain_vs_reference'])} | "
             f"{_pct(g['throughput_gain_vs_reference'])} | {_pct(g['capacity_gain_vs_best_static'])} |"
         )
-    lines += ["", "At the capacity rate (means over seeds):", "",
-              "| profile | traffic | policy | attainment | TTFT p99 (ms) | TPOT p99 (ms) | preemptions | "
-              "KV util | mean batch |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "At the capacity rate (means over seeds):",
+        "",
+        "| profile | traffic | policy | attainment | TTFT p99 (ms) | TPOT p99 (ms) | preemptions | "
+        "KV util | mean batch |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in results["cells"]:
         a = c["at_capacity"]
         if a is None:
-            lines.append(f"| {c['profile']} | {c['traffic']} | {c['policy']} | (no rate passes) | | | | | |")
+            lines.append(
+                f"| {c['profile']} | {c['traffic']} | {c['policy']} | (no rate passes) | | | | | |"
+            )
             continue
         lines.append(
             f"| {c['profile']} | {c['traffic']} | {c['policy']} | {a['sla_attainment']:.3f} | "
@@ -360,7 +412,12 @@ def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:
         for c in results["cells"]:
             if c["profile"] == p and c["traffic"] == t:
                 ev = c["evaluations"]
-                ax.plot([e["rate_per_s"] for e in ev], [e["sla_attainment"] for e in ev], marker=".", label=c["policy"])
+                ax.plot(
+                    [e["rate_per_s"] for e in ev],
+                    [e["sla_attainment"] for e in ev],
+                    marker=".",
+                    label=c["policy"],
+                )
         ax.axhline(cfg["attainment"], color="grey", lw=0.8, ls="--")
         ax.set_title(f"{p} / {t}", fontsize=9)
         ax.set_xlabel("request rate (req/s)")

@@ -46,24 +46,43 @@ from batch_env.real.spec import ModelSpec
 #: The model of the round trip, written once: the profiler measures it (with its own
 #: default warm-up) and the real-mode envs run it (as ``model=``, ``torch_device=`` and
 #: ``executor_options``).
-SMALL_MODEL = ModelSpec("resnet50", width=0.25, depth=1, model_kwargs={"image_size": 64}, threads=1,
-                        warmup=2, torch_device="cpu")
+SMALL_MODEL = ModelSpec(
+    "resnet50",
+    width=0.25,
+    depth=1,
+    model_kwargs={"image_size": 64},
+    threads=1,
+    warmup=2,
+    torch_device="cpu",
+)
 #: ``measure_profile``'s warm-up runs per batch size before its window (its default)
 PROFILE_WARMUP = 3
 ENV_POLICIES = (("batch_env/DynamicBatching-v0", "greedy"), ("batch_env/NodeBatching-v0", "lazy"))
-DIFFS = ("latency_rel_diff", "batch_rel_diff", "latency_rel_diff_matched", "batch_rel_diff_matched", "speed_ratio")
+DIFFS = (
+    "latency_rel_diff",
+    "batch_rel_diff",
+    "latency_rel_diff_matched",
+    "batch_rel_diff_matched",
+    "speed_ratio",
+)
 
 
 def _model_text() -> str:
     """:data:`SMALL_MODEL` in words, for the markdown."""
     m, size = SMALL_MODEL, SMALL_MODEL.model_kwargs["image_size"]
-    return (f"ResNet-50 width {m.width}, depth {m.depth}, {size}x{size}, {m.torch_device.upper()}, "
-            f"{m.threads} thread{'s' if m.threads != 1 else ''}")
+    return (
+        f"ResNet-50 width {m.width}, depth {m.depth}, {size}x{size}, {m.torch_device.upper()}, "
+        f"{m.threads} thread{'s' if m.threads != 1 else ''}"
+    )
 
 
 def run_roundtrip(
-    out: str | Path = "results/roundtrip", load: float = 0.5, horizon_requests: int = 1000,
-    episodes: int = 3, batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16), min_time_s: float = 1.0,
+    out: str | Path = "results/roundtrip",
+    load: float = 0.5,
+    horizon_requests: int = 1000,
+    episodes: int = 3,
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16),
+    min_time_s: float = 1.0,
     repeats: int = 3,
 ) -> dict[str, Any]:
     """Measure, then compare profile mode with real mode, ``repeats`` times; see the module docstring.
@@ -73,7 +92,10 @@ def run_roundtrip(
     """
     import numpy as np
 
-    cycles = [_cycle(Path(out), load, horizon_requests, episodes, batch_sizes, min_time_s) for _ in range(repeats)]
+    cycles = [
+        _cycle(Path(out), load, horizon_requests, episodes, batch_sizes, min_time_s)
+        for _ in range(repeats)
+    ]
     result = cycles[-1]
     result["cycles"] = [[{k: r[k] for k in ("env_id", *DIFFS)} for r in c["rows"]] for c in cycles]
     for i, row in enumerate(result["rows"]):
@@ -82,15 +104,21 @@ def run_roundtrip(
     result["repeats"] = repeats
     md = _summary_markdown(result, cycles, load, horizon_requests, episodes, min_time_s, repeats)
     (Path(out) / "roundtrip.md").write_text(md)
-    (Path(out) / "roundtrip.json").write_text(json.dumps({k: v for k, v in result.items() if k != "markdown"},
-                                                        indent=1, default=str))
+    (Path(out) / "roundtrip.json").write_text(
+        json.dumps({k: v for k, v in result.items() if k != "markdown"}, indent=1, default=str)
+    )
     result["markdown"] = md
     return result
 
 
 def _summary_markdown(
-    result: dict[str, Any], cycles: list[dict[str, Any]], load: float, horizon_requests: int, episodes: int,
-    min_time_s: float, repeats: int,
+    result: dict[str, Any],
+    cycles: list[dict[str, Any]],
+    load: float,
+    horizon_requests: int,
+    episodes: int,
+    min_time_s: float,
+    repeats: int,
 ) -> str:
     """The ``roundtrip.md`` text: medians with each cycle's figure, then the last cycle's table."""
 
@@ -172,7 +200,9 @@ def scaled_profile(prof: dict[str, Any], factor: float) -> dict[str, Any]:
     out["name"] = f"{prof.get('name', 'profile')} x{factor:.3f}"
     out["latency_ms"] = [x * factor for x in prof["latency_ms"]]
     if isinstance(out.get("nodes"), dict):
-        out["nodes"]["latency_ms"] = [[x * factor for x in row] for row in prof["nodes"]["latency_ms"]]
+        out["nodes"]["latency_ms"] = [
+            [x * factor for x in row] for row in prof["nodes"]["latency_ms"]
+        ]
     stats = out.get("_latency_stats")
     if isinstance(stats, dict):
         for k, v in stats.items():
@@ -181,7 +211,9 @@ def scaled_profile(prof: dict[str, Any], factor: float) -> dict[str, Any]:
     return out
 
 
-def _episodes(env_id: str, policy: str, kw: dict[str, Any], episodes: int, tally_profile: Any = None) -> dict[str, Any]:
+def _episodes(
+    env_id: str, policy: str, kw: dict[str, Any], episodes: int, tally_profile: Any = None
+) -> dict[str, Any]:
     """Evaluate ``policy`` on ``gym.make(env_id, **kw)``; with ``tally_profile``, record the model calls."""
     import gymnasium as gym
 
@@ -189,16 +221,25 @@ def _episodes(env_id: str, policy: str, kw: dict[str, Any], episodes: int, tally
     import batch_env
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "no NVML/RAPL here": reported in energy_source
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # "no NVML/RAPL here": reported in energy_source
         env = gym.make(env_id, **kw)
-    tally = None if tally_profile is None else _CallTally(env.unwrapped.executor, tally_profile, kw["max_batch_size"])
+    tally = (
+        None
+        if tally_profile is None
+        else _CallTally(env.unwrapped.executor, tally_profile, kw["max_batch_size"])
+    )
     t = time.perf_counter()
     try:
         res = batch_env.evaluate(baselines.make(policy, env), env, n_episodes=episodes)
         stats = {
-            "latency_mean_ms": res.mean("latency_mean_ms"), "latency_p99_ms": res.mean("latency_p99_ms"),
-            "batch_size_mean": res.mean("batch_size_mean"), "sla_attainment": res.mean("sla_attainment"),
-            "wall_s": time.perf_counter() - t, "energy_source": env.unwrapped.executor.energy_source,
+            "latency_mean_ms": res.mean("latency_mean_ms"),
+            "latency_p99_ms": res.mean("latency_p99_ms"),
+            "batch_size_mean": res.mean("batch_size_mean"),
+            "sla_attainment": res.mean("sla_attainment"),
+            "wall_s": time.perf_counter() - t,
+            "energy_source": env.unwrapped.executor.energy_source,
         }
     finally:
         env.close()
@@ -208,7 +249,12 @@ def _episodes(env_id: str, policy: str, kw: dict[str, Any], episodes: int, tally
 
 
 def _cycle(
-    out: Path, load: float, horizon_requests: int, episodes: int, batch_sizes: tuple[int, ...], min_time_s: float,
+    out: Path,
+    load: float,
+    horizon_requests: int,
+    episodes: int,
+    batch_sizes: tuple[int, ...],
+    min_time_s: float,
 ) -> dict[str, Any]:
     """One measure-and-compare cycle."""
     from batch_env.profiles.batch_profile import Profile
@@ -218,10 +264,17 @@ def _cycle(
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # "no NVML/RAPL here": reported in the profile
+        warnings.simplefilter(
+            "ignore", RuntimeWarning
+        )  # "no NVML/RAPL here": reported in the profile
         measured = dataclasses.replace(SMALL_MODEL, warmup=PROFILE_WARMUP)
-        prof = measure_profile(measured.model, batch_sizes=batch_sizes, min_time_s=min_time_s, nodes=True,
-                               **measured.keywords())
+        prof = measure_profile(
+            measured.model,
+            batch_sizes=batch_sizes,
+            min_time_s=min_time_s,
+            nodes=True,
+            **measured.keywords(),
+        )
     measure_s = time.perf_counter() - t0
     write_profile(prof, out / "profile.json")
     B = batch_sizes[-1]
@@ -229,26 +282,56 @@ def _cycle(
     lat1 = prof["latency_ms"][0]
     # absolute rate, SLA and tick, so the speed-matched profile sees the same arrivals in seconds
     rate = load * Profile(prof).max_throughput_rps(B)
-    base = dict(max_batch_size=B, sla_ms=20 * lat1, decision_interval_ms=lat1 / 4,
-                workload={"kind": "poisson", "rate_per_s": rate}, horizon_requests=horizon_requests)
+    base = dict(
+        max_batch_size=B,
+        sla_ms=20 * lat1,
+        decision_interval_ms=lat1 / 4,
+        workload={"kind": "poisson", "rate_per_s": rate},
+        horizon_requests=horizon_requests,
+    )
     rows = []
     for env_id, policy in ENV_POLICIES:
-        real = _episodes(env_id, policy, dict(base, profile=prof, executor="torch", model=SMALL_MODEL.model,
-                                              torch_device=SMALL_MODEL.torch_device, executor_options=opts),
-                         episodes, tally_profile=Profile(prof))
+        real = _episodes(
+            env_id,
+            policy,
+            dict(
+                base,
+                profile=prof,
+                executor="torch",
+                model=SMALL_MODEL.model,
+                torch_device=SMALL_MODEL.torch_device,
+                executor_options=opts,
+            ),
+            episodes,
+            tally_profile=Profile(prof),
+        )
         sim = _episodes(env_id, policy, dict(base, profile=prof), episodes)
-        matched = _episodes(env_id, policy, dict(base, profile=scaled_profile(prof, real["speed_ratio"])), episodes)
-        rows.append({
-            "env_id": env_id, "policy": policy, "torch": real, "profile": sim, "profile_matched": matched,
-            "speed_ratio": real["speed_ratio"],
-            "latency_rel_diff": sim["latency_mean_ms"] / real["latency_mean_ms"] - 1,
-            "batch_rel_diff": sim["batch_size_mean"] / real["batch_size_mean"] - 1,
-            "latency_rel_diff_matched": matched["latency_mean_ms"] / real["latency_mean_ms"] - 1,
-            "batch_rel_diff_matched": matched["batch_size_mean"] / real["batch_size_mean"] - 1,
-        })
+        matched = _episodes(
+            env_id, policy, dict(base, profile=scaled_profile(prof, real["speed_ratio"])), episodes
+        )
+        rows.append(
+            {
+                "env_id": env_id,
+                "policy": policy,
+                "torch": real,
+                "profile": sim,
+                "profile_matched": matched,
+                "speed_ratio": real["speed_ratio"],
+                "latency_rel_diff": sim["latency_mean_ms"] / real["latency_mean_ms"] - 1,
+                "batch_rel_diff": sim["batch_size_mean"] / real["batch_size_mean"] - 1,
+                "latency_rel_diff_matched": matched["latency_mean_ms"] / real["latency_mean_ms"]
+                - 1,
+                "batch_rel_diff_matched": matched["batch_size_mean"] / real["batch_size_mean"] - 1,
+            }
+        )
     result = {
-        "model": SMALL_MODEL.to_dict(), "load": load, "horizon_requests": horizon_requests, "episodes": episodes,
-        "measure_s": measure_s, "profile_latency_ms": prof["latency_ms"], "metadata": prof.get("_metadata"),
+        "model": SMALL_MODEL.to_dict(),
+        "load": load,
+        "horizon_requests": horizon_requests,
+        "episodes": episodes,
+        "measure_s": measure_s,
+        "profile_latency_ms": prof["latency_ms"],
+        "metadata": prof.get("_metadata"),
         "rows": rows,
     }
     lines = [

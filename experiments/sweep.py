@@ -63,8 +63,21 @@ from agents.files import atomic_write_text, set_aside
 from experiments.compare import check_mapping, check_name, read_yaml_config
 from experiments.strict_json import dumps
 
-_KEYS = {"name", "algo", "env_id", "env", "n_timesteps", "seeds", "eval_episodes", "grid", "algo_grid",
-         "hyperparams", "centering_gain", "vectorized", "num_envs"}
+_KEYS = {
+    "name",
+    "algo",
+    "env_id",
+    "env",
+    "n_timesteps",
+    "seeds",
+    "eval_episodes",
+    "grid",
+    "algo_grid",
+    "hyperparams",
+    "centering_gain",
+    "vectorized",
+    "num_envs",
+}
 METRIC = "eval_reward_rate_per_s"
 EVAL_NEVER = 10**15  # eval_freq that never fires: only the final evaluation runs
 
@@ -78,22 +91,30 @@ def load_sweep(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
 def _hyperparameter_names(algo: str) -> list[str]:
     from agents.common import hyperparameter_names
 
-    return [k for k in hyperparameter_names(algo) if k != "n_timesteps"]  # n_timesteps is a top-level field
+    return [
+        k for k in hyperparameter_names(algo) if k != "n_timesteps"
+    ]  # n_timesteps is a top-level field
 
 
 def _check_grid(grid: Any, field: str, where: str, algos: list[str]) -> dict[str, list[Any]]:
     if grid is None:
         return {}
     if not isinstance(grid, dict):
-        raise ValueError(f"{where}: {field}={grid!r} must be a mapping of hyperparameter -> list of values")
+        raise ValueError(
+            f"{where}: {field}={grid!r} must be a mapping of hyperparameter -> list of values"
+        )
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
-            raise ValueError(f"{where}: {field}.{key}={values!r} must be a non-empty list of values")
+            raise ValueError(
+                f"{where}: {field}.{key}={values!r} must be a non-empty list of values"
+            )
         for algo in algos:
             allowed = _hyperparameter_names(algo)
             if key not in allowed:
-                raise ValueError(f"{where}: {field}.{key} is not a hyperparameter of {algo}: allowed are {allowed} "
-                                 "(n_timesteps and seeds are top-level fields)")
+                raise ValueError(
+                    f"{where}: {field}.{key} is not a hyperparameter of {algo}: allowed are {allowed} "
+                    "(n_timesteps and seeds are top-level fields)"
+                )
     return {str(k): list(v) for k, v in grid.items()}
 
 
@@ -135,8 +156,9 @@ def _check_algos(algo: Any, where: str) -> list[str]:
     algos = algo if isinstance(algo, list) else [algo]
     bad = [a for a in algos if a not in ALGO_NAMES]
     if not algos or bad or len(set(algos)) != len(algos):
-        raise ValueError(f"{where}: algo={algo!r} must be one of {list(ALGO_NAMES)} or a list of "
-                         "distinct ones")
+        raise ValueError(
+            f"{where}: algo={algo!r} must be one of {list(ALGO_NAMES)} or a list of distinct ones"
+        )
     return list(algos)
 
 
@@ -154,9 +176,15 @@ def _seed_list(seeds: Any, where: str) -> list[int]:
     distinct integers stays as it is."""
     if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 1:
         return list(range(seeds))
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool)
-                                                      for s in seeds) and len(set(seeds)) == len(seeds)):
-        raise ValueError(f"{where}: seeds={seeds!r} must be a count >= 1 or a list of distinct integers")
+    if not (
+        isinstance(seeds, list)
+        and seeds
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+        and len(set(seeds)) == len(seeds)
+    ):
+        raise ValueError(
+            f"{where}: seeds={seeds!r} must be a count >= 1 or a list of distinct integers"
+        )
     return seeds
 
 
@@ -166,8 +194,12 @@ def _check_grids(cfg: dict[str, Any], where: str) -> None:
     cfg["grid"] = _check_grid(cfg.get("grid"), "grid", where, cfg["algo"])
     algo_grid = cfg.get("algo_grid") or {}
     if not isinstance(algo_grid, dict) or any(a not in cfg["algo"] for a in algo_grid):
-        raise ValueError(f"{where}: algo_grid={algo_grid!r} must map algorithms of algo={cfg['algo']} to grids")
-    cfg["algo_grid"] = {a: _check_grid(g, f"algo_grid.{a}", where, [a]) for a, g in algo_grid.items()}
+        raise ValueError(
+            f"{where}: algo_grid={algo_grid!r} must map algorithms of algo={cfg['algo']} to grids"
+        )
+    cfg["algo_grid"] = {
+        a: _check_grid(g, f"algo_grid.{a}", where, [a]) for a, g in algo_grid.items()
+    }
     both = {a: sorted(set(cfg["grid"]) & set(g)) for a, g in cfg["algo_grid"].items()}
     if any(both.values()):
         raise ValueError(f"{where}: algo_grid repeats hyperparameters of grid: {both}")
@@ -178,8 +210,10 @@ def _hyperparams_files(hp: Any, algos: list[str], where: str) -> dict[str, str]:
     single algorithm or a mapping of algo -> path; every file must exist."""
     if isinstance(hp, str):
         if len(algos) > 1:
-            raise ValueError(f"{where}: hyperparams={hp!r} is one file for several algorithms {algos}: "
-                             "give a mapping {algo: path}")
+            raise ValueError(
+                f"{where}: hyperparams={hp!r} is one file for several algorithms {algos}: "
+                "give a mapping {algo: path}"
+            )
         hp = {algos[0]: hp}
     if hp is not None and (not isinstance(hp, dict) or any(a not in algos for a in hp)):
         raise ValueError(f"{where}: hyperparams={hp!r} must be a path or a mapping of algo -> path")
@@ -193,15 +227,24 @@ def _check_run_options(cfg: dict[str, Any], where: str) -> None:
     """Check and fill the training options every trial shares: ``centering_gain``,
     ``vectorized`` and ``num_envs``."""
     gain = cfg.get("centering_gain", "greedy")
-    if not (gain in ("greedy", "smdp", "online") or (isinstance(gain, (int, float)) and not isinstance(gain, bool))):
-        raise ValueError(f"{where}: centering_gain={gain!r} must be greedy, smdp, online or a number")
+    if not (
+        gain in ("greedy", "smdp", "online")
+        or (isinstance(gain, (int, float)) and not isinstance(gain, bool))
+    ):
+        raise ValueError(
+            f"{where}: centering_gain={gain!r} must be greedy, smdp, online or a number"
+        )
     cfg["centering_gain"] = str(gain)
     if not isinstance(cfg.get("vectorized", False), bool):
         raise ValueError(f"{where}: vectorized={cfg['vectorized']!r} must be true or false")
     cfg["vectorized"] = cfg.get("vectorized", False)
     num_envs = cfg.get("num_envs")
-    if num_envs is not None and (isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1):
-        raise ValueError(f"{where}: num_envs={num_envs!r} must be an integer >= 1 (or null: the file's n_envs)")
+    if num_envs is not None and (
+        isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1
+    ):
+        raise ValueError(
+            f"{where}: num_envs={num_envs!r} must be an integer >= 1 (or null: the file's n_envs)"
+        )
     cfg["num_envs"] = num_envs
 
 
@@ -231,14 +274,23 @@ def trials(cfg: dict[str, Any], root: str | os.PathLike[str]) -> list[dict[str, 
                 name = f"{algo}-{tag}-s{seed}" if tag else f"{algo}-s{seed}"
                 if len(name) > 120:  # keep folder names sane: index instead of values
                     name = f"{algo}-h{i:03d}-s{seed}"
-                out.append({
-                    "name": name, "algo": algo, "params": params, "seed": seed,
-                    "run_dir": str(root / "trials" / name),
-                    "env_id": cfg["env_id"], "env_kwargs": cfg["env"], "n_timesteps": cfg["n_timesteps"],
-                    "eval_episodes": cfg["eval_episodes"], "hyperparams": base,
-                    "centering_gain": cfg["centering_gain"], "vectorized": cfg["vectorized"],
-                    "num_envs": cfg["num_envs"],
-                })
+                out.append(
+                    {
+                        "name": name,
+                        "algo": algo,
+                        "params": params,
+                        "seed": seed,
+                        "run_dir": str(root / "trials" / name),
+                        "env_id": cfg["env_id"],
+                        "env_kwargs": cfg["env"],
+                        "n_timesteps": cfg["n_timesteps"],
+                        "eval_episodes": cfg["eval_episodes"],
+                        "hyperparams": base,
+                        "centering_gain": cfg["centering_gain"],
+                        "vectorized": cfg["vectorized"],
+                        "num_envs": cfg["num_envs"],
+                    }
+                )
     return out
 
 
@@ -280,17 +332,38 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
         hp.update(trial["params"])
         hp_path = run / "hyperparams.yml"
         atomic_write_text(hp_path, yaml.safe_dump({trial["env_id"]: hp}, sort_keys=False))
-        train(TrainArgs(
-            algo=trial["algo"], env_id=trial["env_id"], env_kwargs=trial["env_kwargs"], hyperparams=str(hp_path),
-            n_timesteps=trial["n_timesteps"], seed=trial["seed"], vectorized=trial["vectorized"],
-            num_envs=trial["num_envs"], run_dir=str(run), centering_gain=trial["centering_gain"], device="cpu",
-            threads=1, checkpoint_freq=trial["n_timesteps"], eval_freq=EVAL_NEVER,
-            eval_episodes=trial["eval_episodes"], progress=False,
-        ))
+        train(
+            TrainArgs(
+                algo=trial["algo"],
+                env_id=trial["env_id"],
+                env_kwargs=trial["env_kwargs"],
+                hyperparams=str(hp_path),
+                n_timesteps=trial["n_timesteps"],
+                seed=trial["seed"],
+                vectorized=trial["vectorized"],
+                num_envs=trial["num_envs"],
+                run_dir=str(run),
+                centering_gain=trial["centering_gain"],
+                device="cpu",
+                threads=1,
+                checkpoint_freq=trial["n_timesteps"],
+                eval_freq=EVAL_NEVER,
+                eval_episodes=trial["eval_episodes"],
+                progress=False,
+            )
+        )
     mean, ci = _score(json.loads(final_path.read_text()))
-    return {"trial": trial["name"], "algo": trial["algo"], "params": trial["params"], "seed": trial["seed"],
-            "run_dir": trial["run_dir"], METRIC: mean, "eval_reward_rate_ci95": ci,
-            "train_s": time.perf_counter() - t0, "reused": reused}
+    return {
+        "trial": trial["name"],
+        "algo": trial["algo"],
+        "params": trial["params"],
+        "seed": trial["seed"],
+        "run_dir": trial["run_dir"],
+        METRIC: mean,
+        "eval_reward_rate_ci95": ci,
+        "train_s": time.perf_counter() - t0,
+        "reused": reused,
+    }
 
 
 def _trial_state(run: Path, trial: dict[str, Any]) -> str:
@@ -303,7 +376,11 @@ def _trial_state(run: Path, trial: dict[str, Any]) -> str:
     """
     from agents.common import model_file_info
 
-    spec_path, final_path, model = run / "trial.json", run / "final_evaluation.json", run / "model.zip"
+    spec_path, final_path, model = (
+        run / "trial.json",
+        run / "final_evaluation.json",
+        run / "model.zip",
+    )
     then = "training the trial again"
     try:
         old = json.loads(spec_path.read_bytes().decode("utf-8")) if spec_path.exists() else None
@@ -313,7 +390,8 @@ def _trial_state(run: Path, trial: dict[str, Any]) -> str:
     if old != trial:
         raise FileExistsError(
             f"run directory {str(run)!r} holds something other than trial {trial['name']!r} "
-            f"({'no trial.json' if old is None else 'another trial.json'}): delete it or rename the sweep")
+            f"({'no trial.json' if old is None else 'another trial.json'}): delete it or rename the sweep"
+        )
     if not (final_path.exists() and model.exists()):
         return "interrupted"
     try:
@@ -381,11 +459,20 @@ def run_sweep(
 
 
 def _failed(trial: dict[str, Any], error: str, tb: str | None) -> dict[str, Any]:
-    return {"trial": trial["name"], "algo": trial["algo"], "params": trial["params"], "seed": trial["seed"],
-            "run_dir": trial["run_dir"], "error": error, "traceback": tb}
+    return {
+        "trial": trial["name"],
+        "algo": trial["algo"],
+        "params": trial["params"],
+        "seed": trial["seed"],
+        "run_dir": trial["run_dir"],
+        "error": error,
+        "traceback": tb,
+    }
 
 
-def _run_local(todo: list[dict[str, Any]], report: Any, run: Callable[..., Any]) -> dict[str, dict[str, Any]]:
+def _run_local(
+    todo: list[dict[str, Any]], report: Any, run: Callable[..., Any]
+) -> dict[str, dict[str, Any]]:
     from experiments.backends import run_tasks
 
     records = {}
@@ -406,7 +493,7 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
     from experiments.backends import guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
-        os.chdir(config["cwd"])       # in the env kwargs are the driver's
+        os.chdir(config["cwd"])  # in the env kwargs are the driver's
     value, error, tb = guarded(run, config["trial"])
     if error is None:
         tune.report({**value, "failed": False, "params": json.dumps(value["params"])})
@@ -414,8 +501,9 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
         tune.report({METRIC: float("nan"), "failed": True, "error": error, "traceback": tb})
 
 
-def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: Any,
-              run: Callable[..., Any]) -> dict[str, dict[str, Any]]:
+def _run_tune(
+    todo: list[dict[str, Any]], root: Path, max_retries: int, report: Any, run: Callable[..., Any]
+) -> dict[str, dict[str, Any]]:
     from ray import tune
 
     if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
@@ -425,25 +513,40 @@ def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: 
         return t.config["trial"]["name"]
 
     class Reporter(tune.Callback):
-        def on_trial_result(self, iteration: int, trials: Any, trial: Any, result: dict[str, Any], **info: Any) -> None:
+        def on_trial_result(
+            self, iteration: int, trials: Any, trial: Any, result: dict[str, Any], **info: Any
+        ) -> None:
             if "trial" in result or "error" in result:
                 report(_record_from_result(trial.config["trial"], result))
 
     tuner = tune.Tuner(
         tune.with_resources(tune.with_parameters(_tune_trainable, run=run), {"cpu": 1}),
         param_space={"trial": tune.grid_search(todo), "cwd": os.getcwd()},
-        tune_config=tune.TuneConfig(metric=METRIC, mode="max", trial_name_creator=trial_name, reuse_actors=True,
-                                    trial_dirname_creator=trial_name),
-        run_config=tune.RunConfig(name="tune", storage_path=str(root), verbose=0, callbacks=[Reporter()],
-                                  failure_config=tune.FailureConfig(max_failures=max_retries)),
+        tune_config=tune.TuneConfig(
+            metric=METRIC,
+            mode="max",
+            trial_name_creator=trial_name,
+            reuse_actors=True,
+            trial_dirname_creator=trial_name,
+        ),
+        run_config=tune.RunConfig(
+            name="tune",
+            storage_path=str(root),
+            verbose=0,
+            callbacks=[Reporter()],
+            failure_config=tune.FailureConfig(max_failures=max_retries),
+        ),
     )
     grid = tuner.fit()
     records = {}
     for result in grid:
         trial = result.config["trial"]
         if result.error is not None:  # the worker died more often than max_retries allows
-            records[trial["name"]] = _failed(trial, f"{type(result.error).__name__}: {result.error}".splitlines()[0],
-                                             str(result.error))
+            records[trial["name"]] = _failed(
+                trial,
+                f"{type(result.error).__name__}: {result.error}".splitlines()[0],
+                str(result.error),
+            )
         else:
             records[trial["name"]] = _record_from_result(trial, result.metrics)
     return records
@@ -452,12 +555,27 @@ def _run_tune(todo: list[dict[str, Any]], root: Path, max_retries: int, report: 
 def _record_from_result(trial: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     if metrics.get("failed", True) or "trial" not in metrics:
         return _failed(trial, metrics.get("error", "no result reported"), metrics.get("traceback"))
-    keys = ("trial", "algo", "seed", "run_dir", METRIC, "eval_reward_rate_ci95", "train_s", "reused")
+    keys = (
+        "trial",
+        "algo",
+        "seed",
+        "run_dir",
+        METRIC,
+        "eval_reward_rate_ci95",
+        "train_s",
+        "reused",
+    )
     return {**{k: metrics[k] for k in keys}, "params": trial["params"]}
 
 
-def summarize(cfg: dict[str, Any], todo: list[dict[str, Any]], records: dict[str, dict[str, Any]], root: Path,
-              backend: str, elapsed_s: float) -> dict[str, Any]:
+def summarize(
+    cfg: dict[str, Any],
+    todo: list[dict[str, Any]],
+    records: dict[str, dict[str, Any]],
+    root: Path,
+    backend: str,
+    elapsed_s: float,
+) -> dict[str, Any]:
     """Write ``summary.json``, ``summary.csv`` and ``summary.md`` under ``root``; return the summary.
 
     :param cfg: the validated sweep.
@@ -476,38 +594,89 @@ def summarize(cfg: dict[str, Any], todo: list[dict[str, Any]], records: dict[str
         key = json.dumps([r["algo"], r["params"]], sort_keys=True)
         c = configs.setdefault(key, {"algo": r["algo"], "params": r["params"], "scores": []})
         c["scores"].append(r[METRIC])
-    config_rows = [{"algo": c["algo"], "params": c["params"], "seeds": len(c["scores"]),
-                    "mean_" + METRIC: sum(c["scores"]) / len(c["scores"])} for c in configs.values()]
+    config_rows = [
+        {
+            "algo": c["algo"],
+            "params": c["params"],
+            "seeds": len(c["scores"]),
+            "mean_" + METRIC: sum(c["scores"]) / len(c["scores"]),
+        }
+        for c in configs.values()
+    ]
     config_rows.sort(key=lambda c: -c["mean_" + METRIC])
     summary = {
-        "name": cfg["name"], "dir": str(root), "backend": backend, "elapsed_s": elapsed_s,
+        "name": cfg["name"],
+        "dir": str(root),
+        "backend": backend,
+        "elapsed_s": elapsed_s,
         "metric": f"{METRIC}: mean reward rate per second of the deterministic final evaluation "
-                  f"({cfg['eval_episodes']} held-out episodes)",
-        "n_trials": len(rows), "n_failed": len(failed), "best": best, "configs": config_rows,
-        "trials": rows, "failed": [{"trial": r["trial"], "error": r["error"]} for r in failed],
+        f"({cfg['eval_episodes']} held-out episodes)",
+        "n_trials": len(rows),
+        "n_failed": len(failed),
+        "best": best,
+        "configs": config_rows,
+        "trials": rows,
+        "failed": [{"trial": r["trial"], "error": r["error"]} for r in failed],
         "tensorboard": f"tensorboard --logdir {root / 'trials'}",
     }
     (root / "summary.json").write_text(dumps(summary, indent=1) + "\n")
     with open(root / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["trial", "algo", "seed", "params", METRIC, "eval_reward_rate_ci95", "status", "error", "run_dir"])
+        w.writerow(
+            [
+                "trial",
+                "algo",
+                "seed",
+                "params",
+                METRIC,
+                "eval_reward_rate_ci95",
+                "status",
+                "error",
+                "run_dir",
+            ]
+        )
         for r in rows:
-            w.writerow([r["trial"], r["algo"], r["seed"], json.dumps(r["params"], sort_keys=True),
-                        r.get(METRIC, ""), r.get("eval_reward_rate_ci95", ""), "failed" if "error" in r else "ok",
-                        r.get("error", ""), r["run_dir"]])
-    lines = [f"# Sweep `{cfg['name']}` ({backend} backend, {elapsed_s:.1f} s)", "",
-             f"{len(rows)} trials ({len(rows) // len(cfg['seeds'])} configurations of {', '.join(cfg['algo'])} "
-             f"x {len(cfg['seeds'])} seeds), {cfg['n_timesteps']} steps each, env "
-             f"`{cfg['env_id']}` `{json.dumps(cfg['env'], sort_keys=True)}`. Score: {summary['metric']}.", ""]
+            w.writerow(
+                [
+                    r["trial"],
+                    r["algo"],
+                    r["seed"],
+                    json.dumps(r["params"], sort_keys=True),
+                    r.get(METRIC, ""),
+                    r.get("eval_reward_rate_ci95", ""),
+                    "failed" if "error" in r else "ok",
+                    r.get("error", ""),
+                    r["run_dir"],
+                ]
+            )
+    lines = [
+        f"# Sweep `{cfg['name']}` ({backend} backend, {elapsed_s:.1f} s)",
+        "",
+        f"{len(rows)} trials ({len(rows) // len(cfg['seeds'])} configurations of {', '.join(cfg['algo'])} "
+        f"x {len(cfg['seeds'])} seeds), {cfg['n_timesteps']} steps each, env "
+        f"`{cfg['env_id']}` `{json.dumps(cfg['env'], sort_keys=True)}`. Score: {summary['metric']}.",
+        "",
+    ]
     if best is not None:
-        lines += [f"**Best trial: `{best['trial']}`** ({best[METRIC]:.4g}/s), run directory `{best['run_dir']}` "
-                  f"(`agents.load_policy('{best['run_dir']}')`, or `batch-env evaluate --policy "
-                  f"{best['algo']}:{best['run_dir']}`).", ""]
+        lines += [
+            f"**Best trial: `{best['trial']}`** ({best[METRIC]:.4g}/s), run directory `{best['run_dir']}` "
+            f"(`agents.load_policy('{best['run_dir']}')`, or `batch-env evaluate --policy "
+            f"{best['algo']}:{best['run_dir']}`).",
+            "",
+        ]
     if failed:
-        lines += [f"**{len(failed)} trial(s) failed** (rerun the sweep to retry them; finished trials are reused):",
-                  ""] + [f"- `{r['trial']}`: {str(r['error']).splitlines()[0] if r['error'] else ''}" for r in failed]
+        lines += [
+            f"**{len(failed)} trial(s) failed** (rerun the sweep to retry them; finished trials are reused):",
+            "",
+        ] + [
+            f"- `{r['trial']}`: {str(r['error']).splitlines()[0] if r['error'] else ''}"
+            for r in failed
+        ]
         lines.append("")
-    lines += ["| trial | reward rate /s (± 95% CI) | train s | status |", "| --- | --- | --- | --- |"]
+    lines += [
+        "| trial | reward rate /s (± 95% CI) | train s | status |",
+        "| --- | --- | --- | --- |",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['trial']} | - | - | failed |")
@@ -515,13 +684,23 @@ def summarize(cfg: dict[str, Any], todo: list[dict[str, Any]], records: dict[str
             tag = " (best)" if best is not None and r["trial"] == best["trial"] else ""
             ci = r["eval_reward_rate_ci95"]
             ci = f" ± {ci:.2g}" if ci is not None and math.isfinite(ci) else ""
-            lines.append(f"| {r['trial']}{tag} | {r[METRIC]:.4g}{ci} | "
-                         f"{r['train_s']:.1f} | {'reused' if r['reused'] else 'trained'} |")
+            lines.append(
+                f"| {r['trial']}{tag} | {r[METRIC]:.4g}{ci} | "
+                f"{r['train_s']:.1f} | {'reused' if r['reused'] else 'trained'} |"
+            )
     if len(cfg["seeds"]) > 1 and config_rows:
-        lines += ["", "Means over seeds:", "", "| algo | hyperparameters | seeds | mean reward rate /s |",
-                  "| --- | --- | --- | --- |"]
-        lines += [f"| {c['algo']} | `{json.dumps(c['params'], sort_keys=True)}` | {c['seeds']} | "
-                  f"{c['mean_' + METRIC]:.4g} |" for c in config_rows]
+        lines += [
+            "",
+            "Means over seeds:",
+            "",
+            "| algo | hyperparameters | seeds | mean reward rate /s |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {c['algo']} | `{json.dumps(c['params'], sort_keys=True)}` | {c['seeds']} | "
+            f"{c['mean_' + METRIC]:.4g} |"
+            for c in config_rows
+        ]
     lines += ["", f"TensorBoard: `{summary['tensorboard']}`"]
     summary["markdown"] = "\n".join(lines) + "\n"
     (root / "summary.md").write_text(summary["markdown"])

@@ -204,7 +204,11 @@ GPUS: dict[str, dict[str, Any]] = {
 MODELS: dict[str, dict[str, Any]] = {
     "llama-2-7b": {
         "name": "Llama-2-7B (fp16)",
-        "layers": 32, "hidden": 4096, "kv_heads": 32, "head_dim": 128, "params": 6.74e9,
+        "layers": 32,
+        "hidden": 4096,
+        "kv_heads": 32,
+        "head_dim": 128,
+        "params": 6.74e9,
         "cite": (
             "Touvron et al., 'Llama 2: Open Foundation and Fine-Tuned Chat Models', arXiv "
             "2307.09288 (2023), Table 1 / Section 2.2; meta-llama/Llama-2-7b-hf config.json: "
@@ -215,7 +219,11 @@ MODELS: dict[str, dict[str, Any]] = {
     },
     "llama-2-70b": {
         "name": "Llama-2-70B (fp16)",
-        "layers": 80, "hidden": 8192, "kv_heads": 8, "head_dim": 128, "params": 68.98e9,
+        "layers": 80,
+        "hidden": 8192,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "params": 68.98e9,
         "cite": (
             "Touvron et al., 'Llama 2: Open Foundation and Fine-Tuned Chat Models', arXiv "
             "2307.09288 (2023), Section 2.2 (grouped-query attention for 70B); "
@@ -281,12 +289,19 @@ def read_splitwise(path: Path) -> list[dict[str, Any]]:
     out = []
     with path.open(newline="") as f:
         for r in csv.DictReader(f):
-            if (r["model"], r["hardware"], r["tensor_parallel"]) != ("llama2-70b", "a100-80gb", "8"):
+            if (r["model"], r["hardware"], r["tensor_parallel"]) != (
+                "llama2-70b",
+                "a100-80gb",
+                "8",
+            ):
                 continue
-            out.append({
-                k: (int(v) if k in ("prompt_size", "batch_size", "token_size") else float(v))
-                for k, v in r.items() if k not in ("model", "hardware", "tensor_parallel")
-            })
+            out.append(
+                {
+                    k: (int(v) if k in ("prompt_size", "batch_size", "token_size") else float(v))
+                    for k, v in r.items()
+                    if k not in ("model", "hardware", "tensor_parallel")
+                }
+            )
     return out
 
 
@@ -472,7 +487,9 @@ def llama70b(sw: dict[str, Any]) -> dict[str, Any]:
             "measured stack is far from bandwidth-bound."
         ),
         "prefill_power_peak_raw": "peak_power of the batch-1 prompt rows before the cap at 1: "
-        + ", ".join(f"{p}: {f:.6g}" for p, f in zip(sw["prompt_sizes"], sw["prompt_peak_raw"], strict=True)),
+        + ", ".join(
+            f"{p}: {f:.6g}" for p, f in zip(sw["prompt_sizes"], sw["prompt_peak_raw"], strict=True)
+        ),
         "mixed_prompt_lengths": "the prefill table is keyed on total tokens and measured on "
         "single prompts, so a prefill of several prompts gets the attention time of one prompt "
         "of their total length (an over-estimate of up to about 7% at 8192 tokens, where "
@@ -528,7 +545,10 @@ def llama7b(gpu_key: str, xs: list[int], ys: list[float], sw: dict[str, Any]) ->
     tdp = gpu["tdp_w"]
     d["power"] = {
         "prefill_tokens": [1, *sw["prompt_sizes"]],
-        "prefill_w": [watts(sw["decode_frac"][0] * tdp), *(watts(f * tdp) for f in sw["prompt_peak"])],
+        "prefill_w": [
+            watts(sw["decode_frac"][0] * tdp),
+            *(watts(f * tdp) for f in sw["prompt_peak"]),
+        ],
         "decode_batch_sizes": sw["batch_sizes"],
         "decode_w": [watts(f * tdp) for f in sw["decode_frac"]],
         "decode_filled": sw["decode_filled"],
@@ -556,8 +576,10 @@ def llama7b(gpu_key: str, xs: list[int], ys: list[float], sw: dict[str, Any]) ->
         "hardware.bandwidth_efficiency": "assumed: decode-attention kernels reach a large part "
         "of peak HBM bandwidth only at long contexts; 0.7 is a middle value, not a measurement",
         "hardware.attention_flops_efficiency": gpu["efficiency_cite"],
-        "power": "modelled, see power.rule; fractions from " + SPLITWISE_CITE
-        + "; meaning from the code: " + SPLITWISE_POWER_CODE,
+        "power": "modelled, see power.rule; fractions from "
+        + SPLITWISE_CITE
+        + "; meaning from the code: "
+        + SPLITWISE_POWER_CODE,
         "gpu_rated_power_w": gpu["datasheet"],
         "gpu_memory_bytes": gpu["datasheet"],
         "model_shape": m["cite"],
@@ -609,7 +631,9 @@ def build(data_dir: Path) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="folder with the two CSV tables (default: data/)")
+    ap.add_argument(
+        "--data", type=Path, default=DATA, help="folder with the two CSV tables (default: data/)"
+    )
     ap.add_argument("--out", type=Path, default=OUT, help="folder to write the JSON profiles to")
     args = ap.parse_args(argv)
     for f in (VIDUR, SPLITWISE):

@@ -24,17 +24,27 @@ from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv  
 def write_png(path: Path, image: np.ndarray) -> None:
     """Write an ``H x W x 3`` uint8 image as an 8-bit RGB PNG."""
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(f"image of shape {image.shape} and dtype {image.dtype}: expected H x W x 3 uint8")
+        raise ValueError(
+            f"image of shape {image.shape} and dtype {image.dtype}: expected H x W x 3 uint8"
+        )
     h, w, _ = image.shape
-    raw = np.hstack([np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]).tobytes()  # filter 0
+    raw = np.hstack(
+        [np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]
+    ).tobytes()  # filter 0
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         """One PNG chunk: length, type, data, CRC."""
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 9))
-                     + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def dynamic_frame() -> np.ndarray:
@@ -68,9 +78,13 @@ def llm_frame() -> np.ndarray:
     """LLMBatching-v0 with a small KV cache at 20 requests/s, cap = max: the cache fills,
     requests are preempted (purple in the queue)."""
     env = LLMBatchingEnv(
-        render_mode="rgb_array", gpu_memory_utilization=0.2, max_model_len=512, max_num_seqs=64,
+        render_mode="rgb_array",
+        gpu_memory_utilization=0.2,
+        max_model_len=512,
+        max_num_seqs=64,
         lengths={"kind": "lognormal", "prompt_tokens": 180, "output_tokens": 120},
-        workload={"kind": "poisson", "rate_per_s": 16}, horizon_requests=2000,
+        workload={"kind": "poisson", "rate_per_s": 16},
+        horizon_requests=2000,
     )
     env.reset(seed=1)
     for i in range(3000):

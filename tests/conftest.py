@@ -11,7 +11,10 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", derandomize=True, deadline=None, max_examples=60,
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=60,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile(

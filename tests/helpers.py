@@ -32,12 +32,23 @@ SMALL_ENV = {
 #: a tiny rl-zoo3 hyperparameter file: a PPO small enough to train a few hundred steps in a
 #: second: one env, 64-step rollouts, one epoch, an 8-unit network; normalized observations
 #: (so runs have statistics files)
-TINY_PPO = {ENV_ID: {
-    "n_envs": 1, "n_timesteps": 256, "policy": "MlpPolicy", "normalize": "{'norm_obs': True, 'norm_reward': False}",
-    "env_wrapper": ["batch_env.wrappers.BinaryAction", "batch_env.wrappers.QueueFeatures",
-                    {"batch_env.wrappers.AverageRewardCentering": {"gain": None}}],
-    "n_steps": 64, "batch_size": 64, "n_epochs": 1, "policy_kwargs": "dict(net_arch=[8])",
-}}
+TINY_PPO = {
+    ENV_ID: {
+        "n_envs": 1,
+        "n_timesteps": 256,
+        "policy": "MlpPolicy",
+        "normalize": "{'norm_obs': True, 'norm_reward': False}",
+        "env_wrapper": [
+            "batch_env.wrappers.BinaryAction",
+            "batch_env.wrappers.QueueFeatures",
+            {"batch_env.wrappers.AverageRewardCentering": {"gain": None}},
+        ],
+        "n_steps": 64,
+        "batch_size": 64,
+        "n_epochs": 1,
+        "policy_kwargs": "dict(net_arch=[8])",
+    }
+}
 #: SMALL_ENV with 50-request episodes
 TINY_ENV = {**SMALL_ENV, "horizon_requests": 50}
 
@@ -56,7 +67,11 @@ COMPARE_SMALL = {
     "loads": [0.3, 0.7],
     "seeds": 2,
     "reference": "smdp",
-    "policies": {"greedy": {}, "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0}, "smdp": {}},
+    "policies": {
+        "greedy": {},
+        "tf-1ms": {"name": "tfserving", "batch_timeout_ms": 1.0},
+        "smdp": {},
+    },
     "pareto": {"workload": "poisson", "load": 0.3, "energy_weights": [0.0, 2.0]},
     "structure": {"loads": [0.3], "energy_weights": [0.5]},
 }
@@ -133,8 +148,14 @@ def final_serving(info: dict[str, Any], n: int) -> dict[str, Any]:
     return lane_summary(info["final_info"]["serving"], n)
 
 
-def lockstep(kwargs: dict[str, Any], n_envs: int = 3, steps: int = 1500, seed: int = 7, policy: str = "random",
-             mode: AutoresetMode = AutoresetMode.NEXT_STEP) -> int:
+def lockstep(
+    kwargs: dict[str, Any],
+    n_envs: int = 3,
+    steps: int = 1500,
+    seed: int = 7,
+    policy: str = "random",
+    mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+) -> int:
     """Step the vector env and n scalar envs in lockstep and compare (autoreset ``mode``:
     NEXT_STEP or SAME_STEP; the scalar envs are reset where the vector env resets).
 

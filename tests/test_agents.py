@@ -92,7 +92,9 @@ def test_hyperparameter_files_parse(algo):
     assert isinstance(literal(hp["policy_kwargs"], "policy_kwargs"), dict)
     specs = wrapper_specs(hp["env_wrapper"])
     # the default centring (no gain: agents.wrappers.DEFAULT_CENTERING_GAIN) and the enjoy summary
-    assert ("agents.wrappers.CenteredReward", {}) in specs and specs[-1][0] == "agents.wrappers.ServingSummary"
+    assert ("agents.wrappers.CenteredReward", {}) in specs and specs[-1][
+        0
+    ] == "agents.wrappers.ServingSummary"
     assert hp["callback"] == "agents.callbacks.ServingMetricsCallback"
 
 
@@ -105,18 +107,35 @@ def test_literal_refuses_code():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)])
+@pytest.mark.parametrize(
+    ("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)]
+)
 def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
     run = train(
         TrainArgs(
-            algo=algo, env_kwargs=SMALL_ENV, n_timesteps=steps, run_dir=str(tmp_path / algo),
-            centering_gain="online", eval_freq=1000, eval_episodes=2, checkpoint_freq=1000, progress=False,
+            algo=algo,
+            env_kwargs=SMALL_ENV,
+            n_timesteps=steps,
+            run_dir=str(tmp_path / algo),
+            centering_gain="online",
+            eval_freq=1000,
+            eval_episodes=2,
+            checkpoint_freq=1000,
+            progress=False,
         )
     )
     tags = tensorboard_scalars(run)
-    for tag in ("serving/latency_p99_ms", "serving/power_mean_w", "serving/sla_attainment",
-                "serving/reward_rate_per_s", "reward_components/energy", "optimality/gap",
-                "optimality/smdp_gain", "eval/deterministic/reward_rate_per_s", "eval/stochastic/latency_mean_ms"):
+    for tag in (
+        "serving/latency_p99_ms",
+        "serving/power_mean_w",
+        "serving/sla_attainment",
+        "serving/reward_rate_per_s",
+        "reward_components/energy",
+        "optimality/gap",
+        "optimality/smdp_gain",
+        "eval/deterministic/reward_rate_per_s",
+        "eval/stochastic/latency_mean_ms",
+    ):
         assert tag in tags, tag
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["algo"] == algo and cfg["smdp_gain"] > 0 and cfg["threads"] == 1
@@ -131,8 +150,16 @@ def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
 
 def test_resume_continues_the_step_count(tmp_path):
     run = tmp_path / "ppo"
-    args = TrainArgs(algo="ppo", env_kwargs=SMALL_ENV, n_timesteps=2048, run_dir=str(run),
-                     centering_gain="100", eval_freq=0, checkpoint_freq=2048, progress=False)
+    args = TrainArgs(
+        algo="ppo",
+        env_kwargs=SMALL_ENV,
+        n_timesteps=2048,
+        run_dir=str(run),
+        centering_gain="100",
+        eval_freq=0,
+        checkpoint_freq=2048,
+        progress=False,
+    )
     train(args)
     assert (run / "checkpoints" / "model_2048_steps.zip").exists()
     train(TrainArgs(**{**args.__dict__, "n_timesteps": 4096, "resume": True}))
@@ -150,8 +177,18 @@ def test_binary_ppo_beats_random_policy(tmp_path):
     """On a fixed seed and one thread, a short binary-mode PPO run beats random valid actions
     (cost per second 101.7 vs 113.8 when written) and stays within 5% of greedy."""
     env_kwargs = {**SMALL_ENV, "horizon_requests": 2000}
-    run = train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, n_timesteps=30_000, run_dir=str(tmp_path / "ppo"),
-                          seed=3, eval_freq=0, progress=False, centering_gain="greedy"))
+    run = train(
+        TrainArgs(
+            algo="ppo",
+            env_kwargs=env_kwargs,
+            n_timesteps=30_000,
+            run_dir=str(tmp_path / "ppo"),
+            seed=3,
+            eval_freq=0,
+            progress=False,
+            centering_gain="greedy",
+        )
+    )
     env = gym.make(ENV_ID, **env_kwargs)
 
     class RandomValid:
@@ -165,7 +202,9 @@ def test_binary_ppo_beats_random_policy(tmp_path):
     rand = evaluate(RandomValid(), env, n_episodes=3, seed=900)
     greedy_cost = yaml.safe_load((run / "config.yaml").read_text())["centering_gain"]
     agent_cost, rand_cost = -agent.mean("reward_rate_per_s"), -rand.mean("reward_rate_per_s")
-    print(f"cost per second: agent {agent_cost:.2f}, random valid {rand_cost:.2f}, greedy {greedy_cost:.2f}")
+    print(
+        f"cost per second: agent {agent_cost:.2f}, random valid {rand_cost:.2f}, greedy {greedy_cost:.2f}"
+    )
     assert rand_cost > 1.05 * agent_cost  # costs are positive: the agent is clearly cheaper
     assert -agent.mean("reward_rate_per_s") < 1.05 * greedy_cost
 
@@ -177,7 +216,9 @@ def test_missing_and_corrupt_runs(tmp_path):
     bad.mkdir()
     with pytest.raises(FileNotFoundError, match="config.yaml"):
         load_policy(bad)
-    (bad / "config.yaml").write_text(yaml.safe_dump({"algo": "ppo", "env_id": ENV_ID, "env_kwargs": {}, "wrappers": []}))
+    (bad / "config.yaml").write_text(
+        yaml.safe_dump({"algo": "ppo", "env_id": ENV_ID, "env_kwargs": {}, "wrappers": []})
+    )
     with pytest.raises(FileNotFoundError, match="model.zip"):
         load_policy(bad)
     (bad / "model.zip").write_bytes(b"not a zip file")
@@ -193,9 +234,25 @@ def test_missing_and_corrupt_runs(tmp_path):
 @pytest.mark.slow
 def test_rl_zoo3_trains_with_our_hyperparameters(tmp_path):
     cmd = [
-        sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo", "--gym-packages", "batch_env",
-        "--env", ENV_ID, "--conf-file", str(ROOT / "agents/hyperparams/ppo.yml"), "-n", "600",
-        "--log-folder", str(tmp_path), "--eval-freq", "-1", "--env-kwargs", "horizon_requests:100",
+        sys.executable,
+        "-m",
+        "rl_zoo3.train",
+        "--algo",
+        "ppo",
+        "--gym-packages",
+        "batch_env",
+        "--env",
+        ENV_ID,
+        "--conf-file",
+        str(ROOT / "agents/hyperparams/ppo.yml"),
+        "-n",
+        "600",
+        "--log-folder",
+        str(tmp_path),
+        "--eval-freq",
+        "-1",
+        "--env-kwargs",
+        "horizon_requests:100",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -209,7 +266,9 @@ def test_binary_action_serves_full_batches():
         _, _, _, _, info = env.step(0)
     _, _, _, _, info = env.step(0)  # a wait with a full batch waiting serves it
     assert info["last_batch_size"] == 4
-    raw = BinaryAction(gym.make(ENV_ID, max_batch_size=4, decision_interval_ms=0.2), serve_full=False)
+    raw = BinaryAction(
+        gym.make(ENV_ID, max_batch_size=4, decision_interval_ms=0.2), serve_full=False
+    )
     _, info = raw.reset(seed=0)
     for _ in range(50):
         _, _, _, _, info = raw.step(0)
@@ -217,6 +276,7 @@ def test_binary_action_serves_full_batches():
 
 
 # -- resuming, damaged checkpoints, refused settings ------------------------------------------
+
 
 def tiny_hyperparams(folder: Path) -> str:
     """Write TINY_PPO to ``folder/tiny.yml`` and return its path."""
@@ -227,13 +287,26 @@ def tiny_hyperparams(folder: Path) -> str:
 
 def tiny_args(tmp_path: Path, **kw) -> TrainArgs:
     """A tiny run: 128 steps, a checkpoint every 64, no periodic evaluation."""
-    return TrainArgs(**{"algo": "ppo", "env_kwargs": TINY_ENV, "hyperparams": tiny_hyperparams(tmp_path),
-                        "n_timesteps": 128, "run_dir": str(tmp_path / "run"), "centering_gain": "100",
-                        "checkpoint_freq": 64, "eval_freq": 0, "progress": False, **kw})
+    return TrainArgs(
+        **{
+            "algo": "ppo",
+            "env_kwargs": TINY_ENV,
+            "hyperparams": tiny_hyperparams(tmp_path),
+            "n_timesteps": 128,
+            "run_dir": str(tmp_path / "run"),
+            "centering_gain": "100",
+            "checkpoint_freq": 64,
+            "eval_freq": 0,
+            "progress": False,
+            **kw,
+        }
+    )
 
 
 def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def test_resume_keeps_every_setting_of_the_run(tmp_path):
@@ -245,26 +318,42 @@ def test_resume_keeps_every_setting_of_the_run(tmp_path):
     # only the run and a larger n_timesteps: every other setting comes from config.yaml
     train(TrainArgs(run_dir=str(run), resume=True, n_timesteps=256, progress=False))
     assert PPO.load(run / "model.zip").num_timesteps == 256
-    ckpts = sorted(int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("model_*_steps.zip"))
+    ckpts = sorted(
+        int(p.name.split("_")[1]) for p in (run / "checkpoints").glob("model_*_steps.zip")
+    )
     assert ckpts == [64, 128, 192, 256]  # the run's own --checkpoint-freq, not the default 50,000
     evals = json.loads((run / "evaluations.json").read_text())
-    assert [e["timesteps"] for e in evals] == [64, 128, 128, 192, 256, 256]  # periodic + final, each part
+    assert [e["timesteps"] for e in evals] == [
+        64,
+        128,
+        128,
+        192,
+        256,
+        256,
+    ]  # periodic + final, each part
     resumed = yaml.safe_load((run / "config.yaml").read_text())
     assert resumed["args"] == {**saved["args"], "n_timesteps": 256}
-    assert {k: v for k, v in resumed.items() if k not in ("args", "n_timesteps")} == \
-        {k: v for k, v in saved.items() if k not in ("args", "n_timesteps")}
+    assert {k: v for k, v in resumed.items() if k not in ("args", "n_timesteps")} == {
+        k: v for k, v in saved.items() if k not in ("args", "n_timesteps")
+    }
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"checkpoint_freq": 100}, "checkpoint_freq=100 was given but run .* was trained with checkpoint_freq=64"),
-    ({"eval_freq": 10}, "eval_freq=10 was given .* eval_freq=0"),
-    ({"algo": "a2c"}, "algo='a2c' was given .* algo='ppo'"),
-    ({"seed": 1}, "seed=1 was given .* seed=0"),
-    ({"env_kwargs": {**TINY_ENV, "horizon_requests": 60}}, "env_kwargs=.* was given"),
-    ({"threads": 2}, "threads=2 was given .* threads=1"),
-    ({"n_timesteps": 64}, "n_timesteps=64 is below the 128 steps"),
-    ({"checkpoint_freq": 0}, "checkpoint_freq=0 is invalid: expected an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"checkpoint_freq": 100},
+            "checkpoint_freq=100 was given but run .* was trained with checkpoint_freq=64",
+        ),
+        ({"eval_freq": 10}, "eval_freq=10 was given .* eval_freq=0"),
+        ({"algo": "a2c"}, "algo='a2c' was given .* algo='ppo'"),
+        ({"seed": 1}, "seed=1 was given .* seed=0"),
+        ({"env_kwargs": {**TINY_ENV, "horizon_requests": 60}}, "env_kwargs=.* was given"),
+        ({"threads": 2}, "threads=2 was given .* threads=1"),
+        ({"n_timesteps": 64}, "n_timesteps=64 is below the 128 steps"),
+        ({"checkpoint_freq": 0}, "checkpoint_freq=0 is invalid: expected an integer >= 1"),
+    ],
+)
 def test_resume_refuses_a_changed_setting_and_writes_nothing(tmp_path, change, message):
     run = train(tiny_args(tmp_path))
     before = files(run)
@@ -273,12 +362,27 @@ def test_resume_refuses_a_changed_setting_and_writes_nothing(tmp_path, change, m
     assert files(run) == before
 
 
-@pytest.mark.parametrize("bad", [{"n_timesteps": -5}, {"n_timesteps": 0}, {"checkpoint_freq": 0},
-                                 {"eval_freq": -1}, {"eval_episodes": 0}, {"num_envs": 0}, {"threads": 0},
-                                 {"seed": -1}, {"n_timesteps": 2.5}, {"algo": "nope"}, {"centering_gain": "x"},
-                                 {"device": "nope"}, {"env_kwargs": {"bogus_key": 1}}, {"env_kwargs": [1]}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"n_timesteps": -5},
+        {"n_timesteps": 0},
+        {"checkpoint_freq": 0},
+        {"eval_freq": -1},
+        {"eval_episodes": 0},
+        {"num_envs": 0},
+        {"threads": 0},
+        {"seed": -1},
+        {"n_timesteps": 2.5},
+        {"algo": "nope"},
+        {"centering_gain": "x"},
+        {"device": "nope"},
+        {"env_kwargs": {"bogus_key": 1}},
+        {"env_kwargs": [1]},
+    ],
+)
 def test_nonsense_settings_are_refused_before_anything_is_written(tmp_path, bad):
-    (key, value), = bad.items()
+    ((key, value),) = bad.items()
     with pytest.raises(ValueError, match=f"{key}"):
         train(tiny_args(tmp_path, **bad))
     assert not (tmp_path / "run").exists()
@@ -289,20 +393,26 @@ def test_resume_falls_back_over_damaged_checkpoints(tmp_path, capsys):
 
     run = train(tiny_args(tmp_path, n_timesteps=256))
     ck = run / "checkpoints"
-    (ck / "model_256_steps.zip").write_bytes((ck / "model_256_steps.zip").read_bytes()[:300])  # truncated
+    (ck / "model_256_steps.zip").write_bytes(
+        (ck / "model_256_steps.zip").read_bytes()[:300]
+    )  # truncated
     (ck / "model_vecnormalize_192_steps.pkl").write_text("{}")  # not a pickle
     capsys.readouterr()
     train(TrainArgs(run_dir=str(run), resume=True, n_timesteps=320, progress=False))
     err = capsys.readouterr().err
     assert f"warning: {ck / 'model_256_steps.zip'} is damaged" in err
     assert f"warning: {ck / 'model_vecnormalize_192_steps.pkl'} is damaged" in err
-    assert (ck / "model_256_steps.zip.corrupt").exists() and (ck / "model_vecnormalize_192_steps.pkl.corrupt").exists()
+    assert (ck / "model_256_steps.zip.corrupt").exists() and (
+        ck / "model_vecnormalize_192_steps.pkl.corrupt"
+    ).exists()
     # resumed from step 128: the 192 and 256 checkpoints are written again on the way to 320
     assert PPO.load(run / "model.zip").num_timesteps == 320
     assert PPO.load(ck / "model_256_steps.zip").num_timesteps == 256
     for p in ck.glob("model_*_steps.zip"):
         p.write_bytes(b"garbage")
-    with pytest.raises(FileNotFoundError, match="no usable checkpoint .*model_64_steps.zip.corrupt"):
+    with pytest.raises(
+        FileNotFoundError, match="no usable checkpoint .*model_64_steps.zip.corrupt"
+    ):
         train(TrainArgs(run_dir=str(run), resume=True, progress=False))
 
 
@@ -313,28 +423,38 @@ def test_an_edited_algo_in_config_yaml_is_named(tmp_path, capsys):
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     capsys.readouterr()
     assert main(["evaluate", "--policy", f"dqn:{run}", "--episodes", "1"]) == 2
-    assert f"--policy 'dqn:{run}' names algo 'dqn' but run '{run}' is a ppo run" in capsys.readouterr().err
+    assert (
+        f"--policy 'dqn:{run}' names algo 'dqn' but run '{run}' is a ppo run"
+        in capsys.readouterr().err
+    )
     (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "dqn"}))
     with pytest.raises(ValueError, match="says algo='dqn' but .*model.zip' holds a ppo model"):
         load_policy(run)
     with pytest.raises(ValueError, match="inconsistent: algo='dqn' but args.algo='ppo'"):
         train(TrainArgs(run_dir=str(run), resume=True, progress=False))
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "dqn", "args": {**cfg["args"], "algo": "dqn"}}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({**cfg, "algo": "dqn", "args": {**cfg["args"], "algo": "dqn"}})
+    )
     with pytest.raises(ValueError, match="says algo='dqn' but checkpoint .* holds a ppo model"):
         train(TrainArgs(run_dir=str(run), resume=True, progress=False))
-    (run / "config.yaml").write_text(yaml.safe_dump({**cfg, "algo": "a2c", "args": {**cfg["args"], "algo": "a2c"}}))
+    (run / "config.yaml").write_text(
+        yaml.safe_dump({**cfg, "algo": "a2c", "args": {**cfg["args"], "algo": "a2c"}})
+    )
     with pytest.raises(ValueError, match="says algo='a2c' but checkpoint .* holds a ppo model"):
         train(TrainArgs(run_dir=str(run), resume=True, progress=False))
 
 
-@pytest.mark.parametrize(("entry", "message"), [
-    ({"bogus_param": 1}, r"\['bogus_param'\] are not hyperparameters of ppo"),
-    ({"gamma": "high"}, "gamma='high' is invalid: expected a number"),
-    ({"n_steps": 6.5}, "n_steps=6.5 is invalid: expected an integer"),
-    ({"normalize": "[1]"}, "normalize='\\[1\\]' is invalid"),
-    ({"n_timesteps": "lots"}, "n_timesteps='lots' is invalid"),
-    ({"policy": 3}, "policy=3 is invalid"),
-])
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"bogus_param": 1}, r"\['bogus_param'\] are not hyperparameters of ppo"),
+        ({"gamma": "high"}, "gamma='high' is invalid: expected a number"),
+        ({"n_steps": 6.5}, "n_steps=6.5 is invalid: expected an integer"),
+        ({"normalize": "[1]"}, "normalize='\\[1\\]' is invalid"),
+        ({"n_timesteps": "lots"}, "n_timesteps='lots' is invalid"),
+        ({"policy": 3}, "policy=3 is invalid"),
+    ],
+)
 def test_bad_hyperparameter_files_are_named(tmp_path, entry, message):
     path = tmp_path / "hp.yml"
     path.write_text(yaml.safe_dump({ENV_ID: {**TINY_PPO[ENV_ID], **entry}}))

@@ -17,8 +17,11 @@ TINY = {
     "loads": [0.5],
     "seeds": 1,
     "reference": "greedy",
-    "policies": {"greedy": {}, "broken": {"name": "static", "batch_size": 0}, "static-4": {"name": "static",
-                                                                                           "batch_size": 4}},
+    "policies": {
+        "greedy": {},
+        "broken": {"name": "static", "batch_size": 0},
+        "static-4": {"name": "static", "batch_size": 4},
+    },
 }
 
 
@@ -31,7 +34,9 @@ def no_ray(monkeypatch):
 def test_check_backend_names_field_value_and_allowed():
     check_backend("local")
     check_backend("ray", "auto")
-    with pytest.raises(ValueError, match=r"backend='dask' is unknown: allowed values are \['local', 'ray'\]"):
+    with pytest.raises(
+        ValueError, match=r"backend='dask' is unknown: allowed values are \['local', 'ray'\]"
+    ):
         check_backend("dask")
     with pytest.raises(ValueError, match=r"address='auto' needs backend='ray'"):
         check_backend("local", "auto")
@@ -45,7 +50,9 @@ def test_local_backend_records_a_raising_cell_and_goes_on(tmp_path):
     assert "## Failed cells: 1" in res["markdown"] and "| broken |" in res["markdown"]
     assert len(list((res["dir"] / "cells").glob("*.json"))) == 2  # the failed cell is not written
     again = run_compare(TINY, results_dir=tmp_path, progress=False)
-    assert again["reused"] == 2 and again["computed"] == 0 and len(again["failed"]) == 1  # retried, fails again
+    assert (
+        again["reused"] == 2 and again["computed"] == 0 and len(again["failed"]) == 1
+    )  # retried, fails again
 
 
 def test_run_tasks_local_keeps_order_and_errors():
@@ -55,7 +62,11 @@ def test_run_tasks_local_keeps_order_and_errors():
         return x * 10
 
     outs = list(run_tasks(f, [1, 2, 3]))
-    assert [(o.index, o.value, o.error) for o in outs] == [(0, 10, None), (1, None, "RuntimeError: two"), (2, 30, None)]
+    assert [(o.index, o.value, o.error) for o in outs] == [
+        (0, 10, None),
+        (1, None, "RuntimeError: two"),
+        (2, 30, None),
+    ]
 
 
 def test_ray_missing_says_how_to_install(no_ray, tmp_path, capsys):
@@ -63,16 +74,25 @@ def test_ray_missing_says_how_to_install(no_ray, tmp_path, capsys):
         require_ray()
     with pytest.raises(RayUnavailableError):
         run_compare(TINY, results_dir=tmp_path, progress=False, backend="ray")
-    assert main(["compare", "--config", "demo", "--backend", "ray", "--results-dir", str(tmp_path)]) == 2
+    assert (
+        main(["compare", "--config", "demo", "--backend", "ray", "--results-dir", str(tmp_path)])
+        == 2
+    )
     assert "pip install 'batch-env[ray]'" in capsys.readouterr().err
     # the local backend does not need Ray
     assert run_compare(TINY, results_dir=tmp_path, progress=False)["computed"] == 2
 
 
 def test_compare_cli_backend_errors(tmp_path, capsys):
-    assert main(["compare", "--config", "demo", "--address", "auto", "--results-dir", str(tmp_path)]) == 2
+    assert (
+        main(["compare", "--config", "demo", "--address", "auto", "--results-dir", str(tmp_path)])
+        == 2
+    )
     assert "address='auto' needs backend='ray'" in capsys.readouterr().err
-    assert main(["compare", "--config", "demo", "--num-cpus", "2", "--results-dir", str(tmp_path)]) == 2
+    assert (
+        main(["compare", "--config", "demo", "--num-cpus", "2", "--results-dir", str(tmp_path)])
+        == 2
+    )
     assert "num_cpus=2 needs backend='ray'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["compare", "--backend", "dask"])

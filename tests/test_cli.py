@@ -40,7 +40,9 @@ def test_demo_prints_the_comparison(capsys, tmp_path):
 
 
 def test_solve_smdp_json(capsys):
-    assert main(["solve-smdp", "--rate-per-s", "3000", "--reward-weights", "{sla: 0}", "--json"]) == 0
+    assert (
+        main(["solve-smdp", "--rate-per-s", "3000", "--reward-weights", "{sla: 0}", "--json"]) == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["threshold"] == 8 and data["n_states"] == 2001 and not data["truncated"]
     assert data["policy"][:9] == [0] * 8 + [8]
@@ -48,7 +50,12 @@ def test_solve_smdp_json(capsys):
 
 
 def test_evaluate_json(capsys):
-    assert main(["evaluate", "--episodes", "2", "--horizon-requests", "200", "--load", "0.3", "--json"]) == 0
+    assert (
+        main(
+            ["evaluate", "--episodes", "2", "--horizon-requests", "200", "--load", "0.3", "--json"]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data[0]["policy"] == "greedy"
     assert data[0]["seeds"] == [0, 1]
@@ -56,9 +63,21 @@ def test_evaluate_json(capsys):
 
 
 def test_evaluate_llm_env_json(capsys):
-    args = ["evaluate", "--env-id", "batch_env/LLMBatching-v0", "--policy", "pang2025", "static-cap",
-            "--episodes", "1", "--workload", "{kind: poisson, rate_per_s: 4}",
-            "--env-kwargs", "{horizon_requests: 50, max_num_seqs: 64}", "--json"]
+    args = [
+        "evaluate",
+        "--env-id",
+        "batch_env/LLMBatching-v0",
+        "--policy",
+        "pang2025",
+        "static-cap",
+        "--episodes",
+        "1",
+        "--workload",
+        "{kind: poisson, rate_per_s: 4}",
+        "--env-kwargs",
+        "{horizon_requests: 50, max_num_seqs: 64}",
+        "--json",
+    ]
     assert main(args) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["policy"] for d in data] == ["pang2025", "static-cap"]
@@ -80,15 +99,24 @@ def test_cli_reports_bad_input_cleanly(capsys):
 
 
 def test_bench_reports_ratio(tmp_path):
-    result = run_bench(n_steps=2000, repeats=1, smdp=False, ppo=False, vector_sizes=(1, 16),
-                       vector_env_steps=3200, torch_overhead=False, backends=False)
+    result = run_bench(
+        n_steps=2000,
+        repeats=1,
+        smdp=False,
+        ppo=False,
+        vector_sizes=(1, 16),
+        vector_env_steps=3200,
+        torch_overhead=False,
+        backends=False,
+    )
     assert "compare_backends" not in result
     assert result["dynamic_batching_steps_per_s"] > 0 and result["cartpole_steps_per_s"] > 0
     rows = result["vector"]["sizes"]
     assert [r["num_envs"] for r in rows] == [1, 16]
     for r in rows:
         assert r["ratio_vs_cartpole"] == pytest.approx(
-            r["env_steps_per_s"] / r["cartpole_vector_env_steps_per_s"])
+            r["env_steps_per_s"] / r["cartpole_vector_env_steps_per_s"]
+        )
     assert result["vector"]["meets_floor_at_1024"] is None  # 1024 lanes were not measured
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]
@@ -117,8 +145,26 @@ def test_json_output_is_strict(capsys):
 
 
 def test_lognormal_from_the_cli(capsys):
-    assert main(["evaluate", "--episodes", "1", "--horizon-requests", "100", "--service", "lognormal",
-                 "--service-cv", "0.3", "--queue-capacity", "50", "--warmup-requests", "10"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--episodes",
+                "1",
+                "--horizon-requests",
+                "100",
+                "--service",
+                "lognormal",
+                "--service-cv",
+                "0.3",
+                "--queue-capacity",
+                "50",
+                "--warmup-requests",
+                "10",
+            ]
+        )
+        == 0
+    )
     assert "greedy" in capsys.readouterr().out
 
 
@@ -132,9 +178,28 @@ def test_train_vectorized_writes_tensorboard_logs(capsys, tmp_path):
         main(["train", "--help"])
     assert "--vectorized" in capsys.readouterr().out
     run = tmp_path / "vec"
-    assert main(["train", "--vectorized", "--num-envs", "2", "--n-timesteps", "1024",
-                 "--env-kwargs", "{horizon_requests: 100}", "--centering-gain", "online", "--eval-freq", "0",
-                 "--run-dir", str(run), "--json"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--vectorized",
+                "--num-envs",
+                "2",
+                "--n-timesteps",
+                "1024",
+                "--env-kwargs",
+                "{horizon_requests: 100}",
+                "--centering-gain",
+                "online",
+                "--eval-freq",
+                "0",
+                "--run-dir",
+                str(run),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["run_dir"] == str(run)
     events = glob.glob(str(run / "tb" / "**" / "events.out.tfevents.*"), recursive=True)
     assert events and all(Path(f).stat().st_size > 0 for f in events)
@@ -142,7 +207,9 @@ def test_train_vectorized_writes_tensorboard_logs(capsys, tmp_path):
 
     ea = EventAccumulator(events[0])
     ea.Reload()
-    assert {"rollout/ep_rew_mean", "serving/latency_p99_ms", "reward_components/energy"} <= set(ea.Tags()["scalars"])
+    assert {"rollout/ep_rew_mean", "serving/latency_p99_ms", "reward_components/energy"} <= set(
+        ea.Tags()["scalars"]
+    )
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["vectorized"] is True and cfg["n_envs"] == 2
 
@@ -154,25 +221,57 @@ def test_evaluate_keeps_an_agent_on_its_own_env(tmp_path, capsys):
 
     from agents.train import TrainArgs, train
 
-    env_kwargs = {"profile": "resnet50-t4-trt", "sla_ms": 20.0, "horizon_requests": 40, "max_batch_size": 8}
-    hp = {"batch_env/DynamicBatching-v0": {
-        "n_envs": 1, "n_timesteps": 64, "policy": "MlpPolicy", "normalize": False,
-        "env_wrapper": ["batch_env.wrappers.BinaryAction", "agents.wrappers.CenteredReward"],
-        "n_steps": 64, "batch_size": 64, "n_epochs": 1, "policy_kwargs": "dict(net_arch=[8])"}}
+    env_kwargs = {
+        "profile": "resnet50-t4-trt",
+        "sla_ms": 20.0,
+        "horizon_requests": 40,
+        "max_batch_size": 8,
+    }
+    hp = {
+        "batch_env/DynamicBatching-v0": {
+            "n_envs": 1,
+            "n_timesteps": 64,
+            "policy": "MlpPolicy",
+            "normalize": False,
+            "env_wrapper": ["batch_env.wrappers.BinaryAction", "agents.wrappers.CenteredReward"],
+            "n_steps": 64,
+            "batch_size": 64,
+            "n_epochs": 1,
+            "policy_kwargs": "dict(net_arch=[8])",
+        }
+    }
     (tmp_path / "hp.yml").write_text(yaml.safe_dump(hp))
-    run = train(TrainArgs(env_kwargs=env_kwargs, hyperparams=str(tmp_path / "hp.yml"), run_dir=str(tmp_path / "run"),
-                          centering_gain="100", eval_freq=0, checkpoint_freq=64, progress=False))
+    run = train(
+        TrainArgs(
+            env_kwargs=env_kwargs,
+            hyperparams=str(tmp_path / "hp.yml"),
+            run_dir=str(tmp_path / "run"),
+            centering_gain="100",
+            eval_freq=0,
+            checkpoint_freq=64,
+            progress=False,
+        )
+    )
     capsys.readouterr()
     assert main(["evaluate", "--policy", f"ppo:{run}", "greedy", "--episodes", "1", "--json"]) == 0
     out = capsys.readouterr()
     assert "note:" not in out.err
     records = json.loads(out.out)
     # both policies on the run's env: 40 summary requests per episode, not the default 2000
-    assert [r["episodes"][0]["completed"] + r["episodes"][0]["dropped"] for r in records] == [40, 40]
-    assert main(["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--horizon-requests", "40"]) == 0
+    assert [r["episodes"][0]["completed"] + r["episodes"][0]["dropped"] for r in records] == [
+        40,
+        40,
+    ]
+    assert (
+        main(["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--horizon-requests", "40"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert err.count("note:") == 1 and err.count("\n") == 1
-    for key in ("profile (trained 'resnet50-t4-trt', here 'resnet50-v100')", "sla_ms (trained 20.0, here 15.0)",
-                "max_batch_size (trained 8, here 32)"):
+    for key in (
+        "profile (trained 'resnet50-t4-trt', here 'resnet50-v100')",
+        "sla_ms (trained 20.0, here 15.0)",
+        "max_batch_size (trained 8, here 32)",
+    ):
         assert key in err
     assert "horizon_requests" not in err

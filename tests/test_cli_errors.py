@@ -23,8 +23,15 @@ from experiments.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 LLM = "batch_env/LLMBatching-v0"
 DB = "batch_env/DynamicBatching-v0"
-TINY_COMPARE = {"name": "tiny", "env": {"horizon_requests": 50}, "workloads": {"poisson": {"kind": "poisson"}},
-                "loads": [0.5], "seeds": 1, "policies": {"greedy": {}}, "reference": "greedy"}
+TINY_COMPARE = {
+    "name": "tiny",
+    "env": {"horizon_requests": 50},
+    "workloads": {"poisson": {"kind": "poisson"}},
+    "loads": [0.5],
+    "seeds": 1,
+    "policies": {"greedy": {}},
+    "reference": "greedy",
+}
 TINY_SWEEP = {"name": "sw", "algo": "ppo", "n_timesteps": 64, "env": {"horizon_requests": 50}}
 
 
@@ -59,12 +66,27 @@ FILES = {
     "sweep_algo.yaml": yaml.safe_dump({**TINY_SWEEP, "algo": "nope"}),
     "sweep_grid.yaml": yaml.safe_dump({**TINY_SWEEP, "grid": {"bogus_param": [1, 2]}}),
     "agents_missing.yaml": yaml.safe_dump({"name": "a", "algo": "ppo"}),
-    "agents_seeds.yaml": yaml.safe_dump({"name": "a", "algo": "ppo", "n_timesteps": 10, "train_seeds": "x",
-                                         "eval_seeds": [1], "env": {}, "settings": {}}),
+    "agents_seeds.yaml": yaml.safe_dump(
+        {
+            "name": "a",
+            "algo": "ppo",
+            "n_timesteps": 10,
+            "train_seeds": "x",
+            "eval_seeds": [1],
+            "env": {},
+            "settings": {},
+        }
+    ),
     "lazy_train.yaml": yaml.safe_dump({**TINY_COMPARE, "train": {"greedy": {"algo": "ppo"}}}),
-    "llm_profiles.yaml": yaml.safe_dump({"profiles": [1], "traffic": {"t": {"kind": "poisson", "lengths": {}}},
-                                         "policies": {"p": {"policy": "static-cap"}}, "seeds": [0],
-                                         "reference": "p"}),
+    "llm_profiles.yaml": yaml.safe_dump(
+        {
+            "profiles": [1],
+            "traffic": {"t": {"kind": "poisson", "lengths": {}}},
+            "policies": {"p": {"policy": "static-cap"}},
+            "seeds": [0],
+            "reference": "p",
+        }
+    ),
     "run_broken/config.yaml": "algo: [unclosed",
     "run_empty/keep.txt": "a folder that is not a run\n",
 }
@@ -78,7 +100,10 @@ CASES = [
     (["demo", "--config", "missing.yaml", "--train-steps", "0"], ["missing.yaml"]),
     (["demo", "--config", "bad.yaml", "--train-steps", "0"], ["bad.yaml", "invalid YAML"]),
     (["demo", "--config", "list.yaml", "--train-steps", "0"], ["list.yaml", "mapping"]),
-    (["demo", "--results-dir", "afile", "--train-steps", "0"], ["--results-dir", "afile", "folder"]),
+    (
+        ["demo", "--results-dir", "afile", "--train-steps", "0"],
+        ["--results-dir", "afile", "folder"],
+    ),
     (["demo", "--runs-dir", "afile"], ["--runs-dir", "afile"]),
     # compare
     (["compare", "--config", "missing.yaml"], ["missing.yaml", "not found"]),
@@ -87,7 +112,10 @@ CASES = [
     (["compare", "--config", "binary.yaml"], ["binary.yaml", "invalid YAML"]),
     (["compare", "--config", "empty.yaml"], ["empty.yaml", "mapping"]),
     (["compare", "--config", ADIR], [ADIR, "not found"]),
-    (["compare", "--config", "cmp_unknown.yaml"], ["cmp_unknown.yaml", "bogus_field", "allowed keys"]),
+    (
+        ["compare", "--config", "cmp_unknown.yaml"],
+        ["cmp_unknown.yaml", "bogus_field", "allowed keys"],
+    ),
     (["compare", "--config", "cmp_loads.yaml"], ["cmp_loads.yaml", "loads=[-1]"]),
     (["compare", "--config", "cmp_env.yaml"], ["cmp_env.yaml", "bogus_key"]),
     (["compare", "--config", "cmp_env_value.yaml"], ["cmp_env_value.yaml", "max_batch_size=0"]),
@@ -106,7 +134,10 @@ CASES = [
     (["solve-smdp", "--max-states", "0"], ["--max-states", "'0'", ">= 1"]),
     (["solve-smdp", "--rate-per-s", "-3"], ["--rate-per-s", "'-3'", "> 0"]),
     (["solve-smdp", "--rate-per-s", "3000", "--load", "0.5"], ["--rate-per-s", "--load"]),
-    (["solve-smdp", "--load", "0.5", "--workload", "{kind: poisson, load: 0.3}"], ["--load", "--workload"]),
+    (
+        ["solve-smdp", "--load", "0.5", "--workload", "{kind: poisson, load: 0.3}"],
+        ["--load", "--workload"],
+    ),
     (["solve-smdp", "--load", "nan"], ["--load", "'nan'", "> 0"]),
     (["solve-smdp", "--reward-weights", "[1]"], ["--reward-weights", "mapping"]),
     (["solve-smdp", "--workload", "kind: [unclosed"], ["--workload", "not valid YAML"]),
@@ -117,21 +148,45 @@ CASES = [
     (["evaluate", "--episodes", "abc"], ["--episodes", "'abc'"]),
     (["evaluate", "--seed", "-1"], ["--seed", "'-1'", ">= 0"]),
     (["evaluate", "--max-batch-size", "0", "--episodes", "1"], ["max_batch_size=0"]),
-    (["evaluate", "--env-id", LLM, "--sla-ms", "10"], ["--sla-ms=10.0", LLM, "ttft_sla_ms", "tpot_sla_ms"]),
-    (["evaluate", "--env-id", LLM, "--max-batch-size", "8"], ["--max-batch-size=8", LLM, "max_num_seqs"]),
+    (
+        ["evaluate", "--env-id", LLM, "--sla-ms", "10"],
+        ["--sla-ms=10.0", LLM, "ttft_sla_ms", "tpot_sla_ms"],
+    ),
+    (
+        ["evaluate", "--env-id", LLM, "--max-batch-size", "8"],
+        ["--max-batch-size=8", LLM, "max_num_seqs"],
+    ),
     (["evaluate", "--env-id", LLM, "--load", "0.5"], ["--load=0.5", LLM, "rate_per_s"]),
-    (["evaluate", "--env-id", LLM, "--service", "lognormal"], ["--service='lognormal'", LLM, "--env-kwargs"]),
+    (
+        ["evaluate", "--env-id", LLM, "--service", "lognormal"],
+        ["--service='lognormal'", LLM, "--env-kwargs"],
+    ),
     (["evaluate", "--env-id", LLM, "--service-cv", "0.5"], ["--service-cv=0.5", LLM]),
-    (["evaluate", "--env-id", LLM, "--decision-interval-ms", "1"], ["--decision-interval-ms=1.0", LLM]),
+    (
+        ["evaluate", "--env-id", LLM, "--decision-interval-ms", "1"],
+        ["--decision-interval-ms=1.0", LLM],
+    ),
     (["evaluate", "--env-kwargs", "{bogus_key: 1}"], ["--env-kwargs", "bogus_key", "sla_ms"]),
-    (["evaluate", "--env-id", LLM, "--env-kwargs", "{bogus_key: 1}"], ["--env-kwargs", "bogus_key", "ttft_sla_ms"]),
+    (
+        ["evaluate", "--env-id", LLM, "--env-kwargs", "{bogus_key: 1}"],
+        ["--env-kwargs", "bogus_key", "ttft_sla_ms"],
+    ),
     (["evaluate", "--env-kwargs", "x: ["], ["--env-kwargs", "not valid YAML"]),
     (["evaluate", "--env-kwargs", "[1]"], ["--env-kwargs", "mapping"]),
-    (["evaluate", "--sla-ms", "5", "--env-kwargs", "{sla_ms: 3}"], ["--env-kwargs", "sla_ms", "--sla-ms"]),
-    (["evaluate", "--policy", "nope", "--episodes", "1", "--horizon-requests", "20"], ["'nope'", "available"]),
+    (
+        ["evaluate", "--sla-ms", "5", "--env-kwargs", "{sla_ms: 3}"],
+        ["--env-kwargs", "sla_ms", "--sla-ms"],
+    ),
+    (
+        ["evaluate", "--policy", "nope", "--episodes", "1", "--horizon-requests", "20"],
+        ["'nope'", "available"],
+    ),
     (["evaluate", "--policy", "ppo:no-such-run", "--episodes", "1"], ["no-such-run", "not found"]),
     (["evaluate", "--policy", f"ppo:{ADIR}", "--episodes", "1"], [ADIR, "config.yaml"]),
-    (["evaluate", "--policy", "ppo:run_broken", "--episodes", "1"], ["run_broken", "config.yaml", "corrupt"]),
+    (
+        ["evaluate", "--policy", "ppo:run_broken", "--episodes", "1"],
+        ["run_broken", "config.yaml", "corrupt"],
+    ),
     (["evaluate", "--policy", "ppo", "--episodes", "1"], ["'ppo'", "available"]),
     (["evaluate", "--env-id", "nope"], ["--env-id", "'nope'"]),
     (["evaluate", "--profile", "nope", "--episodes", "1"], ["nope"]),
@@ -145,37 +200,73 @@ CASES = [
     (["train", "--threads", "0"], ["--threads", "'0'", ">= 1"]),
     (["train", "--seed", "-1"], ["--seed", "'-1'", ">= 0"]),
     (["train", "--algo", "nope"], ["--algo", "'nope'"]),
-    (["train", "--centering-gain", "bogus", "--run-dir", "r"], ["centering_gain='bogus'", "greedy"]),
+    (
+        ["train", "--centering-gain", "bogus", "--run-dir", "r"],
+        ["centering_gain='bogus'", "greedy"],
+    ),
     (["train", "--device", "bogus", "--run-dir", "r"], ["device='bogus'", "cpu"]),
     # train: env kwargs and env config files
     (["train", "--env-kwargs", "{bogus_key: 1}", "--run-dir", "r"], ["bogus_key", "sla_ms"]),
     (["train", "--env-kwargs", "[1]", "--run-dir", "r"], ["--env-kwargs", "mapping"]),
     (["train", "--env-kwargs", "{max_batch_size: 0}", "--run-dir", "r"], ["max_batch_size=0"]),
-    (["train", "--env-config", "missing.yaml", "--run-dir", "r"], ["--env-config", "missing.yaml", "not found"]),
-    (["train", "--env-config", "bad.yaml", "--run-dir", "r"], ["--env-config", "bad.yaml", "not valid YAML"]),
+    (
+        ["train", "--env-config", "missing.yaml", "--run-dir", "r"],
+        ["--env-config", "missing.yaml", "not found"],
+    ),
+    (
+        ["train", "--env-config", "bad.yaml", "--run-dir", "r"],
+        ["--env-config", "bad.yaml", "not valid YAML"],
+    ),
     (["train", "--env-config", "binary.yaml", "--run-dir", "r"], ["--env-config", "binary.yaml"]),
-    (["train", "--env-config", "list.yaml", "--run-dir", "r"], ["--env-config", "list.yaml", "mapping"]),
+    (
+        ["train", "--env-config", "list.yaml", "--run-dir", "r"],
+        ["--env-config", "list.yaml", "mapping"],
+    ),
     (["train", "--env-config", ADIR, "--run-dir", "r"], ["--env-config", ADIR, "folder"]),
     # train: hyperparameter files
     (["train", "--hyperparams", "missing.yml", "--run-dir", "r"], ["missing.yml", "not found"]),
     (["train", "--hyperparams", ADIR, "--run-dir", "r"], [ADIR, "folder"]),
     (["train", "--hyperparams", "bad.yaml", "--run-dir", "r"], ["bad.yaml", "not valid YAML"]),
-    (["train", "--hyperparams", "binary.yaml", "--run-dir", "r"], ["binary.yaml", "not valid YAML"]),
+    (
+        ["train", "--hyperparams", "binary.yaml", "--run-dir", "r"],
+        ["binary.yaml", "not valid YAML"],
+    ),
     (["train", "--hyperparams", "list.yaml", "--run-dir", "r"], ["list.yaml", "mapping"]),
     (["train", "--hyperparams", "hp_noentry.yml", "--run-dir", "r"], ["hp_noentry.yml", DB]),
-    (["train", "--hyperparams", "hp_entry_list.yml", "--run-dir", "r"], ["hp_entry_list.yml", "mapping"]),
-    (["train", "--hyperparams", "hp_unknown.yml", "--run-dir", "r"], ["hp_unknown.yml", "bogus_param", "allowed"]),
-    (["train", "--hyperparams", "hp_type.yml", "--run-dir", "r"], ["hp_type.yml", "n_steps='many'", "integer"]),
-    (["train", "--hyperparams", "hp_n_envs.yml", "--run-dir", "r"], ["hp_n_envs.yml", "n_envs=0", ">= 1"]),
-    (["train", "--hyperparams", "hp_policy_kwargs.yml", "--run-dir", "r"], ["hp_policy_kwargs.yml", "policy_kwargs"]),
-    (["train", "--algo", "dqn", "--hyperparams", "hp_type.yml", "--run-dir", "r"], ["hp_type.yml", "n_steps"]),
+    (
+        ["train", "--hyperparams", "hp_entry_list.yml", "--run-dir", "r"],
+        ["hp_entry_list.yml", "mapping"],
+    ),
+    (
+        ["train", "--hyperparams", "hp_unknown.yml", "--run-dir", "r"],
+        ["hp_unknown.yml", "bogus_param", "allowed"],
+    ),
+    (
+        ["train", "--hyperparams", "hp_type.yml", "--run-dir", "r"],
+        ["hp_type.yml", "n_steps='many'", "integer"],
+    ),
+    (
+        ["train", "--hyperparams", "hp_n_envs.yml", "--run-dir", "r"],
+        ["hp_n_envs.yml", "n_envs=0", ">= 1"],
+    ),
+    (
+        ["train", "--hyperparams", "hp_policy_kwargs.yml", "--run-dir", "r"],
+        ["hp_policy_kwargs.yml", "policy_kwargs"],
+    ),
+    (
+        ["train", "--algo", "dqn", "--hyperparams", "hp_type.yml", "--run-dir", "r"],
+        ["hp_type.yml", "n_steps"],
+    ),
     # train: run directories and resume
     (["train", "--run-dir", "afile", "--centering-gain", "1"], ["run_dir='afile'", "is a file"]),
     (["train", "--resume"], ["--resume", "--run-dir"]),
     (["train", "--resume", "--run-dir", "missing-run"], ["missing-run", "not found"]),
     (["train", "--resume", "--run-dir", "run_empty"], ["run_empty", "config.yaml"]),
     (["train", "--resume", "--run-dir", "run_broken"], ["run_broken", "config.yaml", "corrupt"]),
-    (["train", "--resume", "--run-dir", "run_broken", "--checkpoint-freq", "-1"], ["--checkpoint-freq", "'-1'"]),
+    (
+        ["train", "--resume", "--run-dir", "run_broken", "--checkpoint-freq", "-1"],
+        ["--checkpoint-freq", "'-1'"],
+    ),
     # train: sweep
     (["train", "--max-retries", "2"], ["--max-retries=2", "--sweep"]),
     (["train", "--runs-dir", "x"], ["--runs-dir='x'", "--sweep"]),
@@ -185,7 +276,10 @@ CASES = [
     (["train", "--sweep", "sweep_algo.yaml"], ["sweep_algo.yaml", "algo='nope'"]),
     (["train", "--sweep", "sweep_grid.yaml"], ["sweep_grid.yaml", "bogus_param"]),
     (["train", "--sweep", "sweep_grid.yaml", "--algo", "a2c"], ["--algo='a2c'", "--sweep"]),
-    (["train", "--sweep", "sweep_grid.yaml", "--checkpoint-freq", "50000"], ["--checkpoint-freq=50000", "--sweep"]),
+    (
+        ["train", "--sweep", "sweep_grid.yaml", "--checkpoint-freq", "50000"],
+        ["--checkpoint-freq=50000", "--sweep"],
+    ),
     (["train", "--sweep", "sweep_grid.yaml", "--seed", "0"], ["--seed=0", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--eval-freq", "0"], ["--eval-freq=0", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--runs-dir", "afile"], ["--runs-dir", "afile"]),
@@ -194,7 +288,10 @@ CASES = [
     (["agents", "--config", "missing.yaml"], ["missing.yaml", "not found"]),
     (["agents", "--config", "bad.yaml"], ["bad.yaml", "invalid YAML"]),
     (["agents", "--config", "list.yaml"], ["list.yaml", "mapping"]),
-    (["agents", "--config", "agents_missing.yaml"], ["agents_missing.yaml", "missing required key"]),
+    (
+        ["agents", "--config", "agents_missing.yaml"],
+        ["agents_missing.yaml", "missing required key"],
+    ),
     (["agents", "--config", "agents_seeds.yaml"], ["agents_seeds.yaml", "train_seeds='x'"]),
     (["agents", "--settings", "nope"], ["settings", "nope"]),
     (["agents", "--results-dir", "afile"], ["--results-dir", "afile"]),
@@ -264,7 +361,10 @@ def workdir(tmp_path, monkeypatch):
 
 def listing(root: Path) -> dict[str, bytes | None]:
     """Every path under ``root`` with its content (None for folders)."""
-    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def run_cli(argv: list[str]) -> int:
@@ -302,15 +402,26 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(argv, words, workdir, c
     assert listing(workdir) == before
 
 
-@pytest.mark.parametrize(("argv", "words"), [
-    (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'"]),
-    (["compare", "--config", "bad.yaml"], ["bad.yaml", "invalid YAML"]),
-])
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'"]),
+        (["compare", "--config", "bad.yaml"], ["bad.yaml", "invalid YAML"]),
+    ],
+)
 def test_the_console_command_exits_2(argv, words, workdir):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     before = listing(workdir)
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", *argv], capture_output=True, text=True,
-                          env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     check_error(proc.stderr, words)
     assert listing(workdir) == before

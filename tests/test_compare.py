@@ -36,8 +36,12 @@ def test_outputs_and_resume(config_file, tmp_path):
     md = (out / "summary.md").read_text()
     assert "## poisson, load 0.3" in md and "Δ vs smdp" in md
     for png in (
-        "latency_mean_vs_load.png", "latency_p99_vs_load.png", "power_vs_load.png",
-        "sla_attainment_vs_load.png", "pareto_latency_power.png", "smdp_policy_structure.png",
+        "latency_mean_vs_load.png",
+        "latency_p99_vs_load.png",
+        "power_vs_load.png",
+        "sla_attainment_vs_load.png",
+        "pareto_latency_power.png",
+        "smdp_policy_structure.png",
     ):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
 
@@ -56,7 +60,9 @@ def test_outputs_and_resume(config_file, tmp_path):
 
     # a changed config never reuses stale cells
     changed = dict(SMALL, env={**SMALL["env"], "horizon_requests": 300})
-    fourth = run_compare(changed | {"_path": "x", "seeds": [0, 1]}, results_dir=out_root, progress=False)
+    fourth = run_compare(
+        changed | {"_path": "x", "seeds": [0, 1]}, results_dir=out_root, progress=False
+    )
     assert fourth["computed"] == n_cells
 
 
@@ -114,20 +120,32 @@ def test_dict_configs_are_validated_too(tmp_path, patch, needle):
 
 #: ways a cell file gets damaged: truncated mid-write, emptied, garbage, another cell's record
 DAMAGE = {
-    "truncated": lambda path, other: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
+    "truncated": lambda path, other: path.write_bytes(
+        path.read_bytes()[: len(path.read_bytes()) // 2]
+    ),
     "empty-object": lambda path, other: path.write_text("{}"),
     "garbage": lambda path, other: path.write_bytes(b"\x00\xff\x13garbage"),
     "empty-file": lambda path, other: path.write_bytes(b""),
     "other-cell": lambda path, other: path.write_bytes(other.read_bytes()),
-    "no-episodes": lambda path, other: path.write_text(json.dumps(
-        {**json.loads(path.read_text()), "result": {"policy": "greedy", "seeds": [0, 1], "episodes": []}})),
+    "no-episodes": lambda path, other: path.write_text(
+        json.dumps(
+            {
+                **json.loads(path.read_text()),
+                "result": {"policy": "greedy", "seeds": [0, 1], "episodes": []},
+            }
+        )
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_cell_is_named_moved_aside_and_recomputed(tmp_path, capsys, damage):
-    cfg = {**SMALL, "env": {**SMALL["env"], "horizon_requests": 100}, "policies": {"greedy": {}, "smdp": {}}}
+    cfg = {
+        **SMALL,
+        "env": {**SMALL["env"], "horizon_requests": 100},
+        "policies": {"greedy": {}, "smdp": {}},
+    }
     cfg.pop("pareto")
     cfg.pop("structure")
     first = run_compare(dict(cfg), results_dir=tmp_path, progress=False)

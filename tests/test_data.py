@@ -37,8 +37,11 @@ def fake_conv(tmp_path, monkeypatch) -> tuple[Path, str]:
     src.write_bytes(data.path("azure-conv-2023-excerpt").read_bytes())
     digest = hashlib.sha256(src.read_bytes()).hexdigest()
     d = data.DATASETS["azure-conv-2023"]
-    monkeypatch.setitem(data.DATASETS, d.name, data.Dataset(**{**d.to_dict(), "sha256": digest,
-                                                               "url": src.as_uri()}))
+    monkeypatch.setitem(
+        data.DATASETS,
+        d.name,
+        data.Dataset(**{**d.to_dict(), "sha256": digest, "url": src.as_uri()}),
+    )
     return src, digest
 
 
@@ -83,9 +86,14 @@ def test_shipped_excerpts_match_their_checksums_and_headers(name):
 
 def test_repository_tables_are_present_and_documented():
     readme = (ROOT / "data" / "README.md").read_text()
-    for f in ("inoue_resnet50_throughput_power.csv", "dle_resnet50_latency.csv",
-              "dle_bert_base_latency.csv", "resnet50_cpu_stage_latency.json",
-              "vidur_llama_linear_ops_ms.csv", "splitwise_llm_perf_model.csv"):
+    for f in (
+        "inoue_resnet50_throughput_power.csv",
+        "dle_resnet50_latency.csv",
+        "dle_bert_base_latency.csv",
+        "resnet50_cpu_stage_latency.json",
+        "vidur_llama_linear_ops_ms.csv",
+        "splitwise_llm_perf_model.csv",
+    ):
         assert (ROOT / "data" / f).is_file() and f"`{f}`" in readme, f
 
 
@@ -117,7 +125,9 @@ def test_fetch_verifies_the_checksum_and_caches(cache, fake_conv):
     path, got = data.fetch("azure-conv-2023")
     assert path == cache / "AzureLLMInferenceTrace_conv.csv" and got == digest
     assert path.read_bytes() == src.read_bytes() and data.is_available("azure-conv-2023")
-    assert not (cache / "AzureLLMInferenceTrace_conv.csv.sha256").exists()  # a known hash needs no record
+    assert not (
+        cache / "AzureLLMInferenceTrace_conv.csv.sha256"
+    ).exists()  # a known hash needs no record
     src.unlink()  # cached: no second download
     assert data.fetch("azure-conv-2023") == (path, digest)
     # the dataset by name, now fetched
@@ -183,7 +193,9 @@ def test_fetch_a_shipped_dataset_needs_no_download(cache):
 
 def test_fetch_without_pooch_says_what_to_install(cache, monkeypatch):
     monkeypatch.setitem(sys.modules, "pooch", None)  # import pooch -> ImportError
-    with pytest.raises(data.DatasetError, match=r"needs pooch: run pip install 'batch-env\[data\]'"):
+    with pytest.raises(
+        data.DatasetError, match=r"needs pooch: run pip install 'batch-env\[data\]'"
+    ):
         data.fetch("azure-conv-2023")
     assert data.data_dir() == cache  # the cache folder is known without pooch
 
@@ -195,7 +207,9 @@ def test_fetch_network_failure_is_one_line(cache, monkeypatch):
         raise ConnectionError("Max retries exceeded\nwith url: ...")
 
     monkeypatch.setattr(pooch, "retrieve", offline)
-    with pytest.raises(data.DatasetError, match="could not download dataset 'azure-conv-2023' from https://") as ei:
+    with pytest.raises(
+        data.DatasetError, match="could not download dataset 'azure-conv-2023' from https://"
+    ) as ei:
         data.fetch("azure-conv-2023")
     assert "\n" not in str(ei.value)
 
@@ -236,7 +250,10 @@ def test_cli_data_fetch(cache, fake_conv, capsys):
     assert main(["data", "fetch", "azure-conv-2023", "--force", "--url", bad.as_uri()]) == 1
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith("error: ") and "SHA-256 mismatch" in err
-    assert main(["data", "fetch", "azure-conv-2023", "--url", (src.parent / "missing.csv").as_uri()]) == 1
+    assert (
+        main(["data", "fetch", "azure-conv-2023", "--url", (src.parent / "missing.csv").as_uri()])
+        == 1
+    )
     assert "could not download" in capsys.readouterr().err
     assert main(["data", "fetch", "azure-conv-2023", "--sha256", "xyz"]) == 2
     assert "64 hexadecimal digits" in capsys.readouterr().err
@@ -249,7 +266,10 @@ def test_cli_data_fetch_unknown_checksum_warns(cache, tmp_path, monkeypatch, cap
     monkeypatch.setitem(data.DATASETS, d.name, data.Dataset(**{**d.to_dict(), "url": src.as_uri()}))
     assert main(["data", "fetch", "azure-conv-2024"]) == 0
     err = capsys.readouterr().err
-    assert f"warning: azure-conv-2024 has no published checksum; SHA-256 of this download: {data.sha256_of(src)}" in err
+    assert (
+        f"warning: azure-conv-2024 has no published checksum; SHA-256 of this download: {data.sha256_of(src)}"
+        in err
+    )
 
 
 def test_cli_data_help(capsys):
@@ -287,7 +307,9 @@ def test_llm_experiment_without_the_dataset_names_the_command(cache, tmp_path):
     from experiments.llm import run_llm
 
     cfg = {
-        "name": "tiny", "reference": "static-256", "seeds": [0],
+        "name": "tiny",
+        "reference": "static-256",
+        "seeds": [0],
         "env_kwargs": {"horizon_requests": 60, "warmup_requests": 10},
         "profiles": {"llama-2-7b-h100": {"rates": [4.0]}},
         "traffic": {"trace": {"kind": "trace", "dataset": "azure-conv-2023"}},
@@ -295,12 +317,16 @@ def test_llm_experiment_without_the_dataset_names_the_command(cache, tmp_path):
     }
     path = tmp_path / "tiny.yml"
     path.write_text(yaml.safe_dump(cfg))
-    with pytest.raises(FileNotFoundError, match="traffic.trace: .*`batch-env data fetch azure-conv-2023`"):
+    with pytest.raises(
+        FileNotFoundError, match="traffic.trace: .*`batch-env data fetch azure-conv-2023`"
+    ):
         run_llm(str(path), out_dir=str(tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()
     # the shipped excerpt runs without a download
-    cfg["traffic"] = {"trace": {"kind": "trace", "dataset": "azure-conv-2023-excerpt"},
-                      "poisson": {"kind": "poisson", "dataset": "azure-conv-2023-excerpt"}}
+    cfg["traffic"] = {
+        "trace": {"kind": "trace", "dataset": "azure-conv-2023-excerpt"},
+        "poisson": {"kind": "poisson", "dataset": "azure-conv-2023-excerpt"},
+    }
     path.write_text(yaml.safe_dump(cfg))
     r = run_llm(str(path), out_dir=str(tmp_path / "out"), progress=False)
     assert {c["traffic"] for c in r["cells"]} == {"trace", "poisson"}

@@ -32,11 +32,16 @@ from batch_env.workload import make_workload
 from experiments import cli
 from experiments.sweep import _KEYS as SWEEP_KEYS
 
-ENVS = [(DynamicBatchingEnv, ServingConfig, DEFAULT_PROFILE), (NodeBatchingEnv, ServingConfig, DEFAULT_PROFILE),
-        (LLMBatchingEnv, LLMConfig, LLM_DEFAULT_PROFILE)]
+ENVS = [
+    (DynamicBatchingEnv, ServingConfig, DEFAULT_PROFILE),
+    (NodeBatchingEnv, ServingConfig, DEFAULT_PROFILE),
+    (LLMBatchingEnv, LLMConfig, LLM_DEFAULT_PROFILE),
+]
 
 
-@pytest.mark.parametrize("env_cls,config_cls,profile", ENVS, ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize(
+    "env_cls,config_cls,profile", ENVS, ids=lambda x: getattr(x, "__name__", x)
+)
 def test_env_signature_defaults_are_the_config_defaults(env_cls, config_cls, profile):
     params = inspect.signature(env_cls.__init__).parameters
     for f in fields(config_cls):
@@ -50,11 +55,14 @@ def test_env_signature_defaults_are_the_config_defaults(env_cls, config_cls, pro
     assert params["workload"].default is None
 
 
-@pytest.mark.parametrize("env_id,default,config_cls", [
-    ("batch_env/DynamicBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
-    ("batch_env/NodeBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
-    ("batch_env/LLMBatching-v0", LLM_DEFAULT_WORKLOAD, LLMConfig),
-])
+@pytest.mark.parametrize(
+    "env_id,default,config_cls",
+    [
+        ("batch_env/DynamicBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
+        ("batch_env/NodeBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
+        ("batch_env/LLMBatching-v0", LLM_DEFAULT_WORKLOAD, LLMConfig),
+    ],
+)
 def test_an_env_built_without_arguments_uses_the_defaults(env_id, default, config_cls):
     env = gym.make(env_id)
     u = env.unwrapped
@@ -66,7 +74,9 @@ def test_an_env_built_without_arguments_uses_the_defaults(env_id, default, confi
                 assert cfg[f.name] == want.to_dict()
             elif want is not None and f.name != "grid":
                 assert cfg[f.name] == want, f.name
-        assert cfg["profile"] == (DEFAULT_PROFILE if config_cls is ServingConfig else LLM_DEFAULT_PROFILE)
+        assert cfg["profile"] == (
+            DEFAULT_PROFILE if config_cls is ServingConfig else LLM_DEFAULT_PROFILE
+        )
         mtp = getattr(u, "max_throughput_rps", None)
         assert cfg["workload"] == make_workload(dict(default), max_throughput_rps=mtp).to_dict()
     finally:
@@ -86,19 +96,27 @@ def test_cli_help_shows_the_config_defaults(command):
         if opt not in opts:
             continue
         help_text = opts[opt].help or ""
-        if name in {f.name for f in fields(ServingConfig)} and field_default(ServingConfig, name) is not None \
-                and name != "reward_weights":
+        if (
+            name in {f.name for f in fields(ServingConfig)}
+            and field_default(ServingConfig, name) is not None
+            and name != "reward_weights"
+        ):
             want = field_default(ServingConfig, name)
             want = f"{want:g}" if isinstance(want, (int, float)) else str(want)
             assert re.search(rf"\(default {re.escape(want)}\)", help_text), (opt, help_text)
             checked += 1
         elif opt != "--load" and re.search(r"default [0-9]", help_text):  # --load: checked below
-            pytest.fail(f"{opt} shows a default that is not checked against batch_env.config: {help_text!r}")
+            pytest.fail(
+                f"{opt} shows a default that is not checked against batch_env.config: {help_text!r}"
+            )
     assert checked >= 5
     assert f"default {DEFAULT_PROFILE}" in opts["--profile"].help
     assert f"default {DEFAULT_WORKLOAD['load']:g}" in opts["--load"].help
-    assert cli._ENV_DEFAULTS == {"profile": DEFAULT_PROFILE, "load": DEFAULT_WORKLOAD["load"],
-                                 "max_batch_size": field_default(ServingConfig, "max_batch_size")}
+    assert cli._ENV_DEFAULTS == {
+        "profile": DEFAULT_PROFILE,
+        "load": DEFAULT_WORKLOAD["load"],
+        "max_batch_size": field_default(ServingConfig, "max_batch_size"),
+    }
 
 
 def test_the_sweep_table_names_real_sweep_fields_and_train_options():
@@ -119,6 +137,10 @@ def test_the_sweep_table_names_real_sweep_fields_and_train_options():
 def test_registered_ids_set_no_defaults_of_their_own():
     """``gymnasium.make(id)`` builds the env with the config's defaults: the registrations
     pass no config field, profile or workload (which would be a second source)."""
-    names = {f.name for f in fields(ServingConfig)} | {f.name for f in fields(LLMConfig)} | {"profile", "workload"}
+    names = (
+        {f.name for f in fields(ServingConfig)}
+        | {f.name for f in fields(LLMConfig)}
+        | {"profile", "workload"}
+    )
     for env_id in batch_env.ENV_IDS:
         assert not names & set(gym.spec(env_id).kwargs or {}), env_id

@@ -229,7 +229,11 @@ def configs(draw):
                     {"kind": "poisson", "load": 0.3},
                     {"kind": "poisson", "load": 1.3},
                     {"kind": "gamma", "load": 0.7, "cv": 2.5},
-                    {"kind": "mmpp", "rates_per_s": [200.0, 3000.0], "switch_rates_per_s": [5.0, 20.0]},
+                    {
+                        "kind": "mmpp",
+                        "rates_per_s": [200.0, 3000.0],
+                        "switch_rates_per_s": [5.0, 20.0],
+                    },
                 ]
             )
         ),
@@ -244,7 +248,11 @@ def configs(draw):
     }
 
 
-@given(cfg=configs(), actions=st.lists(st.integers(0, 40), min_size=1, max_size=300), seed=st.integers(0, 2**31))
+@given(
+    cfg=configs(),
+    actions=st.lists(st.integers(0, 40), min_size=1, max_size=300),
+    seed=st.integers(0, 2**31),
+)
 def test_properties(cfg, actions, seed):
     env = gym.make(ENV_ID, **cfg)
     core = env.unwrapped
@@ -261,7 +269,9 @@ def test_properties(cfg, actions, seed):
         ns_before = core._ns
         obs, r, term, trunc, info = env.step(a)
         if a:  # every latency >= its batch's (possibly sampled) service time
-            lat = np.array(core._comp[ns_before : core._ns]) - np.array(core._arr[ns_before : core._ns])
+            lat = np.array(core._comp[ns_before : core._ns]) - np.array(
+                core._arr[ns_before : core._ns]
+            )
             assert lat.size == info["last_batch_size"] >= 1
             assert np.all(lat >= info["last_batch_latency_s"] * (1 - 1e-12))
         assert env.observation_space.contains(obs)
@@ -273,7 +283,10 @@ def test_properties(cfg, actions, seed):
         ret += r
         comps += [info["reward_components"][k] for k in ("latency", "energy", "sla", "drop")]
         # conservation: arrived = completed + waiting + in service + dropped
-        assert core._i == core._n_done + (len(core._arr) - core._ns) + (core._ns - core._n_done) + core._drops
+        assert (
+            core._i
+            == core._n_done + (len(core._arr) - core._ns) + (core._ns - core._n_done) + core._drops
+        )
         assert core._n_sys == len(core._arr) - core._n_done
         # energy >= min(idle power, lowest busy power) x elapsed time
         assert energy >= lo_power * (prev_now - start) * (1 - 1e-9)
@@ -281,10 +294,14 @@ def test_properties(cfg, actions, seed):
             s = info["serving"]
             assert s["completed"] + s["dropped"] <= cfg["horizon_requests"]
             if cfg["warmup_requests"] == 0:  # the window is the whole episode
-                assert s["reward_rate_per_s"] * s["elapsed_s"] == pytest.approx(ret, rel=1e-9, abs=1e-12)
+                assert s["reward_rate_per_s"] * s["elapsed_s"] == pytest.approx(
+                    ret, rel=1e-9, abs=1e-12
+                )
                 np.testing.assert_allclose(
                     [s["latency_integral_s"], s["energy_j"], s["sla_misses"], s["window_drops"]],
-                    comps, rtol=1e-9, atol=1e-12,
+                    comps,
+                    rtol=1e-9,
+                    atol=1e-12,
                 )
             obs, info = env.reset()
             prev_now = start = info["now_s"]
@@ -430,8 +447,12 @@ def test_finite_trace_ends_when_summary_requests_are_served(tmp_path, n_records)
     path = tmp_path / "short.csv"
     times = np.cumsum(np.random.default_rng(0).exponential(1 / 300.0, n_records))
     path.write_text("t\n" + "\n".join(repr(float(t)) for t in times) + "\n")
-    env = gym.make(ENV_ID, workload={"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": False},
-                   max_batch_size=8, horizon_requests=200)
+    env = gym.make(
+        ENV_ID,
+        workload={"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": False},
+        max_batch_size=8,
+        horizon_requests=200,
+    )
     res = evaluate(GreedyPolicy(env), env, n_episodes=1, seed=0)
     ep = res.episodes[0]
     assert ep["completed"] == 200

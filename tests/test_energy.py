@@ -70,11 +70,14 @@ def test_unreadable_rapl_counter_names_the_file(tmp_path):
 
 
 def test_rapl_sums_packages_not_subdomains_and_handles_wraparound(tmp_path):
-    fake_rapl(tmp_path, {
-        "intel-rapl:0": (990_000, 1_000_000),
-        "intel-rapl:0:0": (5, 1_000_000),  # the cores of package 0: already in its total
-        "intel-rapl:1": (100, 1_000_000),
-    })
+    fake_rapl(
+        tmp_path,
+        {
+            "intel-rapl:0": (990_000, 1_000_000),
+            "intel-rapl:0:0": (5, 1_000_000),  # the cores of package 0: already in its total
+            "intel-rapl:1": (100, 1_000_000),
+        },
+    )
     m = E.open_meter("cpu", rapl_root=str(tmp_path))
     try:
         assert m.source == "rapl" and m.counter_period_s == pytest.approx(0.001)

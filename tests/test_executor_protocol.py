@@ -22,7 +22,9 @@ from batch_env.real.torch_executor import TorchExecutor
 
 def _members(protocol: type) -> tuple[list[str], list[str]]:
     """The Protocol's methods and its data members."""
-    methods = [n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")]
+    methods = [
+        n for n, v in vars(protocol).items() if inspect.isfunction(v) and not n.startswith("_")
+    ]
     data = [n for n in getattr(protocol, "__annotations__", {}) if not n.startswith("_")]
     return methods, data
 
@@ -34,14 +36,20 @@ def _params(fn) -> list[inspect.Parameter]:
 def _check_class(cls: type, protocol: type) -> None:
     methods, _ = _members(protocol)
     for name in methods:
-        assert callable(getattr(cls, name, None)), f"{cls.__name__} lacks {protocol.__name__}.{name}"
+        assert callable(getattr(cls, name, None)), (
+            f"{cls.__name__} lacks {protocol.__name__}.{name}"
+        )
         want, have = _params(getattr(protocol, name)), _params(getattr(cls, name))
         assert [p.name for p in have[: len(want)]] == [p.name for p in want], (cls.__name__, name)
-        for p in have[len(want):]:
-            assert p.default is not inspect.Parameter.empty, f"{cls.__name__}.{name}: extra {p.name} needs a default"
+        for p in have[len(want) :]:
+            assert p.default is not inspect.Parameter.empty, (
+                f"{cls.__name__}.{name}: extra {p.name} needs a default"
+            )
         for w, h in zip(want, have, strict=False):
             if w.default is not inspect.Parameter.empty:
-                assert h.default == w.default, f"{cls.__name__}.{name}({h.name}) default {h.default!r}"
+                assert h.default == w.default, (
+                    f"{cls.__name__}.{name}({h.name}) default {h.default!r}"
+                )
 
 
 def _check_instance(obj: object, protocol: type) -> None:
@@ -71,9 +79,18 @@ def test_instances_satisfy_their_protocol():
     assert ex.run(4)[0] > 0 and ex.run_node(0, 4, ex.new_group(4))[0] > 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        t = TorchExecutor("resnet50", 4, torch_device="cpu", profile=prof, warmup=0, threads=1, width=0.125,
-                          depth=1, model_kwargs={"image_size": 32, "num_classes": 10},
-                          meter=ModelMeter("test: no meter", "cpu"))
+        t = TorchExecutor(
+            "resnet50",
+            4,
+            torch_device="cpu",
+            profile=prof,
+            warmup=0,
+            threads=1,
+            width=0.125,
+            depth=1,
+            model_kwargs={"image_size": 32, "num_classes": 10},
+            meter=ModelMeter("test: no meter", "cpu"),
+        )
     try:
         _check_instance(t, Executor)
         assert t.energy_source == "profile" and isinstance(t.node_names, tuple)

@@ -42,16 +42,49 @@ from experiments.cli import main
 
 pytestmark = pytest.mark.slow  # runs killed mid-way in subprocesses, then rerun
 ROOT = Path(__file__).resolve().parents[1]
-COMPARE = {"name": "faults", "env": {"profile": "resnet50-v100", "decision_interval_ms": 0.5,
-                                     "horizon_requests": 8000, "reward_weights": {"sla": 0.0}},
-           "workloads": {"poisson": {"kind": "poisson"}}, "loads": [0.3, 0.6, 0.9], "seeds": 2,
-           "reference": "greedy",
-           "policies": {"greedy": {}, "static-8": {"name": "static", "batch_size": 8, "timeout_ms": 5},
-                        "tf": {"name": "tfserving", "batch_timeout_ms": 1.0}}}
-TRAIN = ["--hyperparams", "tiny.yml", "--n-timesteps", "1024", "--checkpoint-freq", "256", "--eval-freq", "0",
-         "--centering-gain", "100", "--env-kwargs", json.dumps(TINY_ENV), "--no-progress"]
-SWEEP = {"name": "fsweep", "algo": "ppo", "env": TINY_ENV, "n_timesteps": 256, "seeds": 2, "eval_episodes": 1,
-         "hyperparams": "tiny.yml", "centering_gain": 100}
+COMPARE = {
+    "name": "faults",
+    "env": {
+        "profile": "resnet50-v100",
+        "decision_interval_ms": 0.5,
+        "horizon_requests": 8000,
+        "reward_weights": {"sla": 0.0},
+    },
+    "workloads": {"poisson": {"kind": "poisson"}},
+    "loads": [0.3, 0.6, 0.9],
+    "seeds": 2,
+    "reference": "greedy",
+    "policies": {
+        "greedy": {},
+        "static-8": {"name": "static", "batch_size": 8, "timeout_ms": 5},
+        "tf": {"name": "tfserving", "batch_timeout_ms": 1.0},
+    },
+}
+TRAIN = [
+    "--hyperparams",
+    "tiny.yml",
+    "--n-timesteps",
+    "1024",
+    "--checkpoint-freq",
+    "256",
+    "--eval-freq",
+    "0",
+    "--centering-gain",
+    "100",
+    "--env-kwargs",
+    json.dumps(TINY_ENV),
+    "--no-progress",
+]
+SWEEP = {
+    "name": "fsweep",
+    "algo": "ppo",
+    "env": TINY_ENV,
+    "n_timesteps": 256,
+    "seeds": 2,
+    "eval_episodes": 1,
+    "hyperparams": "tiny.yml",
+    "centering_gain": 100,
+}
 
 
 def damage_truncate(path: Path) -> None:
@@ -69,16 +102,43 @@ def damage_garbage(path: Path) -> None:
 
 #: (name, command, what to wait for, kill after the k-th such file, damage of the newest one)
 SCENARIOS = [
-    ("compare-2", ["compare", "--config", "cmp.yaml", "--results-dir", "res"], "res/faults/cells/*.json", 2,
-     damage_truncate),
-    ("compare-5", ["compare", "--config", "cmp.yaml", "--results-dir", "res"], "res/faults/cells/*.json", 5,
-     damage_empty_object),
+    (
+        "compare-2",
+        ["compare", "--config", "cmp.yaml", "--results-dir", "res"],
+        "res/faults/cells/*.json",
+        2,
+        damage_truncate,
+    ),
+    (
+        "compare-5",
+        ["compare", "--config", "cmp.yaml", "--results-dir", "res"],
+        "res/faults/cells/*.json",
+        5,
+        damage_empty_object,
+    ),
     # the newest checkpoint's model file; its statistics file
-    ("train-2", ["train", *TRAIN, "--run-dir", "run"], "run/checkpoints/model_*_steps.zip", 2, damage_truncate),
-    ("train-3", ["train", *TRAIN, "--run-dir", "run"], "run/checkpoints/model_*_steps.zip", 3, damage_garbage),
+    (
+        "train-2",
+        ["train", *TRAIN, "--run-dir", "run"],
+        "run/checkpoints/model_*_steps.zip",
+        2,
+        damage_truncate,
+    ),
+    (
+        "train-3",
+        ["train", *TRAIN, "--run-dir", "run"],
+        "run/checkpoints/model_*_steps.zip",
+        3,
+        damage_garbage,
+    ),
     # the first finished trial's final_evaluation.json
-    ("sweep-1", ["train", "--sweep", "sweep.yaml", "--runs-dir", "runs"],
-     "runs/sweeps/fsweep/trials/*/final_evaluation.json", 1, damage_empty_object),
+    (
+        "sweep-1",
+        ["train", "--sweep", "sweep.yaml", "--runs-dir", "runs"],
+        "runs/sweeps/fsweep/trials/*/final_evaluation.json",
+        1,
+        damage_empty_object,
+    ),
 ]
 #: faults injected: a kill and a damaged file per scenario
 FAULTS = 2 * len(SCENARIOS)
@@ -95,15 +155,25 @@ def inputs(folder: Path) -> Path:
 
 def kill_at(argv: list[str], cwd: Path, pattern: str, k: int, timeout_s: float = 300) -> None:
     """Start ``batch-env <argv>`` and SIGKILL it once ``k`` files match ``pattern`` under ``cwd``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *argv], cwd=cwd, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", *argv],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + timeout_s
     try:
         while len(written(cwd, pattern)) < k:
             if proc.poll() is not None:
-                raise AssertionError(f"batch-env {' '.join(argv)} ended ({proc.returncode}) before {k} x {pattern}: "
-                                     f"{proc.stderr.read().decode()[-2000:]}")
+                raise AssertionError(
+                    f"batch-env {' '.join(argv)} ended ({proc.returncode}) before {k} x {pattern}: "
+                    f"{proc.stderr.read().decode()[-2000:]}"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {k} x {pattern} after {timeout_s} s")
             time.sleep(0.005)
@@ -136,7 +206,10 @@ def runs(tmp_path_factory) -> tuple[dict[str, tuple[Path, Path]], Path]:
     folders = {name: inputs(root / name) for name, *_ in SCENARIOS}
     reference = inputs(root / "reference")
     with ThreadPoolExecutor(len(SCENARIOS)) as pool:
-        futures = [pool.submit(kill_at, argv, folders[name], pattern, k) for name, argv, pattern, k, _ in SCENARIOS]
+        futures = [
+            pool.submit(kill_at, argv, folders[name], pattern, k)
+            for name, argv, pattern, k, _ in SCENARIOS
+        ]
         cwd = Path.cwd()
         os.chdir(reference)
         try:
@@ -150,8 +223,12 @@ def runs(tmp_path_factory) -> tuple[dict[str, tuple[Path, Path]], Path]:
     killed = {}
     for name, _, pattern, _, damage in SCENARIOS:
         victim = newest(folders[name], pattern)
-        if name.startswith("train") and damage is not damage_truncate:  # the statistics of that checkpoint
-            victim = victim.with_name(victim.name.replace("model_", "model_vecnormalize_").replace(".zip", ".pkl"))
+        if (
+            name.startswith("train") and damage is not damage_truncate
+        ):  # the statistics of that checkpoint
+            victim = victim.with_name(
+                victim.name.replace("model_", "model_vecnormalize_").replace(".zip", ".pkl")
+            )
         damage(victim)
         killed[name] = (folders[name], victim)
     return killed, reference
@@ -178,7 +255,9 @@ def outputs(folder: Path) -> tuple[str, list[dict[str, str]]]:
 
 
 @pytest.mark.parametrize("name", [s[0] for s in SCENARIOS if s[0].startswith("compare")])
-def test_killed_compare_with_a_damaged_cell_reruns_to_the_same_results(runs, monkeypatch, capsys, name):
+def test_killed_compare_with_a_damaged_cell_reruns_to_the_same_results(
+    runs, monkeypatch, capsys, name
+):
     (folder, victim), reference = runs[0][name], runs[1]
     monkeypatch.chdir(folder)
     out, err = rerun(["compare", "--config", "cmp.yaml", "--results-dir", "res", "--json"], capsys)
@@ -192,7 +271,9 @@ def test_killed_compare_with_a_damaged_cell_reruns_to_the_same_results(runs, mon
 
 
 @pytest.mark.parametrize("name", [s[0] for s in SCENARIOS if s[0].startswith("train")])
-def test_killed_training_with_a_damaged_checkpoint_resumes_to_the_same_run(runs, monkeypatch, capsys, name):
+def test_killed_training_with_a_damaged_checkpoint_resumes_to_the_same_run(
+    runs, monkeypatch, capsys, name
+):
     from stable_baselines3 import PPO
 
     (folder, victim), reference = runs[0][name], runs[1]
@@ -200,10 +281,16 @@ def test_killed_training_with_a_damaged_checkpoint_resumes_to_the_same_run(runs,
     _, err = rerun(["train", "--resume", "--run-dir", "run", "--no-progress"], capsys)
     assert f"warning: {victim.relative_to(folder)} is damaged" in err
     assert (victim.parent / f"{victim.name}.corrupt").exists()
-    assert PPO.load(folder / "run/model.zip").num_timesteps == PPO.load(reference / "run/model.zip").num_timesteps
-    assert yaml.safe_load((folder / "run/config.yaml").read_text()) == \
-        yaml.safe_load((reference / "run/config.yaml").read_text())
-    ckpts = sorted(int(p.name.split("_")[1]) for p in (folder / "run/checkpoints").glob("model_*_steps.zip"))
+    assert (
+        PPO.load(folder / "run/model.zip").num_timesteps
+        == PPO.load(reference / "run/model.zip").num_timesteps
+    )
+    assert yaml.safe_load((folder / "run/config.yaml").read_text()) == yaml.safe_load(
+        (reference / "run/config.yaml").read_text()
+    )
+    ckpts = sorted(
+        int(p.name.split("_")[1]) for p in (folder / "run/checkpoints").glob("model_*_steps.zip")
+    )
     assert ckpts == [256, 512, 768, 1024]
 
 

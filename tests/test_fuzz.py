@@ -57,25 +57,49 @@ FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
     derandomize=not LONG,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.filter_too_much,
+        HealthCheck.data_too_large,
+    ],
 )
-LINEAR = {"name": "lin", "model": "m", "device": "d", "source": "fuzz", "kind": "linear",
-          "alpha_ms": 0.25, "tau0_ms": 1.0, "beta_j": 0.5, "c0_j": 2.0, "idle_power_w": 30.0}
-BATCH_PROFILES = {"resnet50-v100": 128, "resnet50-p4": 128, "bert-base-t4": 8,
-                  "resnet50-v100-linear": 256, "linear": 256}
+LINEAR = {
+    "name": "lin",
+    "model": "m",
+    "device": "d",
+    "source": "fuzz",
+    "kind": "linear",
+    "alpha_ms": 0.25,
+    "tau0_ms": 1.0,
+    "beta_j": 0.5,
+    "c0_j": 2.0,
+    "idle_power_w": 30.0,
+}
+BATCH_PROFILES = {
+    "resnet50-v100": 128,
+    "resnet50-p4": 128,
+    "bert-base-t4": 8,
+    "resnet50-v100-linear": 256,
+    "linear": 256,
+}
 LLM_PROFILES = ("llama-2-7b-a100", "llama-2-7b-h100", "llama-2-70b-tp8-a100")
 TRACE_DIR: Path | None = None
 
 
 # -- strategies ---------------------------------------------------------------------------
 
+
 def _trace_rows(draw, tokens: bool) -> list[tuple]:
     """Timestamps with many ties (runs of equal times), and token columns for LLM traces."""
-    gaps = draw(st.lists(
-        st.one_of(st.just(0.0), st.sampled_from([0.00025, 0.0005, 0.001, 0.01]),
-                  st.floats(1e-5, 0.05)),
-        min_size=2, max_size=40,
-    ))
+    gaps = draw(
+        st.lists(
+            st.one_of(
+                st.just(0.0), st.sampled_from([0.00025, 0.0005, 0.001, 0.01]), st.floats(1e-5, 0.05)
+            ),
+            min_size=2,
+            max_size=40,
+        )
+    )
     times = np.concatenate(([0.0], np.cumsum(gaps)))
     assume(times[-1] > 0.0)
     if not tokens:
@@ -89,8 +113,9 @@ def _trace_rows(draw, tokens: bool) -> list[tuple]:
 def workloads(draw, llm: bool = False, finite_traces: bool = True) -> dict:
     """Every workload kind; rates as a load (batch envs) or in requests/s (LLM)."""
     kind = draw(st.sampled_from(["poisson", "gamma", "mmpp", "trace"]))
-    rate = ({"rate_per_s": draw(st.floats(0.2, 30.0))} if llm
-            else {"load": draw(st.floats(0.05, 1.5))})
+    rate = (
+        {"rate_per_s": draw(st.floats(0.2, 30.0))} if llm else {"load": draw(st.floats(0.05, 1.5))}
+    )
     if kind == "poisson":
         return {"kind": kind, **rate}
     if kind == "gamma":
@@ -102,8 +127,12 @@ def workloads(draw, llm: bool = False, finite_traces: bool = True) -> dict:
         switch = draw(st.lists(st.floats(0.5, 200.0), min_size=m, max_size=m))
         wl = {"kind": kind, "rates_per_s": rates, "switch_rates_per_s": switch}
         return wl if llm else {**wl, "load": rate["load"]}
-    wl = {"kind": "trace", "rows": _trace_rows(draw, tokens=llm), "loop": True,
-          "random_offset": draw(st.booleans())}
+    wl = {
+        "kind": "trace",
+        "rows": _trace_rows(draw, tokens=llm),
+        "loop": True,
+        "random_offset": draw(st.booleans()),
+    }
     if finite_traces:
         wl["loop"] = draw(st.booleans())
     if llm:
@@ -117,13 +146,15 @@ def workloads(draw, llm: bool = False, finite_traces: bool = True) -> dict:
 def batch_kwargs(draw, node: bool = False, finite_traces: bool = True) -> dict:
     """DynamicBatching-v0 / NodeBatching-v0 constructor arguments."""
     name = draw(st.sampled_from(sorted(BATCH_PROFILES)))
-    kw = {"profile": LINEAR if name == "linear" else name,
-          "max_batch_size": draw(st.integers(1, min(64 if not node else 32, BATCH_PROFILES[name]))),
-          "workload": draw(workloads(finite_traces=finite_traces)),
-          "sla_ms": draw(st.floats(0.5, 200.0)),
-          "queue_capacity": draw(st.sampled_from([1, 2, 5, 30, 300, 2000])),
-          "horizon_requests": draw(st.integers(1, 120)),
-          "warmup_requests": draw(st.sampled_from([0, 0, 3, 30]))}
+    kw = {
+        "profile": LINEAR if name == "linear" else name,
+        "max_batch_size": draw(st.integers(1, min(64 if not node else 32, BATCH_PROFILES[name]))),
+        "workload": draw(workloads(finite_traces=finite_traces)),
+        "sla_ms": draw(st.floats(0.5, 200.0)),
+        "queue_capacity": draw(st.sampled_from([1, 2, 5, 30, 300, 2000])),
+        "horizon_requests": draw(st.integers(1, 120)),
+        "warmup_requests": draw(st.sampled_from([0, 0, 3, 30])),
+    }
     if draw(st.booleans()):
         kw["service"] = "lognormal"
         kw["service_cv"] = draw(st.floats(0.0, 2.0))
@@ -132,7 +163,9 @@ def batch_kwargs(draw, node: bool = False, finite_traces: bool = True) -> dict:
     if draw(st.booleans()):
         kw["horizon_s"] = draw(st.floats(1e-3, 5.0))
     if draw(st.booleans()):
-        kw["reward_weights"] = {k: draw(st.floats(0.0, 10.0)) for k in ("latency", "energy", "sla", "drop")}
+        kw["reward_weights"] = {
+            k: draw(st.floats(0.0, 10.0)) for k in ("latency", "energy", "sla", "drop")
+        }
     if draw(st.booleans()):
         kw["idle_power_w"] = draw(st.floats(0.0, 500.0))
     if draw(st.booleans()):
@@ -144,37 +177,46 @@ def batch_kwargs(draw, node: bool = False, finite_traces: bool = True) -> dict:
 def llm_kwargs(draw) -> dict:
     """LLMBatching-v0 constructor arguments."""
     n = draw(st.integers(1, 48))
-    kw = {"profile": draw(st.sampled_from(LLM_PROFILES)),
-          "workload": draw(workloads(llm=True)),
-          "max_num_seqs": n,
-          "max_model_len": draw(st.sampled_from([64, 256, 1024, 4096])),
-          "block_size": draw(st.sampled_from([8, 16, 32])),
-          "watermark": draw(st.floats(0.0, 0.1)),
-          "ttft_sla_ms": draw(st.floats(10.0, 5000.0)),
-          "tpot_sla_ms": draw(st.floats(5.0, 200.0)),
-          "queue_capacity": draw(st.sampled_from([1, 4, 64, 4096])),
-          "horizon_requests": draw(st.integers(1, 40)),
-          "warmup_requests": draw(st.sampled_from([0, 0, 5])),
-          "recent_iterations": draw(st.integers(1, 32))}
+    kw = {
+        "profile": draw(st.sampled_from(LLM_PROFILES)),
+        "workload": draw(workloads(llm=True)),
+        "max_num_seqs": n,
+        "max_model_len": draw(st.sampled_from([64, 256, 1024, 4096])),
+        "block_size": draw(st.sampled_from([8, 16, 32])),
+        "watermark": draw(st.floats(0.0, 0.1)),
+        "ttft_sla_ms": draw(st.floats(10.0, 5000.0)),
+        "tpot_sla_ms": draw(st.floats(5.0, 200.0)),
+        "queue_capacity": draw(st.sampled_from([1, 4, 64, 4096])),
+        "horizon_requests": draw(st.integers(1, 40)),
+        "warmup_requests": draw(st.sampled_from([0, 0, 5])),
+        "recent_iterations": draw(st.integers(1, 32)),
+    }
     if draw(st.booleans()):
         kw["grid"] = sorted(draw(st.sets(st.integers(1, n), min_size=1, max_size=6)))
     if draw(st.booleans()):  # tight KV memory: preemptions
         kw["gpu_memory_utilization"] = draw(st.floats(0.15, 0.95))
     lengths = draw(st.sampled_from(["default", "fixed", "lognormal"]))
     if lengths == "fixed":
-        kw["lengths"] = {"kind": "fixed", "prompt_tokens": draw(st.integers(1, kw["max_model_len"] + 20)),
-                         "output_tokens": draw(st.integers(1, 300))}
+        kw["lengths"] = {
+            "kind": "fixed",
+            "prompt_tokens": draw(st.integers(1, kw["max_model_len"] + 20)),
+            "output_tokens": draw(st.integers(1, 300)),
+        }
     elif lengths == "lognormal":
-        kw["lengths"] = {"kind": "lognormal", "prompt_tokens": draw(st.floats(1.0, 1.5 * kw["max_model_len"])),
-                         "prompt_cv": draw(st.floats(0.0, 2.0)),
-                         "output_tokens": draw(st.floats(1.0, 300.0)),
-                         "output_cv": draw(st.floats(0.0, 2.0))}
+        kw["lengths"] = {
+            "kind": "lognormal",
+            "prompt_tokens": draw(st.floats(1.0, 1.5 * kw["max_model_len"])),
+            "prompt_cv": draw(st.floats(0.0, 2.0)),
+            "output_tokens": draw(st.floats(1.0, 300.0)),
+            "output_cv": draw(st.floats(0.0, 2.0)),
+        }
     if draw(st.booleans()):
         kw["horizon_s"] = draw(st.floats(0.1, 200.0))
     return kw
 
 
 # -- the harness ---------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _trace_dir(tmp_path_factory):
@@ -213,8 +255,10 @@ def make(cls, kw: dict):
 @contextmanager
 def alarm(seconds: int):
     """Fail instead of hanging: SIGALRM after ``seconds``."""
+
     def on_alarm(signum, frame):
         raise AssertionError(f"a reset or step ran for more than {seconds} s")
+
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(seconds)
     try:
@@ -271,7 +315,10 @@ def _moved(env) -> int:
 
 def _check_counts(env, where: str) -> dict:
     c = env.request_counts()
-    assert c["arrived"] == c["completed"] + c["waiting"] + c["in_service"] + c["dropped"] + c["rejected"], (where, c)
+    assert (
+        c["arrived"]
+        == c["completed"] + c["waiting"] + c["in_service"] + c["dropped"] + c["rejected"]
+    ), (where, c)
     assert c["in_system"] == c["waiting"] + c["in_service"], (where, c)
     assert min(c.values()) >= 0, (where, c)
     return c
@@ -283,8 +330,16 @@ def _check_step(env, obs, reward, info, t_prev: float) -> None:
     comps = info["reward_components"]
     w = env.config.reward_weights
     assert all(math.isfinite(v) and v >= 0.0 for v in comps.values()), comps
-    expect = -(w.latency * comps["latency"] + w.energy * comps["energy"] + w.sla * comps["sla"] + w.drop * comps["drop"])
-    assert math.isfinite(reward) and math.isclose(reward, expect, rel_tol=1e-12, abs_tol=1e-12), (reward, expect)
+    expect = -(
+        w.latency * comps["latency"]
+        + w.energy * comps["energy"]
+        + w.sla * comps["sla"]
+        + w.drop * comps["drop"]
+    )
+    assert math.isfinite(reward) and math.isclose(reward, expect, rel_tol=1e-12, abs_tol=1e-12), (
+        reward,
+        expect,
+    )
     assert info["now_s"] >= t_prev and info["dt_s"] >= 0.0
 
 
@@ -295,7 +350,11 @@ def _check_summary(env, summary: dict) -> None:
     H = env.config.horizon_requests
     done = summary["completed"] + summary["dropped"]
     assert done <= H, summary
-    if env.workload.total_arrivals is None and env.request_counts()["in_system"] == 0 and summary["in_system_at_end"] == 0:
+    if (
+        env.workload.total_arrivals is None
+        and env.request_counts()["in_system"] == 0
+        and summary["in_system_at_end"] == 0
+    ):
         assert done == H or env._now >= env.horizon_s, summary  # noqa: SLF001
 
 
@@ -308,7 +367,9 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
         before = counter[0] if counter else 0
         obs, info = env.reset(seed=seed)
     if counter:
-        assert counter[0] - before <= 1 + _moved(env), "reset drew more chunks than it processed arrivals"
+        assert counter[0] - before <= 1 + _moved(env), (
+            "reset drew more chunks than it processed arrivals"
+        )
     assert env.observation_space.contains(obs)
     _check_counts(env, "reset")
     traj = [obs.tobytes()]
@@ -328,7 +389,9 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
         with alarm(CALL_ALARM_S):
             obs, reward, term, trunc, info = env.step(a)
         if counter:
-            assert counter[0] - before <= 1 + _moved(env) - moved, "a step drew more chunks than it processed arrivals"
+            assert counter[0] - before <= 1 + _moved(env) - moved, (
+                "a step drew more chunks than it processed arrivals"
+            )
         assert term is False
         _check_step(env, obs, reward, info, t_prev)
         _check_counts(env, f"step {step}")
@@ -376,9 +439,13 @@ def test_fuzz_llm_batching(kw, seed, kind):
 
 @pytest.mark.slow
 @FUZZ
-@given(kw=batch_kwargs(finite_traces=False), seed=st.integers(0, 2**20), n_envs=st.integers(1, 3),
-       policy=st.sampled_from(["random", "greedy", "patient"]),
-       mode=st.sampled_from([AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]))
+@given(
+    kw=batch_kwargs(finite_traces=False),
+    seed=st.integers(0, 2**20),
+    n_envs=st.integers(1, 3),
+    policy=st.sampled_from(["random", "greedy", "patient"]),
+    mode=st.sampled_from([AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]),
+)
 def test_fuzz_vector_env_lockstep(kw, seed, n_envs, policy, mode):
     """Every lane equals the scalar env on the same seed, step for step, ties included."""
     kw = materialize(kw)

@@ -33,7 +33,14 @@ def test_run_writes_ratios_for_every_variant(tmp_path):
     path.write_text(yaml.safe_dump(SMALL))
     res = run_lazybatching(path, results_dir=tmp_path / "results", progress=False)
     out = res["dir"]
-    for f in ("summary.md", "summary.csv", "ratios.md", "ratios.json", "ratios.png", "latency_mean_vs_load.png"):
+    for f in (
+        "summary.md",
+        "summary.csv",
+        "ratios.md",
+        "ratios.json",
+        "ratios.png",
+        "latency_mean_vs_load.png",
+    ):
         assert (out / f).stat().st_size > 0, f
     rat = json.loads((out / "ratios.json").read_text())
     assert set(rat["by_setting"]) == {"rn/poisson", "bert/poisson"}

@@ -116,11 +116,19 @@ def test_invariants_and_summary_with_random_caps():
     assert 0 < s["kv_utilization_mean"] <= 1
     # the reward is minus the weighted components
     w = env.config.reward_weights
-    assert total == pytest.approx(-(w.latency * comps["latency"] + w.energy * comps["energy"]
-                                    + w.sla * comps["sla"] + w.drop * comps["drop"]))
+    assert total == pytest.approx(
+        -(
+            w.latency * comps["latency"]
+            + w.energy * comps["energy"]
+            + w.sla * comps["sla"]
+            + w.drop * comps["drop"]
+        )
+    )
     # latency integral over the episode = total time in system of every request
     fin = [f if f is not None else env._now for f in env._fin]
-    assert comps["latency"] == pytest.approx(sum(f - a for f, a in zip(fin, env._arr, strict=True)), rel=1e-9)
+    assert comps["latency"] == pytest.approx(
+        sum(f - a for f, a in zip(fin, env._arr, strict=True)), rel=1e-9
+    )
 
 
 def test_ttft_below_e2e_and_first_tokens_in_arrival_order():
@@ -156,7 +164,9 @@ def test_memory_aware_preempts_at_most_a_fifth_of_static_256():
 
 
 def test_sla_misses_counted_once_per_request():
-    env = small(ttft_sla_ms=150.0, tpot_sla_ms=25.0, workload={"kind": "poisson", "rate_per_s": 40.0})
+    env = small(
+        ttft_sla_ms=150.0, tpot_sla_ms=25.0, workload={"kind": "poisson", "rate_per_s": 40.0}
+    )
     _, comps, info = run(env, baselines.make("static-cap", env=env), seed=5, check_every=0)
     arr, first, fin, out = env._arr, env._first, env._fin, env._O
     ttft, tpot = env._sla, env._tpot
@@ -166,7 +176,12 @@ def test_sla_misses_counted_once_per_request():
         f = first[e] if e < len(first) else None
         if now - a > ttft and (f is None or f - a > ttft):
             expected += 1
-        elif fin[e] is not None and f - a <= ttft and out[e] >= 2 and (fin[e] - f) / (out[e] - 1) > tpot:
+        elif (
+            fin[e] is not None
+            and f - a <= ttft
+            and out[e] >= 2
+            and (fin[e] - f) / (out[e] - 1) > tpot
+        ):
             expected += 1
     assert 0 < comps["sla"] == expected
     s = info["serving"]
@@ -174,7 +189,9 @@ def test_sla_misses_counted_once_per_request():
 
 
 def test_rejected_and_clipped_are_counted():
-    env = small(max_model_len=512, lengths={"kind": "lognormal", "prompt_tokens": 400, "output_tokens": 200})
+    env = small(
+        max_model_len=512, lengths={"kind": "lognormal", "prompt_tokens": 400, "output_tokens": 200}
+    )
     _, _, info = run(env, baselines.make("static-cap", env=env), seed=6, check_every=0)
     s = info["serving"]
     assert s["rejected"] > 0 and s["clipped"] > 0
@@ -186,8 +203,14 @@ def test_rejected_and_clipped_are_counted():
 def test_info_never_shows_output_lengths():
     env = small()
     _, info = env.reset(seed=0)
-    for key in ("kv_blocks_used", "kv_blocks_total", "running", "waiting",
-                "decode_latency_recent_ms", "batch_size_recent"):
+    for key in (
+        "kv_blocks_used",
+        "kv_blocks_total",
+        "running",
+        "waiting",
+        "decode_latency_recent_ms",
+        "batch_size_recent",
+    ):
         assert key in info
     assert not any("output" in k for k in info)
     _, _, _, _, info = env.step(0)
@@ -222,8 +245,12 @@ def test_memory_aware_formula():
     assert p.cap(info) == 64  # floor(0.95 * 8000 / 100) = 76, clamped to b_max 64
     info["kv_blocks_used"] = 4000
     assert p.cap(info) == 19
-    assert p.cap({"running": 30, "waiting": 1, "kv_blocks_used": 7900, "kv_blocks_total": 8000}) == 30
-    assert p.cap({"running": 3, "waiting": 0, "kv_blocks_used": 10, "kv_blocks_total": 8000}) == 30  # kept
+    assert (
+        p.cap({"running": 30, "waiting": 1, "kv_blocks_used": 7900, "kv_blocks_total": 8000}) == 30
+    )
+    assert (
+        p.cap({"running": 3, "waiting": 0, "kv_blocks_used": 10, "kv_blocks_total": 8000}) == 30
+    )  # kept
 
 
 def test_sla_feedback_interval():
@@ -239,8 +266,14 @@ def test_sla_feedback_interval():
     c = p.cap({"decode_latency_recent_ms": 52, "batch_size_recent": 70, "running": 90})
     assert (p.b_low, p.b_high) == (60, 80) and c == 90  # at least the number running
     both = baselines.make("pang2025", env=env)
-    info = {"decode_latency_recent_ms": 80, "batch_size_recent": 100, "running": 10, "waiting": 5,
-            "kv_blocks_used": 8000, "kv_blocks_total": 8000}
+    info = {
+        "decode_latency_recent_ms": 80,
+        "batch_size_recent": 100,
+        "running": 10,
+        "waiting": 5,
+        "kv_blocks_used": 8000,
+        "kv_blocks_total": 8000,
+    }
     assert both.act(None, info) == min(both.memory.b, 50) - 1
 
 
@@ -253,8 +286,12 @@ def test_policies_refuse_other_envs():
 def test_profile_without_table_for_cap_256_is_a_config_error():
     with pytest.raises(ValueError, match="max_num_seqs"):
         LLMBatchingEnv(profile="llama-2-70b-tp8-a100", max_num_seqs=256)
-    env = LLMBatchingEnv(profile="llama-2-70b-tp8-a100", max_num_seqs=64, horizon_requests=30,
-                         workload={"kind": "poisson", "rate_per_s": 2.0})
+    env = LLMBatchingEnv(
+        profile="llama-2-70b-tp8-a100",
+        max_num_seqs=64,
+        horizon_requests=30,
+        workload={"kind": "poisson", "rate_per_s": 2.0},
+    )
     run(env, baselines.make("pang2025", env=env), seed=0, check_every=0)
     LLMBatchingEnv(profile="llama-2-7b-h100", max_num_seqs=256)
 
@@ -303,6 +340,10 @@ def test_azure_trace_lengths_come_from_the_trace():
 
     with open(data.path(EXCERPT)) as fh:
         rows = list(csv.DictReader(fh))
-    fits = [(int(r["ContextTokens"]), int(r["GeneratedTokens"])) for r in rows if int(r["ContextTokens"]) + 1 <= 4096]
+    fits = [
+        (int(r["ContextTokens"]), int(r["GeneratedTokens"]))
+        for r in rows
+        if int(r["ContextTokens"]) + 1 <= 4096
+    ]
     assert env._P[:50] == [p for p, _ in fits[:50]]
     assert info["serving"]["completed"] == 100

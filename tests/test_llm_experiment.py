@@ -18,8 +18,12 @@ def tiny_config(tmp_path: Path, ttft_sla_ms: float = 1000.0, tpot_sla_ms: float 
         "attainment": 0.9,
         "bisection_steps": 3,
         "seeds": [0, 1],
-        "env_kwargs": {"horizon_requests": 120, "warmup_requests": 20,
-                       "ttft_sla_ms": ttft_sla_ms, "tpot_sla_ms": tpot_sla_ms},
+        "env_kwargs": {
+            "horizon_requests": 120,
+            "warmup_requests": 20,
+            "ttft_sla_ms": ttft_sla_ms,
+            "tpot_sla_ms": tpot_sla_ms,
+        },
         "profiles": {"llama-2-7b-h100": {"rates": [4.0, 8.0, 12.0, 16.0]}},
         "traffic": {"poisson": {"kind": "poisson", "lengths": {"kind": "lognormal"}}},
         "policies": {
@@ -56,7 +60,11 @@ def test_capacity_reproducible_and_outputs_written(tmp_path):
 def test_capacity_non_decreasing_as_the_sla_loosens(tmp_path):
     caps = []
     for ttft, tpot in ((500.0, 30.0), (1000.0, 50.0), (4000.0, 100.0)):
-        r = run_llm(str(tiny_config(tmp_path, ttft, tpot)), out_dir=str(tmp_path / f"{ttft}"), progress=False)
+        r = run_llm(
+            str(tiny_config(tmp_path, ttft, tpot)),
+            out_dir=str(tmp_path / f"{ttft}"),
+            progress=False,
+        )
         caps.append(capacities(r))
     for policy in ("static-256", "static-16", "memory-aware"):
         seq = [c[policy] for c in caps]
@@ -76,7 +84,9 @@ def test_capacity_search_logic():
     assert 5.0 <= r["capacity_rps"] <= 5.3 and not r["capped"]
     assert r["throughput_at_sla_tokens_per_s"] == pytest.approx(100 * r["capacity_rps"])
     assert calls[:4] == [1.0, 2.0, 4.0, 8.0]
-    r = capacity_search(lambda rate: {"sla_attainment": 0.0, "output_tokens_per_s": 1.0}, [1.0, 2.0], 0.9, 4)
+    r = capacity_search(
+        lambda rate: {"sla_attainment": 0.0, "output_tokens_per_s": 1.0}, [1.0, 2.0], 0.9, 4
+    )
     assert r["capacity_rps"] == 0.0 and r["throughput_at_sla_tokens_per_s"] == 0.0
 
 

@@ -36,13 +36,21 @@ def toy(**over):
         "gpu_rated_power_w": 300.0,
         "idle_power_w": 100.0,
         "prefill": {
-            "tokens": [1, 100, 200], "time_ms": [5.0, 10.0, 30.0],
-            "ms_per_token": 0.01, "ms_per_sq_token": 0.001,
+            "tokens": [1, 100, 200],
+            "time_ms": [5.0, 10.0, 30.0],
+            "ms_per_token": 0.01,
+            "ms_per_sq_token": 0.001,
         },
-        "decode": {"batch_sizes": [1, 4, 8], "time_ms": [5.0, 6.0, 10.0], "ms_per_context_token": 0.002},
+        "decode": {
+            "batch_sizes": [1, 4, 8],
+            "time_ms": [5.0, 6.0, 10.0],
+            "ms_per_context_token": 0.002,
+        },
         "power": {
-            "prefill_tokens": [1, 200], "prefill_w": [200.0, 600.0],
-            "decode_batch_sizes": [1, 8], "decode_w": [200.0, 400.0],
+            "prefill_tokens": [1, 200],
+            "prefill_w": [200.0, 600.0],
+            "decode_batch_sizes": [1, 8],
+            "decode_w": [200.0, 400.0],
         },
     }
     d.update(over)
@@ -55,7 +63,10 @@ def vidur_ms(gpu: str, tokens: int) -> float:
     with VIDUR.open() as f:
         for r in csv.DictReader(ln for ln in f if not ln.startswith("#")):
             if (r["model"], r["gpu"], r["tensor_parallel"], r["num_tokens"]) == (
-                "llama-2-7b", gpu, "1", str(tokens)
+                "llama-2-7b",
+                gpu,
+                "1",
+                str(tokens),
             ):
                 vals.append(float(r["linear_ops_ms"]))
     assert vals, (gpu, tokens)
@@ -93,13 +104,19 @@ def test_kv_bytes_per_token_and_weights():
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("llama-2-7b-a100", 111_618), ("llama-2-7b-h100", 111_618), ("llama-2-70b-tp8-a100", 1_336_791)],
+    [
+        ("llama-2-7b-a100", 111_618),
+        ("llama-2-7b-h100", 111_618),
+        ("llama-2-70b-tp8-a100", 1_336_791),
+    ],
 )
 def test_kv_capacity_formula(name, expected):
     p = L.load(name)
     cap = p.kv_capacity_tokens()
     assert cap == expected
-    assert cap == int((p.num_gpus * p.gpu_memory_bytes * 0.9 - p.weights_bytes) // p.kv_bytes_per_token)
+    assert cap == int(
+        (p.num_gpus * p.gpu_memory_bytes * 0.9 - p.weights_bytes) // p.kv_bytes_per_token
+    )
     assert p.kv_blocks_total() == expected // 16
     assert p.kv_blocks_total(block_size=32) == expected // 32
     assert p.kv_capacity_tokens(0.5) < cap
@@ -144,7 +161,9 @@ def test_7b_attention_terms():
     # prefill: causal attention 2 x 32 layers x 4096 hidden FLOPs per squared token at 50% of 312 TFLOPS
     sq = p.prefill_time_s(1024, 1024**2) - p.prefill_time_s(1024, 0)
     assert sq == pytest.approx(1024**2 * 2 * 32 * 4096 / (312e12 * 0.5), rel=1e-5)
-    assert p.decode_time_s(1, 1000) * 1e3 == pytest.approx(9.28 + 1000 * 512 * KIB / (2039e9 * 0.7) * 1e3, rel=1e-5)
+    assert p.decode_time_s(1, 1000) * 1e3 == pytest.approx(
+        9.28 + 1000 * 512 * KIB / (2039e9 * 0.7) * 1e3, rel=1e-5
+    )
 
 
 def test_7b_table_points_equal_the_table():
@@ -158,12 +177,16 @@ def test_7b_table_points_equal_the_table():
             assert p.prefill_time_s(n, 0) == pytest.approx((ms + tok_ms * n) / 1e3, rel=1e-12)
     p = L.load("llama-2-7b-a100")
     assert p.decode_time_s(1, 0) == pytest.approx(9.28e-3)
-    assert p.decode_time_s(2048, 0) == pytest.approx((133.504 + 133.424) / 2 / 1e3)  # duplicate rows: mean
+    assert p.decode_time_s(2048, 0) == pytest.approx(
+        (133.504 + 133.424) / 2 / 1e3
+    )  # duplicate rows: mean
     # between listed points: linear (512 -> 33.36 ms, 520 -> 36.944 ms)
     assert p.decode_time_s(516, 0) == pytest.approx((33.36 + 36.944) / 2 / 1e3)
 
 
-@pytest.mark.parametrize("gpu, name", [("a100-80gb", "llama-2-7b-a100"), ("h100-80gb", "llama-2-7b-h100")])
+@pytest.mark.parametrize(
+    "gpu, name", [("a100-80gb", "llama-2-7b-a100"), ("h100-80gb", "llama-2-7b-h100")]
+)
 @pytest.mark.parametrize("tokens", [1, 64, 512, 4096])
 def test_7b_decode_matches_vidur_csv(gpu, name, tokens):
     p = L.load(name)
@@ -182,18 +205,31 @@ def test_70b_decode_reproduces_splitwise_token_time():
 
 def test_70b_matches_splitwise_csv():
     rows = [
-        r for r in csv.DictReader(SPLITWISE.open())
+        r
+        for r in csv.DictReader(SPLITWISE.open())
         if (r["model"], r["hardware"], r["tensor_parallel"], r["token_size"])
         == ("llama2-70b", "a100-80gb", "8", "128")
     ]
     p = L.load("llama-2-70b-tp8-a100")
     for b in (2, 8, 32):
-        tt = [float(r["token_time"]) for r in rows if r["prompt_size"] == "512" and r["batch_size"] == str(b)]
+        tt = [
+            float(r["token_time"])
+            for r in rows
+            if r["prompt_size"] == "512" and r["batch_size"] == str(b)
+        ]
         assert p.decode_time_s(b, b * 576) * 1e3 == pytest.approx(sum(tt) / len(tt), abs=1e-4)
     for n in (256, 2048):
-        pt = [float(r["prompt_time"]) for r in rows if r["prompt_size"] == str(n) and r["batch_size"] == "1"]
+        pt = [
+            float(r["prompt_time"])
+            for r in rows
+            if r["prompt_size"] == str(n) and r["batch_size"] == "1"
+        ]
         assert p.prefill_time_s(n, n * n) * 1e3 == pytest.approx(sum(pt) / len(pt), abs=1e-4)
-    avg8 = [float(r["average_power"]) for r in rows if r["prompt_size"] == "512" and r["batch_size"] == "8"]
+    avg8 = [
+        float(r["average_power"])
+        for r in rows
+        if r["prompt_size"] == "512" and r["batch_size"] == "8"
+    ]
     assert p.decode_power_w(8) == pytest.approx(avg8[0] * 400 * 8, abs=0.01)
 
 
@@ -247,7 +283,9 @@ def test_power_values():
     # the same fraction of its own TDP as the 70B profile per GPU
     assert p7.decode_power_w(8) == pytest.approx(p70.decode_power_w(8) / 8, abs=0.01)
     assert p7.decode_power_w(1000) == p7.decode_power_w(64)  # held flat beyond the last point
-    assert L.load("llama-2-7b-h100").decode_power_w(8) == pytest.approx(p7.decode_power_w(8) * 700 / 400, abs=0.01)
+    assert L.load("llama-2-7b-h100").decode_power_w(8) == pytest.approx(
+        p7.decode_power_w(8) * 700 / 400, abs=0.01
+    )
 
 
 # ----------------------------------------------------------------- toy profile: evaluation rules
@@ -261,7 +299,9 @@ def test_toy_interpolation_and_formulas():
     assert p.decode_time_s(4, 0) == pytest.approx(6e-3)
     assert p.decode_time_s(6, 500) == pytest.approx((8.0 + 0.002 * 500) / 1e3)
     # prefill: table + per token + per squared token
-    assert p.prefill_time_s(150, 150**2) == pytest.approx((20.0 + 0.01 * 150 + 0.001 * 150**2) / 1e3)
+    assert p.prefill_time_s(150, 150**2) == pytest.approx(
+        (20.0 + 0.01 * 150 + 0.001 * 150**2) / 1e3
+    )
     # power: interpolated, flat outside
     assert p.prefill_power_w(100) == pytest.approx(200 + 400 * 99 / 199)
     assert p.decode_power_w(4) == pytest.approx(200 + 200 * 3 / 7)
@@ -338,10 +378,30 @@ _DEL = object()
         ("power.prefill_w", [0.0, 600.0], "power.prefill_w"),
         ("power.decode_filled", [True], "power.decode_filled"),
         ("power.modelled", "yes", "power.modelled"),
-        ("model_shape", {"layers": 2, "hidden": 8, "kv_heads": 2, "head_dim": 4, "params": 25_000,
-                         "dtype_bytes": 2}, "kv_bytes_per_token"),
-        ("model_shape", {"layers": 2, "hidden": 8, "kv_heads": 125, "head_dim": 1, "params": 1,
-                         "dtype_bytes": 2}, "weights_bytes"),
+        (
+            "model_shape",
+            {
+                "layers": 2,
+                "hidden": 8,
+                "kv_heads": 2,
+                "head_dim": 4,
+                "params": 25_000,
+                "dtype_bytes": 2,
+            },
+            "kv_bytes_per_token",
+        ),
+        (
+            "model_shape",
+            {
+                "layers": 2,
+                "hidden": 8,
+                "kv_heads": 125,
+                "head_dim": 1,
+                "params": 1,
+                "dtype_bytes": 2,
+            },
+            "weights_bytes",
+        ),
     ],
 )
 def test_malformed_field_raises_naming_it(path, value, needle):
@@ -353,7 +413,14 @@ def test_malformed_field_raises_naming_it(path, value, needle):
 
 
 def test_model_shape_consistent_loads():
-    shape = {"layers": 2, "hidden": 8, "kv_heads": 125, "head_dim": 1, "params": 25_000, "dtype_bytes": 2}
+    shape = {
+        "layers": 2,
+        "hidden": 8,
+        "kv_heads": 125,
+        "head_dim": 1,
+        "params": 25_000,
+        "dtype_bytes": 2,
+    }
     assert L.load(toy(model_shape=shape)).kv_bytes_per_token == 1000
 
 
@@ -380,8 +447,16 @@ def test_missing_fields_listed():
 
 
 def test_batch_profiles_point_to_batch_loader(tmp_path):
-    batch = {"name": "t", "model": "m", "device": "d", "source": "s", "batch_sizes": [1, 2],
-             "latency_ms": [1.0, 2.0], "power_w": [1.0, 2.0], "idle_power_w": 0.0}
+    batch = {
+        "name": "t",
+        "model": "m",
+        "device": "d",
+        "source": "s",
+        "batch_sizes": [1, 2],
+        "latency_ms": [1.0, 2.0],
+        "power_w": [1.0, 2.0],
+        "idle_power_w": 0.0,
+    }
     for d in (batch, {**batch, "kind": "table"}, {"kind": "linear"}):
         with pytest.raises(ValueError, match=r"batch_env\.profile\.load"):
             L.load(d)
@@ -442,7 +517,9 @@ def test_numpy_scalars_accepted_in_calls():
 
 
 def test_script_regenerates_shipped_json(tmp_path):
-    spec = importlib.util.spec_from_file_location("llm_profiles", ROOT / "scripts" / "llm_profiles.py")
+    spec = importlib.util.spec_from_file_location(
+        "llm_profiles", ROOT / "scripts" / "llm_profiles.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.main(["--out", str(tmp_path), "--data", str(DATA)]) == 0

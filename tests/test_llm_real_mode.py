@@ -22,11 +22,21 @@ from batch_env.real.llm_torch_executor import LLMTorchExecutor
 
 LLM = "batch_env/LLMBatching-v0"
 PROFILE = "llama-2-7b-a100"
-TINY = {"width": 0.125, "depth": 1, "threads": 1, "warmup": 1,
-        "model_kwargs": {"heads": 2, "vocab_size": 256, "n_positions": 64}}
+TINY = {
+    "width": 0.125,
+    "depth": 1,
+    "threads": 1,
+    "warmup": 1,
+    "model_kwargs": {"heads": 2, "vocab_size": 256, "n_positions": 64},
+}
 # hidden 128, a 4096-token vocabulary: big enough that a decode's work shows in its time
-SMALL = {"width": 0.5, "depth": 2, "threads": 1, "warmup": 1,
-         "model_kwargs": {"heads": 4, "vocab_size": 4096, "n_positions": 128}}
+SMALL = {
+    "width": 0.5,
+    "depth": 2,
+    "threads": 1,
+    "warmup": 1,
+    "model_kwargs": {"heads": 4, "vocab_size": 4096, "n_positions": 128},
+}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -42,10 +52,17 @@ def make(**kw):
     (1e5 per second), 8 may run, and the profile's cache at 17% of the A100 holds 14 blocks
     of 16 tokens, so 8 requests needing 2 blocks each must preempt."""
     args = dict(
-        executor="torch", model="gpt-small", torch_device="cpu", executor_options=TINY,
-        max_model_len=64, max_num_seqs=8, horizon_requests=40, horizon_s=60.0,
+        executor="torch",
+        model="gpt-small",
+        torch_device="cpu",
+        executor_options=TINY,
+        max_model_len=64,
+        max_num_seqs=8,
+        horizon_requests=40,
+        horizon_s=60.0,
         lengths={"kind": "fixed", "prompt_tokens": 16, "output_tokens": 16},
-        workload={"kind": "poisson", "rate_per_s": 1e5}, gpu_memory_utilization=0.17,
+        workload={"kind": "poisson", "rate_per_s": 1e5},
+        gpu_memory_utilization=0.17,
     )
     args.update(kw)
     with warnings.catch_warnings():
@@ -56,8 +73,9 @@ def make(**kw):
 def executor(cfg=TINY, max_num_seqs=16, max_model_len=64, **kw):
     kw.setdefault("meter", ModelMeter("test: no meter", "cpu"))
     kw.setdefault("profile", PROFILE)
-    return LLMTorchExecutor(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                            torch_device="cpu", **{**cfg, **kw})
+    return LLMTorchExecutor(
+        max_num_seqs=max_num_seqs, max_model_len=max_model_len, torch_device="cpu", **{**cfg, **kw}
+    )
 
 
 def spy(ex, name, log):
@@ -255,10 +273,17 @@ def test_profile_executor_has_the_same_interface():
     [
         ({"model": "resnet50"}, ValueError, r"model='resnet50' is invalid.*\['gpt-small'\]"),
         ({"model": "alexnet"}, ValueError, r"model='alexnet' is invalid"),
-        ({"max_model_len": 128}, ValueError, r"max_model_len=128 exceeds the model's n_positions=64"),
+        (
+            {"max_model_len": 128},
+            ValueError,
+            r"max_model_len=128 exceeds the model's n_positions=64",
+        ),
         ({"executor_options": {**TINY, "threads": 0}}, ValueError, "threads=0"),
-        ({"executor_options": {**TINY, "weights": "/nonexistent/w.pt"}}, FileNotFoundError,
-         "does not exist"),
+        (
+            {"executor_options": {**TINY, "weights": "/nonexistent/w.pt"}},
+            FileNotFoundError,
+            "does not exist",
+        ),
         ({"executor": "jax"}, ValueError, "executor='jax' is invalid"),
         ({"torch_device": "gpu"}, ValueError, "expected 'auto', 'cpu', 'cuda'"),
     ],

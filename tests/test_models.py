@@ -21,9 +21,24 @@ TINY = {
 }
 
 RESNET50_NODES = (
-    "stem", "layer1.0", "layer1.1", "layer1.2", "layer2.0", "layer2.1", "layer2.2", "layer2.3",
-    "layer3.0", "layer3.1", "layer3.2", "layer3.3", "layer3.4", "layer3.5", "layer4.0",
-    "layer4.1", "layer4.2", "head",
+    "stem",
+    "layer1.0",
+    "layer1.1",
+    "layer1.2",
+    "layer2.0",
+    "layer2.1",
+    "layer2.2",
+    "layer2.3",
+    "layer3.0",
+    "layer3.1",
+    "layer3.2",
+    "layer3.3",
+    "layer3.4",
+    "layer3.5",
+    "layer4.0",
+    "layer4.1",
+    "layer4.2",
+    "head",
 )
 
 
@@ -260,13 +275,19 @@ def test_resize_keeps_results_and_refuses_to_cut():
             assert cache.capacity == cap  # the step did not have to grow it
         cache.resize(9)  # shrink: drops padding only
         assert cache.capacity == 9
-        assert close(m.decode_step(torch.tensor([5, 6]), cache),
-                     m(torch.cat([tokens, nxt[:, None], torch.tensor([[5], [6]])], dim=1)))
+        assert close(
+            m.decode_step(torch.tensor([5, 6]), cache),
+            m(torch.cat([tokens, nxt[:, None], torch.tensor([[5], [6]])], dim=1)),
+        )
     with pytest.raises(ValueError, match="capacity=9 is invalid.*>= 10"):
         cache.resize(9)
 
 
 def test_gpt_seq_len_defaults_within_n_positions():
-    assert M.build_model("gpt-small", width=0.125, depth=1, heads=2, vocab_size=50,
-                         n_positions=16).seq_len == 16
+    assert (
+        M.build_model(
+            "gpt-small", width=0.125, depth=1, heads=2, vocab_size=50, n_positions=16
+        ).seq_len
+        == 16
+    )
     assert tiny("gpt-small", n_positions=512).seq_len == 8  # given explicitly

@@ -103,8 +103,13 @@ def test_determinism_same_seed():
 def test_properties_random_policy(seed, load, B, cap, bias):
     """Conservation, node order, group limits and ordering under arbitrary (incl. clipped) actions."""
     env = make(
-        max_batch_size=B, queue_capacity=cap, workload={"kind": "poisson", "load": load},
-        decision_interval_ms=0.7, horizon_requests=120, service="lognormal", service_cv=0.4,
+        max_batch_size=B,
+        queue_capacity=cap,
+        workload={"kind": "poisson", "load": load},
+        decision_interval_ms=0.7,
+        horizon_requests=120,
+        service="lognormal",
+        service_cv=0.4,
     )
     core = env.unwrapped
     tracer = Tracer(core.executor)
@@ -122,7 +127,9 @@ def test_properties_random_policy(seed, load, B, cap, bias):
         groups = info["groups"]
         assert sum(g[1] for g in groups) == info["in_flight"] <= B
         nodes = [g[0] for g in groups]
-        assert nodes == sorted(nodes) and len(set(nodes)) == len(nodes)  # least-advanced first, strictly
+        assert nodes == sorted(nodes) and len(set(nodes)) == len(
+            nodes
+        )  # least-advanced first, strictly
         assert core._arrived == core._n_done + info["queue_len"] + info["in_flight"] + core._drops
         m = info["action_mask"]
         assert m[0] and m.sum() >= 2 or trunc  # never a forced move at a decision epoch
@@ -141,8 +148,13 @@ def test_properties_random_policy(seed, load, B, cap, bias):
 @pytest.mark.parametrize("profile", ["resnet50-v100-linear", "resnet50-p4-linear"])
 def test_single_node_reproduces_dynamic_batching(service, profile):
     kw = dict(
-        profile=profile, workload={"kind": "poisson", "load": 0.7}, service=service,
-        service_cv=0.3, decision_interval_ms=1.0, horizon_requests=1000, max_batch_size=16,
+        profile=profile,
+        workload={"kind": "poisson", "load": 0.7},
+        service=service,
+        service_cv=0.3,
+        decision_interval_ms=1.0,
+        horizon_requests=1000,
+        max_batch_size=16,
     )
     e1, e2 = gym.make(DYN, **kw), gym.make(NODE, **kw)
     assert e2.unwrapped.node_names == ("model",)
@@ -225,7 +237,9 @@ def test_lazy_prediction_matches_env_without_admissions():
 
 
 def test_lazy_never_admits_against_its_own_prediction():
-    env = make(workload={"kind": "poisson", "load": 0.7}, horizon_requests=1500, decision_interval_ms=0.5)
+    env = make(
+        workload={"kind": "poisson", "load": 0.7}, horizon_requests=1500, decision_interval_ms=0.5
+    )
     for slack in ("exact", "conservative"):
         lazy = baselines.make("lazy", env, slack=slack)
         lazy.reset()
@@ -248,7 +262,9 @@ def test_lazy_never_admits_against_its_own_prediction():
 
 def test_lazy_beats_graph_window_at_light_load():
     """At light load, LazyBatching's mean latency is at least 2x lower than 10 ms graph batching's."""
-    env = make(workload={"kind": "poisson", "load": 0.05}, decision_interval_ms=0.5, horizon_requests=1000)
+    env = make(
+        workload={"kind": "poisson", "load": 0.05}, decision_interval_ms=0.5, horizon_requests=1000
+    )
     lazy = evaluate(baselines.make("lazy", env), env, n_episodes=3)
     graph = evaluate(baselines.make("graph", env, window_ms=10), env, n_episodes=3)
     ratio = graph.mean("latency_mean_ms") / lazy.mean("latency_mean_ms")
@@ -257,7 +273,9 @@ def test_lazy_beats_graph_window_at_light_load():
 
 
 def test_graph_policy_is_triton_in_dynamic_env_and_never_interleaves():
-    kw = dict(workload={"kind": "poisson", "load": 0.4}, decision_interval_ms=0.5, horizon_requests=400)
+    kw = dict(
+        workload={"kind": "poisson", "load": 0.4}, decision_interval_ms=0.5, horizon_requests=400
+    )
     dyn = gym.make(DYN, **kw)
     g = baselines.make("graph", dyn, window_ms=3)
     t = baselines.make("timeout", dyn, max_queue_delay_ms=3)
@@ -291,7 +309,9 @@ def test_lazy_errors():
 # -- node tables in profiles --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["resnet50-v100", "resnet50-p4", "resnet50-t4-trt", "resnet50-a100-trt", "bert-base-t4"])
+@pytest.mark.parametrize(
+    "name", ["resnet50-v100", "resnet50-p4", "resnet50-t4-trt", "resnet50-a100-trt", "bert-base-t4"]
+)
 def test_shipped_node_tables_sum_to_end_to_end(name):
     p = load_profile(name)
     assert p.n_nodes == (18 if name.startswith("resnet") else 14)

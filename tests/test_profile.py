@@ -141,7 +141,9 @@ def test_shipped_tables_match_reference_data():
     rs = [r for r in rows if r["gpu"] == "T4" and r["seq"] == "128" and r["precision"] == "fp16"]
     assert list(p.batch_sizes) == [int(r["batch"]) for r in rs]
     for r in rs:
-        assert p.latency_s(int(r["batch"])) * 1000 == pytest.approx(float(r["lat_avg_ms"]), rel=1e-12)
+        assert p.latency_s(int(r["batch"])) * 1000 == pytest.approx(
+            float(r["lat_avg_ms"]), rel=1e-12
+        )
 
 
 # ------------------------------------------------------------------ interpolation
@@ -232,18 +234,24 @@ def test_linear_kind_formula():
     for b in (1, 2, 7, 128, 10_000):
         assert p.latency_s(b) == pytest.approx((2.0 + 0.5 * b) / 1000.0, rel=1e-12)
         assert p.energy_j(b) == pytest.approx(0.15 + 0.04 * b, rel=1e-12)
-        assert p.power_w(b) == pytest.approx((0.15 + 0.04 * b) / ((2.0 + 0.5 * b) / 1000), rel=1e-12)
+        assert p.power_w(b) == pytest.approx(
+            (0.15 + 0.04 * b) / ((2.0 + 0.5 * b) / 1000), rel=1e-12
+        )
 
 
 @pytest.mark.parametrize("name", LINEAR_SHIPPED)
 def test_shipped_linear_fits(name):
     p = P.load(name)
-    fits = {"resnet50-v100-linear": (0.1438, 1.8874, 0.04419, 0.15503),
-            "resnet50-p4-linear": (0.5833, 1.4284, 0.03663, 0.05144)}[name]
+    fits = {
+        "resnet50-v100-linear": (0.1438, 1.8874, 0.04419, 0.15503),
+        "resnet50-p4-linear": (0.5833, 1.4284, 0.03663, 0.05144),
+    }[name]
     alpha, tau0, beta, c0 = fits
     assert p.latency_s(64) == pytest.approx((tau0 + alpha * 64) / 1000, rel=1e-12)
     assert p.energy_j(64) == pytest.approx(c0 + beta * 64, rel=1e-12)
-    assert p.max_throughput_rps(128) == pytest.approx(128 / ((tau0 + alpha * 128) / 1000), rel=1e-12)
+    assert p.max_throughput_rps(128) == pytest.approx(
+        128 / ((tau0 + alpha * 128) / 1000), rel=1e-12
+    )
 
 
 # ------------------------------------------------------------------ tables / throughput
@@ -334,12 +342,14 @@ def test_integer_like_batch_sizes_accepted():
 def _drop(key):
     def f(d):
         del d[key]
+
     return f
 
 
 def _set(key, value):
     def f(d):
         d[key] = value
+
     return f
 
 
@@ -356,34 +366,57 @@ MALFORMED = {
     "missing latency": (_drop("latency_ms"), table_dict, ["latency_ms"]),
     "empty name": (_set("name", ""), table_dict, ["name", "''"]),
     "unknown kind": (_set("kind", "tabel"), table_dict, ["kind", "tabel"]),
-    "non-monotone sizes": (_set("batch_sizes", [1, 4, 2, 8]), table_dict, ["batch_sizes", "[1, 4, 2, 8]"]),
-    "repeated sizes": (_set("batch_sizes", [1, 2, 2, 8]), table_dict, ["batch_sizes", "[1, 2, 2, 8]"]),
+    "non-monotone sizes": (
+        _set("batch_sizes", [1, 4, 2, 8]),
+        table_dict,
+        ["batch_sizes", "[1, 4, 2, 8]"],
+    ),
+    "repeated sizes": (
+        _set("batch_sizes", [1, 2, 2, 8]),
+        table_dict,
+        ["batch_sizes", "[1, 2, 2, 8]"],
+    ),
     "non-integer size": (_set("batch_sizes", [1, 2.5, 4, 8]), table_dict, ["batch_sizes", "2.5"]),
     "string size": (_set("batch_sizes", [1, "2", 4, 8]), table_dict, ["batch_sizes", "'2'"]),
     "zero size": (_set("batch_sizes", [0, 2, 4, 8]), table_dict, ["batch_sizes", "0"]),
     "negative size": (_set("batch_sizes", [-1, 2, 4, 8]), table_dict, ["batch_sizes", "-1"]),
     "single size": (
         lambda d: d.update(batch_sizes=[1], latency_ms=[1.0], power_w=[1.0]),
-        table_dict, ["batch_sizes", "[1]"],
+        table_dict,
+        ["batch_sizes", "[1]"],
     ),
     "sizes not a list": (_set("batch_sizes", 8), table_dict, ["batch_sizes", "8"]),
     "length mismatch": (_set("latency_ms", [2.0, 3.0, 5.0]), table_dict, ["latency_ms", "3"]),
     "power length mismatch": (_set("power_w", [1.0] * 5), table_dict, ["power_w", "5"]),
-    "negative latency": (_set("latency_ms", [2.0, -3.0, 5.0, 9.0]), table_dict, ["latency_ms", "-3.0"]),
+    "negative latency": (
+        _set("latency_ms", [2.0, -3.0, 5.0, 9.0]),
+        table_dict,
+        ["latency_ms", "-3.0"],
+    ),
     "zero latency": (_set("latency_ms", [0.0, 3.0, 5.0, 9.0]), table_dict, ["latency_ms", "0.0"]),
-    "nan latency": (_set("latency_ms", [2.0, float("nan"), 5.0, 9.0]), table_dict, ["latency_ms", "nan"]),
-    "inf latency": (_set("latency_ms", [2.0, 3.0, float("inf"), 9.0]), table_dict, ["latency_ms", "inf"]),
+    "nan latency": (
+        _set("latency_ms", [2.0, float("nan"), 5.0, 9.0]),
+        table_dict,
+        ["latency_ms", "nan"],
+    ),
+    "inf latency": (
+        _set("latency_ms", [2.0, 3.0, float("inf"), 9.0]),
+        table_dict,
+        ["latency_ms", "inf"],
+    ),
     "string latency": (_set("latency_ms", ["2", 3.0, 5.0, 9.0]), table_dict, ["latency_ms", "'2'"]),
     "negative power": (_set("power_w", [100.0, -1.0, 1.0, 1.0]), table_dict, ["power_w", "-1.0"]),
     "zero power": (_set("power_w", [100.0, 0.0, 1.0, 1.0]), table_dict, ["power_w", "0.0"]),
     "nan power": (_set("power_w", [float("nan"), 1.0, 1.0, 1.0]), table_dict, ["power_w", "nan"]),
     "negative energy": (
         lambda d: (d.pop("power_w"), d.update(energy_j=[0.1, 0.2, -0.3, 0.4])),
-        table_dict, ["energy_j", "-0.3"],
+        table_dict,
+        ["energy_j", "-0.3"],
     ),
     "inf energy": (
         lambda d: (d.pop("power_w"), d.update(energy_j=[0.1, 0.2, float("inf"), 0.4])),
-        table_dict, ["energy_j", "inf"],
+        table_dict,
+        ["energy_j", "inf"],
     ),
     "power and energy": (_both, table_dict, ["power_w", "energy_j", "both"]),
     "neither power nor energy": (_drop("power_w"), table_dict, ["power_w", "energy_j", "neither"]),
@@ -391,18 +424,34 @@ MALFORMED = {
     "nan idle": (_set("idle_power_w", float("nan")), table_dict, ["idle_power_w", "nan"]),
     "string idle": (_set("idle_power_w", "40 W"), table_dict, ["idle_power_w", "'40 W'"]),
     "negative cv": (_set("latency_cv", -0.1), table_dict, ["latency_cv", "-0.1"]),
-    "unknown extrapolation": (_set("extrapolation", "cubic"), table_dict, ["extrapolation", "cubic"]),
+    "unknown extrapolation": (
+        _set("extrapolation", "cubic"),
+        table_dict,
+        ["extrapolation", "cubic"],
+    ),
     "linear field in table": (_set("alpha_ms", 0.1), table_dict, ["alpha_ms", "linear"]),
     "linear missing beta": (_drop("beta_j"), linear_dict, ["beta_j"]),
     "linear negative alpha": (_set("alpha_ms", -0.5), linear_dict, ["alpha_ms", "-0.5"]),
     "linear nan tau0": (_set("tau0_ms", float("nan")), linear_dict, ["tau0_ms", "nan"]),
     "linear inf c0": (_set("c0_j", float("inf")), linear_dict, ["c0_j", "inf"]),
-    "linear zero time": (lambda d: d.update(alpha_ms=0.0, tau0_ms=0.0), linear_dict, ["alpha_ms", "tau0_ms", "0.0"]),
-    "linear zero energy": (lambda d: d.update(beta_j=0.0, c0_j=0.0), linear_dict, ["beta_j", "c0_j", "0.0"]),
+    "linear zero time": (
+        lambda d: d.update(alpha_ms=0.0, tau0_ms=0.0),
+        linear_dict,
+        ["alpha_ms", "tau0_ms", "0.0"],
+    ),
+    "linear zero energy": (
+        lambda d: d.update(beta_j=0.0, c0_j=0.0),
+        linear_dict,
+        ["beta_j", "c0_j", "0.0"],
+    ),
     "linear negative idle": (_set("idle_power_w", -1), linear_dict, ["idle_power_w", "-1"]),
     "linear negative cv": (_set("latency_cv", -2.0), linear_dict, ["latency_cv", "-2.0"]),
     "table field in linear": (_set("batch_sizes", [1, 2]), linear_dict, ["batch_sizes", "table"]),
-    "linear extrapolation none": (_set("extrapolation", "none"), linear_dict, ["extrapolation", "none"]),
+    "linear extrapolation none": (
+        _set("extrapolation", "none"),
+        linear_dict,
+        ["extrapolation", "none"],
+    ),
 }
 
 
@@ -454,8 +503,15 @@ def test_unknown_field_warns_but_doc_fields_do_not():
         P.load(table_dict(latency_mss=[1, 2]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        P.load(table_dict(_comment="free text", notes={"a": 1}, citations={"x": "y"},
-                          idle_power_source="assumed", latency_cv=0.1))
+        P.load(
+            table_dict(
+                _comment="free text",
+                notes={"a": 1},
+                citations={"x": "y"},
+                idle_power_source="assumed",
+                latency_cv=0.1,
+            )
+        )
 
 
 # ------------------------------------------------------------------ load() inputs

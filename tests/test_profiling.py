@@ -102,7 +102,9 @@ def test_fallback_profile_supplies_power():
     ref = P.load("resnet50-v100")
     assert d["power_w"] == pytest.approx([ref.power_w(b) for b in BS])
     assert d["idle_power_w"] == ref.idle_power_w
-    assert "resnet50-v100" in d["citations"]["power_w"] and "resnet50-v100" in d["idle_power_source"]
+    assert (
+        "resnet50-v100" in d["citations"]["power_w"] and "resnet50-v100" in d["idle_power_source"]
+    )
     assert "nodes" not in d
     P.load(d)
 

@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')")
+ray = pytest.importorskip(
+    "ray", reason="the ray extra is not installed (pip install 'batch-env[ray]')"
+)
 
 from helpers import COMPARE_SMALL  # noqa: E402
 from helpers import SWEEP_TINY as TINY  # noqa: E402
@@ -29,7 +31,9 @@ BROKEN = {"broken": {"name": "static", "batch_size": 0}}
 @pytest.fixture(scope="module")
 def ray_instance():
     """One real local Ray instance for the module (2 CPUs, no dashboard, small object store)."""
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False)
+    ray.init(
+        num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024**2, log_to_driver=False
+    )
     yield ray
     ray.shutdown()
 
@@ -38,7 +42,9 @@ def _cells(path):
     return {p.name: json.loads(p.read_text()) for p in sorted((path / "cells").glob("*.json"))}
 
 
-def test_same_numbers_on_both_backends_and_failed_cells_do_not_stop_the_sweep(ray_instance, tmp_path):
+def test_same_numbers_on_both_backends_and_failed_cells_do_not_stop_the_sweep(
+    ray_instance, tmp_path
+):
     cfg = {**SMALL, "policies": {**SMALL["policies"], **BROKEN}}
     local = run_compare(cfg, results_dir=tmp_path / "local", progress=False)
     remote = run_compare(cfg, results_dir=tmp_path / "ray", progress=False, backend="ray")
@@ -47,7 +53,10 @@ def test_same_numbers_on_both_backends_and_failed_cells_do_not_stop_the_sweep(ra
     for res in (local, remote):
         assert res["computed"] == N_CELLS and res["reused"] == 0
         assert [(f["group"], f["load"], f["policy"]) for f in res["failed"]] == [
-            ("main", 0.3, "broken"), ("main", 0.7, "broken"), ("pareto-point", 0.3, "broken")]
+            ("main", 0.3, "broken"),
+            ("main", 0.7, "broken"),
+            ("pareto-point", 0.3, "broken"),
+        ]
         assert all(f["error"].startswith("ValueError: batch_size=0") for f in res["failed"])
         assert "## Failed cells: 3" in res["markdown"]
         assert len(json.loads((res["dir"] / "failed.json").read_text())) == 3
@@ -68,7 +77,9 @@ def test_same_numbers_on_both_backends_and_failed_cells_do_not_stop_the_sweep(ra
     assert fixed["failed"] == [] and not (fixed["dir"] / "failed.json").exists()
 
 
-def test_interrupted_ray_run_keeps_finished_cells_and_resumes_without_recomputing(ray_instance, tmp_path):
+def test_interrupted_ray_run_keeps_finished_cells_and_resumes_without_recomputing(
+    ray_instance, tmp_path
+):
     seen = []
 
     def interrupt(cell, computed):
@@ -93,24 +104,48 @@ def test_a_worker_that_dies_is_retried(ray_instance, tmp_path):
 
     def die_once(cell):
         """Kill the worker process the first time the greedy cell at load 0.3 runs."""
-        if cell.policy == "greedy" and cell.load == 0.3 and cell.group == "main" and not marker.exists():
+        if (
+            cell.policy == "greedy"
+            and cell.load == 0.3
+            and cell.group == "main"
+            and not marker.exists()
+        ):
             marker.write_text(str(os.getpid()))
             os._exit(1)
         return run_cell(cell)
 
-    res = run_compare(SMALL, results_dir=tmp_path / "retry", progress=False, backend="ray", run=die_once,
-                      max_retries=2)
-    assert marker.exists() and int(marker.read_text()) != os.getpid()  # a worker died, not this process
+    res = run_compare(
+        SMALL,
+        results_dir=tmp_path / "retry",
+        progress=False,
+        backend="ray",
+        run=die_once,
+        max_retries=2,
+    )
+    assert (
+        marker.exists() and int(marker.read_text()) != os.getpid()
+    )  # a worker died, not this process
     assert res["failed"] == [] and res["computed"] == N_CELLS
     local = run_compare(SMALL, results_dir=tmp_path / "local", progress=False)
     assert res["records"] == local["records"]
 
     # without retries the death is recorded as a failed cell and the others finish
     marker.unlink()
-    res = run_compare(SMALL, results_dir=tmp_path / "no-retry", progress=False, backend="ray", run=die_once,
-                      max_retries=0)
-    assert [(f["group"], f["load"], f["policy"]) for f in res["failed"]] == [("main", 0.3, "greedy")]
-    assert "WorkerCrashedError" in res["failed"][0]["error"] or "died" in res["failed"][0]["error"].lower()
+    res = run_compare(
+        SMALL,
+        results_dir=tmp_path / "no-retry",
+        progress=False,
+        backend="ray",
+        run=die_once,
+        max_retries=0,
+    )
+    assert [(f["group"], f["load"], f["policy"]) for f in res["failed"]] == [
+        ("main", 0.3, "greedy")
+    ]
+    assert (
+        "WorkerCrashedError" in res["failed"][0]["error"]
+        or "died" in res["failed"][0]["error"].lower()
+    )
     assert res["computed"] == N_CELLS - 1
 
 
@@ -121,11 +156,24 @@ def test_compare_cli_on_ray(ray_instance, tmp_path, capsys):
 
     path = tmp_path / "small.yaml"
     path.write_text(yaml.safe_dump({**SMALL, "policies": {**SMALL["policies"], **BROKEN}}))
-    code = main(["compare", "--config", str(path), "--results-dir", str(tmp_path), "--backend", "ray", "--json"])
+    code = main(
+        [
+            "compare",
+            "--config",
+            str(path),
+            "--results-dir",
+            str(tmp_path),
+            "--backend",
+            "ray",
+            "--json",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 1  # failed cells: exit status 1, output still complete
     data = json.loads(captured.out)
-    assert data["computed"] == N_CELLS and len(data["failed"]) == 3 and len(data["records"]) == N_CELLS
+    assert (
+        data["computed"] == N_CELLS and len(data["failed"]) == 3 and len(data["records"]) == N_CELLS
+    )
 
 
 #: a tiny PPO sweep: two trials that train, one that fails (batch_size 1)
@@ -142,7 +190,10 @@ def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
     assert remote["backend"] == "ray" and remote["n_trials"] == 4
 
     def scores(res):
-        return {t["trial"]: t.get("eval_reward_rate_per_s", t.get("error", "").split(":")[0]) for t in res["trials"]}
+        return {
+            t["trial"]: t.get("eval_reward_rate_per_s", t.get("error", "").split(":")[0])
+            for t in res["trials"]
+        }
 
     # the same trials, the same evaluation rewards (same seeds), the same failures and best trial
     assert scores(remote) == scores(local)
@@ -159,7 +210,13 @@ def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
 def test_bench_backends_reports_both_and_the_ratio(ray_instance):
     from experiments.bench import bench_backends
 
-    cfg = {**SMALL, "name": "bench", "pareto": None, "loads": [0.5], "env": {**SMALL["env"], "horizon_requests": 100}}
+    cfg = {
+        **SMALL,
+        "name": "bench",
+        "pareto": None,
+        "loads": [0.5],
+        "env": {**SMALL["env"], "horizon_requests": 100},
+    }
     r = bench_backends(cfg, repeats=1)
     assert r["cells"] == 3 and r["same_results"] is True and r["warm_repeats"] == 1
     assert r["local_cells_per_s"] == pytest.approx(3 / r["local_s"])
@@ -182,6 +239,8 @@ def test_a_sweep_trial_whose_worker_dies_is_retried(ray_instance, tmp_path):
         return run_trial(trial)
 
     one = {**SWEEP, "name": "die", "grid": {"n_steps": [64], "batch_size": [64]}}
-    res = run_sweep(one, runs_dir=tmp_path, progress=False, backend="ray", run=die_once, max_retries=1)
+    res = run_sweep(
+        one, runs_dir=tmp_path, progress=False, backend="ray", run=die_once, max_retries=1
+    )
     assert marker.exists() and int(marker.read_text()) != os.getpid()
     assert res["n_failed"] == 0 and res["best"] is not None

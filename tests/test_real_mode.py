@@ -23,8 +23,15 @@ def tiny_profile():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return measure_profile(
-            "resnet50", torch_device="cpu", batch_sizes=(1, 2, 4, 8), min_time_s=0.05, nodes=True,
-            width=0.125, depth=1, threads=1, model_kwargs={"image_size": 32},
+            "resnet50",
+            torch_device="cpu",
+            batch_sizes=(1, 2, 4, 8),
+            min_time_s=0.05,
+            nodes=True,
+            width=0.125,
+            depth=1,
+            threads=1,
+            model_kwargs={"image_size": 32},
         )
 
 
@@ -34,9 +41,15 @@ def make(env_id, profile, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no NVML/RAPL here" is reported once, not an error
         return gym.make(
-            env_id, profile=profile, max_batch_size=8, sla_ms=50 * profile["latency_ms"][0],
-            decision_interval_ms=profile["latency_ms"][0] / 2, executor="torch", torch_device="cpu",
-            executor_options=TINY, **kw,
+            env_id,
+            profile=profile,
+            max_batch_size=8,
+            sla_ms=50 * profile["latency_ms"][0],
+            decision_interval_ms=profile["latency_ms"][0] / 2,
+            executor="torch",
+            torch_device="cpu",
+            executor_options=TINY,
+            **kw,
         )
 
 
@@ -48,7 +61,9 @@ def test_measured_latency_grows_with_batch_size(tiny_profile):
     assert all(x > 0 for x in tiny_profile["latency_ms"])
 
 
-@pytest.mark.parametrize("env_id,policy", [(ENVS[0], "greedy"), (ENVS[1], "lazy"), (ENVS[1], "graph")])
+@pytest.mark.parametrize(
+    "env_id,policy", [(ENVS[0], "greedy"), (ENVS[1], "lazy"), (ENVS[1], "graph")]
+)
 def test_real_mode_runs_an_episode(tiny_profile, env_id, policy):
     env = make(env_id, tiny_profile)
     u = env.unwrapped
@@ -86,8 +101,13 @@ def test_real_mode_errors(tiny_profile):
     with pytest.raises(ValueError, match="only used with executor='torch'"):
         gym.make(ENVS[0], model="resnet50")
     with pytest.raises(ValueError, match="model=<name>"):
-        gym.make(ENVS[0], profile={**tiny_profile, "name": "mystery"}, max_batch_size=8,
-                 executor="torch", torch_device="cpu")
+        gym.make(
+            ENVS[0],
+            profile={**tiny_profile, "name": "mystery"},
+            max_batch_size=8,
+            executor="torch",
+            torch_device="cpu",
+        )
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="(?i)cuda"):
             gym.make(ENVS[0], executor="torch", torch_device="cuda", executor_options=TINY)
@@ -98,25 +118,32 @@ def test_round_trip_profile_mode_reproduces_real_mode(tmp_path):
     """Profile mode reproduces real mode (CPU, small model), the simulator given the machine's speed.
 
     The issue's targets, 15% (mean latency) and 10% (mean batch size), are asserted on the
-    speed-matched medians of three cycles: profile mode with the just-measured profile
+    speed-matched medians of five cycles: profile mode with the just-measured profile
     scaled by one scalar, the ratio of the model time measured in the real-mode episodes
     to what the profile predicts for the same calls. That ratio (the profile against the
     serving run) depends on the machine's load: it is asserted only to be recorded and
     within 0.5-2, and the as-measured differences only within 50% (a unit or timing bug
     is far outside that). ``batch-env roundtrip`` records all the figures.
+
+    Five cycles, not three: on a shared VM a burst of contention inside one real-mode run
+    moves that cycle's queueing far more than its mean speed (seen: two disturbed cycles
+    out of three in one full-suite run, matched median 31%); the median of five tolerates
+    two such cycles.
     """
     import math
 
     from experiments.roundtrip import run_roundtrip
 
-    res = run_roundtrip(tmp_path, horizon_requests=500, episodes=2, min_time_s=0.5, repeats=3)
+    res = run_roundtrip(tmp_path, horizon_requests=500, episodes=2, min_time_s=0.5, repeats=5)
+    table = res["markdown"]  # every cycle's figures, shown in full when an assertion fails
     for row in res["rows"]:
         assert row["torch"]["model_calls"] > 100, row
-        assert math.isfinite(row["speed_ratio_median"]) and 0.5 <= row["speed_ratio_median"] <= 2.0, res["cycles"]
-        assert abs(row["latency_rel_diff_median"]) <= 0.5, res["cycles"]
-        assert abs(row["batch_rel_diff_median"]) <= 0.5, res["cycles"]
-        assert abs(row["latency_rel_diff_matched_median"]) <= 0.15, res["cycles"]
-        assert abs(row["batch_rel_diff_matched_median"]) <= 0.10, res["cycles"]
+        ratio = row["speed_ratio_median"]
+        assert math.isfinite(ratio) and 0.5 <= ratio <= 2.0, table
+        assert abs(row["latency_rel_diff_median"]) <= 0.5, table
+        assert abs(row["batch_rel_diff_median"]) <= 0.5, table
+        assert abs(row["latency_rel_diff_matched_median"]) <= 0.15, table
+        assert abs(row["batch_rel_diff_matched_median"]) <= 0.10, table
     assert (tmp_path / "profile.json").exists() and (tmp_path / "roundtrip.md").exists()
 
 
@@ -131,7 +158,9 @@ def test_scaled_profile_scales_every_latency():
     raw = load(str(path)).raw
     s = scaled_profile(raw, 1.25)
     assert s["latency_ms"] == pytest.approx([1.25 * x for x in raw["latency_ms"]])
-    assert s["nodes"]["latency_ms"][2] == pytest.approx([1.25 * x for x in raw["nodes"]["latency_ms"][2]])
+    assert s["nodes"]["latency_ms"][2] == pytest.approx(
+        [1.25 * x for x in raw["nodes"]["latency_ms"][2]]
+    )
     assert s["power_w"] == raw["power_w"] and raw["latency_ms"][0] != s["latency_ms"][0]
     p, q = Profile(raw), Profile(s)
     assert q.latency_s(3) == pytest.approx(1.25 * p.latency_s(3))

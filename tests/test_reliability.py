@@ -29,13 +29,18 @@ ENVS = {
 SHORT = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 20},
     "batch_env/NodeBatching-v0": {"horizon_requests": 20},
-    "batch_env/LLMBatching-v0": {"horizon_requests": 5, "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 3}},
+    "batch_env/LLMBatching-v0": {
+        "horizon_requests": 5,
+        "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 3},
+    },
 }
 
 
 def _trace(tmp_path, rows, name="t.csv"):
     path = tmp_path / name
-    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in rows))
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(f"{t},{p},{o}\n" for t, p, o in rows)
+    )
     return str(path)
 
 
@@ -45,10 +50,14 @@ def _greedy(env) -> int:
 
 # -- 1. no reset or step loops without bound ------------------------------------------
 
+
 def test_llm_no_prompt_fits_is_a_config_error_not_a_hang():
     t0 = time.perf_counter()
     with pytest.raises(ValueError, match=r"max_model_len=4096.*lengths.prompt_tokens=5000"):
-        gym.make("batch_env/LLMBatching-v0", lengths={"kind": "fixed", "prompt_tokens": 5000, "output_tokens": 10})
+        gym.make(
+            "batch_env/LLMBatching-v0",
+            lengths={"kind": "fixed", "prompt_tokens": 5000, "output_tokens": 10},
+        )
     with pytest.raises(ValueError, match=r"almost no request.*lognormal"):
         LLMBatchingEnv(lengths={"kind": "lognormal", "prompt_tokens": 50_000, "prompt_cv": 0.1})
     assert time.perf_counter() - t0 < 10
@@ -72,7 +81,9 @@ def test_llm_empirical_lengths_that_never_fit_are_refused(tmp_path):
 def test_llm_search_for_an_admissible_arrival_is_bounded():
     """Past the construction check (here bypassed), the search still gives up with an error."""
     env = LLMBatchingEnv(lengths={"kind": "fixed", "prompt_tokens": 20, "output_tokens": 3})
-    env._lengths = batch_env.workload.RequestLengths(kind="fixed", prompt_tokens=5000, output_tokens=3)
+    env._lengths = batch_env.workload.RequestLengths(
+        kind="fixed", prompt_tokens=5000, output_tokens=3
+    )
     env._max_rejected_run = 10_000
     with pytest.raises(ValueError, match=r"arrivals in a row were rejected.*max_model_len=4096"):
         env.reset(seed=0)
@@ -80,14 +91,27 @@ def test_llm_search_for_an_admissible_arrival_is_bounded():
 
 # -- 5. bounded allocation --------------------------------------------------------------
 
+
 @pytest.mark.parametrize("field", ["max_batch_size"])
 @pytest.mark.parametrize("env_id", ["batch_env/DynamicBatching-v0", "batch_env/NodeBatching-v0"])
 def test_batch_size_above_the_documented_limit_is_refused(env_id, field):
-    lin = {"name": "lin", "model": "m", "device": "d", "source": "test", "kind": "linear",
-           "alpha_ms": 0.1, "tau0_ms": 1.0, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10.0}
+    lin = {
+        "name": "lin",
+        "model": "m",
+        "device": "d",
+        "source": "test",
+        "kind": "linear",
+        "alpha_ms": 0.1,
+        "tau0_ms": 1.0,
+        "beta_j": 0.01,
+        "c0_j": 0.1,
+        "idle_power_w": 10.0,
+    }
     tracemalloc.start()
     try:
-        with pytest.raises(ValueError, match=rf"{field}=10000000000 is out of range.*<= {MAX_BATCH_LIMIT}"):
+        with pytest.raises(
+            ValueError, match=rf"{field}=10000000000 is out of range.*<= {MAX_BATCH_LIMIT}"
+        ):
             gym.make(env_id, profile=lin, **{field: 10**10})
         assert tracemalloc.get_traced_memory()[1] < 50 * 2**20
     finally:
@@ -97,7 +121,9 @@ def test_batch_size_above_the_documented_limit_is_refused(env_id, field):
 def test_llm_max_num_seqs_above_the_limit_is_refused_without_allocating():
     tracemalloc.start()
     try:
-        with pytest.raises(ValueError, match=rf"max_num_seqs=1000000000000 is out of range.*<= {MAX_BATCH_LIMIT}"):
+        with pytest.raises(
+            ValueError, match=rf"max_num_seqs=1000000000000 is out of range.*<= {MAX_BATCH_LIMIT}"
+        ):
             LLMBatchingEnv(max_num_seqs=10**12)
         assert tracemalloc.get_traced_memory()[1] < 50 * 2**20
     finally:
@@ -111,9 +137,12 @@ def test_ticks_too_short_to_move_the_clock_are_refused():
 
 # -- 6. silent acceptance -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_torch_device_is_checked_and_refused_with_the_profile_executor(env_id):
-    with pytest.raises(ValueError, match=r"torch_device='tpu' is invalid: expected 'auto', 'cpu', 'cuda'"):
+    with pytest.raises(
+        ValueError, match=r"torch_device='tpu' is invalid: expected 'auto', 'cpu', 'cuda'"
+    ):
         gym.make(env_id, torch_device="tpu")
     with pytest.raises(ValueError, match=r"torch_device='cpu' is only used with executor='torch'"):
         gym.make(env_id, torch_device="cpu")
@@ -124,9 +153,13 @@ def test_zero_token_trace_rows_are_refused(tmp_path, column):
     rows = [(0.0, 10, 5), (0.5, 10, 5), (1.0, 10, 5)]
     rows[1] = (0.5, 0, 5) if column == "ContextTokens" else (0.5, 10, 0)
     path = _trace(tmp_path, rows)
-    with pytest.raises(ValueError, match=rf"t\.csv.*column '{column}' data row 2: token count 0 is invalid"):
+    with pytest.raises(
+        ValueError, match=rf"t\.csv.*column '{column}' data row 2: token count 0 is invalid"
+    ):
         LLMBatchingEnv(workload={"kind": "trace", "path": path})
-    with pytest.raises(ValueError, match=rf"lengths.path=.*column '{column}' data row 2: token count 0"):
+    with pytest.raises(
+        ValueError, match=rf"lengths.path=.*column '{column}' data row 2: token count 0"
+    ):
         LLMBatchingEnv(lengths={"kind": "empirical", "path": path})
 
 
@@ -158,10 +191,14 @@ def test_calls_before_reset_raise_reset_needed(env_id):
 
 # -- 7. errors that name the field, the value and what is allowed -----------------------
 
+
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_unknown_arguments_list_the_allowed_ones(env_id):
     for make in (lambda: gym.make(env_id, bogus_key=1), lambda: ENVS[env_id](bogus_key=1)):
-        with pytest.raises(ArgumentError, match=r"unknown argument\(s\) \['bogus_key'\]: allowed arguments are \[.*'profile'"):
+        with pytest.raises(
+            ArgumentError,
+            match=r"unknown argument\(s\) \['bogus_key'\]: allowed arguments are \[.*'profile'",
+        ):
             make()
     assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentError, TypeError)
 
@@ -169,7 +206,10 @@ def test_unknown_arguments_list_the_allowed_ones(env_id):
 @pytest.mark.parametrize("value", [123, None, 1.5, ["resnet50-v100"]])
 @pytest.mark.parametrize("env_id", list(ENVS))
 def test_profile_of_the_wrong_type_names_the_field(env_id, value):
-    with pytest.raises(ValueError, match=rf"profile={re.escape(repr(value))} is invalid: expected a shipped .*profile name"):
+    with pytest.raises(
+        ValueError,
+        match=rf"profile={re.escape(repr(value))} is invalid: expected a shipped .*profile name",
+    ):
         ENVS[env_id](profile=value)
 
 
@@ -194,9 +234,14 @@ def test_profile_json_with_a_bom_still_loads(tmp_path):
 
 
 def test_max_model_len_beyond_the_profile_names_max_model_len():
-    with pytest.raises(ValueError, match=r"^max_model_len=1000000000 is out of range.*expected max_model_len <= 4096"):
+    with pytest.raises(
+        ValueError,
+        match=r"^max_model_len=1000000000 is out of range.*expected max_model_len <= 4096",
+    ):
         LLMBatchingEnv(max_model_len=10**9)
-    with pytest.raises(ValueError, match=r"^max_num_batched_tokens=10000 exceeds"):  # set by the user: named
+    with pytest.raises(
+        ValueError, match=r"^max_num_batched_tokens=10000 exceeds"
+    ):  # set by the user: named
         LLMBatchingEnv(max_num_batched_tokens=10_000)
 
 
@@ -211,8 +256,9 @@ def test_llm_finite_trace_whose_every_prompt_is_rejected_ends_cleanly(tmp_path):
     """Found by the fuzz suite: the clock went to infinity and the reward turned NaN."""
     path = _trace(tmp_path, [(0.0, 100, 1)] * 4 + [(0.5, 30, 1)])
     lengths = {"kind": "lognormal", "prompt_tokens": 1000, "prompt_cv": 1.0}  # 0.2% fit
-    env = LLMBatchingEnv(workload={"kind": "trace", "path": path, "loop": False}, max_model_len=64,
-                         lengths=lengths)
+    env = LLMBatchingEnv(
+        workload={"kind": "trace", "path": path, "loop": False}, max_model_len=64, lengths=lengths
+    )
     _, info = env.reset(seed=0)
     assert info["now_s"] == 0.0
     _, reward, _, truncated, info = env.step(0)
@@ -226,7 +272,10 @@ def test_executor_options_are_checked_before_a_model_is_built(env_id):
     kw = {"executor": "torch", "torch_device": "cpu"}
     with pytest.raises(ValueError, match=r"executor_options='x' is invalid: expected a dict"):
         ENVS[env_id](executor_options="x", **kw)
-    with pytest.raises(ValueError, match=r"executor_options has unknown key\(s\) \['bogus'\]: allowed keys are \[.*'width'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"executor_options has unknown key\(s\) \['bogus'\]: allowed keys are \[.*'width'\]",
+    ):
         ENVS[env_id](executor_options={"bogus": 1}, **kw)
 
 
@@ -242,5 +291,7 @@ def test_evaluate_bounds_an_episode_even_without_the_time_limit():
             return 0
 
     env = DynamicBatchingEnv(decision_interval_ms=1e-3, horizon_s=1e6)
-    with pytest.raises(RuntimeError, match=r"ended after 500 steps without info\['serving'\].*max_steps=500"):
+    with pytest.raises(
+        RuntimeError, match=r"ended after 500 steps without info\['serving'\].*max_steps=500"
+    ):
         evaluate(Wait(), env, n_episodes=1, max_steps=500)

@@ -24,7 +24,8 @@ SMALL = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 40},
     "batch_env/NodeBatching-v0": {"horizon_requests": 40},
     "batch_env/LLMBatching-v0": {
-        "horizon_requests": 8, "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
+        "horizon_requests": 8,
+        "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
     },
 }
 SHAPE = (R.HEIGHT, R.WIDTH, 3)
@@ -92,8 +93,9 @@ def test_frame_changes_with_state_and_is_a_pure_read(env_id):
 
 def test_queue_bars_count_and_red_past_the_sla():
     # overload: always wait, so the queue grows and its oldest requests pass the SLA
-    env = DynamicBatchingEnv(render_mode="rgb_array", workload={"kind": "poisson", "load": 0.9},
-                             queue_capacity=30)
+    env = DynamicBatchingEnv(
+        render_mode="rgb_array", workload={"kind": "poisson", "load": 0.9}, queue_capacity=30
+    )
     env.reset(seed=0)
     seen_red = seen_mixed = False
     for _ in range(150):
@@ -174,7 +176,7 @@ def test_last_batch_panel_and_timeline_follow_the_batches():
     env.render()
     got, lat, kinds = env._view.timeline.arrays()
     assert len(got) == R.TIMELINE_BARS
-    assert np.allclose(got * B, sizes[-R.TIMELINE_BARS:])
+    assert np.allclose(got * B, sizes[-R.TIMELINE_BARS :])
     assert np.all(lat > 0) and not kinds.any()
     # rendering only every so often reads the same record
     env2 = DynamicBatchingEnv(render_mode="rgb_array", workload={"kind": "poisson", "load": 0.7})
@@ -186,7 +188,7 @@ def test_last_batch_panel_and_timeline_follow_the_batches():
         if env2._n_batches == 150:
             break
     env2.render()
-    assert np.allclose(env2._view.timeline.arrays()[0] * B, sizes[-R.TIMELINE_BARS:])
+    assert np.allclose(env2._view.timeline.arrays()[0] * B, sizes[-R.TIMELINE_BARS :])
     # a new episode starts the timeline afresh
     env2.reset(seed=1)
     env2.render()
@@ -195,9 +197,12 @@ def test_last_batch_panel_and_timeline_follow_the_batches():
 
 def test_llm_kv_nearly_full_and_preemptions():
     env = LLMBatchingEnv(
-        render_mode="rgb_array", gpu_memory_utilization=0.2, max_model_len=512,
+        render_mode="rgb_array",
+        gpu_memory_utilization=0.2,
+        max_model_len=512,
         lengths={"kind": "fixed", "prompt_tokens": 200, "output_tokens": 150},
-        workload={"kind": "poisson", "rate_per_s": 20}, horizon_requests=200,
+        workload={"kind": "poisson", "rate_per_s": 20},
+        horizon_requests=200,
     )
     env.reset(seed=0)
     x0, _, x1, y1 = R.SERVICE_BOX
@@ -208,7 +213,9 @@ def test_llm_kv_nearly_full_and_preemptions():
         frame = env.render()
         assert frame.shape == SHAPE
         used, total = env._used, env._total
-        filled = np.any(frame[kv_row, x0 + 2 : x1 - 2] != np.array(R.GRID, dtype=np.uint8), axis=-1).sum()
+        filled = np.any(
+            frame[kv_row, x0 + 2 : x1 - 2] != np.array(R.GRID, dtype=np.uint8), axis=-1
+        ).sum()
         assert abs(filled / (x1 - x0 - 4) - used / total) < 0.02
         if total - used <= env._wm:
             assert np.all(frame[kv_row, x0 + 2] == RED)
@@ -321,7 +328,9 @@ def test_record_video_writes_an_mp4(env_id, tmp_path):
 
     env = RecordVideo(
         gym.make(env_id, render_mode="rgb_array", **SMALL[env_id]),
-        video_folder=str(tmp_path / "videos"), episode_trigger=lambda ep: True, disable_logger=True,
+        video_folder=str(tmp_path / "videos"),
+        episode_trigger=lambda ep: True,
+        disable_logger=True,
     )
     env.reset(seed=0)
     rng = np.random.default_rng(0)
@@ -344,7 +353,9 @@ def test_sb3_make_vec_env_from_id():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.env_util import make_vec_env
 
-    venv = make_vec_env("batch_env/DynamicBatching-v0", n_envs=2, env_kwargs={"horizon_requests": 20})
+    venv = make_vec_env(
+        "batch_env/DynamicBatching-v0", n_envs=2, env_kwargs={"horizon_requests": 20}
+    )
     assert venv.get_attr("render_mode") == ["rgb_array", "rgb_array"]
     venv.reset()
     venv.step(np.array([1, 1]))
@@ -451,8 +462,12 @@ def test_human_window_with_pygame(monkeypatch):
     screen = SimpleNamespace(blit=lambda surf, pos: calls.append("blit"))
     fake = SimpleNamespace(
         init=lambda: calls.append("init"),
-        display=SimpleNamespace(set_caption=lambda t: None, set_mode=lambda size: calls.append(size) or screen,
-                                flip=lambda: calls.append("flip"), quit=lambda: calls.append("quit")),
+        display=SimpleNamespace(
+            set_caption=lambda t: None,
+            set_mode=lambda size: calls.append(size) or screen,
+            flip=lambda: calls.append("flip"),
+            quit=lambda: calls.append("quit"),
+        ),
         event=SimpleNamespace(pump=lambda: None),
         surfarray=SimpleNamespace(make_surface=make_surface),
         time=SimpleNamespace(Clock=lambda: SimpleNamespace(tick=lambda fps: calls.append(fps))),

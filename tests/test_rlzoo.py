@@ -26,7 +26,9 @@ TINY = ["--hyperparams", "n_envs:2", "n_steps:64", "n_epochs:1", "batch_size:64"
 def run(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``python <args>`` in ``cwd`` with the checkout importable; fail with its output."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    proc = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, f"{args}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -35,10 +37,36 @@ def run(args: list[str], cwd: Path, timeout: int = 300) -> subprocess.CompletedP
 def zoo_run(tmp_path_factory) -> Path:
     """The folder of one tiny rl-zoo3 PPO run (logs/ and tb/ in it)."""
     work = tmp_path_factory.mktemp("zoo")
-    run(["-m", "rl_zoo3.train", "--algo", "ppo", "--gym-packages", "batch_env", "--env", ENV_ID,
-         "--conf-file", "agents.hyperparams.ppo", "-n", "256", "--log-folder", "logs", "-tb", "tb",
-         "--eval-freq", "64", "--eval-episodes", "1", "--env-kwargs", "horizon_requests:50", "--seed", "0", *TINY],
-        work)
+    run(
+        [
+            "-m",
+            "rl_zoo3.train",
+            "--algo",
+            "ppo",
+            "--gym-packages",
+            "batch_env",
+            "--env",
+            ENV_ID,
+            "--conf-file",
+            "agents.hyperparams.ppo",
+            "-n",
+            "256",
+            "--log-folder",
+            "logs",
+            "-tb",
+            "tb",
+            "--eval-freq",
+            "64",
+            "--eval-episodes",
+            "1",
+            "--env-kwargs",
+            "horizon_requests:50",
+            "--seed",
+            "0",
+            *TINY,
+        ],
+        work,
+    )
     return work
 
 
@@ -49,41 +77,113 @@ def test_train_logs_the_serving_cost(zoo_run):
     rate = [v for _, v in scalars["serving/reward_rate_per_s"]]
     assert rate and all(-1e4 < v < 0 for v in rate)  # minus a cost per second, not a centred sum
     gains = [v for _, v in scalars["train/centering_gain"]]
-    assert gains and all(v > 0 for v in gains)  # greedy's measured rate, the default, not an online 0
+    assert gains and all(
+        v > 0 for v in gains
+    )  # greedy's measured rate, the default, not an online 0
 
 
 def test_enjoy_prints_the_serving_cost(zoo_run):
-    proc = run(["-m", "rl_zoo3.enjoy", "--algo", "ppo", "--gym-packages", "batch_env", "--env", ENV_ID,
-                "-f", "logs", "-n", "200", "--no-render"], zoo_run)
+    proc = run(
+        [
+            "-m",
+            "rl_zoo3.enjoy",
+            "--algo",
+            "ppo",
+            "--gym-packages",
+            "batch_env",
+            "--env",
+            ENV_ID,
+            "-f",
+            "logs",
+            "-n",
+            "200",
+            "--no-render",
+        ],
+        zoo_run,
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("serving")]
-    assert any("episode 1: reward rate -" in line and "p99" in line for line in lines), proc.stdout[-2000:]
+    assert any("episode 1: reward rate -" in line and "p99" in line for line in lines), proc.stdout[
+        -2000:
+    ]
     assert "mean reward rate -" in lines[-1]
 
 
 def test_plot_scripts(zoo_run):
     run(["-m", "rl_zoo3.plots.plot_train", "--algo", "ppo", "--env", ENV_ID, "-f", "logs"], zoo_run)
-    run(["-m", "rl_zoo3.plots.all_plots", "--algos", "ppo", "--env", ENV_ID, "-f", "logs", "-o", "all",
-         "--no-display"], zoo_run)
+    run(
+        [
+            "-m",
+            "rl_zoo3.plots.all_plots",
+            "--algos",
+            "ppo",
+            "--env",
+            ENV_ID,
+            "-f",
+            "logs",
+            "-o",
+            "all",
+            "--no-display",
+        ],
+        zoo_run,
+    )
     assert (zoo_run / "all.pkl").exists()
 
 
 def test_record_video_through_agents_zoo(zoo_run):
     # record_video has no --gym-packages: rl_zoo3.record_video alone cannot find the id
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    plain = subprocess.run([sys.executable, "-m", "rl_zoo3.record_video", "--algo", "ppo", "--env", ENV_ID,
-                            "-f", "logs", "-n", "20"], cwd=zoo_run, env=env, capture_output=True, text=True)
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rl_zoo3.record_video",
+            "--algo",
+            "ppo",
+            "--env",
+            ENV_ID,
+            "-f",
+            "logs",
+            "-n",
+            "20",
+        ],
+        cwd=zoo_run,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert plain.returncode != 0 and "batch_env/DynamicBatching-v0" in plain.stderr
     if "rgb_array" not in (gym.spec(ENV_ID).make().metadata.get("render_modes") or []):
         pytest.skip("the env has no rgb_array render mode yet (branch i18-render)")
-    run(["-m", "agents.zoo", "record_video", "--algo", "ppo", "--env", ENV_ID, "-f", "logs", "-n", "20",
-         "-o", "videos"], zoo_run)
+    run(
+        [
+            "-m",
+            "agents.zoo",
+            "record_video",
+            "--algo",
+            "ppo",
+            "--env",
+            ENV_ID,
+            "-f",
+            "logs",
+            "-n",
+            "20",
+            "-o",
+            "videos",
+        ],
+        zoo_run,
+    )
     assert list((zoo_run / "videos").glob("*.mp4"))
 
 
 def test_agents_zoo_refuses_an_unknown_script(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "agents.zoo", "no_such_script"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agents.zoo", "no_such_script"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error: script='no_such_script'")
 
 
@@ -91,7 +191,9 @@ def test_evaluate_loads_the_rl_zoo3_run_on_its_own_env(zoo_run, capsys):
     from experiments.cli import main
 
     folder = zoo_run / "logs/ppo/batch_env-DynamicBatching-v0_1"
-    assert main(["evaluate", "--policy", f"ppo:{folder}", "greedy", "--episodes", "1", "--json"]) == 0
+    assert (
+        main(["evaluate", "--policy", f"ppo:{folder}", "greedy", "--episodes", "1", "--json"]) == 0
+    )
     out = capsys.readouterr()
     assert "note:" not in out.err  # the run's own env: horizon_requests 50 from its args.yml
     import json
@@ -99,7 +201,21 @@ def test_evaluate_loads_the_rl_zoo3_run_on_its_own_env(zoo_run, capsys):
     records = json.loads(out.out)
     assert [r["policy"] for r in records] == [f"ppo:{folder}", "greedy"]
     assert len(records[0]["episodes"]) == 1
-    assert main(["evaluate", "--policy", f"ppo:{folder}", "--episodes", "1", "--load", "0.3",
-                 "--horizon-requests", "50"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--policy",
+                f"ppo:{folder}",
+                "--episodes",
+                "1",
+                "--load",
+                "0.3",
+                "--horizon-requests",
+                "50",
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert "note:" in err and "workload (trained" in err and "horizon_requests" not in err

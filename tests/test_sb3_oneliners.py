@@ -16,8 +16,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 #: keep each one-liner to a few hundred steps: short episodes, small rollouts
-SHORT = {"batch_env/DynamicBatching-v0": {"horizon_requests": 50}, "batch_env/NodeBatching-v0": {"horizon_requests": 20},
-         "batch_env/LLMBatching-v0": {"horizon_requests": 10}}
+SHORT = {
+    "batch_env/DynamicBatching-v0": {"horizon_requests": 50},
+    "batch_env/NodeBatching-v0": {"horizon_requests": 20},
+    "batch_env/LLMBatching-v0": {"horizon_requests": 10},
+}
 
 
 @pytest.mark.parametrize("env_id", batch_env.ENV_IDS)
@@ -49,7 +52,10 @@ def test_a2c_and_dqn_from_the_id(env_id):
     from stable_baselines3 import A2C, DQN
 
     assert A2C("MlpPolicy", env_id).learn(200).num_timesteps >= 200
-    assert DQN("MlpPolicy", env_id, learning_starts=50, buffer_size=1000).learn(200).num_timesteps >= 200
+    assert (
+        DQN("MlpPolicy", env_id, learning_starts=50, buffer_size=1000).learn(200).num_timesteps
+        >= 200
+    )
 
 
 @pytest.mark.parametrize("env_id", batch_env.ENV_IDS)

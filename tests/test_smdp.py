@@ -21,9 +21,17 @@ def tiny(cap=5, B=3, tick=None, service="deterministic", cv=0.0, we=0.5, rate=90
     lat = [0.0] + [0.001 + 0.0004 * b for b in range(1, B + 1)]
     en = [0.0] + [0.2 + 0.05 * b for b in range(1, B + 1)]
     return SMDPProblem(
-        rate_per_s=rate, latency_s=tuple(lat), energy_j=tuple(en), idle_power_w=20.0,
-        w_latency=1.0, w_energy=we, w_drop=wd, queue_capacity=cap,
-        decision_interval_ms=tick, service=service, service_cv=cv,
+        rate_per_s=rate,
+        latency_s=tuple(lat),
+        energy_j=tuple(en),
+        idle_power_w=20.0,
+        w_latency=1.0,
+        w_energy=we,
+        w_drop=wd,
+        queue_capacity=cap,
+        decision_interval_ms=tick,
+        service=service,
+        service_cv=cv,
     )
 
 
@@ -79,8 +87,13 @@ def test_tiny_instances_match_brute_force_and_pymdptoolbox(kw):
 
 def test_gain_stable_when_truncation_doubles():
     env = gym.make(
-        ENV_ID, workload={"kind": "poisson", "load": 0.9}, reward_weights={"sla": 0.0},
-        queue_capacity=100_000, decision_interval_ms=0.5, service="lognormal", service_cv=0.3,
+        ENV_ID,
+        workload={"kind": "poisson", "load": 0.9},
+        reward_weights={"sla": 0.0},
+        queue_capacity=100_000,
+        decision_interval_ms=0.5,
+        service="lognormal",
+        service_cv=0.3,
     )
     gains = [solve(SMDPProblem.from_env(env, max_states=S)).gain for S in (150, 300, 600)]
     assert SMDPProblem.from_env(env, max_states=150).truncated
@@ -136,8 +149,11 @@ def test_threshold_non_decreasing_in_energy_weight():
     thresholds = []
     for we in (0.0, 0.1, 0.5, 1.0, 2.0, 4.0):
         env = gym.make(
-            ENV_ID, profile="resnet50-v100-linear", workload={"kind": "poisson", "load": 0.5},
-            reward_weights={"energy": we, "sla": 0.0}, max_batch_size=64,
+            ENV_ID,
+            profile="resnet50-v100-linear",
+            workload={"kind": "poisson", "load": 0.5},
+            reward_weights={"energy": we, "sla": 0.0},
+            max_batch_size=64,
         )
         sol = solve(SMDPProblem.from_env(env))
         assert sol.threshold is not None
@@ -171,9 +187,17 @@ def test_bad_problem_fields():
 
 def test_adaptive_with_truncation_survives_high_load_estimates():
     env = gym.make(
-        ENV_ID, max_batch_size=8, queue_capacity=5000,
-        workload={"kind": "mmpp", "load": 0.9, "rates_per_s": [1.0, 3.0], "switch_rates_per_s": [5.0, 5.0]},
-        reward_weights={"sla": 0.0}, horizon_requests=3000,
+        ENV_ID,
+        max_batch_size=8,
+        queue_capacity=5000,
+        workload={
+            "kind": "mmpp",
+            "load": 0.9,
+            "rates_per_s": [1.0, 3.0],
+            "switch_rates_per_s": [5.0, 5.0],
+        },
+        reward_weights={"sla": 0.0},
+        horizon_requests=3000,
     )
     pol = make("smdp-adaptive", env=env, max_states=100)
     res = evaluate(pol, env, n_episodes=1, seed=0)
@@ -185,7 +209,14 @@ def test_adaptive_with_truncation_survives_high_load_estimates():
 @pytest.mark.parametrize("profile", ["resnet50-v100-linear", "resnet50-p4", "resnet50-t4-trt"])
 def test_optimal_policy_serves_whenever_a_full_batch_waits(rho, we, profile):
     """The fact behind BinaryAction(serve_full=True): the control limit is at most B."""
-    env = gym.make(ENV_ID, profile=profile, workload={"kind": "poisson", "load": rho}, max_batch_size=32,
-                   reward_weights={"energy": we, "sla": 0.0}, queue_capacity=400, decision_interval_ms=0.5)
+    env = gym.make(
+        ENV_ID,
+        profile=profile,
+        workload={"kind": "poisson", "load": rho},
+        max_batch_size=32,
+        reward_weights={"energy": we, "sla": 0.0},
+        queue_capacity=400,
+        decision_interval_ms=0.5,
+    )
     sol = solve(SMDPProblem.from_env(env))
     assert np.all(sol.policy[32:] > 0)

@@ -52,7 +52,10 @@ def test_always_wait_with_default_kwargs_shows_the_drops_and_warns_once():
     assert len(caught) == 1
     msg = str(caught[0].message)
     assert "no summary request completed" in msg
-    assert f"{s['dropped_outside_window']} of the episode's {s['arrived_total']} arrivals were dropped" in msg
+    assert (
+        f"{s['dropped_outside_window']} of the episode's {s['arrived_total']} arrivals were dropped"
+        in msg
+    )
 
 
 def test_greedy_episode_emits_no_warning():
@@ -68,7 +71,11 @@ def test_greedy_episode_emits_no_warning():
 def test_ordinary_drops_in_and_outside_the_window_do_not_warn():
     """Overload with a small queue: drops everywhere at similar rates; the summary's
     drop_rate describes the episode, so no warning."""
-    kw = {"queue_capacity": 6, "workload": {"kind": "poisson", "load": 1.6}, "horizon_requests": 300}
+    kw = {
+        "queue_capacity": 6,
+        "workload": {"kind": "poisson", "load": 1.6},
+        "horizon_requests": 300,
+    }
     env = gym.make(ENV_ID, **kw)
     info, caught = _run(env, lambda info: int(np.flatnonzero(info["action_mask"])[-1]))
     s = info["serving"]
@@ -117,11 +124,18 @@ def test_vector_env_summaries_and_warning():
     assert len(ours) - len(vector) == 1  # the scalar env's episode
     # one per step in which lanes ended (lane 1 may end in an earlier step than lane 0)
     assert 1 <= len(vector) <= 2 and "lane 0: no summary request completed" in vector[-1]
-    for key in ("arrived_total", "completed_total", "dropped_total", "completed_outside_window",
-                "dropped_outside_window"):
+    for key in (
+        "arrived_total",
+        "completed_total",
+        "dropped_total",
+        "completed_outside_window",
+        "dropped_outside_window",
+    ):
         assert vi["serving"][key][0] == si["serving"][key], key
         assert vi["serving"][f"_{key}"][0]
-    assert vi["serving"]["drop_rate_total"][0] == pytest.approx(si["serving"]["drop_rate_total"], rel=1e-12)
+    assert vi["serving"]["drop_rate_total"][0] == pytest.approx(
+        si["serving"]["drop_rate_total"], rel=1e-12
+    )
 
 
 class _Wait:

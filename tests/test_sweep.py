@@ -35,11 +35,15 @@ def test_local_sweep_trains_every_trial_picks_the_best_and_resumes(tmp_path):
         run = root / "trials" / t["trial"]
         cfg = yaml.safe_load((run / "config.yaml").read_text())
         assert cfg["algo_kwargs"]["learning_rate"] == t["params"]["learning_rate"]
-        assert cfg["algo_kwargs"]["n_steps"] == 64 and cfg["n_envs"] == 2 and cfg["n_timesteps"] == 256
+        assert (
+            cfg["algo_kwargs"]["n_steps"] == 64 and cfg["n_envs"] == 2 and cfg["n_timesteps"] == 256
+        )
         final = json.loads((run / "final_evaluation.json").read_text())
         assert final["deterministic"]["reward_rate_per_s"][0] == t["eval_reward_rate_per_s"]
     # one TensorBoard root holds every trial's logs
-    events = glob.glob(str(root / "trials" / "*" / "tb" / "**" / "events.out.tfevents.*"), recursive=True)
+    events = glob.glob(
+        str(root / "trials" / "*" / "tb" / "**" / "events.out.tfevents.*"), recursive=True
+    )
     assert {p.split("/trials/")[1].split("/")[0] for p in events} == {t["trial"] for t in ok}
     # the best trial loads as a policy and acts
     policy = load_policy(best["run_dir"])
@@ -83,15 +87,24 @@ def test_interrupted_trial_is_restarted_and_foreign_dirs_are_kept(tmp_path):
     [
         ({"algo": "sac"}, "algo='sac' must be one of ['ppo', 'a2c', 'dqn', 'ppo_mask']"),
         ({"colour": 1}, "unknown key(s) ['colour']"),
-        ({"grid": {"learning_rat": [1e-3]}}, "grid.learning_rat is not a hyperparameter of ppo: allowed are ["),
+        (
+            {"grid": {"learning_rat": [1e-3]}},
+            "grid.learning_rat is not a hyperparameter of ppo: allowed are [",
+        ),
         ({"grid": {"learning_rate": 1e-3}}, "grid.learning_rate=0.001 must be a non-empty list"),
         ({"grid": {"seed": [1]}}, "grid.seed is not a hyperparameter of ppo"),
         ({"seeds": 0}, "seeds=0 must be a count >= 1 or a list of distinct integers"),
         ({"n_timesteps": "many"}, "n_timesteps='many' must be an integer >= 1"),
-        ({"algo": ["ppo", "a2c"], "grid": {}, "hyperparams": "x.yml"}, "is one file for several algorithms"),
+        (
+            {"algo": ["ppo", "a2c"], "grid": {}, "hyperparams": "x.yml"},
+            "is one file for several algorithms",
+        ),
         ({"algo_grid": {"dqn": {"n_steps": [8]}}}, "algo_grid={'dqn'"),
         ({"env_id": "CartPole-v1"}, "env_id='CartPole-v1' is not one of"),
-        ({"centering_gain": "median"}, "centering_gain='median' must be greedy, smdp, online or a number"),
+        (
+            {"centering_gain": "median"},
+            "centering_gain='median' must be greedy, smdp, online or a number",
+        ),
         ({"name": "a/b"}, "name='a/b' must be a non-empty folder name"),
     ],
 )
@@ -112,13 +125,18 @@ def test_train_cli_sweep_errors(tmp_path, capsys, monkeypatch):
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(TINY))
     assert main(["train", "--sweep", str(path), "--algo", "a2c"]) == 2
-    assert "--algo='a2c' cannot be combined with --sweep: the sweep YAML sets it (field algo)" in capsys.readouterr().err
+    assert (
+        "--algo='a2c' cannot be combined with --sweep: the sweep YAML sets it (field algo)"
+        in capsys.readouterr().err
+    )
     assert main(["train", "--backend", "ray"]) == 2
     assert "--backend='ray' applies to a sweep: give --sweep <yaml> too" in capsys.readouterr().err
     assert main(["train", "--sweep", str(path), "--address", "auto"]) == 2
     assert "address='auto' needs backend='ray'" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
-    assert main(["train", "--sweep", str(path), "--backend", "ray", "--runs-dir", str(tmp_path)]) == 2
+    assert (
+        main(["train", "--sweep", str(path), "--backend", "ray", "--runs-dir", str(tmp_path)]) == 2
+    )
     assert "pip install 'batch-env[ray]'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -128,9 +146,12 @@ def test_train_cli_sweep_errors(tmp_path, capsys, monkeypatch):
 
 def test_train_cli_sweep_json(tmp_path, capsys):
     path = tmp_path / "one.yaml"
-    path.write_text(yaml.safe_dump({**TINY, "name": "one", "grid": {"n_steps": [64], "batch_size": [64]}}))
+    path.write_text(
+        yaml.safe_dump({**TINY, "name": "one", "grid": {"n_steps": [64], "batch_size": [64]}})
+    )
     assert main(["train", "--sweep", str(path), "--runs-dir", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["n_trials"] == 1 and data["n_failed"] == 0
-    assert data["best"]["run_dir"] == str((tmp_path / "sweeps" / "one" / "trials" / "ppo-batch_size=64-n_steps=64-s0")
-                                          .resolve())
+    assert data["best"]["run_dir"] == str(
+        (tmp_path / "sweeps" / "one" / "trials" / "ppo-batch_size=64-n_steps=64-s0").resolve()
+    )

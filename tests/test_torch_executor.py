@@ -127,8 +127,11 @@ def test_node_group_errors(ex):
 
 
 def test_bert_groups_merge_their_masks():
-    e = executor(4, model="bert-base",
-                 sizes=dict(width=0.125, depth=2, model_kwargs={"seq_len": 8, "vocab_size": 50, "heads": 2}))
+    e = executor(
+        4,
+        model="bert-base",
+        sizes=dict(width=0.125, depth=2, model_kwargs={"seq_len": 8, "vocab_size": 50, "heads": 2}),
+    )
     a, b = e.new_group(1), e.new_group(2)
     e.run_node(0, 1, a)
     e.run_node(0, 2, b)
@@ -168,12 +171,21 @@ def test_counter_and_power_rule():
 def test_profile_node_tables_give_node_energy():
     names = ["stem", "layer1.0", "layer2.0", "layer3.0", "layer4.0", "head"]
     prof = {
-        "name": "toy", "model": "resnet50 tiny", "device": "cpu", "source": "made up",
-        "batch_sizes": [1, 4], "latency_ms": [1.0, 2.0], "power_w": [10.0, 20.0],
+        "name": "toy",
+        "model": "resnet50 tiny",
+        "device": "cpu",
+        "source": "made up",
+        "batch_sizes": [1, 4],
+        "latency_ms": [1.0, 2.0],
+        "power_w": [10.0, 20.0],
         "idle_power_w": 1.0,
-        "nodes": {"names": names, "latency_ms": [[1 / 6, 2 / 6]] * 6,
-                  "power_w": [[float(i + 1), float(i + 1)] for i in range(6)],
-                  "rule": "made up", "tolerance": 0.01},
+        "nodes": {
+            "names": names,
+            "latency_ms": [[1 / 6, 2 / 6]] * 6,
+            "power_w": [[float(i + 1), float(i + 1)] for i in range(6)],
+            "rule": "made up",
+            "tolerance": 0.01,
+        },
     }
     e = executor(4, profile=prof)
     g = e.new_group(2)
@@ -220,8 +232,9 @@ def test_bad_arguments():
 def test_default_meter_on_this_machine_is_reported():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        e = TorchExecutor("resnet50", 2, torch_device="cpu", profile=PROFILE, threads=1, warmup=0,
-                          **TINY_RESNET)
+        e = TorchExecutor(
+            "resnet50", 2, torch_device="cpu", profile=PROFILE, threads=1, warmup=0, **TINY_RESNET
+        )
     assert e.energy_source in ("rapl", "profile")
     assert e.metadata()["meter"]["energy_source"] in ("rapl", "model")
     e.close()
@@ -239,8 +252,12 @@ def test_overhead_benchmark_reports_fractions(ex):
 
 def test_weights_pass_through(tmp_path):
     path = tmp_path / "w.pt"
-    torch.save(build_model("resnet50", width=0.125, depth=1, seed=5, image_size=32,
-                           num_classes=10).state_dict(), path)
+    torch.save(
+        build_model(
+            "resnet50", width=0.125, depth=1, seed=5, image_size=32, num_classes=10
+        ).state_dict(),
+        path,
+    )
     e = executor(1, weights=path)
     assert e.metadata()["model_config"]["weights"] == str(path)
 
@@ -249,8 +266,15 @@ def test_weights_pass_through(tmp_path):
 def test_cuda_executor_with_graphs_and_nvml():
     from batch_env.real.profiling import measure_profile
 
-    e = TorchExecutor("resnet50", 4, torch_device="cuda", profile=PROFILE, warmup=1,
-                      cuda_graphs=True, **TINY_RESNET)
+    e = TorchExecutor(
+        "resnet50",
+        4,
+        torch_device="cuda",
+        profile=PROFILE,
+        warmup=1,
+        cuda_graphs=True,
+        **TINY_RESNET,
+    )
     assert e.device.type == "cuda" and e.metadata()["cuda_graphs"] is True
     assert e.energy_source in ("nvml", "profile")
     for b in (1, 4):
@@ -264,7 +288,15 @@ def test_cuda_executor_with_graphs_and_nvml():
         want = e.model(x)
     assert torch.allclose(e.output(g), want, rtol=1e-3, atol=1e-4 * float(want.abs().max()))
     e.close()
-    d = measure_profile("resnet50", torch_device="cuda", batch_sizes=(1, 2), min_time_s=0.05,
-                        warmup=1, cuda_graphs=True, fallback_profile=PROFILE, **TINY_RESNET)
+    d = measure_profile(
+        "resnet50",
+        torch_device="cuda",
+        batch_sizes=(1, 2),
+        min_time_s=0.05,
+        warmup=1,
+        cuda_graphs=True,
+        fallback_profile=PROFILE,
+        **TINY_RESNET,
+    )
     prof = P.load(d)
     assert prof.raw["nodes"]["names"] == list(e.node_names)

@@ -50,7 +50,9 @@ def assert_same(a, b, mode, rtol=1e-9):
     if mode == "sync":
         np.testing.assert_array_equal(a, b)
     else:
-        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6 if np.asarray(a).dtype == np.float32 else 1e-12)
+        np.testing.assert_allclose(
+            a, b, rtol=rtol, atol=1e-6 if np.asarray(a).dtype == np.float32 else 1e-12
+        )
 
 
 def assert_same_summary(a: dict, b: dict, mode: str) -> None:
@@ -110,20 +112,42 @@ def test_step_contract_matches_scalar_envs(mode):
 @pytest.mark.parametrize(
     "make",
     [
-        pytest.param(lambda: gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync", **SHORT),
-                     id="sync-next-step"),
-        pytest.param(lambda: gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync",
-                                          vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED}, **SHORT),
-                     id="sync-disabled"),
-        *([pytest.param(lambda: gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="vector_entry_point", **SHORT),
-                        id="native-default")] if has_native() else []),
+        pytest.param(
+            lambda: gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync", **SHORT),
+            id="sync-next-step",
+        ),
+        pytest.param(
+            lambda: gym.make_vec(
+                ENV_ID,
+                num_envs=2,
+                vectorization_mode="sync",
+                vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
+                **SHORT,
+            ),
+            id="sync-disabled",
+        ),
+        *(
+            [
+                pytest.param(
+                    lambda: gym.make_vec(
+                        ENV_ID, num_envs=2, vectorization_mode="vector_entry_point", **SHORT
+                    ),
+                    id="native-default",
+                )
+            ]
+            if has_native()
+            else []
+        ),
     ],
 )
 def test_refuses_other_autoreset_modes(make):
     vector_env = make()
     mode = vector_env.metadata["autoreset_mode"]
     assert mode != AutoresetMode.SAME_STEP
-    with pytest.raises(ValueError, match=f"autoresets in AutoresetMode.{mode.name}: SB3VecEnv needs AutoresetMode.SAME_STEP"):
+    with pytest.raises(
+        ValueError,
+        match=f"autoresets in AutoresetMode.{mode.name}: SB3VecEnv needs AutoresetMode.SAME_STEP",
+    ):
         SB3VecEnv(vector_env)
     with pytest.raises(TypeError, match="gymnasium.vector.VectorEnv"):
         SB3VecEnv(gym.make(ENV_ID))
@@ -141,7 +165,9 @@ def test_seeding_is_reproducible(mode):
 
     venv = make_vec_env(ENV_ID, 3, kw, seed=5, mode=mode)
     a = trajectory(venv, actions)
-    np.testing.assert_array_equal(trajectory(make_vec_env(ENV_ID, 3, kw, seed=5, mode=mode), actions), a)
+    np.testing.assert_array_equal(
+        trajectory(make_vec_env(ENV_ID, 3, kw, seed=5, mode=mode), actions), a
+    )
     for i in range(3):
         env = gym.make(ENV_ID, **kw)
         ref = [env.reset(seed=5 + i)[0]] + [env.step(int(x))[0] for x in actions[:, i]]
@@ -174,8 +200,12 @@ def test_action_masks_attributes_and_maskable_ppo(mode):
     assert venv.env_is_wrapped(gym.Wrapper) == [False, False]
     binary = make_vec_env(ENV_ID, 2, SHORT, seed=0, mode=mode, wrappers=TWINNED)
     binary.reset()
-    np.testing.assert_array_equal(np.stack(binary.env_method("action_masks")), np.ones((2, 2), dtype=bool))
-    model = MaskablePPO("MlpPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    np.testing.assert_array_equal(
+        np.stack(binary.env_method("action_masks")), np.ones((2, 2), dtype=bool)
+    )
+    model = MaskablePPO(
+        "MlpPolicy", venv, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu"
+    )
     model.learn(128)
     assert model.num_timesteps >= 128 and len(model.ep_info_buffer) > 0
 
@@ -220,8 +250,12 @@ def test_vector_twins_match_the_scalar_wrappers(mode, specs):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     n, kw = 3, {"horizon_requests": 60}
-    ours = make_vec_env(ENV_ID, n, kw, seed=3, mode=mode, wrappers=specs, step_info_keys=STEP_INFO_KEYS)
-    ref = sb3_make_vec_env(lambda: make_env(ENV_ID, kw, specs), n_envs=n, seed=3, vec_env_cls=DummyVecEnv)
+    ours = make_vec_env(
+        ENV_ID, n, kw, seed=3, mode=mode, wrappers=specs, step_info_keys=STEP_INFO_KEYS
+    )
+    ref = sb3_make_vec_env(
+        lambda: make_env(ENV_ID, kw, specs), n_envs=n, seed=3, vec_env_cls=DummyVecEnv
+    )
     assert ours.observation_space == ref.observation_space and ours.action_space == ref.action_space
     assert_same(ours.reset(), ref.reset(), mode)
     rng = np.random.default_rng(0)
@@ -248,8 +282,10 @@ def test_vector_twins_match_the_scalar_wrappers(mode, specs):
 
 
 def test_wrappers_without_twin_wrap_each_sync_lane():
-    clip = [("batch_env.wrappers.QueueFeatures", {}),
-            ("gymnasium.wrappers.ClipReward", {"min_reward": -0.05, "max_reward": 0.0})]
+    clip = [
+        ("batch_env.wrappers.QueueFeatures", {}),
+        ("gymnasium.wrappers.ClipReward", {"min_reward": -0.05, "max_reward": 0.0}),
+    ]
     venv = make_vec_env(ENV_ID, 2, SHORT, seed=0, mode="sync", wrappers=clip)
     assert venv.reset().shape == (2, 7)
     rewards = np.concatenate([venv.step(np.array([0, 1]))[1] for _ in range(20)])
@@ -272,18 +308,39 @@ def test_vectorized_training_on_sync_lanes_equals_dummyvecenv_training(tmp_path)
     import torch
     from stable_baselines3 import PPO
 
-    common = dict(algo="ppo", env_kwargs=TRAIN_ENV, n_timesteps=2048, centering_gain="online",
-                  eval_freq=0, checkpoint_freq=2048, progress=False)
+    common = dict(
+        algo="ppo",
+        env_kwargs=TRAIN_ENV,
+        n_timesteps=2048,
+        centering_gain="online",
+        eval_freq=0,
+        checkpoint_freq=2048,
+        progress=False,
+    )
     plain = train(TrainArgs(run_dir=str(tmp_path / "plain"), **common))
-    vec = train(TrainArgs(run_dir=str(tmp_path / "vec"), vectorized=True, vector_mode="sync", **common))
+    vec = train(
+        TrainArgs(run_dir=str(tmp_path / "vec"), vectorized=True, vector_mode="sync", **common)
+    )
     cfg = yaml.safe_load((vec / "config.yaml").read_text())
-    assert cfg["vectorized"] is True and cfg["vector_mode"] == "sync" and cfg["args"]["vectorized"] is True
+    assert (
+        cfg["vectorized"] is True
+        and cfg["vector_mode"] == "sync"
+        and cfg["args"]["vectorized"] is True
+    )
     assert yaml.safe_load((plain / "config.yaml").read_text())["vectorized"] is False
-    p1, p2 = PPO.load(plain / "model.zip").policy.state_dict(), PPO.load(vec / "model.zip").policy.state_dict()
+    p1, p2 = (
+        PPO.load(plain / "model.zip").policy.state_dict(),
+        PPO.load(vec / "model.zip").policy.state_dict(),
+    )
     assert all(torch.equal(p1[k], p2[k]) for k in p1)
     t1, t2 = tensorboard_scalars(plain), tensorboard_scalars(vec)
     assert set(t1) == set(t2) and "rollout/ep_rew_mean" in t2 and "reward_components/energy" in t2
-    for tag in ("rollout/ep_len_mean", "serving/latency_p99_ms", "reward_components/latency", "train/centering_gain"):
+    for tag in (
+        "rollout/ep_len_mean",
+        "serving/latency_p99_ms",
+        "reward_components/latency",
+        "train/centering_gain",
+    ):
         assert t1[tag] == t2[tag], tag
 
 
@@ -292,11 +349,23 @@ def test_vectorized_run_resumes_with_its_lanes(tmp_path):
     from stable_baselines3 import PPO
 
     run = tmp_path / "vec"
-    args = TrainArgs(algo="ppo", env_kwargs=TRAIN_ENV, n_timesteps=1024, run_dir=str(run), vectorized=True,
-                     num_envs=2, centering_gain="100", eval_freq=0, checkpoint_freq=1024, progress=False)
+    args = TrainArgs(
+        algo="ppo",
+        env_kwargs=TRAIN_ENV,
+        n_timesteps=1024,
+        run_dir=str(run),
+        vectorized=True,
+        num_envs=2,
+        centering_gain="100",
+        eval_freq=0,
+        checkpoint_freq=1024,
+        progress=False,
+    )
     train(args)
     cfg = yaml.safe_load((run / "config.yaml").read_text())
-    assert cfg["n_envs"] == 2 and cfg["vectorized"] is True and cfg["vector_mode"] == preferred_mode()
+    assert (
+        cfg["n_envs"] == 2 and cfg["vectorized"] is True and cfg["vector_mode"] == preferred_mode()
+    )
     train(TrainArgs(**{**args.__dict__, "n_timesteps": 2048, "resume": True}))
     assert PPO.load(run / "model.zip").num_timesteps == 2048
     with pytest.raises(ValueError, match="num_envs=0 is invalid"):
@@ -316,10 +385,26 @@ def test_ppo_through_the_adapter_beats_random_valid_actions(tmp_path):
     hp["env_wrapper"] = [w for w in hp["env_wrapper"] if w != "batch_env.wrappers.BinaryAction"]
     hp_file = tmp_path / "ppo_full_actions.yml"
     hp_file.write_text(yaml.safe_dump({ENV_ID: hp}))
-    env_kwargs = {**TRAIN_ENV, "workload": {"kind": "poisson", "load": 0.9}, "horizon_requests": 2000}
-    run = train(TrainArgs(algo="ppo", env_kwargs=env_kwargs, hyperparams=str(hp_file), n_timesteps=20_000,
-                          run_dir=str(tmp_path / "ppo"), seed=0, vectorized=True, centering_gain="online",
-                          eval_freq=0, progress=False, threads=1))
+    env_kwargs = {
+        **TRAIN_ENV,
+        "workload": {"kind": "poisson", "load": 0.9},
+        "horizon_requests": 2000,
+    }
+    run = train(
+        TrainArgs(
+            algo="ppo",
+            env_kwargs=env_kwargs,
+            hyperparams=str(hp_file),
+            n_timesteps=20_000,
+            run_dir=str(tmp_path / "ppo"),
+            seed=0,
+            vectorized=True,
+            centering_gain="online",
+            eval_freq=0,
+            progress=False,
+            threads=1,
+        )
+    )
     env = gym.make(ENV_ID, **env_kwargs)
 
     class RandomValid:

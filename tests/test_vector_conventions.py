@@ -39,8 +39,13 @@ def _native(n, mode, **kw):
 
 
 def _sync(n, mode, **kw):
-    return gym.make_vec(ENV_ID, num_envs=n, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": mode}, **{**KW, **kw})
+    return gym.make_vec(
+        ENV_ID,
+        num_envs=n,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": mode},
+        **{**KW, **kw},
+    )
 
 
 def _same(a, b, path=""):
@@ -57,7 +62,11 @@ def _same(a, b, path=""):
         comps = path.endswith("reward_components") and k in ("sla", "drop")
         # (SyncVectorEnv takes a key's dtype from its first lane: a lane's reset info has
         # 0.0 where a step has ints; the native env keeps a step's dtype)
-        assert x.dtype == y.dtype or comps and x.dtype.kind in "if" and y.dtype.kind in "if", (where, x.dtype, y.dtype)
+        assert x.dtype == y.dtype or comps and x.dtype.kind in "if" and y.dtype.kind in "if", (
+            where,
+            x.dtype,
+            y.dtype,
+        )
         if y.dtype == object:
             for u, v in zip(x, y, strict=True):
                 assert (u is None and v is None) or np.array_equal(u, v) or u == v, where
@@ -83,7 +92,9 @@ def test_info_and_summaries_equal_sync_vector_envs(mode):
     o2, i2 = sync.reset(seed=4)
     assert np.array_equal(o1, o2)
     _same(i1, i2)
-    assert {"queue_len", "now_s", "dt_s", "action_mask", "reward_components", "_queue_len"} <= set(i1)
+    assert {"queue_len", "now_s", "dt_s", "action_mask", "reward_components", "_queue_len"} <= set(
+        i1
+    )
     ended = 0
     for t in range(500):
         a = _greedy_or_wait(native.action_masks(), t)
@@ -165,7 +176,9 @@ def test_vector_twins_equal_scalar_wrappers_in_every_autoreset_mode(mode, base):
     observations, centred rewards and gains, through ``RecordEpisodeStatistics``."""
     n, seed = 3, 11
     env = (_native if base == "native" else _sync)(n, mode)
-    venv = RecordEpisodeStatistics(VectorAverageRewardCentering(VectorQueueFeatures(VectorBinaryAction(env))))
+    venv = RecordEpisodeStatistics(
+        VectorAverageRewardCentering(VectorQueueFeatures(VectorBinaryAction(env)))
+    )
     envs = [_scalar_chain(KW) for _ in range(n)]
     vobs, _ = venv.reset(seed=seed)
     sobs = [e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]

@@ -33,8 +33,14 @@ SMALL = {"horizon_requests": 150}
         {"decision_interval_ms": 0.3},
         {"warmup_requests": 40, "horizon_requests": 100},
         {"queue_capacity": 6, "workload": {"kind": "poisson", "load": 1.6}, "warmup_requests": 15},
-        {"workload": {"kind": "mmpp", "load": 0.7, "rates_per_s": [100.0, 600.0],
-                      "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]]}},
+        {
+            "workload": {
+                "kind": "mmpp",
+                "load": 0.7,
+                "rates_per_s": [100.0, 600.0],
+                "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]],
+            }
+        },
         {"workload": {"kind": "gamma", "load": 0.8, "cv": 3.0}, "sla_ms": 5.0, "max_batch_size": 8},
         {"warmup_requests": 5000, "horizon_requests": 10, "horizon_s": 0.05},  # window never starts
     ],
@@ -50,8 +56,18 @@ def test_lanes_match_the_scalar_env_step_for_step(kwargs):
 # and ticks fall exactly on arrivals.
 U = 2.0**-12
 U_MS = U * 1000.0
-EXACT = {"name": "exact", "model": "m", "device": "d", "source": "test", "kind": "linear",
-         "alpha_ms": U_MS, "tau0_ms": 2 * U_MS, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10.0}
+EXACT = {
+    "name": "exact",
+    "model": "m",
+    "device": "d",
+    "source": "test",
+    "kind": "linear",
+    "alpha_ms": U_MS,
+    "tau0_ms": 2 * U_MS,
+    "beta_j": 0.01,
+    "c0_j": 0.1,
+    "idle_power_w": 10.0,
+}
 
 
 def _trace(tmp_path, name, **fields):
@@ -67,7 +83,9 @@ def _trace(tmp_path, name, **fields):
       start and the end); the loop period (span * 257 / 256) is a whole number of units.
     """
     if name == "exp":
-        times = [repr(float(t)) for t in np.cumsum(np.random.default_rng(3).exponential(1 / 2000.0, 500))]
+        times = [
+            repr(float(t)) for t in np.cumsum(np.random.default_rng(3).exponential(1 / 2000.0, 500))
+        ]
     elif name == "repro":
         times = ["0.000", "0.010", "0.010", "0.020", "0.020", "0.030"]
     else:
@@ -100,9 +118,19 @@ def _trace(tmp_path, name, **fields):
         ("shuffled", {"profile": EXACT, "warmup_requests": 2, "queue_capacity": 2}, "random"),
         ("shuffled", {"profile": EXACT, "queue_capacity": 2, "horizon_requests": 2}, "greedy"),
     ],
-    ids=["repro-greedy", "repro-random", "runs-greedy", "runs-patient", "runs-ticks-random",
-         "shuffled-greedy", "shuffled-random", "shuffled-ticks-patient", "warmup-1-greedy",
-         "warmup-2-drops-random", "tiny-horizon-greedy"],
+    ids=[
+        "repro-greedy",
+        "repro-random",
+        "runs-greedy",
+        "runs-patient",
+        "runs-ticks-random",
+        "shuffled-greedy",
+        "shuffled-random",
+        "shuffled-ticks-patient",
+        "warmup-1-greedy",
+        "warmup-2-drops-random",
+        "tiny-horizon-greedy",
+    ],
 )
 def test_lanes_match_on_traces_with_equal_timestamps(tmp_path, trace, kwargs, policy):
     """Equal timestamps all join the queue before the decision, wherever they fall: at
@@ -115,13 +143,21 @@ def test_lanes_match_on_traces_with_equal_timestamps(tmp_path, trace, kwargs, po
 
 def test_lanes_match_on_traces_with_equal_timestamps_and_same_step_autoreset(tmp_path):
     wl = _trace(tmp_path, "shuffled")
-    assert lockstep({**SMALL, "profile": EXACT, "workload": wl}, policy="greedy",
-                     mode=AutoresetMode.SAME_STEP) >= 3
+    assert (
+        lockstep(
+            {**SMALL, "profile": EXACT, "workload": wl},
+            policy="greedy",
+            mode=AutoresetMode.SAME_STEP,
+        )
+        >= 3
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["greedy", "patient", "random"])
-@pytest.mark.parametrize("workload", ["poisson", "gamma", "mmpp", "trace", "trace-offset", "ties-offset"])
+@pytest.mark.parametrize(
+    "workload", ["poisson", "gamma", "mmpp", "trace", "trace-offset", "ties-offset"]
+)
 def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
     """Every workload kind (the vector env refuses traces with ``loop=False``), under
     greedy, patient and random policies; ``ties-offset`` starts each episode at a random
@@ -129,8 +165,12 @@ def test_every_workload_kind_under_several_policies(tmp_path, workload, policy):
     workloads = {
         "poisson": lambda: {"kind": "poisson", "load": 0.7},
         "gamma": lambda: {"kind": "gamma", "load": 0.7, "cv": 2.0},
-        "mmpp": lambda: {"kind": "mmpp", "load": 0.7, "rates_per_s": [100.0, 600.0],
-                         "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]]},
+        "mmpp": lambda: {
+            "kind": "mmpp",
+            "load": 0.7,
+            "rates_per_s": [100.0, 600.0],
+            "switch_rates_per_s": [[0.0, 20.0], [20.0, 0.0]],
+        },
         "trace": lambda: _trace(tmp_path, "exp"),
         "trace-offset": lambda: _trace(tmp_path, "exp", random_offset=True),
         "ties-offset": lambda: _trace(tmp_path, "shuffled", random_offset=True),
@@ -190,7 +230,9 @@ def test_same_step_autoreset_gives_final_obs_and_summary():
                 ended += 1
                 assert vinfo["_final_obs"][i] and np.array_equal(vinfo["final_obs"][i], so)
                 assert vinfo["final_info"]["_serving"][i]
-                assert vinfo["final_info"]["serving"]["completed"][i] == sinfo["serving"]["completed"]
+                assert (
+                    vinfo["final_info"]["serving"]["completed"][i] == sinfo["serving"]["completed"]
+                )
                 so, _ = e.reset()
             assert np.array_equal(vobs[i], so)
         assert "serving" not in vinfo  # SAME_STEP: only in final_info, as SyncVectorEnv
@@ -200,8 +242,13 @@ def test_same_step_autoreset_gives_final_obs_and_summary():
 def test_same_step_info_layout_matches_sync_vector_env():
     kw = {**SMALL, "autoreset_mode": AutoresetMode.SAME_STEP}
     native = gym.make_vec(ENV_ID, num_envs=2, **kw)
-    sync = gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **SMALL)
+    sync = gym.make_vec(
+        ENV_ID,
+        num_envs=2,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP},
+        **SMALL,
+    )
     native.reset(seed=0)
     sync.reset(seed=0)
     for _ in range(400):
@@ -290,7 +337,14 @@ def test_full_info_matches_the_scalar_info():
         _, _, _, _, sinfo = env.step(3)
         lane = venv._lane_info(vinfo, 0)
         assert lane["energy_source"] == sinfo["energy_source"] == "profile"
-        for key in ("queue_len", "now_s", "dt_s", "last_batch_size", "clipped_action", "dropped_total"):
+        for key in (
+            "queue_len",
+            "now_s",
+            "dt_s",
+            "last_batch_size",
+            "clipped_action",
+            "dropped_total",
+        ):
             assert close(float(lane[key]), float(sinfo[key])), key
         assert np.array_equal(lane["action_mask"], sinfo["action_mask"])
         for key, value in sinfo["reward_components"].items():
@@ -323,9 +377,13 @@ def test_lane_metrics_agree_in_distribution_with_independent_scalar_runs():
 
 def test_step_and_action_masks_before_reset_raise_reset_needed():
     venv = DynamicBatchingVectorEnv(num_envs=2, **SMALL)
-    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before action_masks"):
+    with pytest.raises(
+        gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before action_masks"
+    ):
         venv.action_masks()
-    with pytest.raises(gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before step"):
+    with pytest.raises(
+        gym.error.ResetNeeded, match=r"DynamicBatchingVectorEnv: call reset\(\) before step"
+    ):
         venv.step(np.zeros(2, dtype=np.int64))
     venv.reset(seed=0)
     assert venv.action_masks().shape == (2, 33)
@@ -347,12 +405,17 @@ def test_action_masks_are_new_arrays_of_the_valid_actions():
         q = vinfo["queue_len"]
         assert q[0] == sinfo["queue_len"] == env.queue_len
         expected = np.arange(B + 1) <= np.minimum(q, B)[:, None]
-        for vm, sm in ((venv.action_masks(), env.action_masks()), (vinfo["action_mask"], sinfo["action_mask"])):
+        for vm, sm in (
+            (venv.action_masks(), env.action_masks()),
+            (vinfo["action_mask"], sinfo["action_mask"]),
+        ):
             assert vm.dtype == sm.dtype == bool
             assert np.array_equal(vm, expected) and np.array_equal(sm, expected[0])
             vm[:] = ~vm
             sm[:] = ~sm
-        assert np.array_equal(venv.action_masks(), expected) and np.array_equal(env.action_masks(), expected[0])
+        assert np.array_equal(venv.action_masks(), expected) and np.array_equal(
+            env.action_masks(), expected[0]
+        )
         queues.update(q.tolist())
         _, _, _, _, vinfo = venv.step(np.zeros(3, dtype=np.int64))
         _, _, _, _, sinfo = env.step(0)
@@ -363,8 +426,18 @@ def test_a_huge_max_batch_size_needs_memory_linear_in_it():
     """``max_batch_size=10**5``: constructing, resetting and stepping both envs and their
     masks take O(B) memory (a (B + 1) ** 2 mask table would take 10 GB)."""
     B = 10**5
-    profile = {"name": "lin", "model": "m", "device": "d", "source": "test", "kind": "linear",
-               "alpha_ms": 0.1, "tau0_ms": 1.0, "beta_j": 0.01, "c0_j": 0.1, "idle_power_w": 10}
+    profile = {
+        "name": "lin",
+        "model": "m",
+        "device": "d",
+        "source": "test",
+        "kind": "linear",
+        "alpha_ms": 0.1,
+        "tau0_ms": 1.0,
+        "beta_j": 0.01,
+        "c0_j": 0.1,
+        "idle_power_w": 10,
+    }
     kw = {**SMALL, "profile": profile, "max_batch_size": B}
     tracemalloc.start()
     try:
@@ -375,7 +448,11 @@ def test_a_huge_max_batch_size_needs_memory_linear_in_it():
         for a in (0, 0, B, 0, 1):
             _, _, _, _, info = env.step(a)
             venv.step(np.full(2, a))
-            assert info["action_mask"].sum() == env.unwrapped.action_masks().sum() == 1 + info["queue_len"]
+            assert (
+                info["action_mask"].sum()
+                == env.unwrapped.action_masks().sum()
+                == 1 + info["queue_len"]
+            )
             assert np.array_equal(venv.action_masks()[0], env.unwrapped.action_masks())
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -404,8 +481,10 @@ def test_bad_input_gives_clear_errors(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("t\n0.1\n0.2\n")
     with pytest.raises(ValueError, match="loop=False"):
-        DynamicBatchingVectorEnv(num_envs=1, workload={"kind": "trace", "path": str(path),
-                                                       "timestamp_column": "t", "loop": False})
+        DynamicBatchingVectorEnv(
+            num_envs=1,
+            workload={"kind": "trace", "path": str(path), "timestamp_column": "t", "loop": False},
+        )
 
 
 @pytest.mark.parametrize("mode", ["sync", "async", "vector_entry_point"])
@@ -431,7 +510,9 @@ def test_max_episode_steps_truncates_lanes():
 
 def test_disabled_autoreset_refuses_to_step_an_ended_lane_until_it_is_reset():
     """As the scalar env refuses a step after its episode ended, so does a lane."""
-    venv = DynamicBatchingVectorEnv(num_envs=2, autoreset_mode=AutoresetMode.DISABLED, horizon_requests=5)
+    venv = DynamicBatchingVectorEnv(
+        num_envs=2, autoreset_mode=AutoresetMode.DISABLED, horizon_requests=5
+    )
     venv.reset(seed=0)
     for _ in range(1000):
         _, _, _, trunc, _ = venv.step(venv.action_masks().sum(axis=1) - 1)

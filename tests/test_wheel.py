@@ -28,33 +28,108 @@ def sh(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: in
 
 def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
     src = tmp_path / "src"  # build from a copy: the build writes build/ and *.egg-info
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "results", "build", "*.egg-info",
-                                                            "__pycache__", ".pytest_cache", ".hypothesis"))
-    sh([sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist")],
-       src)
-    wheel, = (tmp_path / "dist").glob("batch_env-*.whl")
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            "runs",
+            "results",
+            "build",
+            "*.egg-info",
+            "__pycache__",
+            ".pytest_cache",
+            ".hypothesis",
+        ),
+    )
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            ".",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+        ],
+        src,
+    )
+    (wheel,) = (tmp_path / "dist").glob("batch_env-*.whl")
     venv = tmp_path / "venv"
     sh([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
     py = venv / "bin" / "python"
-    purelib = Path(sh([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path).strip())
-    (purelib / "zz_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # after the venv's own packages
-    sh([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)], tmp_path)
+    purelib = Path(
+        sh(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], tmp_path
+        ).strip()
+    )
+    (purelib / "zz_deps.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n"
+    )  # after the venv's own packages
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-deps",
+            "-q",
+            str(wheel),
+        ],
+        tmp_path,
+    )
 
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = sh([str(py), "-c", "import agents, batch_env, experiments; "
-                "from agents.common import HYPERPARAMS_DIR; "
-                "print(batch_env.__file__, agents.__file__, experiments.__file__, HYPERPARAMS_DIR)"], work, env)
+    where = sh(
+        [
+            str(py),
+            "-c",
+            "import agents, batch_env, experiments; "
+            "from agents.common import HYPERPARAMS_DIR; "
+            "print(batch_env.__file__, agents.__file__, experiments.__file__, HYPERPARAMS_DIR)",
+        ],
+        work,
+        env,
+    )
     assert all(p.startswith(str(venv)) for p in where.split()), where
     ymls = sorted(p.name for p in (purelib / "agents" / "hyperparams").glob("*.yml"))
     assert ymls == ["a2c.yml", "dqn.yml", "ppo.yml", "ppo_mask.yml"]
-    sh([str(py), "-c", "import agents.hyperparams.ppo as m; assert 'batch_env/DynamicBatching-v0' in m.hyperparams"],
-       work, env)
+    sh(
+        [
+            str(py),
+            "-c",
+            "import agents.hyperparams.ppo as m; assert 'batch_env/DynamicBatching-v0' in m.hyperparams",
+        ],
+        work,
+        env,
+    )
 
     cli = str(venv / "bin" / "batch-env")
-    sh([cli, "train", "--n-timesteps", "2048", "--run-dir", "run", "--env-kwargs", "{horizon_requests: 100}",
-        "--eval-freq", "0", "--no-progress"], work, env)
+    sh(
+        [
+            cli,
+            "train",
+            "--n-timesteps",
+            "2048",
+            "--run-dir",
+            "run",
+            "--env-kwargs",
+            "{horizon_requests: 100}",
+            "--eval-freq",
+            "0",
+            "--no-progress",
+        ],
+        work,
+        env,
+    )
     assert (work / "run" / "model.zip").exists()
     out = sh([cli, "evaluate", "--policy", "ppo:run", "greedy", "--episodes", "1"], work, env)
     assert "ppo:run" in out and "greedy" in out

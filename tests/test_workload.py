@@ -326,8 +326,10 @@ def test_real_azure_trace_excerpt() -> None:
 
 
 def test_trace_dataset_spec_round_trip_and_load() -> None:
-    wl = make_workload({"kind": "trace", "dataset": EXCERPT, "load": 0.5, "random_offset": True},
-                       max_throughput_rps=100.0)
+    wl = make_workload(
+        {"kind": "trace", "dataset": EXCERPT, "load": 0.5, "random_offset": True},
+        max_throughput_rps=100.0,
+    )
     assert isinstance(wl, Trace) and wl.mean_rate_per_s == pytest.approx(50)
     d = wl.to_dict()
     assert d["dataset"] == EXCERPT and d["path"] is None  # portable: no machine-specific path
@@ -342,7 +344,9 @@ def test_trace_dataset_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ValueError, match="not downloaded.*batch-env data fetch azure-conv-2023"):
         Trace(dataset="azure-conv-2023")
     with pytest.raises(ValueError, match="not downloaded.*batch-env data fetch azure-code-2024"):
-        make_workload({"kind": "trace", "dataset": "azure-code-2024", "load": 0.5}, max_throughput_rps=10)
+        make_workload(
+            {"kind": "trace", "dataset": "azure-code-2024", "load": 0.5}, max_throughput_rps=10
+        )
     with pytest.raises(ValueError, match="'nope' is unknown; known datasets: azure-conv-2023"):
         Trace(dataset="nope")
     with pytest.raises(ValueError, match="either path='x.csv' or dataset"):

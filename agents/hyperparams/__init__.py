@@ -24,7 +24,9 @@ def path(algo: str) -> Path:
     file = Path(str(resources.files(__name__) / f"{algo}.yml"))
     if not file.is_file():
         shipped = sorted(p.stem for p in file.parent.glob("*.yml"))
-        raise FileNotFoundError(f"hyperparameter file {str(file)!r} not found: shipped are {shipped}")
+        raise FileNotFoundError(
+            f"hyperparameter file {str(file)!r} not found: shipped are {shipped}"
+        )
     return file
 
 

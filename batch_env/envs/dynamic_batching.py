@@ -303,8 +303,13 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _make_view(self) -> ServerView:
         """Frame layout: the service panel shows the last batch."""
-        return ServerView("DYNAMICBATCHING-V0", "LAST BATCH: LATENCY/SLA", "LAST BATCHES: SIZE/MAX",
-                          "LAST BATCHES: LATENCY/SLA OF THE OLDEST REQUEST", CompletionTimeline())
+        return ServerView(
+            "DYNAMICBATCHING-V0",
+            "LAST BATCH: LATENCY/SLA",
+            "LAST BATCHES: SIZE/MAX",
+            "LAST BATCHES: LATENCY/SLA OF THE OLDEST REQUEST",
+            CompletionTimeline(),
+        )
 
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue and the completion record."""
@@ -316,8 +321,14 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         # _make_view gave this view a CompletionTimeline (ServerView.timeline is a Timeline)
         cast(CompletionTimeline, view.timeline).sync(arr, self._comp, B, sla)
         header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
-        return view.frame(header, waits, q, self._cap, batch_panel(batch, b, B, self._last_lat, sla),
-                          view.timeline)
+        return view.frame(
+            header,
+            waits,
+            q,
+            self._cap,
+            batch_panel(batch, b, B, self._last_lat, sla),
+            view.timeline,
+        )
 
 
 def __getattr__(name: str) -> Any:

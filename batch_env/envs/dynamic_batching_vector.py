@@ -61,22 +61,63 @@ _AHEAD = 64  # lanes whose next episode's seeds are drawn ahead together (_draw_
 # float64 (completion time, end entry) with _n_logged and _lat_pos (the entry where the
 # first logged batch starts), and _latency (N, up to horizon_requests) float64.
 # Per-lane state a reset zeroes (rows of two 2D arrays, see _alloc_state):
-_ZERO_INT = ("_served", "_admitted", "_late_end", "_offset", "_drops", "_served_missed",
-             "_n_batches", "_batch_sum", "_arrived", "_last_batch", "_steps", "_step_misses",
-             "_win_misses", "_win_drops", "_win_entry", "_win_n_batches", "_win_batch_sum",
-             "_n_logged", "_lat_pos")
+_ZERO_INT = (
+    "_served",
+    "_admitted",
+    "_late_end",
+    "_offset",
+    "_drops",
+    "_served_missed",
+    "_n_batches",
+    "_batch_sum",
+    "_arrived",
+    "_last_batch",
+    "_steps",
+    "_step_misses",
+    "_win_misses",
+    "_win_drops",
+    "_win_entry",
+    "_win_n_batches",
+    "_win_batch_sum",
+    "_n_logged",
+    "_lat_pos",
+)
 _ZERO_FLOAT = ("_latency_integral", "_last_latency", "_win_latency_integral")
 _EMPTY = np.empty(0)
 _NONE = np.empty(0, dtype=np.int64)  # no lanes
 _ARANGE_G = np.arange(_G, dtype=np.int64)
 _BYTE_SUM = np.uint64(0x0101010101010101)
 #: the scalar env's per-step info keys (DynamicBatchingEnv._info), in its order
-_INFO_KEYS = ("queue_len", "oldest_wait_s", "now_s", "dt_s", "last_batch_size", "last_batch_latency_s",
-              "reward_components", "action_mask", "clipped_action", "dropped_total", "energy_source")
+_INFO_KEYS = (
+    "queue_len",
+    "oldest_wait_s",
+    "now_s",
+    "dt_s",
+    "last_batch_size",
+    "last_batch_latency_s",
+    "reward_components",
+    "action_mask",
+    "clipped_action",
+    "dropped_total",
+    "energy_source",
+)
 #: attributes every lane shares with the scalar env (DynamicBatchingVectorEnv.call)
-_SHARED_ATTRS = frozenset({"config", "get_config", "profile", "workload", "max_throughput_rps",
-                           "horizon_s", "load", "mean_rate_per_s", "idle_power_w", "action_space",
-                           "observation_space", "metadata"})
+_SHARED_ATTRS = frozenset(
+    {
+        "config",
+        "get_config",
+        "profile",
+        "workload",
+        "max_throughput_rps",
+        "horizon_s",
+        "load",
+        "mean_rate_per_s",
+        "idle_power_w",
+        "action_space",
+        "observation_space",
+        "metadata",
+    }
+)
 
 
 def _count_rows(p: np.ndarray) -> np.ndarray:
@@ -267,7 +308,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._energy_table = np.asarray(ex.energy_j, dtype=np.float64)
         self._power_table = np.asarray(ex.power_w, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):  # a batch's power, e / d
-            self._run_power = np.where(self._latency_table > 0.0, self._energy_table / self._latency_table, 0.0)
+            self._run_power = np.where(
+                self._latency_table > 0.0, self._energy_table / self._latency_table, 0.0
+            )
         self._sigma = math.sqrt(math.log1p(ex.cv * ex.cv))
         self._max_batch = cfg.max_batch_size
         self._horizon = cfg.horizon_requests
@@ -281,7 +324,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._first_mark = cfg.warmup_requests
         # arrivals drawn at a reset (Poisson streams split their chunks exactly): about what
         # an episode uses, so most episodes need no refill
-        self._first_draw = min(cfg.warmup_requests + cfg.horizon_requests + max(_MARGIN, cfg.horizon_requests // 16), _W0)
+        self._first_draw = min(
+            cfg.warmup_requests + cfg.horizon_requests + max(_MARGIN, cfg.horizon_requests // 16),
+            _W0,
+        )
         self._end_mark = cfg.warmup_requests + cfg.horizon_requests
         self._mask_table = shared["mask_table"]
         self._energy_source = np.full(N, ex.energy_source, dtype=object)  # "profile"
@@ -328,14 +374,21 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self._now, self._energy, self._rate = (z(np.float64) for _ in range(3))
         self._clipped = z(bool)
         self._head = z(np.float64)  # each lane's entry at ws (its oldest request) at the last _obs
-        self._step_latency_integral, self._step_energy, self._step_time = (z(np.float64) for _ in range(3))
+        self._step_latency_integral, self._step_energy, self._step_time = (
+            z(np.float64) for _ in range(3)
+        )
         self._step_drops, self._step_arrived = z(np.int64), z(np.int64)
         # summary window (per lane): started?, snapshot, end mark
         self._in_window: np.ndarray = z(bool)
         self._win_time, self._win_energy = z(np.float64), z(np.float64)
-        self._win_end_entry, self._win_end_drops = np.full(N, -1, dtype=np.int64), np.full(N, -1, dtype=np.int64)
+        self._win_end_entry, self._win_end_drops = (
+            np.full(N, -1, dtype=np.int64),
+            np.full(N, -1, dtype=np.int64),
+        )
         self._next_mark = z(np.int64)
-        self._latency = np.zeros((N, min(self._horizon, _LAT0)), dtype=np.float64)  # summary latencies
+        self._latency = np.zeros(
+            (N, min(self._horizon, _LAT0)), dtype=np.float64
+        )  # summary latencies
         # the batch log: completion time and end entry (absolute) of each batch started in
         # the summary window since the last flush, which writes their requests' latencies;
         # _lat_pos is the absolute entry where the first logged batch starts
@@ -351,7 +404,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # each lane's arrival and service generators, reseeded at every reset
         self._arrival_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N)]
         noise = self._sigma > 0.0  # (without service noise no lane draws service numbers)
-        self._service_rng = [np.random.Generator(np.random.PCG64(0)) for _ in range(N if noise else 0)]
+        self._service_rng = [
+            np.random.Generator(np.random.PCG64(0)) for _ in range(N if noise else 0)
+        ]
         self._chunk: list[np.ndarray] = [_EMPTY] * N
         self._chunk_pos = [0] * N
 
@@ -449,14 +504,20 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             pos = int(self._admitted[n]) + int(self._next_mark[n] - self._arrived[n])
             self._lane_absorb(n, float(self._A[n, pos]), pos, power, ws_from)
             self._lane_on_mark(n, ws_from, sm_prev)
-        self._lane_absorb(n, t_end, int(self._admitted[n]) + target - int(self._arrived[n]), power, ws_from)
+        self._lane_absorb(
+            n, t_end, int(self._admitted[n]) + target - int(self._arrived[n]), power, ws_from
+        )
 
     def _lane_on_mark(self, n: int, ws_from: int, sm_prev: int) -> None:
         if not self._in_window[n]:
             now, i = float(self._now[n]), int(self._admitted[n])
             past = sum(1 for a in self._A[n, ws_from:i].tolist() if now - a > self._sla)
             self._in_window[n] = True
-            self._win_time[n], self._win_latency_integral[n], self._win_energy[n] = now, self._latency_integral[n], self._energy[n]
+            self._win_time[n], self._win_latency_integral[n], self._win_energy[n] = (
+                now,
+                self._latency_integral[n],
+                self._energy[n],
+            )
             self._win_misses[n] = sm_prev + past
             self._win_drops[n], self._win_entry[n] = self._drops[n], self._offset[n] + i
             self._lat_pos[n] = self._offset[n] + self._served[n]  # batches start here from now on
@@ -543,7 +604,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         tied = self._A_flat[self._row_start[lanes] + 1] <= t
         if np.count_nonzero(tied):
             self._advance(lanes[tied], t[tied], self._idle, self._served[lanes[tied]], None)
-        self._step_latency_integral[lanes], self._step_energy[lanes], self._step_drops[lanes] = self._latency_integral[lanes], self._energy[lanes], self._drops[lanes]
+        self._step_latency_integral[lanes], self._step_energy[lanes], self._step_drops[lanes] = (
+            self._latency_integral[lanes],
+            self._energy[lanes],
+            self._drops[lanes],
+        )
         self._step_time[lanes], self._step_arrived[lanes] = self._now[lanes], self._arrived[lanes]
         self._behind += todo
         if len(self._behind) >= min(_AHEAD, self.num_envs):
@@ -579,14 +644,27 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         idx = np.asarray(lanes, dtype=np.int64)
         st = dict(zip(_ZERO_INT, self._zero_i[:, idx].tolist(), strict=True))
         st.update(zip(_ZERO_FLOAT, self._zero_f[:, idx].tolist(), strict=True))
-        for name in ("_in_window", "_now", "_energy", "_win_time", "_win_energy", "_win_end_entry", "_win_end_drops"):
+        for name in (
+            "_in_window",
+            "_now",
+            "_energy",
+            "_win_time",
+            "_win_energy",
+            "_win_end_entry",
+            "_win_end_drops",
+        ):
             st[name] = getattr(self, name)[idx].tolist()
         # the end entry of each lane's last logged batch
         last_end = self._batch_log[idx, np.maximum(self._n_logged[idx] - 1, 0), 1].tolist()
         H = self._horizon
         n_lat, need, flushed, rows = [], [], [], []
         for r in range(len(lanes)):
-            ws, i, off, drops = st["_served"][r], st["_admitted"][r], st["_offset"][r], st["_drops"][r]
+            ws, i, off, drops = (
+                st["_served"][r],
+                st["_admitted"][r],
+                st["_offset"][r],
+                st["_drops"][r],
+            )
             if st["_in_window"][r]:
                 lo = st["_win_entry"][r]
                 top = lo + H
@@ -596,15 +674,31 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 ehi = st["_win_end_entry"][r] if st["_win_end_entry"][r] >= 0 else off + i
                 n_lat.append(max(min(ehi, off + ws) - lo, 0))
                 dend = st["_win_end_drops"][r] if st["_win_end_drops"][r] >= 0 else drops
-                window = (st["_win_time"][r], st["_win_latency_integral"][r], st["_win_energy"][r], st["_win_misses"][r], st["_win_drops"][r],
-                          0, st["_win_n_batches"][r], st["_win_batch_sum"][r])
+                window = (
+                    st["_win_time"][r],
+                    st["_win_latency_integral"][r],
+                    st["_win_energy"][r],
+                    st["_win_misses"][r],
+                    st["_win_drops"][r],
+                    0,
+                    st["_win_n_batches"][r],
+                    st["_win_batch_sum"][r],
+                )
                 d_sum, n_ent = dend - st["_win_drops"][r], ehi - lo
             else:  # the window never started (no summary request arrived): it is the end
                 need.append(0)
                 flushed.append(0)
                 n_lat.append(0)
-                window = (st["_now"][r], st["_latency_integral"][r], st["_energy"][r], st["_step_misses"][r], drops, 0, st["_n_batches"][r],
-                          st["_batch_sum"][r])
+                window = (
+                    st["_now"][r],
+                    st["_latency_integral"][r],
+                    st["_energy"][r],
+                    st["_step_misses"][r],
+                    drops,
+                    0,
+                    st["_n_batches"][r],
+                    st["_batch_sum"][r],
+                )
                 d_sum = n_ent = 0
             rows.append((window, n_ent, d_sum, i - ws, st["_arrived"][r], off + ws))
         # the latencies go straight into a scratch array (flushed earlier ones copied first)
@@ -615,19 +709,37 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 self._flush_latencies(n, scratch[r])
         stats = latency_stats(scratch, np.array(n_lat), self._sla, overwrite=True)
         windows, n_entries, drops_summary, in_system, arrived, completed = zip(*rows, strict=True)
+        # a WindowStart of per-lane columns (summaries_from_totals takes sequences)
+        columns = WindowStart(*zip(*windows, strict=True))  # type: ignore[arg-type]
         out = summaries_from_totals(
-            # a WindowStart of per-lane columns (summaries_from_totals takes sequences)
-            stats, window=WindowStart(*zip(*windows, strict=True)), n_entries=n_entries,  # type: ignore[arg-type]
-            drops_summary=drops_summary, now_s=st["_now"], latency_integral_s=st["_latency_integral"],
-            energy_j=st["_energy"], misses=st["_step_misses"], drops=st["_drops"], n_batches=st["_n_batches"],
-            sum_batch=st["_batch_sum"], in_system=in_system, weights=self._weights,
-            arrived_total=arrived, completed_total=completed,
+            stats,
+            window=columns,
+            n_entries=n_entries,
+            drops_summary=drops_summary,
+            now_s=st["_now"],
+            latency_integral_s=st["_latency_integral"],
+            energy_j=st["_energy"],
+            misses=st["_step_misses"],
+            drops=st["_drops"],
+            n_batches=st["_n_batches"],
+            sum_batch=st["_batch_sum"],
+            in_system=in_system,
+            weights=self._weights,
+            arrived_total=arrived,
+            completed_total=completed,
         )
         return dict(zip(lanes, out, strict=True))
 
     # -- vectorized helpers -------------------------------------------------------------
-    def _search(self, idx: np.ndarray | slice, lo: np.ndarray, hi: np.ndarray, key: np.ndarray,
-                late: bool, first: np.ndarray | None = None) -> np.ndarray:
+    def _search(
+        self,
+        idx: np.ndarray | slice,
+        lo: np.ndarray,
+        hi: np.ndarray,
+        key: np.ndarray,
+        late: bool,
+        first: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Per lane of ``idx``, the first index in ``[lo, hi)`` whose entry ``a`` fails the
         predicate (else ``hi``): ``a <= key`` (arrivals by ``key``; ``hi`` must be the lanes'
         fill), or with ``late``, ``key - a > sla`` (deadline passed by ``key``). The
@@ -703,8 +815,15 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             for n, t in zip(lanes.tolist(), t_end[need].tolist(), strict=True):
                 self._refill(n, t)
 
-    def _advance(self, idx: np.ndarray | slice, t_end: np.ndarray, power: np.ndarray | float,
-                 ws_from: np.ndarray, sm_prev: np.ndarray | None, next_arrival: bool = False) -> None:
+    def _advance(
+        self,
+        idx: np.ndarray | slice,
+        t_end: np.ndarray,
+        power: np.ndarray | float,
+        ws_from: np.ndarray,
+        sm_prev: np.ndarray | None,
+        next_arrival: bool = False,
+    ) -> None:
         """Move lanes ``idx`` to ``t_end``, admitting arrivals (the scalar ``_advance``):
         every arrival at or before ``t_end`` joins, those at exactly ``t_end`` included.
         ``next_arrival``: ``t_end`` is each lane's next arrival (its entry at ``_admitted``), so
@@ -716,8 +835,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             j = i + 1
             tied = self._A_flat[self._row_start[idx] + j] <= t_end
             if np.count_nonzero(tied):
-                j[tied] = self._search(self._lanes[idx][tied], j[tied], self._fill[idx][tied],
-                                       t_end[tied], False)
+                j[tied] = self._search(
+                    self._lanes[idx][tied], j[tied], self._fill[idx][tied], t_end[tied], False
+                )
         else:
             j = self._search(idx, i, self._fill[idx], t_end, False)
         k = j - i
@@ -728,7 +848,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         drop = k > room
         slow = drop | (hit & ~self._in_window[idx])  # drops and the window's start: per lane
         end = hit & ~slow
-        if np.count_nonzero(end):  # the window's end mark, without drops: where the scalar env stops
+        if np.count_nonzero(
+            end
+        ):  # the window's end mark, without drops: where the scalar env stops
             lanes = self._lanes[idx][end]  # at the mark, only the end entry is recorded
             self._win_end_entry[lanes] = self._offset[lanes] + (i + mark - arrived)[end]
             self._win_end_drops[lanes] = self._drops[lanes]
@@ -749,8 +871,12 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             lanes = np.arange(self.num_envs)[idx][slow]
             pw = np.broadcast_to(power, t_end.shape)[slow].tolist()
             wsf = ws_from[slow].tolist()
-            smp = (sm_prev[slow] if sm_prev is not None else self._served_missed[idx][slow]).tolist()
-            for n, t, p, w, s in zip(lanes.tolist(), t_end[slow].tolist(), pw, wsf, smp, strict=True):
+            smp = (
+                sm_prev[slow] if sm_prev is not None else self._served_missed[idx][slow]
+            ).tolist()
+            for n, t, p, w, s in zip(
+                lanes.tolist(), t_end[slow].tolist(), pw, wsf, smp, strict=True
+            ):
                 self._lane_advance(n, t, p, w, s)
         else:
             self._latency_integral[idx] += L
@@ -793,7 +919,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         # (the arrays are rows of three 2D arrays: three allocations instead of thirty
         # keep the cost per step low with few lanes; rows never overlap)
         ints = np.array([q, self._last_batch, self._drops], dtype=np.int64)
-        floats = np.array([np.where(q > 0, oldest, 0.0), self._now, dt, self._last_latency], dtype=np.float64)
+        floats = np.array(
+            [np.where(q > 0, oldest, 0.0), self._now, dt, self._last_latency], dtype=np.float64
+        )
         ones = np.ones((len(_INFO_KEYS) + len(comps), N), dtype=bool)
         rc: dict[str, Any] = {}
         for r, (k, v) in enumerate(comps.items()):
@@ -838,8 +966,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             out[f"_{key}"] = mask.copy()
         return out
 
-    def _final_info(self, info: dict[str, Any], ended: np.ndarray,
-                    serving: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    def _final_info(
+        self, info: dict[str, Any], ended: np.ndarray, serving: dict[int, dict[str, Any]]
+    ) -> dict[str, Any]:
         """``info["final_info"]`` (``SAME_STEP``): the ended lanes' last per-step info and
         summaries, as ``SyncVectorEnv`` batches them (other lanes zero, masks the lanes)."""
         N = self.num_envs
@@ -923,14 +1052,26 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 f"actions has shape {a.shape}: expected ({N},), one integer in 0..{B} per lane"
             )
         if a.dtype.kind not in "iu":
-            ok = a.dtype.kind == "f" and bool(np.isfinite(a).all()) and bool((a == np.round(a)).all())
+            ok = (
+                a.dtype.kind == "f"
+                and bool(np.isfinite(a).all())
+                and bool((a == np.round(a)).all())
+            )
             if not ok:
-                lane = int(np.flatnonzero(~(np.isfinite(a) & (a == np.round(a))))[0]) if a.dtype.kind == "f" else 0
-                raise ValueError(f"actions[{lane}]={a[lane]!r} is invalid: expected an integer in 0..{B}")
+                lane = (
+                    int(np.flatnonzero(~(np.isfinite(a) & (a == np.round(a))))[0])
+                    if a.dtype.kind == "f"
+                    else 0
+                )
+                raise ValueError(
+                    f"actions[{lane}]={a[lane]!r} is invalid: expected an integer in 0..{B}"
+                )
             a = a.astype(np.int64)
         if a.min() < 0 or a.max() > B:
             lane = int(np.flatnonzero((a < 0) | (a > B))[0])
-            raise ValueError(f"actions[{lane}]={a[lane]!r} is out of range: expected an integer in 0..{B}")
+            raise ValueError(
+                f"actions[{lane}]={a[lane]!r} is out of range: expected an integer in 0..{B}"
+            )
         return a.astype(np.int64, copy=False)
 
     # -- Gymnasium API ----------------------------------------------------------------
@@ -1078,7 +1219,10 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         kd = self._search(slice(None), kd0, self._admitted, now, True, first)
         self._late_end[:] = kd
         M = self._served_missed + (kd - ws)
-        dL, dE = self._latency_integral - self._step_latency_integral, self._energy - self._step_energy
+        dL, dE = (
+            self._latency_integral - self._step_latency_integral,
+            self._energy - self._step_energy,
+        )
         dM, dD = M - self._step_misses, self._drops - self._step_drops
         wl, we, wsla, wd = self._weights
         reward = -(wl * dL + we * dE + wsla * dM + wd * dD)
@@ -1117,7 +1261,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             reward[redo] = 0.0
             head[redo] = self._A_flat[self._row_start[redo]]  # their first arrival
         obs = self._obs(slice(None), head)
-        over = (now >= self.horizon_s) | ((self._win_end_entry >= 0) & (self._offset + ws >= self._win_end_entry))
+        over = (now >= self.horizon_s) | (
+            (self._win_end_entry >= 0) & (self._offset + ws >= self._win_end_entry)
+        )
         over[redo] = False
         truncated = over
         if self.max_episode_steps is not None:
@@ -1227,8 +1373,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                     self._latency = grown
                 dest = self._latency[n]
             off = int(self._offset[n])
-            np.subtract(self._batch_log[n, :m, 0].repeat(cnt), self._A[n, first - off : last - off],
-                        out=dest[first - lo : last - lo])
+            np.subtract(
+                self._batch_log[n, :m, 0].repeat(cnt),
+                self._A[n, first - off : last - off],
+                out=dest[first - lo : last - lo],
+            )
         self._lat_pos[n] = int(ends[-1])
         self._n_logged[n] = 0
 
@@ -1238,7 +1387,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         :raises gymnasium.error.ResetNeeded: before the first ``reset()``.
         """
         if not self._started:
-            raise gym.error.ResetNeeded("DynamicBatchingVectorEnv: call reset() before action_masks()")
+            raise gym.error.ResetNeeded(
+                "DynamicBatchingVectorEnv: call reset() before action_masks()"
+            )
         # (fancy indexing copies the rows; ndarray.take would copy the whole strided view)
         return self._mask_table[np.minimum(self._admitted - self._served, self._max_batch)]
 

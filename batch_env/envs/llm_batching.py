@@ -291,7 +291,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         lens: RequestLengths | None = config.lengths
         trace = cast("Trace", wl) if wl.kind == "trace" else None  # kind "trace" is the Trace class
         data = trace._data() if trace is not None else None
-        has_tokens = data is not None and data.prompt_tokens is not None and data.output_tokens is not None
+        has_tokens = (
+            data is not None and data.prompt_tokens is not None and data.output_tokens is not None
+        )
         if lens is not None and lens.kind == "trace" and not has_tokens:
             raise ValueError(
                 "lengths.kind='trace' needs a trace workload with prompt and output token columns"
@@ -310,7 +312,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             assert data.prompt_tokens is not None and data.output_tokens is not None
             p_col, o_col = trace.prompt_tokens_column, trace.output_tokens_column
             assert p_col is not None and o_col is not None
-            check_llm_tokens(data.prompt_tokens, data.output_tokens, f"Trace {trace.path!r}", (p_col, o_col))
+            check_llm_tokens(
+                data.prompt_tokens, data.output_tokens, f"Trace {trace.path!r}", (p_col, o_col)
+            )
         self._check_admissible(data)
 
         # the KV cache
@@ -337,21 +341,30 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         n = len(self._grid)
         self.action_space = spaces.Discrete(n)
         high = np.array(
-            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0], dtype=np.float32
+            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0],
+            dtype=np.float32,
         )
-        self.observation_space = spaces.Box(np.zeros(high.size, dtype=np.float32), high, dtype=np.float32)
+        self.observation_space = spaces.Box(
+            np.zeros(high.size, dtype=np.float32), high, dtype=np.float32
+        )
         self._mask = np.ones(n, dtype=bool)
 
         # last, once the configuration is valid: a real executor builds a model and a meter
         self.executor = make_llm_executor(
-            executor, prof, config.max_num_seqs, config.max_model_len,
-            model=model, torch_device=torch_device, options=executor_options,
+            executor,
+            prof,
+            config.max_num_seqs,
+            config.max_model_len,
+            model=model,
+            torch_device=torch_device,
+            options=executor_options,
         )
         self._seqs = self.executor.needs_sequences  # tell the executor which requests run
         self._executor_spec: dict[str, Any] = {"executor": executor}
         if executor != "profile":
             self._executor_spec.update(
-                model=model, torch_device=torch_device,
+                model=model,
+                torch_device=torch_device,
                 executor_options=dict(executor_options or {}),
                 executor_metadata=self.executor.metadata(),
             )
@@ -359,9 +372,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     def _check_llm_drop_weight(self) -> None:
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
         p = cast(LLMProfile, self.profile)  # ServingCore types it as the batch Profile
-        cheapest = min(
-            p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, self._N)
-        )
+        cheapest = min(p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, self._N))
         w = self.config.reward_weights
         if w.drop < w.energy * cheapest:
             warnings.warn(
@@ -471,7 +482,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         first = self._window is None
         super()._on_mark()
         if first:
-            self._w0 = (self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped)
+            self._w0 = (
+                self._tokens,
+                self._preempt,
+                self._kvI,
+                self._n_iter,
+                self._n_prefill,
+                self._clipped,
+            )
 
     # -- SLA bookkeeping (TTFT deadlines in arrival order, TPOT at completion) -----------
     def _misses(self) -> int:
@@ -768,7 +786,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
             self._n_iter += 1
             if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
-                self._iterations.push((self._tokens - self._iter_tokens) / self._N, it / self._tpot, 1 if k else 0)
+                self._iterations.push(
+                    (self._tokens - self._iter_tokens) / self._N, it / self._tpot, 1 if k else 0
+                )
                 self._iter_tokens = self._tokens
         while self._n_sys == 0:  # empty system: idle to the next arrival
             if not self._idle_until_arrival():
@@ -816,8 +836,17 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             weights=(self._wl, self._we, self._ws, self._wd),
             **self._episode_totals(),
         )
-        w0 = self._w0 if self._w0 is not None else (
-            self._tokens, self._preempt, self._kvI, self._n_iter, self._n_prefill, self._clipped
+        w0 = (
+            self._w0
+            if self._w0 is not None
+            else (
+                self._tokens,
+                self._preempt,
+                self._kvI,
+                self._n_iter,
+                self._n_prefill,
+                self._clipped,
+            )
         )
         t0 = win.time_s if win is not None else self._now
         base.update(
@@ -837,7 +866,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 ),
                 iterations=self._n_iter - w0[3],
                 prefill_iterations=self._n_prefill - w0[4],
-                rejected=bisect_right(self._rej_times, self._now) - bisect_right(self._rej_times, t0),
+                rejected=bisect_right(self._rej_times, self._now)
+                - bisect_right(self._rej_times, t0),
                 clipped=self._clipped - w0[5],
             )
         )
@@ -856,8 +886,13 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     def _make_view(self) -> ServerView:
         """Frame layout: the service panel shows the running requests and the KV cache."""
         assert self._iterations is not None  # kept in the frame modes, the only ones with a view
-        return ServerView("LLMBATCHING-V0", "RUNNING: CONTEXT/MAX_MODEL_LEN", "LAST ITERATIONS: BATCH/MAX_NUM_SEQS",
-                          "LAST ITERATIONS: TIME/TPOT SLA", self._iterations)
+        return ServerView(
+            "LLMBATCHING-V0",
+            "RUNNING: CONTEXT/MAX_MODEL_LEN",
+            "LAST ITERATIONS: BATCH/MAX_NUM_SEQS",
+            "LAST ITERATIONS: TIME/TPOT SLA",
+            self._iterations,
+        )
 
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue, the running requests,
@@ -869,7 +904,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         colors[np.array([G[e] > 0 for e in waiting], dtype=bool)] = PURPLE  # preempted
         R = self._R
         ctx = np.array([P[e] + G[e] for e in R[:QUEUE_BARS]], dtype=np.float64) / self._maxlen
-        header = (f"T {now:.2f} S  WAIT {len(self._W)}  RUN {len(R)}  PREEMPT {self._preempt}  "
-                  f"DROP {self._drops}")
+        header = (
+            f"T {now:.2f} S  WAIT {len(self._W)}  RUN {len(R)}  PREEMPT {self._preempt}  "
+            f"DROP {self._drops}"
+        )
         panel = llm_panel(ctx, len(R), self._N, self._cap_now, self._used, self._total, self._wm)
-        return view.frame(header, waits, len(self._W), self._cap, panel, view.timeline, queue_colors=colors)
+        return view.frame(
+            header, waits, len(self._W), self._cap, panel, view.timeline, queue_colors=colors
+        )

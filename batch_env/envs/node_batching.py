@@ -280,7 +280,8 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "in_flight": self._ns - self._nk,
             # (next node, size, oldest request's age in s), least-advanced group first
             "groups": tuple(
-                (g.node, g.size, w) for g, w in zip(reversed(self._groups), reversed(waits), strict=True)
+                (g.node, g.size, w)
+                for g, w in zip(reversed(self._groups), reversed(waits), strict=True)
             ),
             "last_node": self._last_node,
             "last_batch_size": self._last_size,
@@ -405,9 +406,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _make_view(self) -> ServerView:
         """Frame layout: the service panel shows the groups on the node chain."""
-        return ServerView("NODEBATCHING-V0", "GROUPS AT THEIR NEXT NODE: SIZE, AGE/SLA",
-                          "LAST GROUP COMPLETIONS: SIZE/MAX", "LAST GROUP COMPLETIONS: LATENCY/SLA",
-                          CompletionTimeline())
+        return ServerView(
+            "NODEBATCHING-V0",
+            "GROUPS AT THEIR NEXT NODE: SIZE, AGE/SLA",
+            "LAST GROUP COMPLETIONS: SIZE/MAX",
+            "LAST GROUP COMPLETIONS: LATENCY/SLA",
+            CompletionTimeline(),
+        )
 
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue, the groups and the
@@ -419,13 +424,23 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         positions = np.array([g.node for g in groups], dtype=np.intp)
         sizes = np.array([g.size for g in groups], dtype=np.float64)
         ages = np.array(self._group_waits(), dtype=np.float64) / sla
-        last = f"LAST NODE {self._last_node} X{self._last_size}" if self._last_size else "LAST STEP: WAIT"
+        last = (
+            f"LAST NODE {self._last_node} X{self._last_size}"
+            if self._last_size
+            else "LAST STEP: WAIT"
+        )
         timeline = view.timeline
         assert isinstance(timeline, CompletionTimeline)  # _make_view's
         timeline.sync(arr, self._comp, B, sla)
         header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
-        return view.frame(header, waits, q, self._cap, groups_panel(positions, sizes, ages, self._N, B, last),
-                          timeline)
+        return view.frame(
+            header,
+            waits,
+            q,
+            self._cap,
+            groups_panel(positions, sizes, ages, self._N, B, last),
+            timeline,
+        )
 
     def get_config(self) -> dict[str, Any]:
         """The env's resolved configuration, with the node chain's names."""

@@ -84,7 +84,15 @@ _EXTRAPOLATIONS = ("none", "linear")
 _COMMON_REQUIRED = ("name", "model", "device", "source", "idle_power_w")
 _TABLE_ONLY = ("batch_sizes", "latency_ms", "power_w", "energy_j")
 _LINEAR_ONLY = ("alpha_ms", "tau0_ms", "beta_j", "c0_j")
-_OPTIONAL = ("kind", "idle_power_source", "latency_cv", "extrapolation", "nodes", "notes", "citations")
+_OPTIONAL = (
+    "kind",
+    "idle_power_source",
+    "latency_cv",
+    "extrapolation",
+    "nodes",
+    "notes",
+    "citations",
+)
 
 
 class Profile:
@@ -166,7 +174,10 @@ class Profile:
             if not isinstance(v, str) or not v.strip():
                 raise self._err(key, v, "a non-empty string")
         self.name, self.model, self.device, self.source = (
-            d["name"], d["model"], d["device"], d["source"]
+            d["name"],
+            d["model"],
+            d["device"],
+            d["source"],
         )
 
         self.idle_power_w = self._scalar("idle_power_w")
@@ -298,7 +309,8 @@ class Profile:
         ex = d.get("extrapolation", "linear")
         if ex != "linear":
             raise self._err(
-                "extrapolation", ex,
+                "extrapolation",
+                ex,
                 "'linear' or absent (a linear profile is defined for every batch size)",
             )
         self.extrapolation = "linear"
@@ -314,10 +326,14 @@ class Profile:
             self.node_names = ("model",)
             return
         if self.kind != "table":
-            raise self._err("nodes", "...", "absent: per-node tables need a profile of kind 'table'")
+            raise self._err(
+                "nodes", "...", "absent: per-node tables need a profile of kind 'table'"
+            )
         assert self.batch_sizes is not None  # a table profile has them
         if not isinstance(nodes, Mapping):
-            raise self._err("nodes", nodes, "an object with names, latency_ms, power_w or energy_j, rule")
+            raise self._err(
+                "nodes", nodes, "an object with names, latency_ms, power_w or energy_j, rule"
+            )
         names = nodes.get("names")
         if (
             not isinstance(names, (list, tuple))
@@ -349,10 +365,14 @@ class Profile:
         subs = []
         for i, name in enumerate(names):
             sub = {
-                "name": f"{self.name}/{name}", "model": self.model, "device": self.device,
-                "source": self.source, "idle_power_w": 0.0,
+                "name": f"{self.name}/{name}",
+                "model": self.model,
+                "device": self.device,
+                "source": self.source,
+                "idle_power_w": 0.0,
                 "batch_sizes": list(self.batch_sizes),
-                "latency_ms": nodes["latency_ms"][i], ekey: nodes[ekey][i],
+                "latency_ms": nodes["latency_ms"][i],
+                ekey: nodes[ekey][i],
                 "extrapolation": self.extrapolation,
             }
             subs.append(Profile(sub, origin=f"{self.origin}, node {i} ({name!r})"))
@@ -409,7 +429,7 @@ class Profile:
         return ValueError(
             f"profile '{self.name}' ({self.origin}): {field} = {b} is out of range: allowed "
             f"1..{m} (the largest listed batch size is {m} and the profile declares no "
-            "extrapolation; add \"extrapolation\": \"linear\" to the profile to extend it)"
+            'extrapolation; add "extrapolation": "linear" to the profile to extend it)'
         )
 
     def _eval(self, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

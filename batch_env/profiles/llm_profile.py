@@ -93,12 +93,29 @@ Extrapolation = Literal["none", "linear"]
 _EXTRAPOLATIONS = ("none", "linear")
 _BATCH_KINDS = ("table", "linear")
 _REQUIRED = (
-    "kind", "name", "model", "device", "source", "num_gpus", "kv_bytes_per_token",
-    "weights_bytes", "gpu_memory_bytes", "gpu_memory_utilization", "gpu_rated_power_w",
-    "idle_power_w", "prefill", "decode", "power",
+    "kind",
+    "name",
+    "model",
+    "device",
+    "source",
+    "num_gpus",
+    "kv_bytes_per_token",
+    "weights_bytes",
+    "gpu_memory_bytes",
+    "gpu_memory_utilization",
+    "gpu_rated_power_w",
+    "idle_power_w",
+    "prefill",
+    "decode",
+    "power",
 )
 _OPTIONAL = (
-    "idle_power_source", "overhead_ms", "extrapolation", "model_shape", "hardware", "notes",
+    "idle_power_source",
+    "overhead_ms",
+    "extrapolation",
+    "model_shape",
+    "hardware",
+    "notes",
     "citations",
 )
 _SHAPE_FIELDS = ("layers", "hidden", "kv_heads", "head_dim", "params", "dtype_bytes")
@@ -201,7 +218,9 @@ class LLMProfile:
             )
         unknown = [k for k in d if not (str(k).startswith("_") or k in _REQUIRED + _OPTIONAL)]
         if unknown:
-            warnings.warn(f"{origin}: ignoring unknown LLM profile field(s) {unknown}", stacklevel=3)
+            warnings.warn(
+                f"{origin}: ignoring unknown LLM profile field(s) {unknown}", stacklevel=3
+            )
 
         server_max = self._read_scalars()
         linear = self._read_extrapolation()
@@ -232,11 +251,15 @@ class LLMProfile:
             raise ValueError(
                 f"{origin}: field 'kind' = {kind!r}{'' if 'kind' in d else ' (the default)'} is "
                 "a batch-latency profile, not an LLM profile: load it with "
-                "batch_env.profile.load instead (LLM profiles have \"kind\": \"llm\")"
+                'batch_env.profile.load instead (LLM profiles have "kind": "llm")'
             )
         if kind != "llm":
-            raise self._err("kind", kind, "'llm' (batch profiles of kind 'table' or 'linear' "
-                            "load with batch_env.profile.load)")
+            raise self._err(
+                "kind",
+                kind,
+                "'llm' (batch profiles of kind 'table' or 'linear' "
+                "load with batch_env.profile.load)",
+            )
 
     def _read_scalars(self) -> float:
         """Check and set the text, memory, power and overhead fields.
@@ -250,15 +273,23 @@ class LLMProfile:
             if not isinstance(v, str) or not v.strip():
                 raise self._err(key, v, "a non-empty string")
         self.name, self.model, self.device, self.source = (
-            d["name"], d["model"], d["device"], d["source"]
+            d["name"],
+            d["model"],
+            d["device"],
+            d["source"],
         )
 
         self.num_gpus = self._int("num_gpus", low=1)
         self.kv_bytes_per_token = self._int("kv_bytes_per_token", low=1)
         self.weights_bytes = self._int("weights_bytes", low=0)
         self.gpu_memory_bytes = self._int("gpu_memory_bytes", low=1)
-        self._number("gpu_memory_utilization", d["gpu_memory_utilization"], low=0.0,
-                      low_inclusive=False, high=1.0)
+        self._number(
+            "gpu_memory_utilization",
+            d["gpu_memory_utilization"],
+            low=0.0,
+            low_inclusive=False,
+            high=1.0,
+        )
         self.gpu_memory_utilization = float(d["gpu_memory_utilization"])
         self._number("gpu_rated_power_w", d["gpu_rated_power_w"], low=0.0, low_inclusive=False)
         self.gpu_rated_power_w = float(d["gpu_rated_power_w"])
@@ -291,8 +322,11 @@ class LLMProfile:
         dec = self._section("decode", ("batch_sizes", "time_ms", "ms_per_context_token"))
         d_x = self._points("decode.batch_sizes", dec["batch_sizes"])
         d_y = self._values("decode.time_ms", dec["time_ms"], len(d_x), "decode.batch_sizes")
-        for key, sec in (("prefill.ms_per_token", pre), ("prefill.ms_per_sq_token", pre),
-                         ("decode.ms_per_context_token", dec)):
+        for key, sec in (
+            ("prefill.ms_per_token", pre),
+            ("prefill.ms_per_sq_token", pre),
+            ("decode.ms_per_context_token", dec),
+        ):
             self._number(key, sec[key.split(".")[1]], low=0.0)
         self._prefill = _Table(p_x, [y / 1000.0 for y in p_y], linear)
         self._decode = _Table(d_x, [y / 1000.0 for y in d_y], linear)
@@ -307,19 +341,25 @@ class LLMProfile:
 
     def _read_power_tables(self, server_max: float) -> None:
         """Check and build the power tables (watts, whole server, flat outside their points)."""
-        pw = self._section("power", ("prefill_tokens", "prefill_w", "decode_batch_sizes",
-                                     "decode_w"))
+        pw = self._section(
+            "power", ("prefill_tokens", "prefill_w", "decode_batch_sizes", "decode_w")
+        )
         pp_x = self._points("power.prefill_tokens", pw["prefill_tokens"])
-        pp_y = self._values("power.prefill_w", pw["prefill_w"], len(pp_x),
-                            "power.prefill_tokens", high=server_max)
+        pp_y = self._values(
+            "power.prefill_w", pw["prefill_w"], len(pp_x), "power.prefill_tokens", high=server_max
+        )
         dp_x = self._points("power.decode_batch_sizes", pw["decode_batch_sizes"])
-        dp_y = self._values("power.decode_w", pw["decode_w"], len(dp_x),
-                            "power.decode_batch_sizes", high=server_max)
-        for key, n, of in (("prefill_filled", len(pp_x), "power.prefill_tokens"),
-                           ("decode_filled", len(dp_x), "power.decode_batch_sizes")):
+        dp_y = self._values(
+            "power.decode_w", pw["decode_w"], len(dp_x), "power.decode_batch_sizes", high=server_max
+        )
+        for key, n, of in (
+            ("prefill_filled", len(pp_x), "power.prefill_tokens"),
+            ("decode_filled", len(dp_x), "power.decode_batch_sizes"),
+        ):
             v = pw.get(key)
             if v is not None and (
-                not isinstance(v, (list, tuple)) or len(v) != n
+                not isinstance(v, (list, tuple))
+                or len(v) != n
                 or not all(isinstance(b, bool) for b in v)
             ):
                 raise self._err(f"power.{key}", v, f"a list of {n} booleans (one per {of} entry)")
@@ -336,7 +376,9 @@ class LLMProfile:
     # ----------------------------------------------------------------- validation
 
     def _err(self, field: str, value: Any, allowed: str) -> ValueError:
-        return ValueError(f"{self.origin}: field '{field}' = {value!r} is invalid: must be {allowed}")
+        return ValueError(
+            f"{self.origin}: field '{field}' = {value!r} is invalid: must be {allowed}"
+        )
 
     def _number(self, field: str, value: Any, **bounds: Any) -> None:
         check_number(f"{self.origin}: field '{field}'", value, **bounds)
@@ -392,7 +434,9 @@ class LLMProfile:
         if shape is None:
             return
         if not isinstance(shape, Mapping):
-            raise self._err("model_shape", shape, f"an object with the fields {list(_SHAPE_FIELDS)}")
+            raise self._err(
+                "model_shape", shape, f"an object with the fields {list(_SHAPE_FIELDS)}"
+            )
         for key in _SHAPE_FIELDS:
             if key not in shape:
                 raise ValueError(f"{self.origin}: field 'model_shape' lacks 'model_shape.{key}'")
@@ -423,7 +467,11 @@ class LLMProfile:
         :raises ValueError: naming ``gpu_memory_utilization`` if it is out of range, or naming
             ``weights_bytes`` (and the memory fields) if the weights leave no room for the cache.
         """
-        u = self.gpu_memory_utilization if gpu_memory_utilization is None else gpu_memory_utilization
+        u = (
+            self.gpu_memory_utilization
+            if gpu_memory_utilization is None
+            else gpu_memory_utilization
+        )
         check_number("gpu_memory_utilization", u, low=0.0, low_inclusive=False, high=1.0)
         usable = self.num_gpus * self.gpu_memory_bytes * float(u)
         cap = int((usable - self.weights_bytes) // self.kv_bytes_per_token)
@@ -474,7 +522,9 @@ class LLMProfile:
         """
         check_number("max_num_seqs", n, low=1, integer=True)
         if self.max_batch_size is not None and n > self.max_batch_size:
-            raise self._range_error("max_num_seqs", int(n), "decode batch sizes", self.max_batch_size)
+            raise self._range_error(
+                "max_num_seqs", int(n), "decode batch sizes", self.max_batch_size
+            )
 
     def check_max_num_batched_tokens(self, n: int) -> None:
         """Check that prefills of up to ``n`` tokens are covered by the profile.
@@ -494,8 +544,10 @@ class LLMProfile:
     # ----------------------------------------------------------------- evaluation (hot path)
 
     def _eval_error(self, field: str, value: Any, limit: float) -> ValueError:
-        rng = ">= 0" if field == "context_tokens_total" else (
-            f"in 1..{int(limit)}" if math.isfinite(limit) else ">= 1"
+        rng = (
+            ">= 0"
+            if field == "context_tokens_total"
+            else (f"in 1..{int(limit)}" if math.isfinite(limit) else ">= 1")
         )
         return ValueError(
             f"profile '{self.name}' ({self.origin}): {field}={value!r} is out of range: "

@@ -258,18 +258,23 @@ def _open_rapl(root: str) -> EnergyMeter:
                 int(f.read().strip())
             readable.append(d)
         except (OSError, ValueError) as e:
-            errors.append(f"{path}: {type(e).__name__}: {e.strerror if isinstance(e, OSError) else e}")
+            errors.append(
+                f"{path}: {type(e).__name__}: {e.strerror if isinstance(e, OSError) else e}"
+            )
     if not readable:
         hint = ""
         if any("PermissionError" in e for e in errors):
-            hint = (" (since Linux 5.10 energy_uj is readable by root only; "
-                    "`sudo chmod o+r` the files to allow it)")
-        return ModelMeter(
-            f"no readable {pattern}: {'; '.join(errors)}{hint}", cpu_name()
-        )
+            hint = (
+                " (since Linux 5.10 energy_uj is readable by root only; "
+                "`sudo chmod o+r` the files to allow it)"
+            )
+        return ModelMeter(f"no readable {pattern}: {'; '.join(errors)}{hint}", cpu_name())
     try:
-        return RaplMeter(readable, reason=f"RAPL {pattern}: {len(readable)} package domain(s)",
-                         device_name=cpu_name())
+        return RaplMeter(
+            readable,
+            reason=f"RAPL {pattern}: {len(readable)} package domain(s)",
+            device_name=cpu_name(),
+        )
     except OSError as e:
         return ModelMeter(f"no readable {pattern}: {e}", cpu_name())
 
@@ -311,8 +316,14 @@ class NvmlMeter(EnergyMeter):
 
     source = "nvml"
 
-    def __init__(self, pynvml: Any, handle: Any, use_counter: bool, reason: str,
-                 sample_period_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        pynvml: Any,
+        handle: Any,
+        use_counter: bool,
+        reason: str,
+        sample_period_s: float = 0.01,
+    ) -> None:
         self._nvml = pynvml
         self._handle = handle
         self.use_counter = bool(use_counter)
@@ -334,7 +345,9 @@ class NvmlMeter(EnergyMeter):
             self._integral_j = 0.0
             self._last_sample = (time.perf_counter(), self._query_power())
             self._period = float(sample_period_s)
-            self._thread = threading.Thread(target=self._sample_loop, name="nvml-power", daemon=True)
+            self._thread = threading.Thread(
+                target=self._sample_loop, name="nvml-power", daemon=True
+            )
             self._thread.start()
 
     def _query_power(self) -> float:
@@ -419,7 +432,9 @@ def _open_nvml(index: int) -> EnergyMeter:
             f"NVML measures neither energy ({counter_error}) nor power ({e}) on {name}", name
         )
     return NvmlMeter(
-        pynvml, handle, False,
+        pynvml,
+        handle,
+        False,
         f"NVML power sampling: the total energy counter is not supported ({counter_error})",
     )
 

@@ -187,9 +187,17 @@ class LLMTorchExecutor:
         check_number("max_num_seqs", max_num_seqs, low=1, integer=True)
         check_number("max_model_len", max_model_len, low=2, integer=True)
         #: the model bundle (checked): what runs, its size, weights, threads, warm-up, device
-        self.spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
-                              model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
-                              torch_device=torch_device)
+        self.spec = ModelSpec(
+            model,
+            width=width,
+            depth=depth,
+            weights=weights,
+            seed=seed,
+            model_kwargs=model_kwargs or {},
+            threads=threads,
+            warmup=warmup,
+            torch_device=torch_device,
+        )
         spec = self.spec
         self.device = resolve_device(spec.torch_device)
         self.threads = set_threads(spec.threads)
@@ -239,7 +247,9 @@ class LLMTorchExecutor:
         g = torch.Generator(device="cpu")
         g.manual_seed(int(seed))
         vocab, N = self.model.vocab_size, self.max_num_seqs
-        self._prompt_ids = torch.randint(0, vocab, (N, self.max_model_len), generator=g).to(self.device)
+        self._prompt_ids = torch.randint(0, vocab, (N, self.max_model_len), generator=g).to(
+            self.device
+        )
         self._decode_ids = torch.randint(0, vocab, (_DECODE_ROWS, N), generator=g).to(self.device)
         self._last_prefill = float("inf")  # the first timed call of each shape reads the counter
         self._last_decode = [float("inf")] * (N + 1)
@@ -360,8 +370,9 @@ class LLMTorchExecutor:
             self._compact()
         ids = self._prompt_ids[:k, :T]
         lens = None if min(lengths) == T else list(lengths)
-        call = partial(self.model.prefill, lengths=lens,
-                       capacity=_capacity(T + 1, self.model.n_positions))
+        call = partial(
+            self.model.prefill, lengths=lens, capacity=_capacity(T + 1, self.model.n_positions)
+        )
         e0 = self._rule.begin(self._last_prefill)
         with torch.inference_mode():
             d, (_, new) = self._clock.time(call, ids)
@@ -446,28 +457,30 @@ class LLMTorchExecutor:
         md = environment_metadata(self.device, torch.get_num_threads())
         cfg = self.model.config
         spec = self.spec.to_dict()
-        md.update({
-            "executor": "LLMTorchExecutor",
-            "model": spec["model"],
-            "model_spec": spec,
-            "model_config": dict(cfg),
-            "parameters": self.model.num_parameters(),
-            "width": cfg.get("width"),
-            "depth": cfg.get("depth"),
-            "n_positions": cfg.get("n_positions"),
-            "max_num_seqs": self.max_num_seqs,
-            "max_model_len": self.max_model_len,
-            "kv_cache": "one batched KVCache, padding + attention mask; capacity a power of two "
-            "< 4x the longest context; cat/select/resize untimed",
-            "warmup": spec["warmup"],
-            "warmup_rule": "up front: warmup rounds of a prefill of max_num_seqs prompts, then "
-            "decodes at batch sizes max_num_seqs, max_num_seqs // 2, ..., 1",
-            "energy_source": self.energy_source,
-            "energy_reason": self.energy_reason,
-            "driver": self.meter.driver,
-            "meter": self.meter.metadata(),
-            "profile": None if self.profile is None else self.profile.name,
-        })
+        md.update(
+            {
+                "executor": "LLMTorchExecutor",
+                "model": spec["model"],
+                "model_spec": spec,
+                "model_config": dict(cfg),
+                "parameters": self.model.num_parameters(),
+                "width": cfg.get("width"),
+                "depth": cfg.get("depth"),
+                "n_positions": cfg.get("n_positions"),
+                "max_num_seqs": self.max_num_seqs,
+                "max_model_len": self.max_model_len,
+                "kv_cache": "one batched KVCache, padding + attention mask; capacity a power of two "
+                "< 4x the longest context; cat/select/resize untimed",
+                "warmup": spec["warmup"],
+                "warmup_rule": "up front: warmup rounds of a prefill of max_num_seqs prompts, then "
+                "decodes at batch sizes max_num_seqs, max_num_seqs // 2, ..., 1",
+                "energy_source": self.energy_source,
+                "energy_reason": self.energy_reason,
+                "driver": self.meter.driver,
+                "meter": self.meter.metadata(),
+                "profile": None if self.profile is None else self.profile.name,
+            }
+        )
         return md
 
     def close(self) -> None:

@@ -125,9 +125,7 @@ def cat_activations(acts: Sequence[Activation]) -> Activation:
         return torch.cat(list(acts), dim=0)  # type: ignore[arg-type]  # all tensors (checked above)
     n = len(first)
     if not all(isinstance(a, tuple) and len(a) == n for a in acts):
-        raise ValueError(
-            f"cat_activations: expected every activation to be a tuple of {n} tensors"
-        )
+        raise ValueError(f"cat_activations: expected every activation to be a tuple of {n} tensors")
     return tuple(torch.cat([a[i] for a in acts], dim=0) for i in range(n))
 
 
@@ -352,8 +350,12 @@ class ResNet50(_ImageModel):
         names.append("head")
         self.nodes = nn.ModuleList(nodes)
         self.node_names = tuple(names)
-        self.config = {"width": float(width), "depth": list(blocks),
-                       "image_size": self.image_size, "num_classes": num_classes}
+        self.config = {
+            "width": float(width),
+            "depth": list(blocks),
+            "image_size": self.image_size,
+            "num_classes": num_classes,
+        }
         _init_cnn(self)
 
 
@@ -363,8 +365,12 @@ def _stage_depths(depth: int | Sequence[int] | None) -> tuple[int, ...]:
     if isinstance(depth, numbers.Integral) and not isinstance(depth, bool):
         d = _check_int("depth", depth, low=1)
         return (d, d, d, d)
-    if isinstance(depth, Sequence) and len(depth) == 4 and all(
-        isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in depth
+    if (
+        isinstance(depth, Sequence)
+        and len(depth) == 4
+        and all(
+            isinstance(d, numbers.Integral) and not isinstance(d, bool) and d >= 1 for d in depth
+        )
     ):
         return tuple(int(d) for d in depth)
     raise ValueError(
@@ -402,14 +408,25 @@ class _ConvBN(nn.Module):
 class Inception(nn.Module):
     """Inception-v1 module: 1x1, 1x1->3x3, 1x1->5x5 and maxpool->1x1 branches, concatenated."""
 
-    def __init__(self, in_ch: int, c1: int, c3r: int, c3: int, c5r: int, c5: int, pp: int,
-                 pool_first: bool = False) -> None:
+    def __init__(
+        self,
+        in_ch: int,
+        c1: int,
+        c3r: int,
+        c3: int,
+        c5r: int,
+        c5: int,
+        pp: int,
+        pool_first: bool = False,
+    ) -> None:
         super().__init__()
         self.pool_first = nn.MaxPool2d(3, 2, ceil_mode=True) if pool_first else nn.Identity()
         self.b1 = _ConvBN(in_ch, c1, 1)
         self.b2 = nn.Sequential(_ConvBN(in_ch, c3r, 1), _ConvBN(c3r, c3, 3))
         self.b3 = nn.Sequential(_ConvBN(in_ch, c5r, 1), _ConvBN(c5r, c5, 5))
-        self.b4 = nn.Sequential(nn.MaxPool2d(3, 1, padding=1, ceil_mode=True), _ConvBN(in_ch, pp, 1))
+        self.b4 = nn.Sequential(
+            nn.MaxPool2d(3, 1, padding=1, ceil_mode=True), _ConvBN(in_ch, pp, 1)
+        )
         self.out_channels = c1 + c3 + c5 + pp
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -458,8 +475,12 @@ class GoogLeNet(_ImageModel):
         names.append("head")
         self.nodes = nn.ModuleList(nodes)
         self.node_names = tuple(names)
-        self.config = {"width": float(width), "depth": n, "image_size": self.image_size,
-                       "num_classes": num_classes}
+        self.config = {
+            "width": float(width),
+            "depth": n,
+            "image_size": self.image_size,
+            "num_classes": num_classes,
+        }
         _init_cnn(self)
 
 
@@ -558,9 +579,17 @@ class BertBase(NodeChainModel):
         nodes.append(_BertHead(hidden, num_labels))
         self.nodes = nn.ModuleList(nodes)
         self.node_names = ("embedding", *(f"encoder.{i}" for i in range(layers)), "head")
-        self.config = {"width": float(width), "depth": layers, "hidden": hidden, "heads": heads,
-                       "ffn": 4 * hidden, "seq_len": self.seq_len, "vocab_size": self.vocab_size,
-                       "num_labels": num_labels, "max_positions": max_positions}
+        self.config = {
+            "width": float(width),
+            "depth": layers,
+            "hidden": hidden,
+            "heads": heads,
+            "ffn": 4 * hidden,
+            "seq_len": self.seq_len,
+            "vocab_size": self.vocab_size,
+            "num_labels": num_labels,
+            "max_positions": max_positions,
+        }
         _init_transformer(self)
 
     def make_input(
@@ -792,9 +821,15 @@ class GPTSmall(NodeChainModel):
         blocks = [_GPTBlock(hidden, heads) for _ in range(layers)]
         self.nodes = nn.ModuleList([emb, *blocks, _GPTHead(emb, hidden)])
         self.node_names = ("embedding", *(f"block.{i}" for i in range(layers)), "head")
-        self.config = {"width": float(width), "depth": layers, "hidden": hidden, "heads": heads,
-                       "seq_len": self.seq_len, "vocab_size": self.vocab_size,
-                       "n_positions": self.n_positions}
+        self.config = {
+            "width": float(width),
+            "depth": layers,
+            "hidden": hidden,
+            "heads": heads,
+            "seq_len": self.seq_len,
+            "vocab_size": self.vocab_size,
+            "n_positions": self.n_positions,
+        }
         _init_transformer(self)
 
     @property
@@ -838,13 +873,17 @@ class GPTSmall(NodeChainModel):
             token, ``(b, vocab_size)``, and the cache.
         """
         if tokens.dim() != 2 or tokens.shape[1] < 1:
-            raise ValueError(f"prefill: tokens must have shape (b, T) with T >= 1, got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"prefill: tokens must have shape (b, T) with T >= 1, got {tuple(tokens.shape)}"
+            )
         b, t = tokens.shape
         if t > self.n_positions:
             raise ValueError(f"prefill: prompt length {t} exceeds n_positions={self.n_positions}")
         lens = [t] * b if lengths is None else [int(n) for n in lengths]
         if len(lens) != b or any(not 1 <= n <= t for n in lens):
-            raise ValueError(f"prefill: lengths={list(lens)!r} is invalid: expected {b} integers in 1..{t}")
+            raise ValueError(
+                f"prefill: lengths={list(lens)!r} is invalid: expected {b} integers in 1..{t}"
+            )
         cap = max(t, int(capacity or t))
         dev = tokens.device
         mask = None
@@ -884,7 +923,9 @@ class GPTSmall(NodeChainModel):
         """
         b = cache.batch_size
         if tokens.shape != (b,):
-            raise ValueError(f"decode_step: tokens must have shape ({b},), got {tuple(tokens.shape)}")
+            raise ValueError(
+                f"decode_step: tokens must have shape ({b},), got {tuple(tokens.shape)}"
+            )
         if max(cache.lengths) >= self.n_positions:
             raise ValueError(
                 f"decode_step: a sequence reached the context length n_positions={self.n_positions}"
@@ -894,7 +935,7 @@ class GPTSmall(NodeChainModel):
         pos = cache.positions
         x = (self._embedding.wte(tokens) + self._embedding.wpe(pos))[:, None, :]
         rows = torch.arange(b, device=pos.device)
-        attend = (torch.arange(cache.capacity, device=pos.device)[None, :] <= pos[:, None])
+        attend = torch.arange(cache.capacity, device=pos.device)[None, :] <= pos[:, None]
         attend = attend[:, None, None, :]
         for i, blk in enumerate(self._blocks):
             q, k, v = blk._qkv(x)
@@ -957,12 +998,16 @@ def _load_weights(model: nn.Module, weights: str | os.PathLike[str]) -> None:
     unexpected = [k for k in sd if k not in own]
     shapes = [
         f"{k}: file {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in own if k in sd and sd[k].shape != own[k].shape
+        for k in own
+        if k in sd and sd[k].shape != own[k].shape
     ]
     if missing or unexpected or shapes:
         parts = []
-        for label, items in (("missing keys", missing), ("unexpected keys", unexpected),
-                             ("shape mismatches", shapes)):
+        for label, items in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("shape mismatches", shapes),
+        ):
             if items:
                 more = f" (+{len(items) - 5} more)" if len(items) > 5 else ""
                 parts.append(f"{label} {items[:5]}{more}")
@@ -1001,8 +1046,12 @@ def build_model(
     """
     if name not in _BUILDERS:
         raise ValueError(f"model {name!r} is unknown: available models are {list(MODELS)}")
-    if not (isinstance(width, numbers.Real) and not isinstance(width, bool)
-            and math.isfinite(width) and width > 0):
+    if not (
+        isinstance(width, numbers.Real)
+        and not isinstance(width, bool)
+        and math.isfinite(width)
+        and width > 0
+    ):
         raise ValueError(f"width={width!r} is invalid: expected a finite number > 0")
     seed = _check_int("seed", seed, low=0)
     unknown = [k for k in kw if k not in _EXTRA_KWARGS[name]]

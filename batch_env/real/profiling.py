@@ -82,9 +82,11 @@ _MAX_NODE_TOLERANCE = 1.0
 
 def _check_batch_sizes(batch_sizes: Sequence[int]) -> list[int]:
     bs = list(batch_sizes)
-    ok = len(bs) >= 2 and all(
-        isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in bs
-    ) and all(b2 > b1 for b1, b2 in zip(bs, bs[1:], strict=False))
+    ok = (
+        len(bs) >= 2
+        and all(isinstance(b, numbers.Integral) and not isinstance(b, bool) and b >= 1 for b in bs)
+        and all(b2 > b1 for b1, b2 in zip(bs, bs[1:], strict=False))
+    )
     if not ok:
         raise ValueError(
             f"batch_sizes={list(batch_sizes)!r} is invalid: expected at least two strictly "
@@ -202,8 +204,14 @@ def _check_run_args(
     (``warmup`` is a :class:`~batch_env.real.spec.ModelSpec` field, checked there.)
     """
     min_time_s = check_number("min_time_s", min_time_s, low=0.0)
-    idle_s = min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
-    if not isinstance(min_repeats, numbers.Integral) or isinstance(min_repeats, bool) or min_repeats < 1:
+    idle_s = (
+        min_time_s if idle_time_s is None else check_number("idle_time_s", idle_time_s, low=0.0)
+    )
+    if (
+        not isinstance(min_repeats, numbers.Integral)
+        or isinstance(min_repeats, bool)
+        or min_repeats < 1
+    ):
         raise ValueError(f"min_repeats={min_repeats!r} is invalid: expected an integer >= 1")
     return min_time_s, idle_s
 
@@ -239,8 +247,10 @@ def _measure_runs(
             runs.add_batch(*_time_batch(bench, e2e_calls[b], x))
             if nodes:
                 _measure_nodes(bench, node_fns, x, runs)
-            say(f"{model} b={b}: {runs.lat_mean[-1]:.3f} ms mean over {runs.reps[-1]} runs"
-                + (f", {runs.power[-1]:.1f} W" if runs.power[-1] is not None else ""))
+            say(
+                f"{model} b={b}: {runs.lat_mean[-1]:.3f} ms mean over {runs.reps[-1]} runs"
+                + (f", {runs.power[-1]:.1f} W" if runs.power[-1] is not None else "")
+            )
     return runs
 
 
@@ -280,8 +290,10 @@ def _power_fallback(fallback: Any, is_gpu: bool, n_threads: int) -> _Fallback:
 
         return _Fallback(
             fb_power,
-            (f"fallback profile {fallback.name!r} ({fallback.source}), its power_w(b)"
-             + ("" if top is None else f", clamped to b <= {top}")),
+            (
+                f"fallback profile {fallback.name!r} ({fallback.source}), its power_w(b)"
+                + ("" if top is None else f", clamped to b <= {top}")
+            ),
             fallback.idle_power_w,
             f"fallback profile {fallback.name!r}: {fallback.idle_power_source}",
         )
@@ -291,9 +303,10 @@ def _power_fallback(fallback: Any, is_gpu: bool, n_threads: int) -> _Fallback:
         return busy
 
     fb_text = (
-        f"assumed constant {busy:g} W (batch_env.real.profiling.ASSUMED_GPU_POWER_W)" if is_gpu
+        f"assumed constant {busy:g} W (batch_env.real.profiling.ASSUMED_GPU_POWER_W)"
+        if is_gpu
         else f"assumed constant {busy:g} W = {ASSUMED_CPU_POWER_W_PER_THREAD:g} W x "
-             f"{n_threads} threads (batch_env.real.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
+        f"{n_threads} threads (batch_env.real.profiling.ASSUMED_CPU_POWER_W_PER_THREAD)"
     )
     fb_idle = ASSUMED_GPU_IDLE_POWER_W if is_gpu else ASSUMED_CPU_IDLE_POWER_W
     fb_idle_text = (
@@ -313,8 +326,10 @@ def _power_column(
     if len(measured_b) == len(bs):
         power_cite = f"measured: {meas_text}"
     elif measured_b:
-        power_cite = (f"measured ({meas_text}) at b in {measured_b}; elsewhere the counter did "
-                      f"not move within the window, so {fb.text}")
+        power_cite = (
+            f"measured ({meas_text}) at b in {measured_b}; elsewhere the counter did "
+            f"not move within the window, so {fb.text}"
+        )
     else:
         why = meter.reason if not measures else "the counter did not move within the windows"
         power_cite = f"not measured ({why}): {fb.text}"
@@ -322,8 +337,14 @@ def _power_column(
 
 
 def _method_notes(
-    min_time_s: float, min_repeats: int, warmup: int, cuda_graphs: bool, power_cite: str,
-    meter: Any, meter_md: Any, measures: bool,
+    min_time_s: float,
+    min_repeats: int,
+    warmup: int,
+    cuda_graphs: bool,
+    power_cite: str,
+    meter: Any,
+    meter_md: Any,
+    measures: bool,
 ) -> dict[str, Any]:
     """The profile's ``notes``: how it was measured, where the power came from, the meter."""
     notes = {
@@ -378,8 +399,12 @@ def _rejected_nodes_note(tol: float, cuda_graphs: bool) -> str:
     return (
         f"the node tables disagree with the end-to-end latency by {tol:.0%} (the profile "
         f"format allows < {_MAX_NODE_TOLERANCE:.0%}), so they are kept in _nodes_rejected"
-        + (" (CUDA graphs make whole batches much faster than node-by-node runs: "
-           "measure with cuda_graphs=False for node tables)" if cuda_graphs else "")
+        + (
+            " (CUDA graphs make whole batches much faster than node-by-node runs: "
+            "measure with cuda_graphs=False for node tables)"
+            if cuda_graphs
+            else ""
+        )
     )
 
 
@@ -451,9 +476,17 @@ def measure_profile(
 
     bs = _check_batch_sizes(batch_sizes)
     min_time_s, idle_s = _check_run_args(min_time_s, idle_time_s, min_repeats)
-    spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
-                     model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
-                     torch_device=torch_device)
+    spec = ModelSpec(
+        model,
+        width=width,
+        depth=depth,
+        weights=weights,
+        seed=seed,
+        model_kwargs=model_kwargs or {},
+        threads=threads,
+        warmup=warmup,
+        torch_device=torch_device,
+    )
     device = resolve_device(spec.torch_device)
     if cuda_graphs and device.type != "cuda":
         raise ValueError(
@@ -476,8 +509,18 @@ def measure_profile(
     try:
         # idle power first, before anything heats up
         idle_w = bench.idle_power(idle_s)
-        runs = _measure_runs(bench, net, node_fns, inputs, bs, warmup=spec.warmup,
-                             cuda_graphs=cuda_graphs, nodes=nodes, say=say, model=spec.model)
+        runs = _measure_runs(
+            bench,
+            net,
+            node_fns,
+            inputs,
+            bs,
+            warmup=spec.warmup,
+            cuda_graphs=cuda_graphs,
+            nodes=nodes,
+            say=say,
+            model=spec.model,
+        )
     finally:
         meter_md = meter.metadata()
         if own_meter:
@@ -494,11 +537,17 @@ def measure_profile(
 
     dev_name = device_name(device)
     env = environment_metadata(device, n_threads)
-    src = (f"measured on {dev_name} with torch {env['torch_version']}, {n_threads} threads, "
-           f"{env['date']}")
+    src = (
+        f"measured on {dev_name} with torch {env['torch_version']}, {n_threads} threads, "
+        f"{env['date']}"
+    )
     cfg = dict(net.config)
-    desc = spec.model if _is_default(spec) else (
-        f"{spec.model} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k not in ('seed', 'weights'))})"
+    desc = (
+        spec.model
+        if _is_default(spec)
+        else (
+            f"{spec.model} ({', '.join(f'{k}={v}' for k, v in cfg.items() if k not in ('seed', 'weights'))})"
+        )
     )
     md = spec.to_dict()
     d: dict[str, Any] = {
@@ -518,11 +567,16 @@ def measure_profile(
             "power_w": power_cite,
             "idle_power_w": idle_source,
         },
-        "notes": _method_notes(min_time_s, min_repeats, spec.warmup, cuda_graphs, power_cite,
-                               meter, meter_md, measures),
+        "notes": _method_notes(
+            min_time_s, min_repeats, spec.warmup, cuda_graphs, power_cite, meter, meter_md, measures
+        ),
         "_latency_stats": {
-            "p50_ms": runs.p50, "p95_ms": runs.p95, "p99_ms": runs.p99, "cv": runs.cvs,
-            "repeats": runs.reps, "window_s": runs.wins,
+            "p50_ms": runs.p50,
+            "p95_ms": runs.p95,
+            "p99_ms": runs.p99,
+            "cv": runs.cvs,
+            "repeats": runs.reps,
+            "window_s": runs.wins,
         },
         "_metadata": {
             **env,
@@ -555,7 +609,9 @@ def measure_profile(
 
 def _is_default(spec: ModelSpec) -> bool:
     """Whether a :class:`~batch_env.real.spec.ModelSpec` is the real model (its name says it all)."""
-    return spec.width == 1.0 and spec.depth is None and not spec.model_kwargs and spec.weights is None
+    return (
+        spec.width == 1.0 and spec.depth is None and not spec.model_kwargs and spec.weights is None
+    )
 
 
 def write_profile(d: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
@@ -572,6 +628,8 @@ def write_profile(d: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     try:
         text = json.dumps(d, indent=1, allow_nan=False)
     except ValueError as e:
-        raise ValueError(f"write_profile: profile {d.get('name')!r} holds a NaN or infinity: {e}") from e
+        raise ValueError(
+            f"write_profile: profile {d.get('name')!r} holds a NaN or infinity: {e}"
+        ) from e
     p.write_text(text + "\n", encoding="utf-8")
     return p

@@ -199,9 +199,13 @@ class ModelSpec:
         allowed = [f.name for f in fields(cls)]
         unknown = sorted((k for k in d if k not in allowed), key=str)
         if unknown:
-            raise ArgumentError(f"ModelSpec has unknown key(s) {unknown}: allowed keys are {allowed}")
+            raise ArgumentError(
+                f"ModelSpec has unknown key(s) {unknown}: allowed keys are {allowed}"
+            )
         if "model" not in d:
-            raise ValueError(f"ModelSpec needs 'model' (a model name); got keys {sorted(d, key=str)}")
+            raise ValueError(
+                f"ModelSpec needs 'model' (a model name); got keys {sorted(d, key=str)}"
+            )
         return cls(**d)
 
     def keywords(self) -> dict[str, Any]:
@@ -238,6 +242,12 @@ class ModelSpec:
             from .torch_executor import resolve_device
 
             device = resolve_device(self.torch_device)
-        model = build_model(self.model, width=self.width, depth=self.depth, seed=self.seed,
-                            weights=self.weights, **self.model_kwargs)
+        model = build_model(
+            self.model,
+            width=self.width,
+            depth=self.depth,
+            seed=self.seed,
+            weights=self.weights,
+            **self.model_kwargs,
+        )
         return model.to(device)

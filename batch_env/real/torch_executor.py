@@ -241,8 +241,9 @@ class EnergyRule:
 
     __slots__ = ("meter", "measured", "source", "reason", "counter_min_s")
 
-    def __init__(self, meter: EnergyMeter, *, owner: str, profile_name: str | None,
-                 profile_hint: str) -> None:
+    def __init__(
+        self, meter: EnergyMeter, *, owner: str, profile_name: str | None, profile_hint: str
+    ) -> None:
         self.meter = meter
         self.counter_min_s = (
             _COUNTER_PERIODS * meter.counter_period_s if meter.counter_period_s else math.inf
@@ -364,9 +365,17 @@ class TorchExecutor:
     ) -> None:
         check_number("max_batch_size", max_batch_size, low=1, integer=True)
         #: the model bundle (checked): what runs, its size, weights, threads, warm-up, device
-        self.spec = ModelSpec(model, width=width, depth=depth, weights=weights, seed=seed,
-                              model_kwargs=model_kwargs or {}, threads=threads, warmup=warmup,
-                              torch_device=torch_device)
+        self.spec = ModelSpec(
+            model,
+            width=width,
+            depth=depth,
+            weights=weights,
+            seed=seed,
+            model_kwargs=model_kwargs or {},
+            threads=threads,
+            warmup=warmup,
+            torch_device=torch_device,
+        )
         spec = self.spec
         self.device = resolve_device(spec.torch_device)
         if cuda_graphs and self.device.type != "cuda":
@@ -402,7 +411,9 @@ class TorchExecutor:
         B = self.max_batch_size
         full = self.model.make_input(B, self.device, seed=seed)
         # indexed by batch size 1..B (entry 0 is an unused placeholder)
-        self._inputs: list[Activation] = [cast("Activation", None)] + [slice_activation(full, b) for b in range(1, B + 1)]
+        self._inputs: list[Activation] = [cast("Activation", None)] + [
+            slice_activation(full, b) for b in range(1, B + 1)
+        ]
         self._graph_outputs: list[Any] = [None] * (B + 1)
         self._calls: list[Callable[[Any], Any]] = [self.model] * (B + 1)
         self._last_run = [math.inf] * (B + 1)
@@ -435,7 +446,9 @@ class TorchExecutor:
         p = self.profile
         assert p is not None  # EnergyRule refused a meter that measures nothing without a profile
         lat, en = p.tables(B)  # raises, naming the profile, if it does not cover B
-        self._profile_power_run = [0.0] + [float(e / t) for e, t in zip(en[1:], lat[1:], strict=True)]
+        self._profile_power_run = [0.0] + [
+            float(e / t) for e, t in zip(en[1:], lat[1:], strict=True)
+        ]
         self._profile_power_node = _node_power_tables(p, self.node_names, B)
         if self._profile_power_node is not None:
             self.energy_reason += " (node runs: the profile's node tables)"
@@ -449,8 +462,9 @@ class TorchExecutor:
 
     def _capture_graphs(self) -> None:
         sizes = range(1, self.max_batch_size + 1)
-        calls, outs = capture_cuda_graphs(self.model, {b: self._inputs[b] for b in sizes},
-                                          self.warmup)
+        calls, outs = capture_cuda_graphs(
+            self.model, {b: self._inputs[b] for b in sizes}, self.warmup
+        )
         for b in sizes:
             self._calls[b] = calls[b]
             self._graph_outputs[b] = outs[b]
@@ -471,8 +485,9 @@ class TorchExecutor:
                 "(max_batch_size)"
             )
 
-    def _energy(self, d: float, e0: float | None, profile_power: list[float] | None,
-                b: int) -> float:
+    def _energy(
+        self, d: float, e0: float | None, profile_power: list[float] | None, b: int
+    ) -> float:
         if profile_power is None:
             profile_power = self._profile_power_run
         return self._rule.energy(d, e0, profile_power[b] if profile_power is not None else 0.0)
@@ -556,25 +571,27 @@ class TorchExecutor:
         """Device, versions, threads, model and energy settings of this executor."""
         md = environment_metadata(self.device, torch.get_num_threads())
         spec = self.spec.to_dict()
-        md.update({
-            "executor": "TorchExecutor",
-            "model": spec["model"],
-            "model_spec": spec,
-            "model_config": dict(self.model.config),
-            "parameters": self.model.num_parameters(),
-            "width": self.model.config.get("width"),
-            "depth": self.model.config.get("depth"),
-            "nodes": list(self.node_names),
-            "max_batch_size": self.max_batch_size,
-            "warmup": spec["warmup"],
-            "warmup_rule": "up front: warmup runs at every batch size 1..max_batch_size",
-            "cuda_graphs": self.cuda_graphs,
-            "energy_source": self.energy_source,
-            "energy_reason": self.energy_reason,
-            "driver": self.meter.driver,
-            "meter": self.meter.metadata(),
-            "profile": None if self.profile is None else self.profile.name,
-        })
+        md.update(
+            {
+                "executor": "TorchExecutor",
+                "model": spec["model"],
+                "model_spec": spec,
+                "model_config": dict(self.model.config),
+                "parameters": self.model.num_parameters(),
+                "width": self.model.config.get("width"),
+                "depth": self.model.config.get("depth"),
+                "nodes": list(self.node_names),
+                "max_batch_size": self.max_batch_size,
+                "warmup": spec["warmup"],
+                "warmup_rule": "up front: warmup runs at every batch size 1..max_batch_size",
+                "cuda_graphs": self.cuda_graphs,
+                "energy_source": self.energy_source,
+                "energy_reason": self.energy_reason,
+                "driver": self.meter.driver,
+                "meter": self.meter.metadata(),
+                "profile": None if self.profile is None else self.profile.name,
+            }
+        )
         return md
 
     def close(self) -> None:
@@ -731,4 +748,3 @@ def overhead_benchmark(
         fr = [v["overhead_frac"] for k, v in out[kind].items() if int(k) >= 8]
         out[f"max_overhead_frac_{kind}_b_ge_8"] = max(fr) if fr else None
     return out
-

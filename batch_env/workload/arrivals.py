@@ -220,7 +220,9 @@ class _MMPPStream(ArrivalStream):
         self._cum_jump = [list(row[:-1]) for row in cum_jump]
         pi = wl.stationary_distribution
         if wl.initial_state is None:
-            self._state = int(min(int(np.searchsorted(np.cumsum(pi), rng.random(), "right")), m - 1))
+            self._state = int(
+                min(int(np.searchsorted(np.cumsum(pi), rng.random(), "right")), m - 1)
+            )
         else:
             self._state = int(wl.initial_state)
         jump_rate = float(pi @ self._leave)
@@ -668,9 +670,7 @@ def _mmpp_rates(rates: Any) -> tuple[float, ...]:
             "(use Poisson for a single rate)"
         )
     if not any(r > 0 for r in rates_t):
-        raise ValueError(
-            f"MMPP: rates_per_s={list(rates_t)!r} are all 0; at least one must be > 0"
-        )
+        raise ValueError(f"MMPP: rates_per_s={list(rates_t)!r} are all 0; at least one must be > 0")
     return rates_t
 
 
@@ -759,9 +759,7 @@ def _switch_vector(rows: list[Any], sw: Any, m: int, q: np.ndarray) -> tuple[flo
             f"MMPP: switch_rates_per_s={sw!r} has {len(rows)} entries; expected {m} "
             f"leaving rates (one per state of rates_per_s) or a {m}x{m} matrix"
         )
-    sw_t = tuple(
-        positive(v, f"switch_rates_per_s[{i}]", "MMPP") for i, v in enumerate(rows)
-    )
+    sw_t = tuple(positive(v, f"switch_rates_per_s[{i}]", "MMPP") for i, v in enumerate(rows))
     for i in range(m):
         q[i, :] = sw_t[i] / (m - 1)
     return sw_t

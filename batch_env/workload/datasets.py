@@ -67,8 +67,7 @@ _AZURE_RAW = f"https://raw.githubusercontent.com/Azure/AzurePublicDataset/{AZURE
 _AZURE_BLOB = "https://azurepublicdatasettraces.blob.core.windows.net/azurellminfererencetrace"
 
 _CITE_2023 = (
-    'Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase Splitting", '
-    "ISCA 2024"
+    'Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase Splitting", ISCA 2024'
 )
 _CITE_2024 = (
     'Stojkovic et al., "DynamoLLM: Designing LLM Inference Clusters for Performance and '
@@ -248,7 +247,9 @@ def path(name: str) -> Path:
     if p.is_file():
         return p
     if d.shipped:  # a broken installation
-        raise DatasetError(f"dataset {name!r}: the shipped file {p} is missing; reinstall batch-env")
+        raise DatasetError(
+            f"dataset {name!r}: the shipped file {p} is missing; reinstall batch-env"
+        )
     excerpt = f"{name}-excerpt"
     alt = f", or use the shipped excerpt {excerpt!r}" if excerpt in DATASETS else ""
     raise DatasetError(
@@ -278,7 +279,9 @@ def check_sha256(name: str, sha256: str | None) -> str | None:
     if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
         raise DatasetError(f"sha256={sha256!r} is invalid: expected 64 hexadecimal digits")
     if d.sha256 is not None and value != d.sha256:
-        raise DatasetError(f"sha256={value} differs from the registry's {d.sha256} for dataset {name!r}")
+        raise DatasetError(
+            f"sha256={value} differs from the registry's {d.sha256} for dataset {name!r}"
+        )
     return value
 
 
@@ -340,8 +343,10 @@ def fetch(
     if expected is None and record.is_file():
         words = record.read_text().split()
         expected = words[0] if words else None
-        hint = (f" (the SHA-256 recorded at the first fetch, in {record}: the upstream file has "
-                "changed; delete that file to accept the new one)")
+        hint = (
+            f" (the SHA-256 recorded at the first fetch, in {record}: the upstream file has "
+            "changed; delete that file to accept the new one)"
+        )
     if force and target.exists():
         target.unlink()
     src = cast(str, url or d.url)  # a dataset that is not shipped has a url
@@ -366,7 +371,9 @@ def fetch(
             downloader=downloader,
             progressbar=False,
         )
-    except Exception as exc:  # a checksum mismatch (pooch removes the download), network, HTTP, files
+    except (
+        Exception
+    ) as exc:  # a checksum mismatch (pooch removes the download), network, HTTP, files
         if isinstance(exc, ValueError) and "does not match the known hash" in str(exc):
             raise DatasetError(
                 f"dataset {name!r} from {src}: SHA-256 mismatch, the download was refused and "
@@ -394,8 +401,10 @@ def _print_list(as_json: bool) -> None:
     import json
 
     if as_json:
-        rows = [{**d.to_dict(), "available": is_available(d.name), "file": str(_cached(d))}
-                for d in DATASETS.values()]
+        rows = [
+            {**d.to_dict(), "available": is_available(d.name), "file": str(_cached(d))}
+            for d in DATASETS.values()
+        ]
         print(json.dumps({"data_dir": str(data_dir()), "datasets": rows}, indent=1))
         return
     width = max(len(n) for n in DATASETS)

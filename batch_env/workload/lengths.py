@@ -20,6 +20,7 @@ __all__ = ["LENGTH_KINDS", "RequestLengths", "make_lengths"]
 # Request lengths (LLMBatching-v0)
 # ----------------------------------------------------------------------------------
 
+
 def _lognormal_params(mean: float, cv: float) -> tuple[float, float]:
     """``(mu, sigma)`` of the lognormal with this mean and coefficient of variation."""
     s2 = math.log1p(cv * cv)
@@ -70,7 +71,9 @@ class RequestLengths:
     def __post_init__(self) -> None:
         """Validate the fields (ValueError naming the field, value and what is allowed)."""
         if self.kind not in LENGTH_KINDS:
-            raise ValueError(f"lengths.kind={self.kind!r} is invalid: allowed values are {LENGTH_KINDS}")
+            raise ValueError(
+                f"lengths.kind={self.kind!r} is invalid: allowed values are {LENGTH_KINDS}"
+            )
         for name in ("prompt_tokens", "output_tokens"):
             v = positive(getattr(self, name), name, "lengths")
             if v < 1:
@@ -81,14 +84,18 @@ class RequestLengths:
         for name in ("prompt_cv", "output_cv"):
             object.__setattr__(self, name, nonnegative(getattr(self, name), name, "lengths"))
         if self.dataset is not None and self.kind != "empirical":
-            raise ValueError(f"lengths.dataset={self.dataset!r} is only allowed with kind 'empirical'")
+            raise ValueError(
+                f"lengths.dataset={self.dataset!r} is only allowed with kind 'empirical'"
+            )
         if self.kind == "empirical":
             file = dataset_path(self.dataset, self.path, "lengths")
             if file is not None:
                 object.__setattr__(self, "path", file)
             if not isinstance(self.path, (str, os.PathLike)) or not os.fspath(self.path):
-                raise ValueError(f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path "
-                                 "or a dataset name (dataset=...)")
+                raise ValueError(
+                    f"lengths.path={self.path!r} is invalid: 'empirical' needs a CSV path "
+                    "or a dataset name (dataset=...)"
+                )
             if not os.path.isfile(self.path):
                 raise ValueError(f"lengths.path={self.path!r}: file not found")
             check_llm_tokens(
@@ -102,8 +109,12 @@ class RequestLengths:
         path = cast("str | os.PathLike[str]", self.path)  # set for kind "empirical" (__post_init__)
         st = os.stat(path)
         data = load_trace(
-            os.path.abspath(path), st.st_mtime_ns, st.st_size,
-            "TIMESTAMP", "ContextTokens", "GeneratedTokens",
+            os.path.abspath(path),
+            st.st_mtime_ns,
+            st.st_size,
+            "TIMESTAMP",
+            "ContextTokens",
+            "GeneratedTokens",
         )
         if data.prompt_tokens is None or data.output_tokens is None:
             raise ValueError(
@@ -118,15 +129,23 @@ class RequestLengths:
         :param n: number of requests.
         """
         if self.kind == "fixed":
-            return (np.full(n, int(self.prompt_tokens), np.int64), np.full(n, int(self.output_tokens), np.int64))
+            return (
+                np.full(n, int(self.prompt_tokens), np.int64),
+                np.full(n, int(self.output_tokens), np.int64),
+            )
         if self.kind == "empirical":
             p, o = self._table()
             idx = rng.integers(0, p.size, n)
             return p[idx].astype(np.int64), o[idx].astype(np.int64)
         if self.kind == "trace":
-            raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
+            raise ValueError(
+                "lengths.kind='trace' takes the lengths from a trace workload's token columns"
+            )
         out = []
-        for mean, cv in ((self.prompt_tokens, self.prompt_cv), (self.output_tokens, self.output_cv)):
+        for mean, cv in (
+            (self.prompt_tokens, self.prompt_cv),
+            (self.output_tokens, self.output_cv),
+        ):
             if cv == 0.0:
                 out.append(np.full(n, max(1, round(mean)), np.int64))
                 continue
@@ -144,7 +163,9 @@ class RequestLengths:
         :returns: ``(fraction, description of the prompt lengths for messages)``.
         """
         if self.kind == "fixed":
-            return float(self.prompt_tokens <= max_prompt), f"lengths.prompt_tokens={int(self.prompt_tokens)}"
+            return float(
+                self.prompt_tokens <= max_prompt
+            ), f"lengths.prompt_tokens={int(self.prompt_tokens)}"
         if self.kind == "empirical":
             p, _ = self._table()
             return (
@@ -152,7 +173,9 @@ class RequestLengths:
                 f"the shortest prompt of lengths.path={self.path!r} has {int(p.min())} tokens",
             )
         if self.kind == "trace":
-            raise ValueError("lengths.kind='trace' takes the lengths from a trace workload's token columns")
+            raise ValueError(
+                "lengths.kind='trace' takes the lengths from a trace workload's token columns"
+            )
         mean, cv = self.prompt_tokens, self.prompt_cv
         what = f"the prompts are lognormal with mean lengths.prompt_tokens={mean:g} and CV {cv:g}"
         mu, sigma = _lognormal_params(mean, cv)
@@ -179,7 +202,9 @@ def make_lengths(spec: RequestLengths | Mapping[str, Any] | None) -> RequestLeng
     if isinstance(spec, RequestLengths):
         return spec
     if not isinstance(spec, Mapping):
-        raise ValueError(f"lengths={spec!r} is invalid: expected a dict with a 'kind' in {LENGTH_KINDS}")
+        raise ValueError(
+            f"lengths={spec!r} is invalid: expected a dict with a 'kind' in {LENGTH_KINDS}"
+        )
     names = [f.name for f in dataclasses.fields(RequestLengths)]
     unknown = sorted(set(spec) - set(names))
     if unknown:

@@ -47,7 +47,9 @@ class TraceData:
     cv: float
 
 
-def check_llm_tokens(prompt: np.ndarray, output: np.ndarray, where: str, columns: tuple[str, str]) -> None:
+def check_llm_tokens(
+    prompt: np.ndarray, output: np.ndarray, where: str, columns: tuple[str, str]
+) -> None:
     """Refuse token counts an LLM request cannot have: a prompt or an output of 0 tokens.
 
     A request needs a prompt token to prefill and produces its first output token in the
@@ -259,9 +261,7 @@ def _token_column(
     try:
         arr = np.array(vals, dtype=np.float64)
     except ValueError:
-        arr = np.array(
-            [_parse_float(v) if _parse_float(v) is not None else np.nan for v in vals]
-        )
+        arr = np.array([_parse_float(v) if _parse_float(v) is not None else np.nan for v in vals])
     bad = ~np.isfinite(arr) | (arr < 0) | (arr != np.round(arr))
     if bad.any():
         k = int(np.argmax(bad))
@@ -333,8 +333,10 @@ def dataset_path(dataset: Any, path: Any, owner: str) -> str | None:
     from . import datasets as data
 
     if not isinstance(dataset, str):
-        raise ValueError(f"{owner}: dataset={dataset!r} is invalid; expected a dataset name "
-                         f"({', '.join(data.DATASETS)})")
+        raise ValueError(
+            f"{owner}: dataset={dataset!r} is invalid; expected a dataset name "
+            f"({', '.join(data.DATASETS)})"
+        )
     file = str(data.path(dataset))
     if path is not None and (not isinstance(path, (str, os.PathLike)) or os.fspath(path) != file):
         raise ValueError(f"{owner}: give either path={path!r} or dataset={dataset!r}, not both")
@@ -513,8 +515,6 @@ class Trace(Workload):
         """
         n = self._check_stream_args(rng, chunk_size)
         return _TraceStream(self, rng, n)
-
-
 
 
 class _TraceStream(ArrivalStream):
