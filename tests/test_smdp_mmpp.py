@@ -1,0 +1,162 @@
+"""The MMPP batching SMDP (phase observed): kernels against a matrix exponential, the
+optimum against every stationary policy on tiny instances, and the Poisson solver when
+every phase has the same rate."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.linalg as sla
+from scipy.integrate import quad
+
+from baselines.smdp import SMDPProblem, solve
+from baselines.smdp_mmpp import (
+    MMPPProblem,
+    _build,
+    _wait_matrices,
+    batch_kernels,
+    evaluate_policy,
+    policy_gain,
+    solve_mmpp,
+)
+from batch_env.profiles.batch_profile import load
+
+LAT = (0.0, 0.010, 0.013, 0.016)
+EN = (0.0, 1.0, 1.2, 1.4)
+Q2 = ((-2.0, 2.0), (5.0, -5.0))
+
+
+def _tiny(**kw):
+    base = dict(
+        rates_per_s=(30.0, 150.0),
+        generator=Q2,
+        latency_s=LAT,
+        energy_j=EN,
+        idle_power_w=20.0,
+        w_energy=0.05,
+        queue_capacity=12,
+    )
+    base.update(kw)
+    return MMPPProblem(**base)
+
+
+def _block_generator(pb: MMPPProblem, levels: int) -> np.ndarray:
+    """The counting process (arrivals so far, phase) truncated at ``levels`` arrivals."""
+    lam = np.asarray(pb.rates_per_s)
+    Q = np.asarray(pb.generator)
+    K = lam.size
+    G = np.zeros(((levels + 1) * K, (levels + 1) * K))
+    for n in range(levels + 1):
+        i = slice(n * K, (n + 1) * K)
+        G[i, i] = Q - np.diag(lam) if n < levels else Q
+        if n < levels:
+            G[i, slice((n + 1) * K, (n + 2) * K)] = np.diag(lam)
+    return G
+
+
+@pytest.mark.parametrize("rates", [(30.0, 150.0), (0.0, 400.0), (80.0, 80.0)])
+def test_batch_kernels_equal_a_matrix_exponential(rates):
+    pb = _tiny(rates_per_s=rates)
+    ker = batch_kernels(pb)
+    K, levels = 2, 40
+    G = _block_generator(pb, levels)
+    for b in range(1, pb.max_batch_size + 1):
+        H = pb.latency_s[b]
+        E = sla.expm(G * H)[:K]  # from level 0, phase k
+        # Van Loan: the top-right block of expm([[G, I], [0, 0]] H) is int_0^H e^{Gt} dt
+        n2 = G.shape[0]
+        big = np.zeros((2 * n2, 2 * n2))
+        big[:n2, :n2], big[:n2, n2:] = G, np.eye(n2)
+        I_int = sla.expm(big * H)[:K, n2:]
+        for n in range(min(levels - 1, ker.P.shape[3])):
+            np.testing.assert_allclose(
+                ker.P[b - 1, :, :, n], E[:, n * K : (n + 1) * K], rtol=1e-9, atol=1e-14
+            )
+            np.testing.assert_allclose(
+                ker.U[b - 1, :, n], I_int[:, n * K : (n + 1) * K].sum(axis=1), rtol=1e-9, atol=1e-16
+            )
+        assert ker.P[b - 1].sum(axis=(1, 2)) == pytest.approx(np.ones(K), abs=1e-12)
+        assert ker.U[b - 1].sum(axis=1) == pytest.approx(np.full(K, H), rel=1e-12)
+
+
+@pytest.mark.parametrize("tick_ms", [None, 4.0])
+def test_wait_matrices_equal_their_integrals(tick_ms):
+    pb = _tiny(decision_interval_ms=tick_ms)
+    lam = np.asarray(pb.rates_per_s)
+    M = np.asarray(pb.generator) - np.diag(lam)
+    A, T, tau = _wait_matrices(pb, ticks=True)
+    D = np.inf if tick_ms is None else tick_ms / 1000
+    for k in range(2):
+        no_arrival = lambda t, k=k: sla.expm(M * t)[k].sum()  # noqa: E731
+        assert tau[k] == pytest.approx(quad(no_arrival, 0, min(D, 50.0), limit=200)[0], rel=1e-8)
+        for j in range(2):
+            dens = lambda t, k=k, j=j: sla.expm(M * t)[k, j] * lam[j]  # noqa: E731
+            assert A[k, j] == pytest.approx(quad(dens, 0, min(D, 50.0), limit=200)[0], abs=1e-10)
+        assert A[k].sum() + T[k].sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_solution_is_the_best_of_every_stationary_policy():
+    """S = 3, B = 2, 2 phases: 324 stationary policies, each evaluated exactly."""
+    for tick_ms in (None, 5.0):
+        pb = _tiny(
+            queue_capacity=3, latency_s=LAT[:3], energy_j=EN[:3], decision_interval_ms=tick_ms
+        )
+        sol = solve_mmpp(pb)
+        arr = _build(pb)
+        choices = [range(min(s, 2) + 1) for s in range(4)]
+        best = np.inf
+        for per_phase in itertools.product(itertools.product(*choices), repeat=2):
+            policy = np.array(per_phase).T  # (S+1, K)
+            best = min(best, evaluate_policy(arr, policy)[0])
+        assert sol.gain == pytest.approx(best, rel=1e-10)
+
+
+@pytest.mark.parametrize(
+    "tick_ms,service,cv",
+    [(None, "deterministic", 0.0), (2.0, "deterministic", 0.0), (None, "lognormal", 0.3)],
+)
+def test_equal_rates_reduce_to_the_poisson_solver(tick_ms, service, cv):
+    prof = load("resnet50-v100")
+    B = 8
+    lat, en = prof.tables(B)
+    rate = 0.5 * B / lat[B]
+    common = dict(
+        latency_s=tuple(lat),
+        energy_j=tuple(en),
+        idle_power_w=prof.idle_power_w,
+        queue_capacity=60,
+        decision_interval_ms=tick_ms,
+        service=service,
+        service_cv=cv,
+    )
+    poisson_gain = solve(SMDPProblem(rate_per_s=rate, **common)).gain
+    mmpp = solve_mmpp(MMPPProblem(rates_per_s=(rate, rate), generator=Q2, **common))
+    assert mmpp.gain == pytest.approx(poisson_gain, rel=1e-9)
+    assert (mmpp.policy[:, 0] == mmpp.policy[:, 1]).all()
+
+
+def test_the_phase_aware_optimum_bounds_phase_blind_policies():
+    pb = _tiny(rates_per_s=(5.0, 250.0), generator=((-1.0, 1.0), (2.0, -2.0)), queue_capacity=30)
+    sol = solve_mmpp(pb)
+    for t in range(1, 8):
+        blind = np.where(np.arange(31) >= t, np.minimum(np.arange(31), 3), 0)
+        assert policy_gain(pb, blind) >= sol.gain - 1e-12
+    # here the phase is worth something: the best control limit is strictly worse
+    best_blind = min(
+        policy_gain(pb, np.where(np.arange(31) >= t, np.minimum(np.arange(31), 3), 0))
+        for t in range(1, 8)
+    )
+    assert best_blind > sol.gain * (1 + 1e-4)
+
+
+def test_bad_instances_are_refused_with_the_field():
+    with pytest.raises(ValueError, match="not a generator"):
+        _tiny(generator=((-1.0, 2.0), (1.0, -1.0)))
+    with pytest.raises(ValueError, match=r"rates_per_s\[0\]"):
+        _tiny(rates_per_s=(-1.0, 3.0))
+    with pytest.raises(ValueError, match="at least one rate"):
+        _tiny(rates_per_s=(0.0, 0.0))
+    with pytest.raises(ValueError, match="valid action"):
+        policy_gain(_tiny(), np.zeros(5, dtype=int))
