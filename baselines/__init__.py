@@ -6,7 +6,8 @@ workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
 
 One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
 batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
-rate-adaptive variant), ``node`` (graph batching and LazyBatching for
+rate-adaptive variant), ``smdp_mmpp`` (the phase-aware optimum under MMPP arrivals,
+an oracle and a bound), ``node`` (graph batching and LazyBatching for
 ``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
 SLA-feedback batch sizing for ``LLMBatching-v0``); shared pieces in ``common``.
 """
@@ -23,6 +24,7 @@ from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import MemoryAwarePolicy, Pang2025Policy, SLAFeedbackPolicy, StaticCapPolicy
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
+from .smdp_mmpp import MMPPOraclePolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
 
 _REGISTRY: dict[str, Callable[..., Any]] = {
@@ -33,6 +35,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "aimd": AIMDPolicy,
     "smdp": SMDPPolicy,
     "smdp-adaptive": AdaptiveSMDPPolicy,
+    "smdp-oracle": MMPPOraclePolicy,
     "graph": GraphBatchingPolicy,
     "lazy": LazyBatchingPolicy,
     "static-cap": StaticCapPolicy,
@@ -65,6 +68,7 @@ __all__ = [
     "GraphBatchingPolicy",
     "GreedyPolicy",
     "LazyBatchingPolicy",
+    "MMPPOraclePolicy",
     "MemoryAwarePolicy",
     "Pang2025Policy",
     "SLAFeedbackPolicy",

@@ -512,3 +512,38 @@ def policy_gain(problem: MMPPProblem, policy: np.ndarray) -> float:
             f"{arr.K} states"
         )
     return evaluate_policy(arr, pol)[0]
+
+
+class MMPPOraclePolicy:
+    """The phase-aware SMDP-optimal policy, acting on the true phase (an oracle).
+
+    Needs an env made with an MMPP workload and ``oracle_info=True``: it reads the phase
+    from ``info["oracle"]["phase"]``, which no realizable policy sees. Its long-run cost is
+    the solved gain (:attr:`solution`), a bound for every phase-blind policy.
+
+    :param env: the ``DynamicBatching-v0`` env (configuration read at construction).
+    """
+
+    name = "smdp-oracle"
+
+    def __init__(self, env: gym.Env | None = None) -> None:
+        if env is None:
+            raise ValueError(
+                "smdp-oracle needs env=<a DynamicBatching-v0 env with an MMPP workload and "
+                "oracle_info=True>: it solves the SMDP of that env"
+            )
+        if not getattr(env.unwrapped, "_oracle", False):
+            raise ValueError(
+                "smdp-oracle acts on the true phase: make the env with oracle_info=True"
+            )
+        self.problem = MMPPProblem.from_env(env)
+        self.solution = solve_mmpp(self.problem)
+        self._table = self.solution.policy.tolist()
+        self._top = self.problem.queue_capacity
+
+    def reset(self) -> None:
+        """Stateless."""
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The optimal action for the queue length and the true phase."""
+        return self._table[min(info["queue_len"], self._top)][info["oracle"]["phase"]]

@@ -160,3 +160,88 @@ def test_bad_instances_are_refused_with_the_field():
         _tiny(rates_per_s=(0.0, 0.0))
     with pytest.raises(ValueError, match="valid action"):
         policy_gain(_tiny(), np.zeros(5, dtype=int))
+
+
+def _bursty_env(**kw):
+    import gymnasium as gym
+
+    import batch_env  # noqa: F401
+
+    prof = load("resnet50-v100")
+    B = 8
+    mu = B / prof.tables(B)[0][B]
+    args = dict(
+        profile="resnet50-v100",
+        max_batch_size=B,
+        queue_capacity=150,
+        reward_weights={"sla": 0.0},
+        workload={
+            "kind": "mmpp",
+            "rates_per_s": [0.05 * mu, 0.75 * mu],
+            "switch_rates_per_s": [10.0, 10.0],
+        },
+        horizon_requests=150_000,
+        oracle_info=True,
+    )
+    args.update(kw)
+    return gym.make("batch_env/DynamicBatching-v0", **args)
+
+
+def test_the_oracle_phase_is_the_streams_and_changes_nothing():
+    """``info["oracle"]["phase"]`` is the chain's state at the epoch; asking for it draws
+    nothing, so the trajectory equals the env's without the oracle."""
+    env, plain = (
+        _bursty_env(horizon_requests=3000),
+        _bursty_env(horizon_requests=3000, oracle_info=False),
+    )
+    obs, info = env.reset(seed=5)
+    obs2, info2 = plain.reset(seed=5)
+    phases = set()
+    for t in range(4000):
+        a = int(np.flatnonzero(info["action_mask"])[-1]) if t % 3 else 0
+        obs, r, _, trunc, info = env.step(a)
+        obs2, r2, _, trunc2, info2 = plain.step(a)
+        assert r == r2 and np.array_equal(obs, obs2) and "oracle" not in info2
+        phases.add(info["oracle"]["phase"])
+        if trunc:
+            break
+    assert phases == {0, 1}
+    with pytest.raises(ValueError, match="oracle_info=True needs an MMPP workload"):
+        _bursty_env(workload={"kind": "poisson", "load": 0.5})
+    import gymnasium as gym
+
+    with pytest.raises(
+        ValueError, match="oracle_info=True is not available in the NumPy vector env"
+    ):
+        gym.make_vec("batch_env/DynamicBatching-v0", num_envs=2, oracle_info=True)
+    with pytest.raises(ValueError, match="make the env with oracle_info=True"):
+        import baselines
+
+        baselines.make("smdp-oracle", _bursty_env(oracle_info=False))
+
+
+@pytest.mark.slow
+def test_the_oracle_policy_earns_its_solved_gain_in_the_env():
+    """The env's measured cost rate under the phase-aware optimum equals the solved gain:
+    the model (waits, batches, the phase, drops) is the env's."""
+    import baselines
+
+    env = _bursty_env()
+    pol = baselines.make("smdp-oracle", env)
+    rates = []
+    for seed in range(8):
+        obs, info = env.reset(seed=seed)
+        total, elapsed = 0.0, 0.0
+        for _ in range(10**6):
+            obs, r, _, trunc, info = env.step(pol.act(obs, info))
+            total += r
+            elapsed += info["dt_s"]
+            if trunc:
+                break
+        rates.append(-total / elapsed)
+    mean = float(np.mean(rates))
+    half = 2.365 * float(np.std(rates, ddof=1)) / np.sqrt(len(rates))  # t(7) 95%
+    gain = pol.solution.gain
+    print(f"measured {mean:.4f} +- {half:.4f} per s, solved gain {gain:.4f}")
+    assert abs(mean - gain) <= max(half, 0.01 * gain), (mean, half, gain)
+    assert half < 0.01 * gain, (mean, half, gain)

@@ -13,7 +13,7 @@ from ..core import ServingCore
 from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
-from ..workload import Workload
+from ..workload import MMPP, Workload
 
 OBS_FEATURES: tuple[str, ...] = (
     "queue_len_over_max_batch",
@@ -108,6 +108,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       ``queue_capacity`` (2000), ``horizon_requests`` (2000), ``warmup_requests`` (0),
       ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
       ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
+    * ``oracle_info`` (``False``): with an MMPP workload, also put the modulating chain's
+      current state in ``info["oracle"]["phase"]``, for oracle policies and bounds
+      (:mod:`baselines.smdp_mmpp`); never in the observation, and asking draws nothing.
     * ``render_mode``: ``None``, ``"rgb_array"`` (an image of the queue, the last batch
       and a timeline of recent batches: ``docs/render.md``), ``"human"`` (that image in a
       window, or the text when there is no display) or ``"ansi"`` (a line of text).
@@ -155,6 +158,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         idle_power_w: float | None = None,
         rate_window_s: float | None = None,
         render_mode: str | None = None,
+        oracle_info: bool = False,
         executor: str = "profile",
         model: str | None = None,
         torch_device: str = "auto",
@@ -163,6 +167,12 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         config = ServingConfig.from_arguments(locals())
         self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
+        self._oracle = bool(oracle_info)
+        if self._oracle and not isinstance(self.workload, MMPP):
+            raise ValueError(
+                f"oracle_info=True needs an MMPP workload (the oracle is the modulating chain's "
+                f"state); this env's workload is {self.workload.kind!r}"
+            )
         self._init_executor(executor, model, torch_device, executor_options)
 
         self.action_space = spaces.Discrete(B + 1)
@@ -212,7 +222,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         )
 
     def _info(self, q: int, dt: float, comps: dict[str, float]) -> dict[str, Any]:
-        return {
+        info = {
             "queue_len": q,
             "oldest_wait_s": self._now - self._arr[self._ns] if q else 0.0,
             "now_s": self._now,
@@ -225,6 +235,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "dropped_total": self._drops,
             "energy_source": self.executor.energy_source,
         }
+        if self._oracle:
+            info["oracle"] = {"phase": self._stream.phase_at(self._now)}
+        return info
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a new bool array)."""

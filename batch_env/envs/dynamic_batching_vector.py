@@ -272,6 +272,11 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
                 "simulates from the profile only; for real execution use "
                 "gymnasium.make_vec(..., vectorization_mode='sync')"
             )
+        if kwargs.get("oracle_info"):
+            raise ValueError(
+                "oracle_info=True is not available in the NumPy vector env: use the scalar env "
+                "(or gymnasium.make_vec(..., vectorization_mode='sync'))"
+            )
         if kwargs.get("render_mode") is not None:
             raise ValueError(
                 f"render_mode={kwargs['render_mode']!r} is invalid for the vector env: allowed "

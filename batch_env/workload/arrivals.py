@@ -116,6 +116,13 @@ class ArrivalStream(ABC):
         :return: the next :class:`ArrivalChunk`; its times follow the previous chunk's.
         """
 
+    def phase_at(self, t: float) -> int:
+        """The modulating chain's state at time ``t``: only MMPP streams have one.
+
+        :raises ValueError: here (the stream has no phases).
+        """
+        raise ValueError(f"{type(self).__name__} has no phases: only MMPP arrivals do")
+
 
 class _PoissonStream(ArrivalStream):
     """Poisson arrivals: cumulative sums of exponential gaps."""
@@ -236,6 +243,8 @@ class _MMPPStream(ArrivalStream):
         self._used = 0.0
         self._t_next = 0.0  # start of the next, not yet drawn, sojourn
         self._t = 0.0  # last emitted arrival time
+        # (sojourn starts, states) of the blocks drawn and not yet passed by phase_at
+        self._phase_log: list[tuple[np.ndarray, np.ndarray]] = []
 
     def _draw_block(self) -> None:
         """Draw the next block of sojourns of the modulating chain."""
@@ -262,8 +271,30 @@ class _MMPPStream(ArrivalStream):
         else:
             self._state = bisect.bisect_right(self._cum_jump[int(states[-1])], rng.random())
         self._starts, self._durs, self._seg_rates = starts, durs, self._rates[states]
+        self._phase_log.append((starts, states))
         self._pos = 0
         self._used = 0.0
+
+    def phase_at(self, t: float) -> int:
+        """The modulating chain's state at time ``t`` (seconds from the stream's start).
+
+        Reads the path drawn so far and draws nothing, so asking changes no arrival. Times
+        must not go back between calls (sojourns before the last one asked about are
+        forgotten), and ``t`` must lie within the path drawn so far: an env asks at its
+        epochs, and the arrivals it has buffered beyond an epoch came from later sojourns.
+
+        :raises ValueError: for a ``t`` before the last one asked about or beyond the path.
+        """
+        log = self._phase_log
+        while len(log) > 1 and log[1][0][0] <= t:
+            log.pop(0)
+        if not log or not log[0][0][0] <= t < self._t_next:
+            raise ValueError(
+                f"phase_at(t={t!r}): the drawn path covers "
+                f"[{log[0][0][0] if log else 0.0!r}, {self._t_next!r}) (times must not go back)"
+            )
+        starts, states = log[0]
+        return int(states[int(np.searchsorted(starts, t, "right")) - 1])
 
     def _segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Take segments whose expected arrivals add up to the chunk size.
