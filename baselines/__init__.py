@@ -24,7 +24,7 @@ from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import MemoryAwarePolicy, Pang2025Policy, SLAFeedbackPolicy, StaticCapPolicy
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
-from .smdp_mmpp import MMPPOraclePolicy
+from .smdp_mmpp import MMPPBeliefPolicy, MMPPOraclePolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
 
 _REGISTRY: dict[str, Callable[..., Any]] = {
@@ -36,6 +36,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "smdp": SMDPPolicy,
     "smdp-adaptive": AdaptiveSMDPPolicy,
     "smdp-oracle": MMPPOraclePolicy,
+    "smdp-belief": MMPPBeliefPolicy,
     "graph": GraphBatchingPolicy,
     "lazy": LazyBatchingPolicy,
     "static-cap": StaticCapPolicy,
@@ -68,6 +69,7 @@ __all__ = [
     "GraphBatchingPolicy",
     "GreedyPolicy",
     "LazyBatchingPolicy",
+    "MMPPBeliefPolicy",
     "MMPPOraclePolicy",
     "MemoryAwarePolicy",
     "Pang2025Policy",

@@ -235,11 +235,54 @@ class Kernels:
     U: np.ndarray
 
 
+def _count_sums(
+    Q: np.ndarray, lam: np.ndarray, alpha: float, w: np.ndarray, u: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``sum_m w[r, m] V_m[n]`` and ``sum_m u[r, m] V_m[n] 1`` for each row ``r`` of the
+    weights (``V_m[n]``: ``m`` uniformized jumps at rate ``alpha``, ``n`` of them arrivals).
+
+    :returns: ``P`` of shape ``(R, K, K, M+1)`` and ``U`` of shape ``(R, K, M+1)`` (zeros
+        when ``u`` is None).
+    """
+    K = lam.size
+    R, M1 = w.shape
+    P0 = np.eye(K) + (Q - np.diag(lam)) / alpha
+    p1 = lam / alpha  # P1 = diag(p1): scales columns
+    P = np.zeros((R, K, K, M1))
+    U = np.zeros((R, K, M1))
+    V = np.zeros((M1, K, K))  # V_m[n], n = 0..m
+    V[0] = np.eye(K)
+    for mm in range(M1):
+        Vm = V[: mm + 1]
+        P[:, :, :, : mm + 1] += w[:, mm, None, None, None] * Vm.transpose(1, 2, 0)[None]
+        if u is not None:
+            U[:, :, : mm + 1] += u[:, mm, None, None] * Vm.sum(axis=2).T[None]
+        if mm < M1 - 1:
+            nxt = np.zeros((mm + 2, K, K))
+            nxt[: mm + 1] = Vm @ P0
+            nxt[1 : mm + 2] += Vm * p1[None, None, :]
+            V[: mm + 2] = nxt
+    return P, U
+
+
+def count_matrix(rates_per_s: np.ndarray, generator: np.ndarray, d: float, n: int) -> np.ndarray:
+    """``P(n arrivals in d seconds, phase j at the end | phase k)`` as a ``K x K`` matrix."""
+    lam = np.asarray(rates_per_s, dtype=np.float64)
+    Q = np.asarray(generator, dtype=np.float64)
+    alpha = float(np.max(-np.diag(Q) + lam))
+    if alpha * d <= 0:
+        return np.eye(lam.size) if n == 0 else np.zeros((lam.size, lam.size))
+    M = max(int(poisson.isf(_TAIL, alpha * d)) + 2, n + 1)
+    w = poisson.pmf(np.arange(M + 1), alpha * d)[None, :]
+    P, _ = _count_sums(Q, lam, alpha, w, None)
+    return P[0, :, :, n]
+
+
 def batch_kernels(pb: MMPPProblem) -> Kernels:
     """The batch kernels by uniformization (see the module docstring)."""
     lam = np.asarray(pb.rates_per_s, dtype=np.float64)
     Q = np.asarray(pb.generator, dtype=np.float64)
-    K, B = lam.size, pb.max_batch_size
+    B = pb.max_batch_size
     alpha = float(np.max(-np.diag(Q) + lam))
     lat = np.asarray(pb.latency_s[1:], dtype=np.float64)
     factors, wts = _service_factors(pb)
@@ -256,21 +299,7 @@ def batch_kernels(pb: MMPPProblem) -> Kernels:
     u = (
         np.tensordot(poisson.sf(m[None, None, :], means[:, :, None]), wts, axes=([1], [0])) / alpha
     )  # (B, M+1): E[int_0^H Pois(m; alpha t) dt] = E[sf(m; alpha H)] / alpha
-    P0 = np.eye(K) + (Q - np.diag(lam)) / alpha
-    p1 = lam / alpha  # P1 = diag(p1): scales columns
-    P = np.zeros((B, K, K, M + 1))
-    U = np.zeros((B, K, M + 1))
-    V = np.zeros((M + 1, K, K))  # V_m[n], n = 0..m
-    V[0] = np.eye(K)
-    for mm in range(M + 1):
-        Vm = V[: mm + 1]
-        P[:, :, :, : mm + 1] += w[:, mm, None, None, None] * Vm.transpose(1, 2, 0)[None]
-        U[:, :, : mm + 1] += u[:, mm, None, None] * Vm.sum(axis=2).T[None]
-        if mm < M:
-            nxt = np.zeros((mm + 2, K, K))
-            nxt[: mm + 1] = Vm @ P0
-            nxt[1 : mm + 2] += Vm * p1[None, None, :]
-            V[: mm + 2] = nxt
+    P, U = _count_sums(Q, lam, alpha, w, u)
     return Kernels(P=P, U=U)
 
 
@@ -547,3 +576,100 @@ class MMPPOraclePolicy:
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """The optimal action for the queue length and the true phase."""
         return self._table[min(info["queue_len"], self._top)][info["oracle"]["phase"]]
+
+
+class MMPPBeliefPolicy:
+    """A realizable phase-aware policy: a forward filter on the phase, then QMDP.
+
+    It knows the MMPP's parameters from the env's configuration (as ``smdp`` knows the
+    profile), never the phase. After every step it updates its belief over the phase
+    exactly from what ``info`` shows:
+
+    * a wait of ``dt`` that ended with an arrival (the queue grew, or a drop at a full
+      queue): ``belief <- belief e^{M dt} Lambda``; one that ended at a tick:
+      ``belief <- belief e^{M dt}`` (``M = Q - Lambda``);
+    * a batch of duration ``d`` (``last_batch_latency_s``) with ``n`` arrivals during it
+      (queue growth plus drops): ``belief <- belief P(n arrivals in d)``; if the step
+      went on idle (``dt > d``: the batch emptied the queue, so ``n = 0``), the idle part
+      ended with an arrival.
+
+    It then takes the action that minimizes the belief-weighted Q-values of the
+    phase-aware solution (QMDP: ``argmin_a sum_k b_k Q((s, k), a)``), which on a
+    certain phase is the oracle's action. The first belief is the chain's stationary
+    distribution carried to the first arrival.
+
+    :param env: the ``DynamicBatching-v0`` env with an MMPP workload.
+    """
+
+    name = "smdp-belief"
+
+    def __init__(self, env: gym.Env | None = None) -> None:
+        if env is None:
+            raise ValueError(
+                "smdp-belief needs env=<a DynamicBatching-v0 env with an MMPP workload>: it "
+                "solves the SMDP of that env and filters the phase with its parameters"
+            )
+        self.problem = pb = MMPPProblem.from_env(env)
+        self.solution = solve_mmpp(pb)
+        arr = _build(pb)
+        Qv = (
+            arr.c
+            - self.solution.gain * arr.tau
+            + _expectations(arr, self.solution.bias.reshape(-1))
+        )
+        Qv[~arr.valid] = np.inf
+        self._Q = Qv  # (S+1, K, B+1)
+        self._lam = np.asarray(pb.rates_per_s, dtype=np.float64)
+        self._gen = np.asarray(pb.generator, dtype=np.float64)
+        self._M = self._gen - np.diag(self._lam)
+        wl = cast("DynamicBatchingEnv", env.unwrapped).workload
+        self._pi = np.asarray(cast(MMPP, wl).stationary_distribution, dtype=np.float64)
+        self._deterministic = pb.service == "deterministic" or pb.service_cv == 0
+        self._kernel = batch_kernels(pb).P if self._deterministic else None
+        self._S = pb.queue_capacity
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the belief (a new episode starts from the stationary distribution)."""
+        self.belief: np.ndarray | None = None
+        self._last: tuple[int, int, int] | None = None  # queue, drops, action
+
+    def _normalize(self, b: np.ndarray) -> np.ndarray:
+        total = float(b.sum())
+        return b / total if total > 0 else self._pi.copy()
+
+    def _update(self, info: dict[str, Any]) -> None:
+        q, drops = int(info["queue_len"]), int(info["dropped_total"])
+        if self._last is None or self.belief is None:  # the first epoch: at the first arrival
+            b = self._pi @ sla.expm(self._M * float(info["now_s"])) * self._lam
+            self.belief = self._normalize(b)
+            return
+        q0, d0, a = self._last
+        dt = float(info["dt_s"])
+        bel = self.belief
+        grew = (q - q0) + (drops - d0)
+        if a == 0:  # a wait: ended by an arrival, or by a tick
+            E = sla.expm(self._M * dt)
+            bel = bel @ E * self._lam if grew > 0 else bel @ E
+        else:
+            size, d = int(info["last_batch_size"]), float(info["last_batch_latency_s"])
+            idle = dt - d
+            n = 0 if idle > 1e-12 else max(q - (q0 - size) + (drops - d0), 0)
+            bel = bel @ self._count(size, d, n)
+            if idle > 1e-12:
+                bel = bel @ sla.expm(self._M * idle) * self._lam
+        self.belief = self._normalize(bel)
+
+    def _count(self, size: int, d: float, n: int) -> np.ndarray:
+        if self._kernel is not None and n < self._kernel.shape[3]:
+            return self._kernel[size - 1, :, :, n]
+        return count_matrix(self._lam, self._gen, d, n)
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """Update the belief from ``info``, then the QMDP action."""
+        self._update(info)
+        s = min(int(info["queue_len"]), self._S)
+        assert self.belief is not None
+        a = int(np.argmin(self.belief @ self._Q[s]))
+        self._last = (int(info["queue_len"]), int(info["dropped_total"]), a)
+        return a

@@ -245,3 +245,51 @@ def test_the_oracle_policy_earns_its_solved_gain_in_the_env():
     print(f"measured {mean:.4f} +- {half:.4f} per s, solved gain {gain:.4f}")
     assert abs(mean - gain) <= max(half, 0.01 * gain), (mean, half, gain)
     assert half < 0.01 * gain, (mean, half, gain)
+
+
+def _cost_rate(env, pol, seed):
+    pol.reset()
+    obs, info = env.reset(seed=seed)
+    total = elapsed = 0.0
+    for _ in range(10**7):
+        obs, r, _, trunc, info = env.step(pol.act(obs, info))
+        total += r
+        elapsed += info["dt_s"]
+        if trunc:
+            return -total / elapsed
+    raise AssertionError("the episode did not end")
+
+
+@pytest.mark.slow
+def test_the_belief_policy_sits_between_the_oracle_and_phase_blind_smdp():
+    """On the bursty task's setting (rates 0.005 / 0.3 of max throughput, 1 s dwell, idle
+    0 W), on the same seeds: the oracle <= smdp-belief < the Poisson SMDP at the mean rate."""
+    import gymnasium as gym
+
+    import baselines
+    import batch_env  # noqa: F401
+
+    prof = load("resnet50-v100")
+    mu = 32 / prof.tables(32)[0][32]
+    env = gym.make(
+        "batch_env/DynamicBatching-v0",
+        queue_capacity=300,
+        idle_power_w=0.0,
+        reward_weights={"sla": 0.0},
+        horizon_requests=25_000,
+        oracle_info=True,
+        workload={
+            "kind": "mmpp",
+            "rates_per_s": [0.005 * mu, 0.3 * mu],
+            "switch_rates_per_s": [1.0, 1.0],
+        },
+    )
+    costs = {
+        name: np.array([_cost_rate(env, baselines.make(name, env), seed) for seed in range(3)])
+        for name in ("smdp-oracle", "smdp-belief", "smdp")
+    }
+    oracle, belief, blind = costs["smdp-oracle"], costs["smdp-belief"], costs["smdp"]
+    assert (belief >= oracle * (1 - 0.005)).all(), costs  # the oracle is the bound (same arrivals)
+    assert (belief < blind).all(), costs
+    # the filter recovers most of what the phase is worth
+    assert ((blind - belief) / (blind - oracle)).mean() > 0.5, costs
