@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -354,7 +355,9 @@ def _evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarra
     # unknowns (g, h(1..S)) with h(0) = 0: column 0 of (I - P) is replaced by tau
     IP = (sp.identity(S + 1, format="csc") - P.tocsc()).tocsc()
     M = sp.hstack([sp.csc_matrix(tau[:, None]), IP[:, 1:]], format="csc")
-    x = spla.spsolve(M, c)
+    with warnings.catch_warnings():  # a multichain policy: NaN, which the callers handle
+        warnings.simplefilter("ignore", spla.MatrixRankWarning)
+        x = spla.spsolve(M, c)
     h = x.copy()
     h[0] = 0.0
     return float(x[0]), h
@@ -432,43 +435,19 @@ def solve(
     """
     t0 = time.perf_counter()
     arr = _build(problem)
-    S = arr.S
     if method == "pi":
-        policy = np.minimum(np.arange(S + 1), arr.B)  # greedy start
-        it = 0
-        while True:
-            it += 1
-            gain, h = _evaluate_policy(arr, policy)
-            Q = arr.c - gain * arr.tau + _expectations(arr, h)
-            Q[~arr.valid] = np.inf
-            best = Q.argmin(axis=1)
-            cur = Q[np.arange(S + 1), policy]
-            scale = 1e-12 * (np.abs(cur) + 1.0)
-            improve = Q[np.arange(S + 1), best] < cur - scale
-            if not improve.any() or it >= max_iter:
-                break
-            policy = np.where(improve, best, policy)
-        bias = h
+        greedy = np.minimum(np.arange(arr.S + 1), arr.B)
+        out = _policy_iteration(arr, greedy, max_iter)
+        if out is None:  # an intermediate policy was multichain: start from RVI's policy
+            rvi_policy, rvi_gain, rvi_bias, rvi_it = _relative_value_iteration(arr, tol, max_iter)
+            out = _policy_iteration(arr, rvi_policy, max_iter)
+            if out is None:
+                out = (rvi_policy, rvi_gain, rvi_bias, 0)
+            policy, gain, bias, it = out[0], out[1], out[2], out[3] + rvi_it
+        else:
+            policy, gain, bias, it = out
     elif method == "rvi":
-        P_tilde_eta, c_rate = _tijms(arr)
-        eta = P_tilde_eta
-        v = np.zeros(S + 1)
-        it = 0
-        gain = math.nan
-        while it < max_iter:
-            it += 1
-            E = _expectations(arr, v)
-            Qt = c_rate + (eta / arr.tau) * (E - v[:, None]) + v[:, None]
-            Qt[~arr.valid] = np.inf
-            v_new = Qt.min(axis=1)
-            diff = v_new - v
-            lo, hi = diff.min(), diff.max()
-            gain = 0.5 * (lo + hi)
-            v = v_new - v_new[0]
-            if hi - lo < tol * max(abs(gain), 1e-300):
-                break
-        policy = Qt.argmin(axis=1)
-        bias = v
+        policy, gain, bias, it = _relative_value_iteration(arr, tol, max_iter)
     else:
         raise ValueError(f"method={method!r} is invalid: allowed values are ('pi', 'rvi')")
     return SMDPSolution(
@@ -481,6 +460,57 @@ def solve(
         method=method,
         problem=problem,
     )
+
+
+def _policy_iteration(
+    arr: _Arrays, policy: np.ndarray, max_iter: int
+) -> tuple[np.ndarray, float, np.ndarray, int] | None:
+    """Howard's policy iteration from ``policy``: ``(policy, gain, bias, iterations)``, or
+    ``None`` when a policy on the way is multichain (two closed classes of states: its
+    evaluation equations are singular). That happens: with a high energy weight an
+    improvement step can serve in a band of queue lengths that the queue then never
+    leaves, while above the band it waits."""
+    S = arr.S
+    it = 0
+    while True:
+        it += 1
+        gain, h = _evaluate_policy(arr, policy)
+        if not (math.isfinite(gain) and np.isfinite(h).all()):
+            return None
+        Q = arr.c - gain * arr.tau + _expectations(arr, h)
+        Q[~arr.valid] = np.inf
+        best = Q.argmin(axis=1)
+        cur = Q[np.arange(S + 1), policy]
+        scale = 1e-12 * (np.abs(cur) + 1.0)
+        improve = Q[np.arange(S + 1), best] < cur - scale
+        if not improve.any() or it >= max_iter:
+            return policy, gain, h, it
+        policy = np.where(improve, best, policy)
+
+
+def _relative_value_iteration(
+    arr: _Arrays, tol: float, max_iter: int
+) -> tuple[np.ndarray, float, np.ndarray, int]:
+    """Relative value iteration on Tijms' transformed MDP, to a span tolerance:
+    ``(policy, gain, relative values, iterations)``."""
+    eta, c_rate = _tijms(arr)
+    v = np.zeros(arr.S + 1)
+    it = 0
+    gain = math.nan
+    Qt = c_rate
+    while it < max_iter:
+        it += 1
+        E = _expectations(arr, v)
+        Qt = c_rate + (eta / arr.tau) * (E - v[:, None]) + v[:, None]
+        Qt[~arr.valid] = np.inf
+        v_new = Qt.min(axis=1)
+        diff = v_new - v
+        lo, hi = diff.min(), diff.max()
+        gain = 0.5 * (lo + hi)
+        v = v_new - v_new[0]
+        if hi - lo < tol * max(abs(gain), 1e-300):
+            break
+    return Qt.argmin(axis=1), float(gain), v, it
 
 
 def _tijms(arr: _Arrays) -> tuple[float, np.ndarray]:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -441,7 +442,9 @@ def evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarray
     P = _policy_matrix(arr, policy)
     IP = (sp.identity(X, format="csc") - P.tocsc()).tocsc()
     Mx = sp.hstack([sp.csc_matrix(tau[:, None]), IP[:, 1:]], format="csc")
-    x = spla.spsolve(Mx, c)
+    with warnings.catch_warnings():  # a multichain policy: NaN, which the callers handle
+        warnings.simplefilter("ignore", spla.MatrixRankWarning)
+        x = spla.spsolve(Mx, c)
     h = x.copy()
     h[0] = 0.0
     return float(x[0]), h
@@ -492,8 +495,56 @@ def _threshold(col: np.ndarray) -> int | None:
     return t if bool(np.all(col[t:] > 0)) else None
 
 
+def _policy_iteration(
+    arr: _Arrays, policy: np.ndarray, max_iter: int
+) -> tuple[np.ndarray, float, np.ndarray, int] | None:
+    """Howard's policy iteration from ``policy``: ``(policy, gain, bias, iterations)``,
+    or ``None`` when a policy on the way is multichain (its evaluation is singular)."""
+    s_idx, k_idx = np.indices((arr.S + 1, arr.K))
+    for it in range(1, max_iter + 1):
+        gain, h = evaluate_policy(arr, policy)
+        if not (math.isfinite(gain) and np.isfinite(h).all()):
+            return None
+        Q = arr.c - gain * arr.tau + _expectations(arr, h)
+        Q[~arr.valid] = np.inf
+        best = Q.argmin(axis=2)
+        cur = Q[s_idx, k_idx, policy]
+        improve = Q[s_idx, k_idx, best] < cur - 1e-12 * (np.abs(cur) + 1.0)
+        if not improve.any():
+            return policy, gain, h, it
+        policy = np.where(improve, best, policy)
+    raise RuntimeError(f"policy iteration did not converge in {max_iter} iterations")
+
+
+def _value_iteration_policy(arr: _Arrays, tol: float = 1e-9, max_iter: int = 200_000) -> np.ndarray:
+    """The greedy policy of relative value iteration on Tijms' transformed MDP (step
+    ``eta`` = 0.95 x the shortest sojourn, valid whatever the self-loops), to a span
+    tolerance: the start of policy iteration when greedy's start runs into a multichain
+    policy."""
+    eta = 0.95 * float(arr.tau[arr.valid].min())
+    c_rate = np.where(arr.valid, arr.c / arr.tau, np.inf)
+    v = np.zeros((arr.S + 1) * arr.K)
+    Qt = c_rate
+    for _ in range(max_iter):
+        E = _expectations(arr, v)
+        v2 = v.reshape(arr.S + 1, arr.K)[:, :, None]
+        Qt = c_rate + (eta / arr.tau) * (E - v2) + v2
+        Qt[~arr.valid] = np.inf
+        v_new = Qt.min(axis=2).reshape(-1)
+        diff = v_new - v
+        lo, hi = float(diff.min()), float(diff.max())
+        v = v_new - v_new[0]
+        if hi - lo < tol * max(abs(0.5 * (lo + hi)), 1e-300):
+            break
+    return Qt.argmin(axis=2)
+
+
 def solve_mmpp(problem: MMPPProblem, max_iter: int = 500) -> MMPPSolution:
     """Solve the phase-observed batching SMDP for its average-cost optimal policy.
+
+    Policy iteration from greedy; if a policy on the way is multichain (it can happen
+    with high energy weights, as in :func:`baselines.smdp.solve`), policy iteration
+    restarts from relative value iteration's policy.
 
     :param problem: the instance (see :meth:`MMPPProblem.from_env`).
     :param max_iter: policy-iteration cap (``RuntimeError`` if reached without converging).
@@ -501,27 +552,25 @@ def solve_mmpp(problem: MMPPProblem, max_iter: int = 500) -> MMPPSolution:
     t0 = time.perf_counter()
     arr = _build(problem)
     S, K = arr.S, arr.K
-    policy = np.broadcast_to(np.minimum(np.arange(S + 1), arr.B)[:, None], (S + 1, K)).copy()
-    s_idx, k_idx = np.indices((S + 1, K))
-    for it in range(1, max_iter + 1):
-        gain, h = evaluate_policy(arr, policy)
-        Q = arr.c - gain * arr.tau + _expectations(arr, h)
-        Q[~arr.valid] = np.inf
-        best = Q.argmin(axis=2)
-        cur = Q[s_idx, k_idx, policy]
-        improve = Q[s_idx, k_idx, best] < cur - 1e-12 * (np.abs(cur) + 1.0)
-        if not improve.any():
-            return MMPPSolution(
-                policy=policy.astype(np.int64),
-                gain=gain,
-                bias=h.reshape(S + 1, K),
-                thresholds=[_threshold(policy[:, k]) for k in range(K)],
-                iterations=it,
-                solve_time_s=time.perf_counter() - t0,
-                problem=problem,
+    greedy = np.broadcast_to(np.minimum(np.arange(S + 1), arr.B)[:, None], (S + 1, K)).copy()
+    out = _policy_iteration(arr, greedy, max_iter)
+    if out is None:
+        out = _policy_iteration(arr, _value_iteration_policy(arr), max_iter)
+        if out is None:
+            raise RuntimeError(
+                "policy iteration met a multichain policy from greedy's and from value "
+                "iteration's start: the instance has no unichain optimum this solver can find"
             )
-        policy = np.where(improve, best, policy)
-    raise RuntimeError(f"policy iteration did not converge in {max_iter} iterations")
+    policy, gain, h, it = out
+    return MMPPSolution(
+        policy=policy.astype(np.int64),
+        gain=gain,
+        bias=h.reshape(S + 1, K),
+        thresholds=[_threshold(policy[:, k]) for k in range(K)],
+        iterations=it,
+        solve_time_s=time.perf_counter() - t0,
+        problem=problem,
+    )
 
 
 def policy_gain(problem: MMPPProblem, policy: np.ndarray) -> float:

@@ -220,3 +220,33 @@ def test_optimal_policy_serves_whenever_a_full_batch_waits(rho, we, profile):
     )
     sol = solve(SMDPProblem.from_env(env))
     assert np.all(sol.policy[32:] > 0)
+
+
+def test_policy_iteration_survives_a_multichain_intermediate_policy():
+    """idle 55 W, energy weight 5, load 0.05: from greedy, one improvement step serves in a
+    band of queue lengths the queue never leaves and waits above it (two closed classes,
+    singular evaluation equations; the gain was NaN). The solver restarts policy iteration
+    from relative value iteration's policy and reaches the optimum."""
+    from baselines.smdp import SMDPProblem, _build, _evaluate_policy, _policy_iteration, solve
+    from batch_env.profiles.batch_profile import load
+
+    prof = load("resnet50-v100")
+    lat, en = prof.tables(32)
+    pb = SMDPProblem(
+        rate_per_s=0.05 * 32 / lat[32],
+        latency_s=tuple(lat),
+        energy_j=tuple(en),
+        idle_power_w=55.0,
+        w_energy=5.0,
+        queue_capacity=500,
+    )
+    arr = _build(pb)
+    assert _policy_iteration(arr, np.minimum(np.arange(501), 32), 100) is None  # the trap
+    sol = solve(pb)
+    assert np.isfinite(sol.gain) and sol.threshold is not None
+    assert sol.gain == pytest.approx(solve(pb, method="rvi").gain, rel=1e-6)
+    limits = [
+        _evaluate_policy(arr, np.where(np.arange(501) >= t, np.minimum(np.arange(501), 32), 0))[0]
+        for t in range(1, 33)
+    ]
+    assert sol.gain <= min(limits) + 1e-9

@@ -293,3 +293,19 @@ def test_the_belief_policy_sits_between_the_oracle_and_phase_blind_smdp():
     assert (belief < blind).all(), costs
     # the filter recovers most of what the phase is worth
     assert ((blind - belief) / (blind - oracle)).mean() > 0.5, costs
+
+
+def test_a_multichain_trap_is_escaped_as_in_the_poisson_solver():
+    prof = load("resnet50-v100")
+    lat, en = prof.tables(32)
+    rate = 0.05 * 32 / lat[32]
+    common = dict(
+        latency_s=tuple(lat),
+        energy_j=tuple(en),
+        idle_power_w=55.0,
+        w_energy=5.0,
+        queue_capacity=500,
+    )
+    want = solve(SMDPProblem(rate_per_s=rate, **common)).gain
+    got = solve_mmpp(MMPPProblem(rates_per_s=(rate, rate), generator=Q2, **common))
+    assert np.isfinite(got.gain) and got.gain == pytest.approx(want, rel=1e-9)
