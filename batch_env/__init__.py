@@ -53,6 +53,26 @@ def register_envs() -> None:
 
 register_envs()
 
+
+def register_tasks() -> None:
+    """Register every named benchmark task (:mod:`batch_env.tasks`) as its own id (idempotent)."""
+    import copy
+
+    from .tasks import TASKS
+
+    for task in TASKS.values():
+        if task.id not in registry:
+            register(
+                id=task.id,
+                entry_point=_ENTRY_POINTS[task.base],
+                kwargs=copy.deepcopy(dict(task.kwargs)),
+                # a safety net as for the base ids, scaled for tasks with long episodes
+                max_episode_steps=max(MAX_EPISODE_STEPS, 10 * task.horizon_requests),
+            )
+
+
+register_tasks()
+
 from . import llm_profile, profile  # noqa: E402, F401 (the loaders' first names, see profiles/)
 from .envs import DynamicBatchingEnv, DynamicBatchingVectorEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
@@ -67,4 +87,5 @@ __all__ = [
     "evaluate",
     "paired_difference",
     "register_envs",
+    "register_tasks",
 ]

@@ -21,7 +21,7 @@ SMALL = {"horizon_requests": 60}
 
 
 def test_every_declared_id_is_registered():
-    assert set(batch_env.ENV_IDS) == set(ENV_IDS)
+    assert set(batch_env.ENV_IDS) | set(batch_env.tasks.TASKS) == set(ENV_IDS)
     assert ENV_IDS, "no batch_env/ id registered"
 
 
@@ -103,7 +103,11 @@ def test_spec_json_roundtrip(env_id):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_max_episode_steps_is_a_safety_net(env_id):
     env = gym.make(env_id, **SMALL)
-    assert env.spec.max_episode_steps == batch_env.MAX_EPISODE_STEPS
+    # the base ids' net; a benchmark task with long episodes scales it (10 steps a request)
+    net = batch_env.MAX_EPISODE_STEPS
+    if env_id in batch_env.tasks.TASKS:
+        net = max(net, 10 * batch_env.tasks.TASKS[env_id].horizon_requests)
+    assert env.spec.max_episode_steps == net
     # the env ends by itself long before the safety net
     _, info = env.reset(seed=0)
     for _ in range(10_000):
