@@ -675,6 +675,11 @@ class MMPPBeliefPolicy:
         self._pi = np.asarray(cast(MMPP, wl).stationary_distribution, dtype=np.float64)
         self._deterministic = pb.service == "deterministic" or pb.service_cv == 0
         self._kernel = batch_kernels(pb).P if self._deterministic else None
+        # e^{Mt} by an eigendecomposition of M, computed once (a step needs one or two)
+        w, V = np.linalg.eig(self._M)
+        self._eig: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if np.linalg.cond(V) < 1e8:
+            self._eig = (w, V, np.linalg.inv(V))
         self._S = pb.queue_capacity
         self.reset()
 
@@ -690,7 +695,7 @@ class MMPPBeliefPolicy:
     def _update(self, info: dict[str, Any]) -> None:
         q, drops = int(info["queue_len"]), int(info["dropped_total"])
         if self._last is None or self.belief is None:  # the first epoch: at the first arrival
-            b = self._pi @ sla.expm(self._M * float(info["now_s"])) * self._lam
+            b = self._pi @ self._expm(float(info["now_s"])) * self._lam
             self.belief = self._normalize(b)
             return
         q0, d0, a = self._last
@@ -698,7 +703,7 @@ class MMPPBeliefPolicy:
         bel = self.belief
         grew = (q - q0) + (drops - d0)
         if a == 0:  # a wait: ended by an arrival, or by a tick
-            E = sla.expm(self._M * dt)
+            E = self._expm(dt)
             bel = bel @ E * self._lam if grew > 0 else bel @ E
         else:
             size, d = int(info["last_batch_size"]), float(info["last_batch_latency_s"])
@@ -706,8 +711,15 @@ class MMPPBeliefPolicy:
             n = 0 if idle > 1e-12 else max(q - (q0 - size) + (drops - d0), 0)
             bel = bel @ self._count(size, d, n)
             if idle > 1e-12:
-                bel = bel @ sla.expm(self._M * idle) * self._lam
+                bel = bel @ self._expm(idle) * self._lam
         self.belief = self._normalize(bel)
+
+    def _expm(self, t: float) -> np.ndarray:
+        """``e^{Mt}``."""
+        if self._eig is None:
+            return sla.expm(self._M * t)
+        w, V, Vi = self._eig
+        return np.real((V * np.exp(w * t)) @ Vi)
 
     def _count(self, size: int, d: float, n: int) -> np.ndarray:
         if self._kernel is not None and n < self._kernel.shape[3]:
