@@ -19,6 +19,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from batch_env.evaluate import Policy
+
 from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import MemoryAwarePolicy, Pang2025Policy, SLAFeedbackPolicy, StaticCapPolicy
@@ -51,7 +53,7 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
-def make(name: str, env: gym.Env | None = None, **params: Any) -> Any:
+def make(name: str, env: gym.Env | None = None, **params: Any) -> Policy:
     """Build the policy ``name`` for ``env``.
 
     :param name: one of :func:`available`.
