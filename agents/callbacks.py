@@ -7,8 +7,11 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
   ``serving/power_mean_w``, ``serving/sla_attainment``, ``serving/reward_rate_per_s``.
 * ``reward_components/<latency|energy|sla|drop>``: mean raw component per step.
 * ``train/centering_gain``: the g of average-reward centring in use.
-* ``optimality/smdp_gain`` and ``optimality/gap`` (percent above the SMDP optimum's cost
-  rate), in the SMDP-exact subset (Poisson arrivals, SLA weight 0).
+* ``optimality/smdp_gain`` and ``optimality/gap`` (percent above the bound's cost rate)
+  on ``DynamicBatching-v0`` and the benchmark tasks built on it with SLA weight 0: the
+  SMDP optimum under Poisson arrivals, the phase-aware optimum under MMPP arrivals.
+* ``optimality/normalized_score`` on a benchmark task made with its own settings: 0 at
+  greedy's stored reward rate, 1 at the bound's (``batch_env.tasks.normalized_score``).
 * ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
   separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``.
 * hyperparameters as TensorBoard HParams.
@@ -46,15 +49,21 @@ def gap_percent(reward_rate_per_s: float, smdp_gain: float) -> float:
 class ServingMetricsCallback(BaseCallback):
     """Log ``serving/``, ``reward_components/``, ``optimality/`` tags and hyperparameters.
 
-    :param smdp_gain: the SMDP optimum's cost per second, or ``None`` outside the exact subset.
+    :param smdp_gain: the bound's cost per second, or ``None`` where there is none.
     :param hparams: hyperparameters to log as HParams.
+    :param score_reference: ``(greedy's reward rate, the bound's)`` of a benchmark task,
+        for ``optimality/normalized_score``; ``None`` elsewhere.
     """
 
     def __init__(
-        self, smdp_gain: float | None = None, hparams: dict[str, Any] | None = None
+        self,
+        smdp_gain: float | None = None,
+        hparams: dict[str, Any] | None = None,
+        score_reference: tuple[float, float] | list[float] | None = None,
     ) -> None:
         super().__init__()
         self.smdp_gain = smdp_gain
+        self.score_reference = None if score_reference is None else tuple(score_reference)
         self.hparams = hparams or {}
         self.episodes = 0
 
@@ -89,6 +98,10 @@ class ServingMetricsCallback(BaseCallback):
                     self.logger.record_mean(
                         "optimality/gap", gap_percent(serving["reward_rate_per_s"], self.smdp_gain)
                     )
+                if self.score_reference is not None:
+                    low, top = self.score_reference
+                    score = (serving["reward_rate_per_s"] - low) / (top - low)
+                    self.logger.record_mean("optimality/normalized_score", score)
         return True
 
 

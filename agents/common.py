@@ -104,7 +104,8 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
     file) naming the file, the key, the value and what is allowed.
 
     :param algo: algorithm name (selects ``agents/hyperparams/<algo>.yml`` by default).
-    :param env_id: the env id key.
+    :param env_id: the env id key; a benchmark task without its own entry takes its base
+        env's (``batch_env.tasks``).
     :param path: another YAML file.
     """
     if algo not in ALGO_NAMES:
@@ -127,9 +128,14 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
             f"{where} must hold a mapping of env id -> hyperparameters, got {type(data).__name__}"
         )
     if env_id not in data:
-        raise ValueError(
-            f"{where} has no entry for env {env_id!r}: it has {sorted(map(str, data))}"
-        )
+        from batch_env.tasks import TASKS
+
+        base = TASKS[env_id].base if env_id in TASKS else None
+        if base is None or base not in data:
+            raise ValueError(
+                f"{where} has no entry for env {env_id!r}: it has {sorted(map(str, data))}"
+            )
+        env_id = base  # a benchmark task trains with its base env's hyperparameters
     entry = data[env_id]
     if not isinstance(entry, dict):
         raise ValueError(

@@ -266,17 +266,52 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
 
 
 def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
-    """The SMDP optimum's cost rate when the env is in the SMDP-exact subset, else None."""
-    if env_id != "batch_env/DynamicBatching-v0":
-        return None
+    """The cost rate of the exact bound for a ``DynamicBatching-v0`` env (its own id or a
+    benchmark task built on it) with SLA weight 0, else None: with Poisson arrivals the
+    SMDP optimum (``baselines.smdp``), with MMPP arrivals the phase-aware optimum
+    (``baselines.smdp_mmpp``: a bound no phase-blind policy reaches)."""
     import gymnasium as gym
 
     from baselines.smdp import SMDPProblem, is_exact_for, solve
+    from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
+    from batch_env.envs.dynamic_batching import DynamicBatchingEnv
+    from batch_env.executor import ProfileExecutor
+    from batch_env.workload import MMPP
 
     env = gym.make(env_id, **env_kwargs)
-    if not is_exact_for(env):
+    try:
+        core = env.unwrapped
+        if not isinstance(core, DynamicBatchingEnv) or not isinstance(
+            core.executor, ProfileExecutor
+        ):
+            return None
+        if is_exact_for(env):
+            return float(solve(SMDPProblem.from_env(env)).gain)
+        if isinstance(core.workload, MMPP) and core.config.reward_weights.sla == 0.0:
+            try:
+                return float(solve_mmpp(MMPPProblem.from_env(env)).gain)
+            except ValueError:  # too many states for the exact solver
+                return None
         return None
-    return float(solve(SMDPProblem.from_env(env)).gain)
+    finally:
+        env.close()
+
+
+def score_reference(env_id: str, env_kwargs: dict[str, Any]) -> list[float] | None:
+    """``[greedy's reward rate, the bound's]`` stored for a benchmark task made with its
+    own settings (``batch_env.tasks.references``), for ``optimality/normalized_score``;
+    None for other envs or changed settings. The episode length (``horizon_requests``,
+    ``warmup_requests``) may differ: training usually runs shorter episodes than the
+    protocol, and a reward rate per second stays comparable."""
+    from batch_env import tasks
+
+    if env_id not in tasks.TASKS or set(env_kwargs) - {"horizon_requests", "warmup_requests"}:
+        return None
+    ref = tasks.references().get(env_id)
+    if ref is None:
+        return None
+    top = ref.get("bound_reward_rate_per_s", ref["best_reward_rate_per_s"])
+    return [float(ref["policies"]["greedy"]["reward_rate_per_s"]), float(top)]
 
 
 def _candidates(run: Path) -> list[tuple[int, Path, Path | None]]:
@@ -413,6 +448,7 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         "centering_gain": gain,
         "centering_mode": str(st["centering_gain"]),
         "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
+        "score_reference": score_reference(st["env_id"], st["env_kwargs"]),
         "seed": st["seed"],
         "threads": st["threads"],
         "device": st["device"],
@@ -523,6 +559,7 @@ def train(args: TrainArgs) -> Path:
         checkpoints,
         ServingMetricsCallback(
             smdp_gain=cfg["smdp_gain"],
+            score_reference=cfg.get("score_reference"),
             hparams={
                 "algo": cfg["algo"],
                 **cfg["algo_kwargs"],

@@ -88,3 +88,48 @@ def test_stored_references_reproduce(task_id):
     assert got["per_seed"] == pytest.approx(ref["per_seed"], rel=1e-12)
     assert abs(got["reward_rate_per_s"] - ref["reward_rate_per_s"]) <= ref["ci95"]
     assert ref["ci95"] < 0.01 * abs(ref["reward_rate_per_s"])
+
+
+def test_training_bounds_cover_the_tasks():
+    """``batch-env train`` logs the gap to the bound on every task with one: the exact
+    SMDP optimum under Poisson arrivals, the phase-aware optimum under MMPP arrivals."""
+    from agents.train import score_reference, smdp_gain_if_exact
+    from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
+
+    short = {"horizon_requests": 300}
+    bursty = smdp_gain_if_exact("batch_env/Bursty-v0", short)
+    env = gym.make("batch_env/Bursty-v0")
+    assert bursty == pytest.approx(solve_mmpp(MMPPProblem.from_env(env)).gain, rel=1e-12)
+    ref = tasks.references()["batch_env/LowLoadEnergy-v0"]
+    low = smdp_gain_if_exact("batch_env/LowLoadEnergy-v0", short)
+    assert -low == pytest.approx(ref["bound_reward_rate_per_s"], rel=1e-12)
+    assert score_reference("batch_env/LowLoadEnergy-v0", short) == [
+        ref["policies"]["greedy"]["reward_rate_per_s"],
+        ref["bound_reward_rate_per_s"],
+    ]
+    assert score_reference("batch_env/LowLoadEnergy-v0", {"sla_ms": 5}) is None  # other settings
+    assert score_reference("batch_env/DynamicBatching-v0", {}) is None
+    assert smdp_gain_if_exact("batch_env/LLMBatching-v0", {}) is None
+
+
+@pytest.mark.slow
+def test_training_on_a_task_logs_the_normalized_score(tmp_path):
+    from conftest import tensorboard_scalars
+
+    from agents.train import TrainArgs, train
+
+    run = train(
+        TrainArgs(
+            algo="ppo",
+            env_id="batch_env/LowLoadEnergy-v0",
+            env_kwargs={"horizon_requests": 200},
+            n_timesteps=2048,
+            run_dir=str(tmp_path / "ppo"),
+            eval_freq=0,
+            checkpoint_freq=2048,
+            progress=False,
+        )
+    )
+    tags = tensorboard_scalars(run)
+    assert "optimality/normalized_score" in tags and "optimality/gap" in tags
+    assert all(np.isfinite(v) for _, v in tags["optimality/normalized_score"])
