@@ -167,3 +167,68 @@ def compute_references(
         data[tid] = entry
         path.write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
+    """``(label, env -> policy)`` for a baseline name, ``"random"``, or a trained agent
+    ``<algo>:<run_dir>`` (as ``batch-env evaluate --policy`` takes them)."""
+    if ":" in spec:
+        from agents import load_policy
+        from agents.policy import parse_policy_spec
+
+        _, run_dir = parse_policy_spec(spec)
+        return spec, lambda env: load_policy(run_dir, name=spec)
+    if spec != "random" and spec not in baselines.available():
+        raise ValueError(
+            f"--policy={spec!r} is unknown: a baseline ({', '.join(baselines.available())}), "
+            "'random', or a trained agent <algo>:<run_dir>"
+        )
+    return spec, lambda env: _policy(spec, env)
+
+
+def run_benchmark(
+    policy: str, task_ids: list[str] | None = None, horizon_requests: int | None = None
+) -> list[dict[str, Any]]:
+    """The protocol of each task for one policy, with its normalized score (None where
+    the task has no stored references). ``horizon_requests`` shortens the episodes (the
+    rows then say they are not the protocol)."""
+    label, factory = policy_factory(policy)
+    rows = []
+    for tid in task_ids or list(tasks.TASKS):
+        tasks.get(tid)
+        res = run_protocol(tid, factory, horizon_requests=horizon_requests)
+        try:
+            score: float | None = tasks.normalized_score(tid, res["reward_rate_per_s"])
+        except ValueError:
+            score = None
+        rows.append(
+            {
+                "task": tid,
+                "policy": label,
+                **res,
+                "normalized_score": score,
+                "protocol": horizon_requests is None,
+            }
+        )
+    return rows
+
+
+def format_benchmark(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of :func:`run_benchmark`'s rows."""
+    lines = [
+        "| task | policy | reward rate per s (95% CI) | normalized score | episodes |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        score = (
+            "n/a (no references)"
+            if r["normalized_score"] is None
+            else f"{r['normalized_score']:.3f}"
+        )
+        eps = f"{len(r['seeds'])} x {r['horizon_requests']:,} requests"
+        if not r["protocol"]:
+            eps += " (shortened: not the protocol)"
+        lines.append(
+            f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} | {score} | {eps} |"
+        )
+    return "\n".join(lines)

@@ -472,6 +472,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Run the named benchmark tasks' protocol for a policy and print its reward rates
+    with their 95% CIs and its normalized scores (0 at greedy, 1 at the bound); with
+    --references, recompute the tasks' stored reference figures instead."""
+    from batch_env import tasks
+    from experiments.benchmark import (
+        REFERENCES_PATH,
+        compute_references,
+        format_benchmark,
+        run_benchmark,
+    )
+
+    ids = (
+        [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(tasks.TASKS)
+    )
+    for tid in ids:
+        tasks.get(tid)  # ValueError naming the unknown task and the tasks
+    if args.references:
+        data = compute_references(
+            ids, out=args.out or REFERENCES_PATH, progress=None if args.json else print
+        )
+        if args.json:
+            print(dumps({t: data[t] for t in ids}, indent=1))
+        return 0
+    if not args.policy:
+        raise ValueError(
+            "--policy is required (a baseline, 'random' or <algo>:<run_dir>), or --references"
+        )
+    rows = run_benchmark(args.policy, ids, horizon_requests=args.horizon_requests)
+    print(dumps(rows, indent=1) if args.json else format_benchmark(rows))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, the cost
     of an rgb_array frame against a step, and the comparison's cells/s on the local and the
@@ -1279,6 +1312,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_roundtrip)
+
+    p = sub.add_parser(
+        "benchmark",
+        help="a policy on the named benchmark tasks: reward rates, CIs, normalized scores",
+        description=cmd_benchmark.__doc__,
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="a baseline name, 'random', or a trained agent <algo>:<run_dir>",
+    )
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated task ids (default: every task of batch_env.tasks)",
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=_count(1),
+        default=None,
+        help="shorten the episodes (the table then says it is not the protocol)",
+    )
+    p.add_argument(
+        "--references",
+        action="store_true",
+        help="recompute the tasks' reference figures (random, greedy, smdp, ...) and bounds",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="with --references: the JSON file to write (default: batch_env/tasks_references.json)",
+    )
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_benchmark)
 
     p = sub.add_parser(
         "bench",

@@ -324,6 +324,15 @@ CASES = [
     (["roundtrip", "--horizon-requests", "0"], ["--horizon-requests", "'0'"]),
     (["roundtrip", "--repeats", "-2"], ["--repeats", "'-2'"]),
     (["roundtrip", "--out", "afile"], ["--out", "afile", "folder"]),
+    # benchmark
+    (["benchmark"], ["--policy is required"]),
+    (
+        ["benchmark", "--policy", "greedy", "--tasks", "nope"],
+        ["task='nope' is unknown", "Bursty-v0"],
+    ),
+    (["benchmark", "--policy", "bogus"], ["--policy='bogus' is unknown", "greedy"]),
+    (["benchmark", "--policy", "greedy", "--horizon-requests", "0"], ["--horizon-requests", "'0'"]),
+    (["benchmark", "--policy", "ppo:/nonexistent/run"], ["/nonexistent/run"]),
     # bench
     (["bench", "--steps", "0"], ["--steps", "'0'", ">= 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "'0'", ">= 1"]),

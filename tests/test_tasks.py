@@ -133,3 +133,9 @@ def test_training_on_a_task_logs_the_normalized_score(tmp_path):
     tags = tensorboard_scalars(run)
     assert "optimality/normalized_score" in tags and "optimality/gap" in tags
     assert all(np.isfinite(v) for _, v in tags["optimality/normalized_score"])
+    # the trained run on the benchmark: a shortened protocol, said so
+    from experiments.benchmark import format_benchmark, run_benchmark
+
+    rows = run_benchmark(f"ppo:{run}", ["batch_env/LowLoadEnergy-v0"], horizon_requests=200)
+    assert rows[0]["protocol"] is False and np.isfinite(rows[0]["normalized_score"])
+    assert "not the protocol" in format_benchmark(rows)
