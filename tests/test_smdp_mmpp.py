@@ -206,7 +206,7 @@ def test_the_oracle_phase_is_the_streams_and_changes_nothing():
         if trunc:
             break
     assert phases == {0, 1}
-    with pytest.raises(ValueError, match="oracle_info=True needs an MMPP workload"):
+    with pytest.raises(ValueError, match="oracle_info=True needs a workload that hides something"):
         _bursty_env(workload={"kind": "poisson", "load": 0.5})
     import gymnasium as gym
 

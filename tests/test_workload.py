@@ -616,3 +616,97 @@ def test_poisson_pieces_strictly_increase_where_gaps_round_away() -> None:
     stream._t = stream._base = 1e3  # noqa: SLF001 (start late, where the gaps round away)
     times = stream.next_piece(64).times
     assert np.all(np.diff(times) > 0)
+
+
+# ------------------------------------------------------------------ a load drawn per episode
+
+
+def test_load_range_draws_a_load_per_stream_and_round_trips() -> None:
+    from batch_env.workload import RandomLoad, make_workload
+
+    wl = make_workload({"kind": "poisson", "load_range": [0.2, 0.8]}, max_throughput_rps=1000.0)
+    assert isinstance(wl, RandomLoad) and wl.base.mean_rate_per_s == pytest.approx(1000.0)
+    assert wl.mean_rate_per_s == pytest.approx(500.0) and wl.has_oracle
+    assert make_workload(wl.to_dict()) == wl
+    factors = []
+    for seed in range(40):
+        st = wl.stream(np.random.default_rng(seed))
+        times = np.concatenate([st.next_chunk().times for _ in range(20)])
+        f = st.oracle(0.0)["load"]
+        assert 0.2 <= f <= 0.8 and st.oracle(1.0)["rate_per_s"] == pytest.approx(1000.0 * f)
+        # the episode runs at the drawn rate (about 40,000 arrivals: within 2%)
+        assert times.size / times[-1] == pytest.approx(1000.0 * f, rel=0.02)
+        factors.append(f)
+    assert min(factors) < 0.35 and max(factors) > 0.65  # the range is used
+    mm = make_workload(
+        {
+            "kind": "mmpp",
+            "rates_per_s": [1.0, 3.0],
+            "switch_rates_per_s": [1.0, 1.0],
+            "load_range": [0.5, 0.5],
+        },
+        max_throughput_rps=100.0,
+    )
+    st = mm.stream(np.random.default_rng(0))
+    st.next_chunk()
+    assert set(st.oracle(0.0)) == {"load", "rate_per_s", "phase"}
+    assert mm.mean_rate_per_s == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ({"kind": "poisson", "load_range": [0.2, 0.8], "load": 0.5}, "either load_range"),
+        ({"kind": "poisson", "load_range": [0.2, 0.8], "rate_per_s": 5}, "either load_range"),
+        ({"kind": "poisson", "load_range": [0.8, 0.2]}, "low <= high"),
+        ({"kind": "poisson", "load_range": [0.0, 0.2]}, r"load_range\[0\]"),
+        ({"kind": "poisson", "load_range": [0.2]}, "expected \\[low, high\\]"),
+        (
+            {
+                "kind": "random-load",
+                "base": {"kind": "poisson", "rate_per_s": 5},
+                "load_range": "x",
+            },
+            "load_range",
+        ),
+    ],
+)
+def test_load_range_errors_name_the_field(spec, match) -> None:
+    from batch_env.workload import make_workload
+
+    with pytest.raises(ValueError, match=match):
+        make_workload(spec, max_throughput_rps=100.0)
+
+
+def test_the_env_hides_the_drawn_load_except_from_an_oracle() -> None:
+    import gymnasium as gym
+
+    import batch_env  # noqa: F401
+
+    kw = {"workload": {"kind": "poisson", "load_range": [0.1, 0.9]}, "horizon_requests": 200}
+    env = gym.make("batch_env/DynamicBatching-v0", oracle_info=True, **kw)
+    plain = gym.make("batch_env/DynamicBatching-v0", **kw)
+    loads = set()
+    for seed in range(5):
+        _, info = env.reset(seed=seed)
+        _, info2 = plain.reset(seed=seed)
+        first = info["oracle"]["load"]
+        assert 0.1 <= first <= 0.9 and "oracle" not in info2
+        for _ in range(50):
+            _, r, _, _, info = env.step(1)
+            _, r2, _, _, info2 = plain.step(1)
+            assert r == r2 and info["oracle"]["load"] == first  # one load per episode
+        loads.add(first)
+    assert len(loads) == 5
+    assert env.unwrapped.load == pytest.approx(0.5)  # the configured mean
+
+
+def test_the_vector_env_draws_each_lanes_load_as_the_scalar_env() -> None:
+    from helpers import lockstep
+
+    ended = lockstep(
+        {"workload": {"kind": "poisson", "load_range": [0.1, 0.9]}, "horizon_requests": 150},
+        n_envs=3,
+        steps=1500,
+    )
+    assert ended >= 3

@@ -13,7 +13,7 @@ from ..core import ServingCore
 from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
-from ..workload import MMPP, Workload
+from ..workload import Workload
 
 OBS_FEATURES: tuple[str, ...] = (
     "queue_len_over_max_batch",
@@ -108,9 +108,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       ``queue_capacity`` (2000), ``horizon_requests`` (2000), ``warmup_requests`` (0),
       ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
       ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
-    * ``oracle_info`` (``False``): with an MMPP workload, also put the modulating chain's
-      current state in ``info["oracle"]["phase"]``, for oracle policies and bounds
-      (:mod:`baselines.smdp_mmpp`); never in the observation, and asking draws nothing.
+    * ``oracle_info`` (``False``): put what the workload hides in ``info["oracle"]``, for
+      oracle policies and bounds: an MMPP's current phase (``"phase"``,
+      :mod:`baselines.smdp_mmpp`), a ``load_range`` workload's drawn load and rate
+      (``"load"``, ``"rate_per_s"``); never in the observation, and asking draws nothing.
     * ``render_mode``: ``None``, ``"rgb_array"`` (an image of the queue, the last batch
       and a timeline of recent batches: ``docs/render.md``), ``"human"`` (that image in a
       window, or the text when there is no display) or ``"ansi"`` (a line of text).
@@ -168,10 +169,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
         self._oracle = bool(oracle_info)
-        if self._oracle and not isinstance(self.workload, MMPP):
+        if self._oracle and not self.workload.has_oracle:
             raise ValueError(
-                f"oracle_info=True needs an MMPP workload (the oracle is the modulating chain's "
-                f"state); this env's workload is {self.workload.kind!r}"
+                "oracle_info=True needs a workload that hides something: an MMPP (its phase) "
+                f"or a load_range (the episode's load); this env's workload is {self.workload.kind!r}"
             )
         self._init_executor(executor, model, torch_device, executor_options)
 
@@ -236,7 +237,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "energy_source": self.executor.energy_source,
         }
         if self._oracle:
-            info["oracle"] = {"phase": self._stream.phase_at(self._now)}
+            info["oracle"] = self._stream.oracle(self._now)
         return info
 
     def action_masks(self) -> np.ndarray:

@@ -4,6 +4,8 @@
   synthetic workloads (:class:`Poisson`, :class:`Gamma`, :class:`MMPP`);
 - :mod:`.traces`: :class:`Trace`, the replay of a CSV trace (parsing, validation, cache);
 - :mod:`.specs`: :func:`make_workload`, a workload from a dict spec (``{"kind": ...}``);
+- :mod:`.random_load`: :class:`RandomLoad`, a load drawn anew for every episode
+  (``load_range``);
 - :mod:`.lengths`: :class:`RequestLengths`, prompt and output lengths of LLM requests;
 - :mod:`.datasets`: the registry of named public datasets (``batch-env data``), with the
   shipped trace excerpts in ``excerpts/`` (package data).
@@ -25,6 +27,7 @@ from .arrivals import (
     Workload,
 )
 from .lengths import LENGTH_KINDS, RequestLengths, make_lengths
+from .random_load import RandomLoad
 from .specs import WORKLOAD_KINDS, make_workload
 from .traces import Trace, check_llm_tokens
 
@@ -37,6 +40,7 @@ __all__ = [
     "MMPP",
     "Gamma",
     "Trace",
+    "RandomLoad",
     "WORKLOAD_KINDS",
     "make_workload",
     "LENGTH_KINDS",

@@ -123,6 +123,14 @@ class ArrivalStream(ABC):
         """
         raise ValueError(f"{type(self).__name__} has no phases: only MMPP arrivals do")
 
+    def oracle(self, t: float) -> dict[str, Any]:
+        """What the workload hides at time ``t`` (the MMPP phase, an episode's drawn load),
+        for oracle policies and bounds; the env shows it only with ``oracle_info=True``.
+
+        :raises ValueError: here (this stream hides nothing).
+        """
+        raise ValueError(f"{type(self).__name__} hides nothing: no oracle information")
+
 
 class _PoissonStream(ArrivalStream):
     """Poisson arrivals: cumulative sums of exponential gaps."""
@@ -296,6 +304,10 @@ class _MMPPStream(ArrivalStream):
         starts, states = log[0]
         return int(states[int(np.searchsorted(starts, t, "right")) - 1])
 
+    def oracle(self, t: float) -> dict[str, Any]:
+        """``{"phase": the chain's state at t}`` (see :meth:`phase_at`)."""
+        return {"phase": self.phase_at(t)}
+
     def _segments(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Take segments whose expected arrivals add up to the chunk size.
 
@@ -364,6 +376,8 @@ class Workload(ABC):
 
     #: The ``kind`` string used by :func:`make_workload` and :meth:`to_dict`.
     kind: ClassVar[str]
+    #: Whether its streams hide something an oracle may read (:meth:`ArrivalStream.oracle`).
+    has_oracle: ClassVar[bool] = False
 
     if TYPE_CHECKING:  # every concrete workload is a dataclass (dataclasses.fields works on it)
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
@@ -554,6 +568,7 @@ class MMPP(Workload):
     """
 
     kind: ClassVar[str] = "mmpp"
+    has_oracle: ClassVar[bool] = True
     rates_per_s: tuple[float, ...]
     switch_rates_per_s: tuple[float, ...] | tuple[tuple[float, ...], ...]
     initial_state: int | None = None

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..checks import positive
 from .arrivals import MMPP, Gamma, Poisson, Workload
+from .random_load import RandomLoad
 from .traces import Trace
 
 __all__ = ["WORKLOAD_KINDS", "make_workload"]
@@ -27,6 +28,7 @@ WORKLOAD_KINDS: dict[str, type[Workload]] = {
     "mmpp": MMPP,
     "gamma": Gamma,
     "trace": Trace,
+    "random-load": RandomLoad,
 }
 
 # which field "load" replaces (None: "load" rescales the shape given by other fields)
@@ -35,6 +37,7 @@ _RATE_FIELD: dict[str, str | None] = {
     "gamma": "rate_per_s",
     "mmpp": None,
     "trace": "target_rate_per_s",
+    "random-load": None,
 }
 
 
@@ -61,21 +64,9 @@ def make_workload(
     """
     if isinstance(spec, Workload):
         return spec
-    if not isinstance(spec, Mapping):
-        raise ValueError(
-            f"make_workload: spec={spec!r} is invalid; expected a Workload or a dict with a "
-            f"'kind' in {sorted(WORKLOAD_KINDS)}"
-        )
-    if "kind" not in spec:
-        raise ValueError(
-            f"make_workload: spec {dict(spec)!r} has no 'kind'; expected one of {sorted(WORKLOAD_KINDS)}"
-        )
-    kind = spec["kind"]
-    if not isinstance(kind, str) or kind.lower() not in WORKLOAD_KINDS:
-        raise ValueError(
-            f"make_workload: kind={kind!r} is unknown; expected one of {sorted(WORKLOAD_KINDS)}"
-        )
-    kind = kind.lower()
+    kind = _spec_kind(spec)
+    if "load_range" in spec and kind != "random-load":
+        return _with_load_range(spec, kind, max_throughput_rps)
     cls = WORKLOAD_KINDS[kind]
     flds = [f for f in dataclasses.fields(cls) if f.init]
     names = [f.name for f in flds]
@@ -121,3 +112,45 @@ def make_workload(
     if has_load:
         wl = wl.with_mean_rate(load * mt)
     return wl
+
+
+def _spec_kind(spec: Any) -> str:
+    """The lower-cased ``kind`` of a dict spec; ``ValueError`` naming what is wrong."""
+    if not isinstance(spec, Mapping):
+        raise ValueError(
+            f"make_workload: spec={spec!r} is invalid; expected a Workload or a dict with a "
+            f"'kind' in {sorted(WORKLOAD_KINDS)}"
+        )
+    if "kind" not in spec:
+        raise ValueError(
+            f"make_workload: spec {dict(spec)!r} has no 'kind'; expected one of {sorted(WORKLOAD_KINDS)}"
+        )
+    kind = spec["kind"]
+    if not isinstance(kind, str) or kind.lower() not in WORKLOAD_KINDS:
+        raise ValueError(
+            f"make_workload: kind={kind!r} is unknown; expected one of {sorted(WORKLOAD_KINDS)}"
+        )
+    return kind.lower()
+
+
+def _with_load_range(
+    spec: Mapping[str, Any], kind: str, max_throughput_rps: float | None
+) -> Workload:
+    """``{"kind": ..., "load_range": [lo, hi], ...}``: the kind at the max throughput
+    (load 1), its rate times a factor drawn per episode (:class:`RandomLoad`)."""
+    rate_field = _RATE_FIELD.get(kind)
+    clash = [k for k in ("load", rate_field) if k is not None and spec.get(k) is not None]
+    if clash:
+        raise ValueError(
+            f"make_workload({kind}): give either load_range={spec['load_range']!r} or {clash[0]}="
+            f"{spec[clash[0]]!r}, not both"
+        )
+    if max_throughput_rps is None:
+        raise ValueError(
+            f"make_workload({kind}): load_range={spec['load_range']!r} needs max_throughput_rps (the "
+            "reference throughput the load is relative to)"
+        )
+    base = make_workload(
+        {**{k: v for k, v in spec.items() if k != "load_range"}, "load": 1.0}, max_throughput_rps
+    )
+    return RandomLoad(base, spec["load_range"])
