@@ -174,29 +174,42 @@ class SMDPProblem:
         :param overrides: any field of :class:`SMDPProblem` (e.g. ``max_states``).
         """
         core = cast("DynamicBatchingEnv", env.unwrapped)
-        cfg = core.config
-        ex = core.executor
-        if not isinstance(ex, ProfileExecutor):
-            raise ValueError(
-                f"SMDPProblem.from_env needs an env with executor='profile' (the SMDP is built from the "
-                f"profile executor's tables); this env has {type(ex).__name__}"
-            )
-        w = cfg.reward_weights
-        params: dict[str, Any] = {
-            "rate_per_s": float(rate_per_s if rate_per_s is not None else core.mean_rate_per_s),
-            "latency_s": tuple(ex.latency_s),
-            "energy_j": tuple(ex.energy_j),
-            "idle_power_w": core.idle_power_w,
-            "w_latency": w.latency,
-            "w_energy": w.energy,
-            "w_drop": w.drop,
-            "queue_capacity": cfg.queue_capacity,
-            "decision_interval_ms": cfg.decision_interval_ms,
-            "service": cfg.service,
-            "service_cv": ex.cv,
-        }
+        params = env_cost_parameters(env, "SMDPProblem.from_env")
+        params["rate_per_s"] = float(rate_per_s if rate_per_s is not None else core.mean_rate_per_s)
         params.update(overrides)
         return cls(**params)
+
+
+def env_cost_parameters(env: gym.Env, owner: str) -> dict[str, Any]:
+    """The batching SMDP's parameters that a ``DynamicBatching-v0`` env fixes apart from its
+    arrivals: the profile executor's tables, idle power, reward weights, queue capacity,
+    ticks and service law (shared by :class:`SMDPProblem` and the MMPP problem).
+
+    :param env: the env (looking through wrappers).
+    :param owner: the caller, for the message.
+    :raises ValueError: when the env's executor is not the profile executor.
+    """
+    core = cast("DynamicBatchingEnv", env.unwrapped)
+    ex = core.executor
+    if not isinstance(ex, ProfileExecutor):
+        raise ValueError(
+            f"{owner} needs an env with executor='profile' (the SMDP is built from the "
+            f"profile executor's tables); this env has {type(ex).__name__}"
+        )
+    cfg = core.config
+    w = cfg.reward_weights
+    return {
+        "latency_s": tuple(ex.latency_s),
+        "energy_j": tuple(ex.energy_j),
+        "idle_power_w": core.idle_power_w,
+        "w_latency": w.latency,
+        "w_energy": w.energy,
+        "w_drop": w.drop,
+        "queue_capacity": cfg.queue_capacity,
+        "decision_interval_ms": cfg.decision_interval_ms,
+        "service": cfg.service,
+        "service_cv": ex.cv,
+    }
 
 
 def is_exact_for(env: gym.Env) -> bool:

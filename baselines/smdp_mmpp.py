@@ -64,8 +64,8 @@ import scipy.sparse.linalg as spla
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.stats import poisson
 
+from baselines.smdp import env_cost_parameters
 from batch_env.checks import check_number
-from batch_env.executor import ProfileExecutor
 from batch_env.workload import MMPP
 
 if TYPE_CHECKING:
@@ -182,28 +182,9 @@ class MMPPProblem:
                 f"MMPPProblem.from_env needs an env with an MMPP workload: this env's is "
                 f"{type(wl).__name__} (for Poisson arrivals use baselines.smdp)"
             )
-        ex = core.executor
-        if not isinstance(ex, ProfileExecutor):
-            raise ValueError(
-                "MMPPProblem.from_env needs an env with executor='profile' (the SMDP is built "
-                f"from the profile executor's tables); this env has {type(ex).__name__}"
-            )
-        cfg = core.config
-        w = cfg.reward_weights
-        params: dict[str, Any] = {
-            "rates_per_s": tuple(float(r) for r in wl.rates_per_s),
-            "generator": tuple(tuple(float(x) for x in row) for row in wl.generator),
-            "latency_s": tuple(ex.latency_s),
-            "energy_j": tuple(ex.energy_j),
-            "idle_power_w": core.idle_power_w,
-            "w_latency": w.latency,
-            "w_energy": w.energy,
-            "w_drop": w.drop,
-            "queue_capacity": cfg.queue_capacity,
-            "decision_interval_ms": cfg.decision_interval_ms,
-            "service": cfg.service,
-            "service_cv": ex.cv,
-        }
+        params = env_cost_parameters(env, "MMPPProblem.from_env")
+        params["rates_per_s"] = tuple(float(r) for r in wl.rates_per_s)
+        params["generator"] = tuple(tuple(float(x) for x in row) for row in wl.generator)
         params.update(overrides)
         return cls(**params)
 
