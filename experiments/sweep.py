@@ -326,8 +326,14 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
         elif state == "interrupted":  # an interrupted run of this trial: start it again
             shutil.rmtree(run)
     if not reused:
-        run.mkdir(parents=True)
-        atomic_write_text(spec_path, json.dumps(trial, indent=1) + "\n")
+        # the folder appears with its trial.json or not at all: a kill between creating
+        # it and writing trial.json would leave a folder the next run could not claim
+        staging = run.with_name(f"{run.name}.staging")
+        if staging.exists():
+            shutil.rmtree(staging)  # left by a run killed while staging: ours
+        staging.mkdir(parents=True)
+        atomic_write_text(staging / spec_path.name, json.dumps(trial, indent=1) + "\n")
+        os.replace(staging, run)
         hp = load_hyperparams(trial["algo"], trial["env_id"], trial["hyperparams"])
         hp.update(trial["params"])
         hp_path = run / "hyperparams.yml"
@@ -387,6 +393,8 @@ def _trial_state(run: Path, trial: dict[str, Any]) -> str:
     except (UnicodeDecodeError, ValueError) as exc:
         set_aside(run, f"{spec_path.name}: {exc}", then)
         return "damaged"
+    if old is None and {p.name for p in run.iterdir()} <= {f"{spec_path.name}.tmp"}:
+        return "interrupted"  # killed before trial.json was in place (an older layout)
     if old != trial:
         raise FileExistsError(
             f"run directory {str(run)!r} holds something other than trial {trial['name']!r} "

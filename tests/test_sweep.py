@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import json
+import shutil
 import sys
 
 import pytest
@@ -80,6 +81,29 @@ def test_interrupted_trial_is_restarted_and_foreign_dirs_are_kept(tmp_path):
     res = run_sweep(cfg, runs_dir=tmp_path, progress=False)
     assert res["n_failed"] == 1 and "FileExistsError" in res["failed"][0]["error"]
     assert (run / "model.zip").exists()
+
+
+def test_a_trial_killed_while_its_folder_was_made_is_restarted(tmp_path):
+    """A kill between creating a trial's folder and writing its trial.json (seen once in
+    a killed-sweep fault test) leaves an empty folder, or one holding only trial.json.tmp,
+    or (since the folder is now staged) a ``<trial>.staging`` folder: each reruns."""
+    from pathlib import Path
+
+    cfg = validate_sweep({**TINY, "grid": {"n_steps": [64], "batch_size": [64]}})
+    (trial,) = trials(cfg, tmp_path / "sweeps" / "tiny")
+    run = Path(trial["run_dir"])
+    for leftover in ([], ["trial.json.tmp"]):
+        run.mkdir(parents=True)
+        for name in leftover:
+            (run / name).write_text("{")
+        res = run_sweep(cfg, runs_dir=tmp_path, progress=False)
+        assert res["n_failed"] == 0 and not res["trials"][0]["reused"], res["failed"]
+        shutil.rmtree(run)
+    staging = run.with_name(f"{run.name}.staging")
+    staging.mkdir()
+    (staging / "trial.json.tmp").write_text("{")
+    res = run_sweep(cfg, runs_dir=tmp_path, progress=False)
+    assert res["n_failed"] == 0 and not staging.exists() and (run / "trial.json").exists()
 
 
 @pytest.mark.parametrize(
