@@ -235,17 +235,8 @@ def _arrival_kernels(pb: SMDPProblem) -> np.ndarray:
     """``p[b - 1, n] = P(n arrivals during a batch of b)``, n = 0..K+1."""
     lam = pb.rate_per_s
     lat = np.asarray(pb.latency_s[1:], dtype=np.float64)
-    if pb.service == "lognormal" and pb.service_cv > 0:
-        sigma = math.sqrt(math.log1p(pb.service_cv**2))
-        z, wts = np.polynomial.hermite.hermgauss(_GH_NODES)
-        factors = np.exp(sigma * math.sqrt(2.0) * z - 0.5 * sigma * sigma)
-        wts = wts / math.sqrt(math.pi)
-        keep = wts > _TAIL  # far nodes carry no mass but would inflate the support
-        factors, wts = factors[keep], wts[keep] / wts[keep].sum()
-        means = lam * lat[:, None] * factors[None, :]  # (B, nodes)
-    else:
-        means = lam * lat[:, None]
-        wts = np.ones(1)
+    factors, wts = service_quadrature(pb.service, pb.service_cv)
+    means = lam * lat[:, None] * factors[None, :]  # (B, nodes)
     mmax = float(means.max())
     K = int(poisson.isf(_TAIL, mmax)) + 2
     n = np.arange(K + 2)
@@ -358,22 +349,39 @@ def _policy_matrix(arr: _Arrays, policy: np.ndarray) -> sp.csr_matrix:
     )
 
 
-def _evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarray]:
-    """Gain and bias (``h(0) = 0``) of a stationary policy."""
-    S = arr.S
-    idx = np.arange(S + 1)
-    P = _policy_matrix(arr, policy)
-    c = arr.c[idx, policy]
-    tau = arr.tau[idx, policy]
-    # unknowns (g, h(1..S)) with h(0) = 0: column 0 of (I - P) is replaced by tau
-    IP = (sp.identity(S + 1, format="csc") - P.tocsc()).tocsc()
+def service_quadrature(service: str, service_cv: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite quadrature of the service law: multiplicative factors of the mean
+    batch time and their weights (one node of factor 1 for deterministic service)."""
+    if service == "lognormal" and service_cv > 0:
+        sigma = math.sqrt(math.log1p(service_cv**2))
+        z, wts = np.polynomial.hermite.hermgauss(_GH_NODES)
+        factors = np.exp(sigma * math.sqrt(2.0) * z - 0.5 * sigma * sigma)
+        wts = wts / math.sqrt(math.pi)
+        keep = wts > _TAIL  # far nodes carry no mass but would inflate the support
+        return factors[keep], wts[keep] / wts[keep].sum()
+    return np.ones(1), np.ones(1)
+
+
+def average_cost(P: sp.spmatrix, c: np.ndarray, tau: np.ndarray) -> tuple[float, np.ndarray]:
+    """Gain and bias (``h(0) = 0``) of an SMDP under a stationary policy: transition
+    matrix ``P``, cost ``c`` and mean sojourn ``tau`` per state. NaN for a multichain
+    policy (singular equations), which the callers handle."""
+    n = P.shape[0]
+    # unknowns (g, h(1..n-1)) with h(0) = 0: column 0 of (I - P) is replaced by tau
+    IP = (sp.identity(n, format="csc") - P.tocsc()).tocsc()
     M = sp.hstack([sp.csc_matrix(tau[:, None]), IP[:, 1:]], format="csc")
-    with warnings.catch_warnings():  # a multichain policy: NaN, which the callers handle
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", spla.MatrixRankWarning)
         x = spla.spsolve(M, c)
     h = x.copy()
     h[0] = 0.0
     return float(x[0]), h
+
+
+def _evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarray]:
+    """Gain and bias (``h(0) = 0``) of a stationary policy."""
+    idx = np.arange(arr.S + 1)
+    return average_cost(_policy_matrix(arr, policy), arr.c[idx, policy], arr.tau[idx, policy])
 
 
 @dataclass

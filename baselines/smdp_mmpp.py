@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -60,19 +59,17 @@ import gymnasium as gym
 import numpy as np
 import scipy.linalg as sla
 import scipy.sparse as sp
-import scipy.sparse.linalg as spla
 from numpy.lib.stride_tricks import sliding_window_view
 from scipy.stats import poisson
 
-from baselines.smdp import env_cost_parameters
+from baselines.smdp import average_cost, env_cost_parameters, service_quadrature
 from batch_env.checks import check_number
 from batch_env.workload import MMPP
 
 if TYPE_CHECKING:
     from batch_env.envs.dynamic_batching import DynamicBatchingEnv
 
-_TAIL = 1e-15
-_GH_NODES = 96
+_TAIL = 1e-15  # Poisson tail left out of a truncated sum (as in baselines.smdp)
 #: the largest state space solved (``(queue_capacity + 1) x phases``)
 MAX_STATES = 200_000
 #: the most uniformized jumps a batch may need (the kernels cost O(jumps^2))
@@ -192,18 +189,6 @@ class MMPPProblem:
 # -- kernels ---------------------------------------------------------------------------
 
 
-def _service_factors(pb: MMPPProblem) -> tuple[np.ndarray, np.ndarray]:
-    """Quadrature of the service law: multiplicative factors of the mean and weights."""
-    if pb.service == "lognormal" and pb.service_cv > 0:
-        sigma = math.sqrt(math.log1p(pb.service_cv**2))
-        z, wts = np.polynomial.hermite.hermgauss(_GH_NODES)
-        factors = np.exp(sigma * math.sqrt(2.0) * z - 0.5 * sigma * sigma)
-        wts = wts / math.sqrt(math.pi)
-        keep = wts > _TAIL
-        return factors[keep], wts[keep] / wts[keep].sum()
-    return np.ones(1), np.ones(1)
-
-
 @dataclass
 class Kernels:
     """What a batch does, per batch size ``b`` (row ``b - 1``) and starting phase ``k``.
@@ -267,7 +252,7 @@ def batch_kernels(pb: MMPPProblem) -> Kernels:
     B = pb.max_batch_size
     alpha = float(np.max(-np.diag(Q) + lam))
     lat = np.asarray(pb.latency_s[1:], dtype=np.float64)
-    factors, wts = _service_factors(pb)
+    factors, wts = service_quadrature(pb.service, pb.service_cv)
     means = alpha * lat[:, None] * factors[None, :]  # (B, nodes)
     M = int(poisson.isf(_TAIL, float(means.max()))) + 2
     if M > MAX_JUMPS:
@@ -414,21 +399,12 @@ def _policy_matrix(arr: _Arrays, policy: np.ndarray) -> sp.csr_matrix:
 def evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarray]:
     """Gain and bias (``h(0, 0) = 0``, flat over ``x = s K + k``) of a stationary policy
     given as an ``(S+1, K)`` array of actions."""
-    X = (arr.S + 1) * arr.K
     s_idx = np.repeat(np.arange(arr.S + 1), arr.K)
     k_idx = np.tile(np.arange(arr.K), arr.S + 1)
     act = policy.reshape(-1)
-    c = arr.c[s_idx, k_idx, act]
-    tau = arr.tau[s_idx, k_idx, act]
-    P = _policy_matrix(arr, policy)
-    IP = (sp.identity(X, format="csc") - P.tocsc()).tocsc()
-    Mx = sp.hstack([sp.csc_matrix(tau[:, None]), IP[:, 1:]], format="csc")
-    with warnings.catch_warnings():  # a multichain policy: NaN, which the callers handle
-        warnings.simplefilter("ignore", spla.MatrixRankWarning)
-        x = spla.spsolve(Mx, c)
-    h = x.copy()
-    h[0] = 0.0
-    return float(x[0]), h
+    return average_cost(
+        _policy_matrix(arr, policy), arr.c[s_idx, k_idx, act], arr.tau[s_idx, k_idx, act]
+    )
 
 
 @dataclass
