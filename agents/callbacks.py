@@ -13,7 +13,10 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
 * ``optimality/normalized_score`` on a benchmark task made with its own settings: 0 at
   greedy's stored reward rate, 1 at the bound's (``batch_env.tasks.normalized_score``).
 * ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
-  separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``.
+  separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``; on an env
+  that is not ours (no serving summary, e.g. CartPole-v1) the keys are ``return`` and
+  ``steps``. A run may stop at the first evaluation that meets a target
+  (``PeriodicEvaluation``'s ``stop_when``; ``batch-env bench --wallclock`` uses it).
 * hyperparameters as TensorBoard HParams.
 
 :class:`Checkpoints` saves the model and its normalization statistics every
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import json
 import math
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,8 @@ from .common import AgentPolicy
 from .files import atomic_save, atomic_write_text, read_json
 
 EVAL_KEYS = HEADLINE_KEYS
+#: what an evaluation records on an env without a serving summary (e.g. CartPole-v1)
+OTHER_ENV_KEYS = ("return", "steps")
 COMPONENTS = ("latency", "energy", "sla", "drop")
 
 
@@ -152,6 +159,16 @@ class PeriodicEvaluation(BaseCallback):
     through :func:`batch_env.evaluate`, with the training run's current observation
     statistics. Results are logged and appended to ``<run_dir>/evaluations.json``.
 
+    Each record holds ``timesteps``, per mode ``{key: [mean, ci95]}`` for the headline
+    keys (``return`` and ``steps`` on an env without a serving summary) and
+    ``gap_percent`` where there is a bound, and the wall-clock of this process's
+    ``learn()`` when the evaluation began: ``wall_s`` (seconds since training started,
+    earlier evaluations included), ``train_s`` (the same without the time spent in
+    evaluations) and ``eval_s`` (this evaluation's own seconds).
+
+    With ``stop_when``, training stops at the first evaluation whose record it accepts
+    (``stopped`` is then True): the callback returns False, which ends SB3's ``learn()``.
+
     :param env_id: env id.
     :param env_kwargs: env kwargs of the evaluation env (the training ones).
     :param specs: the run's wrapper specs.
@@ -160,6 +177,7 @@ class PeriodicEvaluation(BaseCallback):
     :param seed: first evaluation seed (held out from training seeds).
     :param run_dir: where ``evaluations.json`` goes.
     :param smdp_gain: SMDP optimum's cost rate, for the gap.
+    :param stop_when: called with each periodic evaluation's record; True stops training.
     """
 
     def __init__(
@@ -172,6 +190,7 @@ class PeriodicEvaluation(BaseCallback):
         seed: int,
         run_dir: Path,
         smdp_gain: float | None = None,
+        stop_when: Callable[[dict[str, Any]], bool] | None = None,
     ) -> None:
         super().__init__()
         import gymnasium as gym
@@ -187,6 +206,14 @@ class PeriodicEvaluation(BaseCallback):
                 read_json(self.path, "starting a new evaluation history", _check_history) or []
             )
         self._next = None
+        self.stop_when = stop_when
+        self.stopped = False
+        self._t0 = time.perf_counter()
+        self._eval_s = 0.0  # seconds spent in evaluations since training started
+
+    def _on_training_start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._eval_s = 0.0
 
     def _policy(self, deterministic: bool) -> AgentPolicy:
         vn = self.model.get_vec_normalize_env()
@@ -201,16 +228,24 @@ class PeriodicEvaluation(BaseCallback):
 
     def evaluate_now(self) -> dict[str, Any]:
         """Run the evaluation, log it and return the record."""
-        record: dict[str, Any] = {"timesteps": int(self.num_timesteps)}
+        start = time.perf_counter()
+        record: dict[str, Any] = {
+            "timesteps": int(self.num_timesteps),
+            "wall_s": start - self._t0,
+            "train_s": start - self._t0 - self._eval_s,
+        }
         for mode, det in (("deterministic", True), ("stochastic", False)):
             res = evaluate(self._policy(det), self.env, n_episodes=self.n_episodes, seed=self.seed)
-            record[mode] = {k: (res.mean(k), res.ci95(k)) for k in EVAL_KEYS}
-            for k in EVAL_KEYS:
+            keys = EVAL_KEYS if "reward_rate_per_s" in res.episodes[0] else OTHER_ENV_KEYS
+            record[mode] = {k: (res.mean(k), res.ci95(k)) for k in keys}
+            for k in keys:
                 self.logger.record(f"eval/{mode}/{k}", res.mean(k))
             if self.smdp_gain is not None:
                 gap = gap_percent(res.mean("reward_rate_per_s"), self.smdp_gain)
                 record[mode]["gap_percent"] = gap
                 self.logger.record(f"optimality/gap_eval_{mode}", gap)
+        record["eval_s"] = time.perf_counter() - start
+        self._eval_s += record["eval_s"]
         self.history.append(record)
         atomic_write_text(self.path, json.dumps(self.history, indent=1))
         return record
@@ -220,7 +255,10 @@ class PeriodicEvaluation(BaseCallback):
             self._next = (self.num_timesteps // self.eval_freq + 1) * self.eval_freq
         if self.num_timesteps >= self._next:
             self._next += self.eval_freq
-            self.evaluate_now()
+            record = self.evaluate_now()
+            if self.stop_when is not None and self.stop_when(record):
+                self.stopped = True
+                return False
         return True
 
 

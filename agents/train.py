@@ -39,6 +39,7 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -473,11 +474,17 @@ def _centering_gain(
     return resolve_gain(str(st["centering_gain"]), st["env_id"], st["env_kwargs"], st["seed"])
 
 
-def train(args: TrainArgs) -> Path:
+def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None = None) -> Path:
     """Run (or resume) one training run and return its directory.
 
     Every setting is checked, the hyperparameters read and the env and model built
     before anything is written, so a refused run leaves nothing on disk.
+
+    :param args: the run's arguments.
+    :param stop_when: called with each periodic evaluation's record (``evaluations.json``'s
+        format, :class:`agents.callbacks.PeriodicEvaluation`); training stops at the first
+        it accepts, and that record is the final evaluation. Needs ``eval_freq`` > 0.
+        ``batch-env bench --wallclock`` uses it to stop at a target.
     """
     import torch
     from stable_baselines3.common.callbacks import CallbackList
@@ -489,6 +496,8 @@ def train(args: TrainArgs) -> Path:
 
     # 1. the run's configuration: fresh, or the saved one when resuming
     run, st, cfg = _resumed_config(args) if args.resume else _new_config(args)
+    if stop_when is not None and st["eval_freq"] == 0:
+        raise ValueError("stop_when needs periodic evaluations: give eval_freq > 0")
     cfg["args"] = {k: st[k] for k in RUN_SETTINGS}
     torch.set_num_threads(st["threads"])
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
@@ -581,6 +590,7 @@ def train(args: TrainArgs) -> Path:
             st["eval_seed"],
             run,
             smdp_gain=cfg["smdp_gain"],
+            stop_when=stop_when,
         )
         callbacks.append(evaluator)
 
@@ -602,7 +612,8 @@ def train(args: TrainArgs) -> Path:
     atomic_save(run / "model.zip", model.save)
     atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
     if evaluator is not None:
-        final = evaluator.evaluate_now()
+        # stopped at a target: the model is the one that evaluation saw
+        final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now()
         atomic_write_text(run / "final_evaluation.json", json.dumps(final, indent=1))
     venv.close()
     return run

@@ -16,6 +16,11 @@ NaN latency figures are left out of the means; drops outside the summary window)
 :attr:`EvaluationResult.warnings` keeps each episode's sentence. The summary keys
 ``completed``, ``dropped_outside_window``, ``drop_rate_total`` and the other episode
 counts are in every result (and ``metrics.HEADLINE_KEYS`` puts the first two in tables).
+
+An env that is not one of ours (not a :class:`batch_env.core.ServingCore`, e.g.
+``CartPole-v1``, the reference of ``batch-env bench``) has no serving summary: each of its
+episodes records ``return``, ``steps`` and ``seed`` only, and must still end (terminated
+or truncated) within ``max_steps``.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class EvaluationResult:
     :param policy: the policy's name.
     :param seeds: the episode seeds.
     :param episodes: one dict per episode: ``info["serving"]`` plus ``return``, ``steps``
-        and ``seed``.
+        and ``seed`` (only the last three on an env without a serving summary).
     :param warnings: one sentence per episode whose summary hides something
         (``"seed 3: ..."``, :func:`batch_env.metrics.summary_warning`).
     """
@@ -190,25 +195,31 @@ def _run_episodes(
     progress: Callable[[int], None] | None,
 ) -> None:
     """The episodes of :func:`evaluate`, appended to ``result``."""
+    from .core import ServingCore
+
+    serving_env = isinstance(env.unwrapped, ServingCore)
     for k, s in enumerate(seeds):
         policy.reset()
         obs, info = env.reset(seed=s)
         total = 0.0
         steps = 0
+        ended = False
         while steps < max_steps:
             obs, reward, terminated, truncated, info = env.step(policy.act(obs, info))
             total += float(reward)
             steps += 1
             if terminated or truncated:
+                ended = True
                 break
-        if "serving" not in info:
+        if "serving" not in info and (serving_env or not ended):
             raise RuntimeError(
                 f"episode with seed {s} ended after {steps} steps without info['serving']: "
                 f"the step bound (max_steps={max_steps} here, or the registration's "
                 "max_episode_steps) cut it; raise it or lower horizon_requests"
             )
-        result.episodes.append({**info["serving"], "return": total, "steps": steps, "seed": s})
-        message = summary_warning(info["serving"])
+        serving = info.get("serving", {})
+        result.episodes.append({**serving, "return": total, "steps": steps, "seed": s})
+        message = summary_warning(serving)
         if message:
             result.warnings.append(f"seed {s}: {message}")
         if progress is not None:

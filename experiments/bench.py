@@ -30,14 +30,32 @@ both gave the same numbers. And the cost of one ``render_mode="rgb_array"`` fram
 one step of the same env, for each of the three envs (target: a frame well under 1 ms).
 Results go to ``results/bench/bench.json`` with a description of
 the machine.
+
+Wall-clock to a good agent (:func:`bench_wallclock`; ``batch-env bench --wallclock``, not
+in the default run: about half an hour on one core): how long PPO with the project's
+defaults (``agents/hyperparams/ppo.yml``, trained by ``agents.train.train``, one torch
+thread, CPU) takes to bring ``batch_env/LowLoadEnergy-v0``'s cost rate within 1% of the
+SMDP gain, against CartPole-v1's time to an evaluation mean return of 475 with the same
+PPO settings, budget and evaluation cadence, seed by seed in the same run. Each run
+stops at the first periodic evaluation (every ``eval_freq`` = 10,000 steps: 3
+deterministic episodes on the held-out seeds 100000-100002, ``batch_env.evaluate``) that
+meets its target; the median over 3 seeds is reported in environment steps and in
+training seconds (evaluations excluded; with them too), each seed's figures beside it,
+and a run that does not meet the target within its step budget (the file's
+``n_timesteps``, 300,000) is reported as not reached with its best figure. The record
+also goes to ``results/bench/wallclock.json``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
+import statistics
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -600,6 +618,245 @@ def bench_backends(
     }
 
 
+#: the task of :func:`bench_wallclock` and the reference it is timed against
+WALLCLOCK_TASK = "batch_env/LowLoadEnergy-v0"
+WALLCLOCK_REFERENCE = "CartPole-v1"
+#: CartPole-v1's target: the evaluation's mean return (the env's reward threshold, 475)
+CARTPOLE_TARGET_RETURN = 475.0
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    """Median with ``None`` (not reached) counted as infinite; ``None`` when the median
+    itself is not reached (at least half the runs missed the target)."""
+    m = statistics.median([math.inf if v is None else float(v) for v in values])
+    return None if math.isinf(m) else m
+
+
+def _time_to_target(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    hyperparams: str | None,
+    seed: int,
+    settings: dict[str, Any],
+    reached: Callable[[dict[str, Any]], bool],
+    figure: Callable[[dict[str, Any]], float],
+    best: Callable[[list[float]], float],
+    run_dir: Path,
+) -> dict[str, Any]:
+    """One training run (``agents.train.train``) stopped at the first evaluation that
+    meets ``reached``, and its figures: the step and the seconds of that evaluation, or
+    not reached with the best ``figure`` of its evaluations (the final one included)."""
+    from agents.train import TrainArgs, train
+
+    t0 = time.perf_counter()
+    run = train(
+        TrainArgs(
+            algo="ppo",
+            env_id=env_id,
+            env_kwargs=env_kwargs,
+            hyperparams=hyperparams,
+            n_timesteps=settings["budget_steps"],
+            seed=seed,
+            run_dir=str(run_dir),
+            device="cpu",
+            threads=1,
+            eval_freq=settings["eval_freq"],
+            eval_episodes=settings["eval_episodes"],
+            eval_seed=settings["eval_seed"],
+            progress=False,
+        ),
+        stop_when=reached,
+    )
+    run_s = time.perf_counter() - t0
+    history = json.loads((run / "evaluations.json").read_text())
+    hit = next((r for r in history if reached(r)), None)
+    figures = [figure(r) for r in history]
+    return {
+        "seed": seed,
+        "reached": hit is not None,
+        "steps": None if hit is None else int(hit["timesteps"]),
+        "seconds": None if hit is None else hit["train_s"],
+        "seconds_with_eval": None if hit is None else hit["wall_s"] + hit["eval_s"],
+        "figure_at_target": None if hit is None else figure(hit),
+        "best_figure": best(figures),
+        "steps_trained": int(history[-1]["timesteps"]),
+        "evaluations": len(history),
+        "eval_s": sum(r["eval_s"] for r in history),
+        "run_s": run_s,
+    }
+
+
+def _summary(env_id: str, target: str, figure: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "env_id": env_id,
+        "target": target,
+        "figure": figure,
+        "reached": sum(r["reached"] for r in runs),
+        "runs": len(runs),
+        "median_steps": _median_or_none([r["steps"] for r in runs]),
+        "median_seconds": _median_or_none([r["seconds"] for r in runs]),
+        "median_seconds_with_eval": _median_or_none([r["seconds_with_eval"] for r in runs]),
+        "seeds": runs,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a / b
+
+
+def bench_wallclock(
+    seeds: tuple[int, ...] = (0, 1, 2),
+    budget_steps: int | None = None,
+    eval_freq: int = 10_000,
+    eval_episodes: int = 3,
+    eval_seed: int = 100_000,
+    gap_tolerance: float = 0.01,
+    cartpole_target: float = CARTPOLE_TARGET_RETURN,
+    task: str = WALLCLOCK_TASK,
+    task_kwargs: dict[str, Any] | None = None,
+    run_root: str | Path | None = None,
+) -> dict[str, Any]:
+    """Wall-clock to a good agent: PPO on ``task`` to within ``gap_tolerance`` of the SMDP
+    gain, against CartPole-v1 to a mean return of ``cartpole_target``, same PPO settings.
+
+    Both train with ``agents.train.train``: the task with the shipped
+    ``agents/hyperparams/ppo.yml`` (its base env's entry: 4 envs, 512-step rollouts, 10
+    epochs, gamma 0.999, 64x64 MLP, ``VecNormalize``, the task's wrappers and greedy's
+    centring gain), CartPole-v1 with the same entry less the batching wrappers; CPU, one
+    torch thread, the same step budget (default: the entry's ``n_timesteps``, 300,000)
+    and evaluation cadence. For each seed, the task's run, then CartPole's (interleaved, so
+    that load on the machine falls on both alike).
+
+    How the target is measured: every ``eval_freq`` environment steps (all envs
+    together) the run's periodic evaluation (``agents.callbacks.PeriodicEvaluation``,
+    ``batch_env.evaluate``) plays ``eval_episodes`` episodes with seeds ``eval_seed``,
+    ``eval_seed + 1``, ... (the same for every run), deterministic actions, with the
+    run's current observation statistics (and the same number of stochastic ones, which
+    the project's evaluation logs and the target ignores). The task's target is met when
+    the deterministic episodes' mean cost rate (``-reward_rate_per_s``, each episode the
+    task's 20,000 requests) is at most ``(1 + gap_tolerance)`` x the SMDP gain
+    (``baselines.smdp.solve``); CartPole's when their mean return is at least
+    ``cartpole_target``. Training stops at the first evaluation that meets it, and that
+    evaluation's step count is the run's ``steps`` (a multiple of ``eval_freq``: the
+    resolution). ``seconds`` is the training's wall-clock up to that evaluation without
+    the time spent in evaluations; ``seconds_with_eval`` includes every evaluation up to
+    and including that one (when the run knew it had reached the target); ``run_s`` is the
+    whole ``train`` call (set-up, greedy's centring gain, saving). A run that does not meet
+    its target within the budget (the final evaluation at the budget counts) is
+    ``reached: false``, with ``steps`` and ``seconds`` None and its best figure (smallest
+    gap in percent, or largest mean return) in ``best_figure``. Medians count a run not
+    reached as infinite, and are None when at least half the runs missed.
+
+    :param seeds: training seeds (each env, each seed: one run).
+    :param budget_steps: step budget of every run (default: the hyperparameter file's).
+    :param eval_freq: environment steps between evaluations.
+    :param eval_episodes: episodes per evaluation (and mode).
+    :param eval_seed: seed of the first evaluation episode.
+    :param gap_tolerance: the task's target, relative to the SMDP gain.
+    :param cartpole_target: CartPole-v1's target mean return.
+    :param task: a task with an exact SMDP bound.
+    :param task_kwargs: env kwargs over the task's (tests shorten its episodes).
+    :param run_root: keep the runs under this folder (default: a temporary one, removed).
+    """
+    import yaml
+
+    from agents.common import load_hyperparams
+    from agents.train import smdp_gain_if_exact
+
+    t_start = time.perf_counter()
+    task_kwargs = dict(task_kwargs or {})
+    gain = smdp_gain_if_exact(task, task_kwargs)
+    if gain is None:
+        raise ValueError(f"task={task!r} has no exact SMDP bound: pick one with bound 'smdp'")
+    hp = load_hyperparams("ppo", task)
+    budget = int(budget_steps if budget_steps is not None else float(hp["n_timesteps"]))
+    settings = {
+        "budget_steps": budget,
+        "eval_freq": eval_freq,
+        "eval_episodes": eval_episodes,
+        "eval_seed": eval_seed,
+    }
+    target_cost = (1.0 + gap_tolerance) * gain
+
+    def task_reached(rec: dict[str, Any]) -> bool:
+        return -rec["deterministic"]["reward_rate_per_s"][0] <= target_cost
+
+    def task_gap(rec: dict[str, Any]) -> float:
+        return 100.0 * (-rec["deterministic"]["reward_rate_per_s"][0] - gain) / gain
+
+    def cart_reached(rec: dict[str, Any]) -> bool:
+        return rec["deterministic"]["return"][0] >= cartpole_target
+
+    def cart_return(rec: dict[str, Any]) -> float:
+        return float(rec["deterministic"]["return"][0])
+
+    cart_hp = {k: v for k, v in hp.items() if k not in ("env_wrapper", "callback")}
+    task_runs, cart_runs = [], []
+    with tempfile.TemporaryDirectory(prefix="bench-wallclock-") as tmp:
+        root = Path(run_root) if run_root is not None else Path(tmp)
+        cart_file = Path(tmp) / "ppo-cartpole.yml"
+        cart_file.write_text(yaml.safe_dump({WALLCLOCK_REFERENCE: cart_hp}))
+        for seed in seeds:
+            task_runs.append(
+                _time_to_target(
+                    task,
+                    task_kwargs,
+                    None,
+                    seed,
+                    settings,
+                    task_reached,
+                    task_gap,
+                    min,
+                    root / f"task-s{seed}",
+                )
+            )
+            cart_runs.append(
+                _time_to_target(
+                    WALLCLOCK_REFERENCE,
+                    {},
+                    str(cart_file),
+                    seed,
+                    settings,
+                    cart_reached,
+                    cart_return,
+                    max,
+                    root / f"cartpole-s{seed}",
+                )
+            )
+    ours = _summary(
+        task,
+        f"deterministic mean cost rate <= {1 + gap_tolerance:g} x SMDP gain ({target_cost:.4f} per s)",
+        "gap_percent (deterministic cost rate above the SMDP gain, %)",
+        task_runs,
+    )
+    ref = _summary(
+        WALLCLOCK_REFERENCE,
+        f"deterministic mean return >= {cartpole_target:g}",
+        "return (deterministic mean episode return)",
+        cart_runs,
+    )
+    return {
+        "task": ours,
+        "cartpole": ref,
+        "smdp_gain": gain,
+        "gap_tolerance": gap_tolerance,
+        "cartpole_target_return": cartpole_target,
+        "ratio_steps_vs_cartpole": _ratio(ours["median_steps"], ref["median_steps"]),
+        "ratio_seconds_vs_cartpole": _ratio(ours["median_seconds"], ref["median_seconds"]),
+        "task_kwargs_override": task_kwargs,
+        "settings": {
+            **settings,
+            "seeds": list(seeds),
+            "n_envs": hp["n_envs"],
+            "algo": "ppo",
+            **{k: v for k, v in cart_hp.items() if k not in ("n_envs", "n_timesteps")},
+            "device": "cpu",
+            "threads": 1,
+        },
+        "measured_s": time.perf_counter() - t_start,
+    }
+
+
 def run_bench(
     n_steps: int = 200_000,
     repeats: int = 3,
@@ -613,6 +870,8 @@ def run_bench(
     backends: bool = True,
     render: bool = True,
     render_steps: int | None = None,
+    wallclock: bool = False,
+    wallclock_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark and return its figures.
 
@@ -630,6 +889,9 @@ def run_bench(
     :param render: also time an ``rgb_array`` frame against a step, for each env.
     :param render_steps: steps (and frames) per timed round of the render part (default
         ``n_steps // 40``, at least 50: 5000 at the default ``n_steps``).
+    :param wallclock: also measure the wall-clock to a good agent (:func:`bench_wallclock`;
+        about half an hour on one core, so off by default).
+    :param wallclock_kwargs: keyword arguments of :func:`bench_wallclock`.
     """
     env_kwargs = {
         "profile": "resnet50-v100",
@@ -660,13 +922,18 @@ def run_bench(
         result["ppo_vector"] = bench_ppo_vector(seed=seed)
     if backends:
         result["compare_backends"] = bench_backends()
+    if wallclock:
+        result["wallclock"] = bench_wallclock(**(wallclock_kwargs or {}))
     return result
 
 
-def write_results(result: dict[str, Any], out_dir: str | Path = "results/bench") -> Path:
-    """Write ``bench.json`` under ``out_dir`` and return its path."""
+def write_results(
+    result: dict[str, Any], out_dir: str | Path = "results/bench", name: str = "bench.json"
+) -> Path:
+    """Write ``result`` as ``name`` (``bench.json``; ``wallclock.json`` for the wall-clock
+    item alone) under ``out_dir`` and return its path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "bench.json"
+    path = out / name
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path

@@ -9,7 +9,8 @@ batching on NodeBatching-v0, with the paper's ratios), ``llm`` (LLM batching on
 LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
 SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox,
-and the comparison's local vs Ray backends), ``data`` (list and fetch the public
+and the comparison's local vs Ray backends; ``--wallclock``: PPO's wall-clock to a good
+agent against CartPole's), ``data`` (list and fetch the public
 datasets that traces can name, see docs/data.md).
 
 A mistake in the input (an option, a config or hyperparameter file, a run directory)
@@ -508,10 +509,34 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, the cost
     of an rgb_array frame against a step, and the comparison's cells/s on the local and the
-    Ray backend (--skip-ray to leave it out)."""
-    from experiments.bench import run_bench, write_results
+    Ray backend (--skip-ray to leave it out).
+
+    --wallclock also measures the wall-clock to a good agent (about half an hour on one
+    core, so not in the default run): PPO with the project's defaults on
+    batch_env/LowLoadEnergy-v0 until the deterministic evaluation's mean cost rate (3
+    episodes on held-out seeds, every 10,000 steps) is within 1% of the SMDP gain, against
+    CartPole-v1 until its mean return is 475, same PPO settings, budget and evaluation
+    cadence; the median over --wallclock-seeds seeds in steps and in seconds, and each
+    seed's figures (a run that misses within its budget is reported as not reached, with
+    its best figure). It goes into bench.json and into wallclock.json beside it;
+    --wallclock-only runs that item alone and writes wallclock.json only."""
+    from experiments.bench import bench_wallclock, machine_description, run_bench, write_results
 
     _check_folder("--out", args.out)
+    wallclock_kwargs = {
+        "seeds": tuple(range(args.wallclock_seeds)),
+        "budget_steps": args.wallclock_budget,
+        "eval_freq": args.wallclock_eval_freq,
+    }
+    if args.wallclock_only:
+        wc = {**bench_wallclock(**wallclock_kwargs), "machine": machine_description()}
+        path = write_results(wc, args.out, "wallclock.json")
+        if args.json:
+            print(dumps(wc, indent=2))
+            return 0
+        print(_format_wallclock(wc))
+        print(f"written to {path}")
+        return 0
     try:
         sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
     except ValueError:
@@ -530,11 +555,24 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch_overhead=not args.skip_torch,
         backends=not args.skip_ray,
         render=not args.skip_render,
+        wallclock=args.wallclock,
+        wallclock_kwargs=wallclock_kwargs,
     )
     path = write_results(result, args.out)
+    if "wallclock" in result:
+        write_results(
+            {**result["wallclock"], "machine": result["machine"]}, args.out, "wallclock.json"
+        )
     if args.json:
         print(dumps(result, indent=2))
         return 0
+    _print_bench(result)
+    print(f"written to {path}")
+    return 0
+
+
+def _print_bench(result: dict[str, Any]) -> None:
+    """The figures of ``batch-env bench``, one line each."""
     print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
     print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
     print(
@@ -598,8 +636,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
             f"{cb['local_warm_cells_per_s']:.2f} = {cb['ratio_ray_warm_vs_local_warm']:.2f}; "
             f"same results: {cb['same_results']}"
         )
-    print(f"written to {path}")
-    return 0
+    if "wallclock" in result:
+        print(_format_wallclock(result["wallclock"]))
+
+
+def _format_wallclock(wc: dict[str, Any]) -> str:
+    """The wall-clock item in a few lines: medians, then each seed."""
+
+    def num(x: float | None, fmt: str) -> str:
+        return "not reached" if x is None else format(x, fmt)
+
+    lines = []
+    for part in (wc["task"], wc["cartpole"]):
+        lines.append(
+            f"wall-clock to a good agent, {part['env_id']} ({part['target']}): median "
+            f"{num(part['median_steps'], ',.0f')} steps, {num(part['median_seconds'], '.1f')} s "
+            f"training ({num(part['median_seconds_with_eval'], '.1f')} s with evaluations); "
+            f"{part['reached']} of {part['runs']} runs reached it"
+        )
+        for r in part["seeds"]:
+            lines.append(
+                f"  seed {r['seed']}: "
+                + (
+                    f"{r['steps']:,} steps, {r['seconds']:.1f} s ({r['seconds_with_eval']:.1f} s with evaluations)"
+                    if r["reached"]
+                    else f"not reached in {r['steps_trained']:,} steps, best {r['best_figure']:.3f}"
+                )
+            )
+    lines.append(
+        f"ratio to CartPole-v1: steps {num(wc['ratio_steps_vs_cartpole'], '.2f')}, "
+        f"seconds {num(wc['ratio_seconds_vs_cartpole'], '.2f')}"
+    )
+    return "\n".join(lines)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -1376,6 +1444,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--skip-render", action="store_true", help="skip the rgb_array frame cost vs step part"
+    )
+    p.add_argument(
+        "--wallclock",
+        action="store_true",
+        help="also measure PPO's wall-clock to within 1%% of the SMDP gain on "
+        "batch_env/LowLoadEnergy-v0 against CartPole-v1's to a mean return of 475, same "
+        "settings (median over seeds, steps and seconds; about half an hour on one core, so "
+        "not in the default run); also written to wallclock.json",
+    )
+    p.add_argument(
+        "--wallclock-only",
+        action="store_true",
+        help="run only the --wallclock item and write only wallclock.json",
+    )
+    p.add_argument(
+        "--wallclock-seeds",
+        type=_count(1),
+        default=3,
+        help="training seeds of the wall-clock item, 0..N-1 (default 3)",
+    )
+    p.add_argument(
+        "--wallclock-budget",
+        type=_count(1),
+        default=None,
+        help="step budget of each wall-clock run (default: the hyperparameter file's n_timesteps, 300000)",
+    )
+    p.add_argument(
+        "--wallclock-eval-freq",
+        type=_count(1),
+        default=10_000,
+        help="steps between the wall-clock runs' evaluations (default 10000)",
     )
     p.add_argument(
         "--vector-sizes",
