@@ -32,9 +32,9 @@ Results go to ``results/bench/bench.json`` with a description of
 the machine.
 
 Wall-clock to a good agent (:func:`bench_wallclock`; ``batch-env bench --wallclock``, not
-in the default run: about half an hour on one core): how long PPO with the project's
-defaults (``agents/hyperparams/ppo.yml``, trained by ``agents.train.train``, one torch
-thread, CPU) takes to bring ``batch_env/LowLoadEnergy-v0``'s cost rate within 1% of the
+in the default run: about 20 minutes on one core, nine tenths of them spent evaluating the
+task): how long PPO with the project's defaults (``agents/hyperparams/ppo.yml``, trained
+by ``agents.train.train``, one torch thread, CPU) takes to bring ``batch_env/LowLoadEnergy-v0``'s cost rate within 1% of the
 SMDP gain, against CartPole-v1's time to an evaluation mean return of 475 with the same
 PPO settings, budget and evaluation cadence, seed by seed in the same run. Each run
 stops at the first periodic evaluation (every ``eval_freq`` = 10,000 steps: 3

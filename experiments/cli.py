@@ -511,7 +511,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     of an rgb_array frame against a step, and the comparison's cells/s on the local and the
     Ray backend (--skip-ray to leave it out).
 
-    --wallclock also measures the wall-clock to a good agent (about half an hour on one
+    --wallclock also measures the wall-clock to a good agent (about 20 minutes on one
     core, so not in the default run): PPO with the project's defaults on
     batch_env/LowLoadEnergy-v0 until the deterministic evaluation's mean cost rate (3
     episodes on held-out seeds, every 10,000 steps) is within 1% of the SMDP gain, against
@@ -1450,7 +1450,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also measure PPO's wall-clock to within 1%% of the SMDP gain on "
         "batch_env/LowLoadEnergy-v0 against CartPole-v1's to a mean return of 475, same "
-        "settings (median over seeds, steps and seconds; about half an hour on one core, so "
+        "settings (median over seeds, steps and seconds; about 20 minutes on one core, so "
         "not in the default run); also written to wallclock.json",
     )
     p.add_argument(
