@@ -54,7 +54,13 @@ def max_batch_size_of(env: gym.Env | None, default: int | None = None) -> int:
         if default is None:
             raise ValueError("env=None: pass the env or max_batch_size=<int >= 1>")
         return int(default)
-    return int(env_config(env).max_batch_size)
+    config = env_config(env)
+    if not hasattr(config, "max_batch_size"):
+        raise ValueError(
+            f"env {type(env.unwrapped).__name__} has no max_batch_size (an LLM env sets a cap on running "
+            "requests instead): this policy needs DynamicBatching-v0 or NodeBatching-v0"
+        )
+    return int(config.max_batch_size)
 
 
 def sla_ms_of(env: gym.Env | None, default: float | None = None) -> float:

@@ -63,6 +63,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -75,7 +76,7 @@ from scipy.stats import poisson
 
 from batch_env.checks import check_number
 from batch_env.executor import ProfileExecutor
-from batch_env.workload import Poisson
+from batch_env.workload import Poisson, RandomLoad
 
 if TYPE_CHECKING:
     from batch_env.envs.dynamic_batching import DynamicBatchingEnv
@@ -216,6 +217,40 @@ def is_exact_for(env: gym.Env) -> bool:
     """Whether the env is in docs/design.md's SMDP-exact subset (Poisson, ``w_sla = 0``)."""
     core = cast("DynamicBatchingEnv", env.unwrapped)
     return isinstance(core.workload, Poisson) and core.config.reward_weights.sla == 0.0
+
+
+def is_exact_per_load(env: gym.Env) -> bool:
+    """Whether the env draws a Poisson load per episode (a ``load_range`` workload with a
+    Poisson base) with ``w_sla = 0``: then each episode's bound is the exact SMDP optimum
+    at its drawn load (:func:`gains_at_loads`)."""
+    core = cast("DynamicBatchingEnv", env.unwrapped)
+    wl = core.workload
+    return (
+        isinstance(wl, RandomLoad)
+        and isinstance(wl.base, Poisson)
+        and core.config.reward_weights.sla == 0.0
+    )
+
+
+def gains_at_loads(env: gym.Env, loads: Sequence[float]) -> list[float]:
+    """The exact SMDP optimum's gain at each load (the rate = the base's rate x load) of
+    an env whose workload draws its load per episode (:func:`is_exact_per_load`).
+
+    :raises ValueError: for any other env.
+    """
+    if not is_exact_per_load(env):
+        raise ValueError(
+            "gains_at_loads needs a DynamicBatching-v0 env with a Poisson 'load_range' "
+            "workload and SLA weight 0"
+        )
+    core = cast("DynamicBatchingEnv", env.unwrapped)
+    base_rate = core.workload.base.mean_rate_per_s  # type: ignore[attr-defined]
+    cache: dict[float, float] = {}
+    for load in loads:
+        if float(load) not in cache:
+            pb = SMDPProblem.from_env(env, rate_per_s=base_rate * float(load))
+            cache[float(load)] = solve(pb).gain
+    return [cache[float(x)] for x in loads]
 
 
 @dataclass
@@ -587,9 +622,11 @@ def transformed_mdp(
 
 
 def _env_of(env: gym.Env | None, name: str) -> gym.Env:
-    if env is None:
+    if env is None or not hasattr(env.unwrapped, "max_throughput_rps"):
+        got = "None" if env is None else type(env.unwrapped).__name__
         raise ValueError(
-            f"{name} needs env=<a DynamicBatching-v0 env>: it solves the SMDP of that env"
+            f"{name} needs env=<a DynamicBatching-v0 env>: it solves the SMDP of that env "
+            f"(got {got})"
         )
     return env
 

@@ -67,7 +67,7 @@ def register_tasks() -> None:
                 entry_point=_ENTRY_POINTS[task.base],
                 kwargs=copy.deepcopy(dict(task.kwargs)),
                 # a safety net as for the base ids, scaled for tasks with long episodes
-                max_episode_steps=max(MAX_EPISODE_STEPS, 10 * task.horizon_requests),
+                max_episode_steps=max(MAX_EPISODE_STEPS, task.safety_steps),
             )
 
 

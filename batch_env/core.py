@@ -40,6 +40,7 @@ Warnings).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from bisect import bisect_left, bisect_right
@@ -49,7 +50,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import ResetNeeded
 
-from .checks import ArgumentError, init_arguments
+from .checks import ArgumentError, check_number, init_arguments
 from .config import DEFAULT_WORKLOAD, ServingConfig
 from .metrics import WindowStart, summarize, warn_summaries
 from .profiles.batch_profile import Profile
@@ -314,8 +315,36 @@ class ServingCore(gym.Env):
         self._end_summary = n_sum
 
     # -- episode start --------------------------------------------------------------------
-    def _reset_core(self, seed: int | None) -> tuple[np.random.Generator, np.random.Generator]:
+    def _episode_workload(self, options: dict[str, Any] | None) -> Workload:
+        """This episode's workload: the env's, or, with ``options={"load": x}`` on a
+        workload with a ``load_range``, that workload at load ``x`` for this episode (an
+        evaluator fixing the loads of its episodes; the policy is not told).
+
+        :raises ValueError: for another option, a workload without a load range, or a
+            load outside it.
+        """
+        if not options:
+            return self.workload
+        if not isinstance(options, dict) or set(options) - {"load"}:
+            raise ValueError(
+                f"options={options!r} is invalid: the only reset option is 'load' (a load "
+                "within the workload's load_range)"
+            )
+        rng = getattr(self.workload, "load_range", None)
+        if rng is None:
+            raise ValueError(
+                f"options['load']={options['load']!r} is invalid here: the workload has no "
+                "load_range (a workload spec with 'load_range' draws a load per episode)"
+            )
+        load = check_number("options['load']", options["load"], low=rng[0], high=rng[1])
+        return dataclasses.replace(self.workload, load_range=(float(load), float(load)))
+
+    def _reset_core(
+        self, seed: int | None, options: dict[str, Any] | None = None
+    ) -> tuple[np.random.Generator, np.random.Generator]:
         """Seed the streams, reset the executor and advance to the first arrival.
+
+        :param options: the reset's options (:meth:`_episode_workload`).
 
         :returns: the service-time and request-size generators (the arrival stream is
             consumed here; the service stream is handed to the executor).
@@ -327,7 +356,7 @@ class ServingCore(gym.Env):
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
         self._sizes_rng = sizes  # read by _more() in envs whose requests have sizes
-        self._stream: ArrivalStream = self.workload.stream(arrivals)
+        self._stream: ArrivalStream = self._episode_workload(options).stream(arrivals)
         self._buf: list[float] = []
         self._ended = False
         self._i = 0

@@ -148,6 +148,7 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
     max_steps: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> EvaluationResult:
     """Run ``policy`` on ``env`` for ``n_episodes`` seeded episodes.
 
@@ -161,6 +162,8 @@ def evaluate(
     :param max_steps: steps after which an episode that has not ended is an error (a bound
         even on an env without the registration's ``TimeLimit``); ``None``:
         :data:`batch_env.MAX_EPISODE_STEPS`.
+    :param options: passed to every ``env.reset`` (e.g. ``{"load": 0.3}`` on a workload
+        with a ``load_range``).
     :returns: the per-episode summaries with confidence intervals.
     """
     if not isinstance(n_episodes, int) or n_episodes < 1:
@@ -179,7 +182,7 @@ def evaluate(
     result = EvaluationResult(policy=label, seeds=seeds)
     with warnings.catch_warnings():  # one warning per evaluation instead of one per episode
         warnings.simplefilter("ignore", SummaryWarning)
-        _run_episodes(policy, env, seeds, result, max_steps, progress)
+        _run_episodes(policy, env, seeds, result, max_steps, progress, options)
     message = result.warning()
     if message:
         warnings.warn(message, SummaryWarning, stacklevel=2)
@@ -193,6 +196,7 @@ def _run_episodes(
     result: EvaluationResult,
     max_steps: int,
     progress: Callable[[int], None] | None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """The episodes of :func:`evaluate`, appended to ``result``."""
     from .core import ServingCore
@@ -200,7 +204,7 @@ def _run_episodes(
     serving_env = isinstance(env.unwrapped, ServingCore)
     for k, s in enumerate(seeds):
         policy.reset()
-        obs, info = env.reset(seed=s)
+        obs, info = env.reset(seed=s, options=options)
         total = 0.0
         steps = 0
         ended = False

@@ -15,6 +15,7 @@ import json
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,65 @@ import baselines
 import batch_env
 from batch_env import tasks
 
-#: the reference policies per task (all tasks: random, greedy, smdp; bursty adds the filter)
-REFERENCE_POLICIES = {
-    "batch_env/LowLoadEnergy-v0": ("random", "greedy", "smdp"),
-    "batch_env/Bursty-v0": ("random", "greedy", "smdp", "smdp-belief"),
+#: Triton's dynamic batcher, tuned: the grid searched (on :data:`TUNING_SEEDS`, never on
+#: the held-out ones) for its best setting, which then runs the protocol.
+TRITON_GRID: dict[str, list[Any]] = {
+    "max_queue_delay_ms": [0.5, 1, 2, 4, 8],
+    "max_batch_size": [8, 16, 32],
 }
+TUNE = {"tune": TRITON_GRID}
+#: seeds the tuned references pick their setting on (disjoint from every task's seeds)
+TUNING_SEEDS = (0, 1, 2, 3, 4)
+
+#: The reference policies per task: label -> (baseline name or "random", parameters;
+#: ``{"tune": grid}``: the best setting of the grid, see :func:`tune`).
+#: ``smdp-oracle`` sees the hidden phase (``oracle_info=True``): it checks the bound in
+#: the env and is never the task's best policy.
+REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
+    "batch_env/LowLoadEnergy-v0": {
+        "random": ("random", {}),
+        "greedy": ("greedy", {}),
+        "smdp": ("smdp", {}),
+    },
+    "batch_env/AnyLoad-v0": {
+        "random": ("random", {}),
+        "greedy": ("greedy", {}),
+        "smdp": ("smdp", {}),
+        "smdp-adaptive": ("smdp-adaptive", {}),
+    },
+    "batch_env/Trace-v0": {
+        "random": ("random", {}),
+        "greedy": ("greedy", {}),
+        "smdp": ("smdp", {}),
+        "smdp-adaptive": ("smdp-adaptive", {}),
+        "triton-best": ("timeout", TUNE),
+    },
+    "batch_env/NodeAnyLoad-v0": {
+        "random": ("random", {}),
+        "greedy": ("greedy", {}),
+        "lazy": ("lazy", {}),
+        "lazy-conservative": ("lazy", {"slack": "conservative"}),
+        "graph-best": ("graph", {"tune": {"window_ms": [0, 1, 2, 5, 10]}}),
+    },
+    "batch_env/LLMMemoryPressure-v0": {
+        "random": ("random", {}),
+        # greedy on an LLM server: the largest cap every iteration (vLLM's default)
+        "greedy": ("static-cap", {"cap": 256}),
+        "memory-aware": ("memory-aware", {}),
+        "sla-feedback": ("sla-feedback", {}),
+        "pang2025": ("pang2025", {}),
+    },
+    "batch_env/Bursty-v0": {
+        "random": ("random", {}),
+        "greedy": ("greedy", {}),
+        "smdp": ("smdp", {}),
+        "smdp-adaptive": ("smdp-adaptive", {}),
+        "smdp-belief": ("smdp-belief", {}),
+        "smdp-oracle": ("smdp-oracle", {}),
+    },
+}
+#: policies that see what the task hides from every other policy
+ORACLE_POLICIES = frozenset({"smdp-oracle"})
 REFERENCES_PATH = Path(batch_env.__file__).parent / "tasks_references.json"
 
 
@@ -54,18 +109,95 @@ class RandomValidPolicy:
         return int(self._rng.choice(np.flatnonzero(info["action_mask"])))
 
 
-def _policy(name: str, env: gym.Env) -> Any:
-    return RandomValidPolicy(env) if name == "random" else baselines.make(name, env)
+def _policy(name: str, env: gym.Env, **params: Any) -> Any:
+    return RandomValidPolicy(env) if name == "random" else baselines.make(name, env, **params)
 
 
-def summarize_rates(rates: list[float]) -> dict[str, Any]:
-    """Mean, Student-t 95% half-width and the per-seed figures."""
-    arr = np.asarray(rates, dtype=np.float64)
-    n = arr.size
-    half = (
-        float(student_t.ppf(0.975, n - 1) * arr.std(ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
+    """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two).
+
+    With ``groups`` (each value's load, two or more values per load), the mean is the
+    mean of the groups' means and its variance the sum of the groups' sample variances
+    over their sizes, over the number of groups squared (degrees of freedom: values
+    minus groups): the spread between groups, fixed by the protocol, is not noise.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if groups:
+        keys = sorted(set(groups))
+        parts = [values[[i for i, g in enumerate(groups) if g == k]] for k in keys]
+        if min(p.size for p in parts) >= 2:
+            var = sum(p.var(ddof=1) / p.size for p in parts) / len(parts) ** 2
+            dof = values.size - len(parts)
+            return float(student_t.ppf(0.975, dof) * math.sqrt(var))
+    n = values.size
+    if n < 2:
+        return math.nan
+    return float(student_t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
+
+
+def _mean(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
+    """The mean of ``values``, or of their groups' means (equal weight per load)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not groups:
+        return float(values.mean())
+    keys = sorted(set(groups))
+    return float(
+        np.mean([values[[i for i, g in enumerate(groups) if g == k]].mean() for k in keys])
     )
-    return {"reward_rate_per_s": float(arr.mean()), "ci95": half, "per_seed": arr.tolist()}
+
+
+def summarize_rates(
+    rates: list[float], loads: list[float] | tuple[float, ...] = ()
+) -> dict[str, Any]:
+    """Mean, Student-t 95% half-width and the per-seed figures (``loads``: each
+    episode's load on a load-grid protocol, see :func:`_half_width`)."""
+    arr = np.asarray(rates, dtype=np.float64)
+    return {
+        "reward_rate_per_s": _mean(arr, loads),
+        "ci95": _half_width(arr, loads),
+        "per_seed": arr.tolist(),
+    }
+
+
+def ratio_to_bound(
+    per_seed: list[float], bound_per_seed: list[float], loads: list[float] | tuple[float, ...] = ()
+) -> dict[str, float]:
+    """The mean over seeds of the cost ratio to the seed's own bound (1 at the bound,
+    1.05 for 5% more cost), with its 95% half-width: for tasks whose bound differs per
+    seed (the any-load task)."""
+    r = np.asarray(per_seed, dtype=np.float64) / np.asarray(bound_per_seed, dtype=np.float64)
+    return {"ratio_to_bound": _mean(r, loads), "ratio_to_bound_ci95": _half_width(r, loads)}
+
+
+def paired_score(
+    task_id: str, per_seed: list[float], seeds: list[int], ref: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The normalized score and its 95% half-width, paired per seed against greedy's
+    stored figures on the same seeds (same arrivals: the spread between seeds cancels);
+    ``{}`` when the task has no references or they are for other seeds.
+
+    :param ref: the task's references (default: the stored ones,
+        :func:`batch_env.tasks.references`).
+    """
+    ref = tasks.references().get(task_id) if ref is None else ref
+    if ref is None:
+        return {}
+    task = tasks.get(task_id)
+    greedy = ref["policies"]["greedy"]
+    try:
+        low, top = tasks.score_span(ref, task_id)
+    except ValueError as e:  # no bound and nothing above greedy: no score
+        return {"normalized_score": None, "score_note": str(e)}
+    span = top - low
+    loads = task.eval_loads if list(seeds) == list(task.seeds) else ()
+    # tasks.normalized_score's formula, against ``ref``
+    out: dict[str, Any] = {"normalized_score": (_mean(per_seed, loads) - low) / span}
+    if list(greedy["seeds"]) == list(seeds) and len(seeds) == len(per_seed):
+        diff = np.asarray(per_seed) - np.asarray(greedy["per_seed"])
+        out["normalized_score_ci95"] = _half_width(diff, loads) / abs(span)
+    if "bound_per_seed" in ref and list(ref["protocol"]["seeds"]) == list(seeds):
+        out.update(ratio_to_bound(per_seed, ref["bound_per_seed"], loads))
+    return out
 
 
 def run_protocol(
@@ -73,6 +205,7 @@ def run_protocol(
     policy: str | Callable[[gym.Env], Any],
     seeds: tuple[int, ...] | None = None,
     horizon_requests: int | None = None,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -80,46 +213,78 @@ def run_protocol(
     :param policy: a baseline name (or ``"random"``), or a factory ``env -> policy``.
     :param seeds: override the held-out seeds (tests use fewer).
     :param horizon_requests: override the episode length (tests use shorter).
+    :param params: the baseline's parameters (with a name only).
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
         ``wall_s``.
     """
     task = tasks.get(task_id)
     seeds = task.seeds if seeds is None else tuple(seeds)
+    # a load-grid task: seed i at the grid's i-th load (cycling when the seeds are overridden)
+    grid = task.eval_loads
+    loads = tuple(grid[i % len(grid)] for i in range(len(seeds))) if grid else ()
     kw: dict[str, Any] = {}
     if horizon_requests is not None:
         kw["horizon_requests"] = horizon_requests
-    if policy == "smdp-oracle":
+    if policy in ORACLE_POLICIES:
         kw["oracle_info"] = True
     env = gym.make(task.id, **kw)
     t0 = time.perf_counter()
     try:
-        pol = _policy(policy, env) if isinstance(policy, str) else policy(env)
+        pol = _policy(policy, env, **(params or {})) if isinstance(policy, str) else policy(env)
         rates = []
         max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
-        for s in seeds:
-            res = batch_env.evaluate(pol, env, n_episodes=1, seed=s, max_steps=max_steps)
+        for i, s in enumerate(seeds):
+            opts = {"load": loads[i]} if loads else None
+            res = batch_env.evaluate(
+                pol, env, n_episodes=1, seed=s, max_steps=max_steps, options=opts
+            )
             rates.append(res.episodes[0]["reward_rate_per_s"])
     finally:
         env.close()
-    out = summarize_rates(rates)
+    out = summarize_rates(rates, loads)
     out.update(
         seeds=list(seeds),
+        **({"loads": list(loads)} if loads else {}),
         horizon_requests=horizon_requests or task.horizon_requests,
         wall_s=time.perf_counter() - t0,
     )
     return out
 
 
-def solve_bound(task_id: str) -> dict[str, Any]:
-    """The task's bound as a reward rate per second (minus the optimal gain), or ``{}``."""
+def _solve_poisson(env: gym.Env) -> Any:
     from baselines.smdp import SMDPProblem, solve
+
+    return solve(SMDPProblem.from_env(env))
+
+
+def solve_bound(task_id: str) -> dict[str, Any]:
+    """The task's bound as a reward rate per second (minus the optimal gain), or ``{}``.
+
+    ``"smdp-per-seed"`` (the any-load task): the exact SMDP optimum at each held-out
+    seed's load (``bound_per_seed``, with the loads), and their mean (per load).
+    """
     from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
 
     task = tasks.get(task_id)
+    if task.bound == "smdp-per-seed":
+        from baselines.smdp import gains_at_loads
+
+        loads = task.eval_loads
+        env = gym.make(task.id)
+        try:
+            gains = gains_at_loads(env, loads)
+        finally:
+            env.close()
+        return {
+            "bound_reward_rate_per_s": -_mean(np.asarray(gains), loads),
+            "bound_per_seed": [-g for g in gains],
+            "loads_per_seed": list(loads),
+            "bound_policy": "smdp at each seed's load (known to the evaluator only)",
+        }
     env = gym.make(task.id)
     try:
         if task.bound == "smdp":
-            sol = solve(SMDPProblem.from_env(env))
+            sol = _solve_poisson(env)
             return {
                 "bound_reward_rate_per_s": -sol.gain,
                 "bound_policy": "smdp",
@@ -137,35 +302,110 @@ def solve_bound(task_id: str) -> dict[str, Any]:
     return {}
 
 
+def tune(task_id: str, name: str, grid: dict[str, list[Any]]) -> dict[str, Any]:
+    """The setting of ``grid`` (every combination) with the best mean reward rate on the
+    task over :data:`TUNING_SEEDS` (full-length episodes), and the rates of all."""
+    import itertools
+
+    keys = sorted(grid)
+    scores = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        params = dict(zip(keys, values, strict=True))
+        r = run_protocol(task_id, name, seeds=TUNING_SEEDS, params=params)
+        scores.append((r["reward_rate_per_s"], params))
+    best = max(scores, key=lambda sp: sp[0])
+    return {
+        "params": best[1],
+        "grid": grid,
+        "tuning_seeds": list(TUNING_SEEDS),
+        "tuning_rates": [[p, r] for r, p in scores],
+    }
+
+
+def _best_beats_greedy(entry: dict[str, Any], loads: tuple[float, ...]) -> dict[str, str]:
+    """``{}`` when the best reference beats greedy by more than the paired 95% CI of the
+    per-seed differences; else ``{"score_undefined": why}`` (a task without a bound then
+    has no normalized score: its top would be greedy, or noise above it)."""
+    best = entry["policies"][entry["best_policy"]]
+    diff = np.asarray(best["per_seed"]) - np.asarray(entry["policies"]["greedy"]["per_seed"])
+    mean, half = _mean(diff, loads), _half_width(diff, loads)
+    if entry["best_policy"] != "greedy" and mean > half:
+        return {}
+    return {
+        "score_undefined": f"{entry['best_policy']} is {mean:+.4f} +- {half:.4f} per s "
+        "from greedy, paired"
+    }
+
+
+def _reference_run(task_id: str, label: str) -> dict[str, Any]:
+    name, params = REFERENCE_POLICIES[task_id][label]
+    tuned = tune(task_id, name, params["tune"]) if "tune" in params else None
+    if tuned is not None:
+        params = tuned["params"]
+    out = run_protocol(task_id, name, params=params)
+    out.update(policy=name, params=params)
+    if tuned is not None:
+        out["tuning"] = tuned
+    if label in ORACLE_POLICIES:
+        out["oracle"] = True
+    return out
+
+
 def compute_references(
     task_ids: list[str] | None = None,
     out: Path | str = REFERENCES_PATH,
     progress: Callable[[str], None] | None = print,
+    jobs: int = 1,
 ) -> dict[str, Any]:
-    """Run every task's reference policies and bound; write (merge into) ``out``."""
+    """Run every task's reference policies and bound; write (merge into) ``out``.
+
+    :param jobs: processes running reference policies at once (each run is one process's
+        work, its figures identical whatever ``jobs`` is).
+    """
     path = Path(out)
+    ids = task_ids or list(tasks.TASKS)
+    runs = [(tid, label) for tid in ids for label in REFERENCE_POLICIES[tid]]
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def done(key: tuple[str, str], r: dict[str, Any]) -> None:
+        results[key] = r
+        if progress:
+            progress(
+                f"{key[0]} {key[1]}: {r['reward_rate_per_s']:.4f} +- {r['ci95']:.4f} per s "
+                f"({r['wall_s']:.0f} s)"
+            )
+
+    if jobs <= 1:
+        for key in runs:
+            done(key, _reference_run(*key))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(_reference_run, *key): key for key in runs}
+            for fut in as_completed(futures):
+                done(futures[fut], fut.result())
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    for tid in task_ids or list(tasks.TASKS):
-        entry: dict[str, Any] = {"policies": {}}
-        for name in REFERENCE_POLICIES[tid]:
-            entry["policies"][name] = run_protocol(tid, name)
-            if progress:
-                r = entry["policies"][name]
-                progress(
-                    f"{tid} {name}: {r['reward_rate_per_s']:.4f} +- {r['ci95']:.4f} per s ({r['wall_s']:.0f} s)"
-                )
+    for tid in ids:
+        task = tasks.get(tid)
+        entry: dict[str, Any] = {
+            "policies": {label: results[(tid, label)] for label in REFERENCE_POLICIES[tid]}
+        }
         entry.update(solve_bound(tid))
-        best = max(entry["policies"].items(), key=lambda kv: kv[1]["reward_rate_per_s"])
+        if "bound_per_seed" in entry:
+            for fig in entry["policies"].values():
+                fig.update(
+                    ratio_to_bound(fig["per_seed"], entry["bound_per_seed"], task.eval_loads)
+                )
+        realizable = {k: v for k, v in entry["policies"].items() if not v.get("oracle")}
+        best = max(realizable.items(), key=lambda kv: kv[1]["reward_rate_per_s"])
         entry["best_policy"], entry["best_reward_rate_per_s"] = (
             best[0],
             best[1]["reward_rate_per_s"],
         )
-        entry["protocol"] = {
-            "seeds": list(tasks.get(tid).seeds),
-            "horizon_requests": tasks.get(tid).horizon_requests,
-        }
+        if "bound_reward_rate_per_s" not in entry:
+            entry.update(_best_beats_greedy(entry, task.eval_loads))
+        entry["protocol"] = {"seeds": list(task.seeds), "horizon_requests": task.horizon_requests}
         data[tid] = entry
-        path.write_text(json.dumps(data, indent=1) + "\n")
+    path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
 
@@ -178,57 +418,257 @@ def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
 
         _, run_dir = parse_policy_spec(spec)
         return spec, lambda env: load_policy(run_dir, name=spec)
-    if spec != "random" and spec not in baselines.available():
+    labels = sorted({k for refs in REFERENCE_POLICIES.values() for k in refs} - {"random"})
+    if spec != "random" and spec not in baselines.available() and spec not in labels:
         raise ValueError(
             f"--policy={spec!r} is unknown: a baseline ({', '.join(baselines.available())}), "
-            "'random', or a trained agent <algo>:<run_dir>"
+            f"a task's reference label ({', '.join(labels)}), 'random', or a trained agent "
+            "<algo>:<run_dir>"
         )
     return spec, lambda env: _policy(spec, env)
+
+
+def _task_policy(tid: str, spec: str) -> tuple[str, dict[str, Any]]:
+    """The baseline and parameters ``spec`` names on task ``tid``: a reference label of the
+    task (``greedy`` on the LLM task is its largest cap; a tuned label takes the stored
+    tuned parameters), else the baseline of that name with its defaults."""
+    if spec not in REFERENCE_POLICIES.get(tid, {}):
+        return spec, {}
+    name, params = REFERENCE_POLICIES[tid][spec]
+    if "tune" in params:
+        stored = tasks.references().get(tid, {}).get("policies", {}).get(spec)
+        if stored is None:
+            raise ValueError(
+                f"--policy={spec!r} on {tid} takes its tuned parameters from the stored "
+                "references, which have none: run `batch-env benchmark --references`"
+            )
+        params = stored["params"]
+    return name, params
 
 
 def run_benchmark(
     policy: str, task_ids: list[str] | None = None, horizon_requests: int | None = None
 ) -> list[dict[str, Any]]:
     """The protocol of each task for one policy, with its normalized score (None where
-    the task has no stored references). ``horizon_requests`` shortens the episodes (the
-    rows then say they are not the protocol)."""
+    the task has no stored references). On the protocol's seeds the score's 95%
+    half-width is paired against greedy's stored per-seed figures, and a task whose bound
+    differs per seed also gets the mean ratio to it (:func:`ratio_to_bound`).
+    ``horizon_requests`` shortens the episodes (the rows then say they are not the
+    protocol, and carry no paired figures). A policy that does not apply to a task's
+    env (a node-level policy on a whole-model task) gives a row with ``"error"``."""
     label, factory = policy_factory(policy)
     rows = []
     for tid in task_ids or list(tasks.TASKS):
         tasks.get(tid)
-        res = run_protocol(tid, factory, horizon_requests=horizon_requests)
+        row: dict[str, Any] = {"task": tid, "policy": label, "normalized_score": None}
         try:
-            score: float | None = tasks.normalized_score(tid, res["reward_rate_per_s"])
-        except ValueError:
-            score = None
-        rows.append(
-            {
-                "task": tid,
-                "policy": label,
-                **res,
-                "normalized_score": score,
-                "protocol": horizon_requests is None,
-            }
-        )
+            if ":" in policy:  # a trained agent
+                res = run_protocol(tid, factory, horizon_requests=horizon_requests)
+            else:  # a baseline by name (so an oracle gets its info)
+                name, params = _task_policy(tid, policy)
+                res = run_protocol(tid, name, horizon_requests=horizon_requests, params=params)
+                if params:
+                    row["params"] = params
+        except ValueError as e:
+            rows.append({**row, "error": str(e).splitlines()[0]})
+            continue
+        row.update(res)
+        if horizon_requests is None:
+            row.update(paired_score(tid, res["per_seed"], res["seeds"]))
+        else:
+            try:
+                row["normalized_score"] = tasks.normalized_score(tid, res["reward_rate_per_s"])
+            except ValueError:
+                pass
+        row["protocol"] = horizon_requests is None
+        rows.append(row)
     return rows
+
+
+def _score_cell(r: dict[str, Any]) -> str:
+    if r["normalized_score"] is None:
+        if "score_note" in r:
+            return "undefined (no bound; no known policy beats greedy)"
+        return "n/a (no references)"
+    cell = f"{r['normalized_score']:.3f}"
+    if "normalized_score_ci95" in r:
+        cell += f" +- {r['normalized_score_ci95']:.3f}"
+    if "ratio_to_bound" in r:
+        cell += f" (cost / bound {r['ratio_to_bound']:.4f} +- {r['ratio_to_bound_ci95']:.4f})"
+    return cell
 
 
 def format_benchmark(rows: list[dict[str, Any]]) -> str:
     """A markdown table of :func:`run_benchmark`'s rows."""
     lines = [
-        "| task | policy | reward rate per s (95% CI) | normalized score | episodes |",
+        "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) | episodes |",
         "| --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        score = (
-            "n/a (no references)"
-            if r["normalized_score"] is None
-            else f"{r['normalized_score']:.3f}"
-        )
+        if "error" in r:
+            lines.append(f"| {r['task']} | {r['policy']} | does not apply: {r['error']} | | |")
+            continue
         eps = f"{len(r['seeds'])} x {r['horizon_requests']:,} requests"
         if not r["protocol"]:
             eps += " (shortened: not the protocol)"
         lines.append(
-            f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} | {score} | {eps} |"
+            f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} "
+            f"| {_score_cell(r)} | {eps} |"
         )
     return "\n".join(lines)
+
+
+#: where ``batch-env benchmark --references`` (and ``--report``) writes the table and plot
+RESULTS_DIR = Path("results/benchmark")
+
+
+def _params_text(fig: dict[str, Any]) -> str:
+    params = fig.get("params") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "-"
+
+
+def reference_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per task and reference policy (and bound): the reward rate with its CI,
+    the CI as a fraction of the value, the normalized score with its paired CI."""
+    rows = []
+    for tid, ref in data.items():
+        for name, fig in ref["policies"].items():
+            row = {
+                "task": tid,
+                "policy": name,
+                "params": _params_text(fig),
+                "reward_rate_per_s": fig["reward_rate_per_s"],
+                "ci95": fig["ci95"],
+                "oracle": bool(fig.get("oracle")),
+            }
+            row.update(paired_score(tid, fig["per_seed"], fig["seeds"], ref))
+            rows.append(row)
+        if "bound_reward_rate_per_s" in ref:
+            rows.append(
+                {
+                    "task": tid,
+                    "policy": "bound",
+                    "params": ref["bound_policy"],
+                    "reward_rate_per_s": ref["bound_reward_rate_per_s"],
+                    "ci95": 0.0,
+                    "normalized_score": 1.0,
+                    "exact": True,
+                }
+            )
+    return rows
+
+
+def format_references(data: dict[str, Any]) -> str:
+    """A markdown table of :func:`reference_rows`."""
+    lines = [
+        "| task | policy | parameters | reward rate per s (95% CI) | CI / value "
+        "| normalized score (95% CI, paired) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in reference_rows(data):
+        if r.get("exact"):
+            rate, rel = f"{r['reward_rate_per_s']:.3f} (exact)", "-"
+        else:
+            rate = f"{r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f}"
+            rel = f"{100 * r['ci95'] / abs(r['reward_rate_per_s']):.2f}%"
+        name = r["policy"] + (" (sees the phase)" if r.get("oracle") else "")
+        lines.append(
+            f"| {r['task'].removeprefix('batch_env/')} | {name} | {r['params']} | {rate} "
+            f"| {rel} | {_score_cell(r)} |"
+        )
+    return "\n".join(lines)
+
+
+#: the plot's left edge: scores below it (random valid actions) are written, not drawn
+_PLOT_LOW = -0.6
+
+
+def plot_references(data: dict[str, Any], path: Path | str) -> Path:
+    """Bars of each task's reference normalized scores with their paired 95% CIs (0 =
+    greedy, 1 = the bound or the best known policy), one panel per task; a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = reference_rows(data)
+    ids = list(data)
+    fig, axes = plt.subplots(len(ids), 1, figsize=(7.5, 1.1 + 0.45 * len(rows)), squeeze=False)
+    for ax, tid in zip(axes[:, 0], ids, strict=True):
+        mine = [r for r in rows if r["task"] == tid]
+        if all(r["normalized_score"] is None for r in mine):
+            ax.set_title(tid.removeprefix("batch_env/"), fontsize=9)
+            ax.text(
+                0.5,
+                0.5,
+                "no normalized score: no bound, and no known policy beats greedy",
+                ha="center",
+                va="center",
+                fontsize=8,
+                transform=ax.transAxes,
+            )
+            ax.set_axis_off()
+            continue
+        y = np.arange(len(mine))
+        ax.barh(
+            y,
+            [r["normalized_score"] for r in mine],
+            xerr=[r.get("normalized_score_ci95", 0.0) for r in mine],
+            color=["#888" if r.get("exact") or r.get("oracle") else "#4a7ab5" for r in mine],
+        )
+        ax.set_yticks(y, [r["policy"] for r in mine], fontsize=8)
+        ax.set_xlim(_PLOT_LOW, 1.2)
+        for yi, r in zip(y, mine, strict=True):  # off the scale: say the value
+            if r["normalized_score"] < _PLOT_LOW:
+                ax.text(
+                    _PLOT_LOW + 0.02,
+                    yi,
+                    f"{r['normalized_score']:.1f} (off scale)",
+                    va="center",
+                    fontsize=7,
+                    color="w",
+                )
+            else:
+                ax.text(
+                    max(r["normalized_score"], 0.0) + 0.02,
+                    yi,
+                    f"{r['normalized_score']:.3f}",
+                    va="center",
+                    fontsize=7,
+                )
+        ax.axvline(0.0, color="k", lw=0.8)
+        ax.axvline(1.0, color="k", lw=0.8, ls="--")
+        top = "bound" if "bound_reward_rate_per_s" in data[tid] else "best known"
+        ax.set_title(f"{tid.removeprefix('batch_env/')} (1 = {top})", fontsize=9)
+        ax.invert_yaxis()
+    axes[-1, 0].set_xlabel("normalized score (0 = greedy)")
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def write_report(data: dict[str, Any], out_dir: Path | str = RESULTS_DIR) -> list[Path]:
+    """``references.md`` (the table, with each task's protocol) and ``references.png``
+    (the plot) in ``out_dir``, from the references ``data``."""
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    proto = [
+        f"- `{tid}`: {len(ref['protocol']['seeds'])} held-out seeds "
+        f"({min(ref['protocol']['seeds'])}-{max(ref['protocol']['seeds'])}) x "
+        f"{ref['protocol']['horizon_requests']:,} requests"
+        for tid, ref in data.items()
+    ]
+    text = (
+        "# Benchmark reference figures\n\n"
+        "Written by `batch-env benchmark --report` from `batch_env/tasks_references.json` "
+        "(computed by `batch-env benchmark --references`). Reward rates are per second "
+        "(minus the cost rate: higher is better); the normalized score is 0 at greedy and 1 "
+        "at the bound (or the best known policy), its CI paired per seed against greedy.\n\n"
+        "Protocols:\n\n" + "\n".join(proto) + "\n\n" + format_references(data) + "\n"
+    )
+    md = folder / "references.md"
+    md.write_text(text)
+    return [md, plot_references(data, folder / "references.png")]

@@ -473,16 +473,39 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_references(path: str) -> dict[str, Any]:
+    """A references JSON written by ``--references --out``; ValueError naming the file."""
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--out={path!r}: cannot read it: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--out={path!r}: not a references JSON file ({e})") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, dict) and "policies" in v for v in data.values()
+    ):
+        raise ValueError(
+            f"--out={path!r}: not a references JSON file (expected task ids mapping to "
+            "their reference figures)"
+        )
+    return data
+
+
 def cmd_benchmark(args: argparse.Namespace) -> int:
     """Run the named benchmark tasks' protocol for a policy and print its reward rates
     with their 95% CIs and its normalized scores (0 at greedy, 1 at the bound); with
-    --references, recompute the tasks' stored reference figures instead."""
+    --references, recompute the tasks' stored reference figures instead (and write the
+    reference table and plot); with --report, only write that table and plot from the
+    stored figures."""
     from batch_env import tasks
     from experiments.benchmark import (
         REFERENCES_PATH,
         compute_references,
         format_benchmark,
         run_benchmark,
+        write_report,
     )
 
     ids = (
@@ -492,10 +515,21 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         tasks.get(tid)  # ValueError naming the unknown task and the tasks
     if args.references:
         data = compute_references(
-            ids, out=args.out or REFERENCES_PATH, progress=None if args.json else print
+            ids,
+            out=args.out or REFERENCES_PATH,
+            progress=None if args.json else print,
+            jobs=args.jobs,
         )
         if args.json:
             print(dumps({t: data[t] for t in ids}, indent=1))
+        else:
+            for path in write_report(data, args.results_dir):
+                print(f"wrote {path}")
+        return 0
+    if args.report:
+        stored = tasks.references() if args.out is None else _read_references(args.out)
+        for path in write_report(stored, args.results_dir):
+            print(f"wrote {path}")
         return 0
     if not args.policy:
         raise ValueError(
@@ -503,7 +537,7 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         )
     rows = run_benchmark(args.policy, ids, horizon_requests=args.horizon_requests)
     print(dumps(rows, indent=1) if args.json else format_benchmark(rows))
-    return 0
+    return 2 if all("error" in r for r in rows) else 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -1411,6 +1445,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         default=None,
         help="with --references: the JSON file to write (default: batch_env/tasks_references.json)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=_count(1),
+        default=1,
+        help="with --references: reference runs in parallel processes (default 1; the "
+        "figures are the same whatever it is)",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="write the reference table (references.md) and plot (references.png) from the "
+        "stored figures (or from --out's JSON) without running anything",
+    )
+    p.add_argument(
+        "--results-dir",
+        default="results/benchmark",
+        help="with --references or --report: where the table and plot go (default "
+        "results/benchmark)",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_benchmark)

@@ -18,6 +18,7 @@ from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPTS = ("azure-conv-2023-excerpt", "azure-code-2023-excerpt")
+SHIPPED_FULL = ("azure-conv-2023-gz",)  # a whole trace, gzipped (the Trace benchmark task)
 FULL = ("azure-conv-2023", "azure-code-2023", "azure-conv-2024", "azure-code-2024")
 
 
@@ -49,13 +50,13 @@ def fake_conv(tmp_path, monkeypatch) -> tuple[Path, str]:
 
 
 def test_registry_entries_are_well_formed():
-    assert set(data.DATASETS) == {*FULL, *EXCERPTS}
+    assert set(data.DATASETS) == {*FULL, *EXCERPTS, *SHIPPED_FULL}
     for name, d in data.DATASETS.items():
         assert d.name == name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)
         assert d.license == "CC-BY-4.0" and d.citation and d.source and d.description
         assert d.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", d.sha256)
         if d.shipped:
-            assert d.url is None and d.sha256 and d.rows == 2_000
+            assert d.url is None and d.sha256 and d.rows == (2_000 if name in EXCERPTS else 19_366)
         else:
             assert d.url.startswith("https://") and d.url.endswith("/" + d.filename)
     for name in ("azure-conv-2023", "azure-code-2023"):  # pinned to a commit, known checksums

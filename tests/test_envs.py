@@ -17,7 +17,7 @@ import batch_env
 
 ENV_IDS = sorted(k for k in gym.registry if k.startswith("batch_env/"))
 # small, fast episodes for the generic checks
-SMALL = {"horizon_requests": 60}
+SMALL = {"horizon_requests": 60, "warmup_requests": 0}
 
 
 def test_every_declared_id_is_registered():
@@ -103,10 +103,15 @@ def test_spec_json_roundtrip(env_id):
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_max_episode_steps_is_a_safety_net(env_id):
     env = gym.make(env_id, **SMALL)
-    # the base ids' net; a benchmark task with long episodes scales it (10 steps a request)
+    # the base ids' net; a benchmark task with long episodes scales it (10 steps a
+    # request, 100 in the LLM env)
     net = batch_env.MAX_EPISODE_STEPS
     if env_id in batch_env.tasks.TASKS:
-        net = max(net, 10 * batch_env.tasks.TASKS[env_id].horizon_requests)
+        task = batch_env.tasks.TASKS[env_id]
+        per = 100 if task.base == "batch_env/LLMBatching-v0" else 10
+        warm = task.kwargs.get("warmup_requests", 0)
+        net = max(net, per * (task.horizon_requests + warm))
+        assert net == max(batch_env.MAX_EPISODE_STEPS, task.safety_steps)
     assert env.spec.max_episode_steps == net
     # the env ends by itself long before the safety net
     _, info = env.reset(seed=0)

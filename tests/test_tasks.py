@@ -25,14 +25,25 @@ def test_every_task_is_a_registered_id_with_its_kwargs(task_id):
     env = gym.make(task_id)
     try:
         cfg = env.unwrapped.get_config()
-        assert cfg["max_batch_size"] == task.kwargs["max_batch_size"]
         assert cfg["horizon_requests"] == task.horizon_requests
-        assert cfg["reward_weights"]["sla"] == 0.0  # the SMDP-exact subset: bounds are exact
+        if task.bound is not None:  # the SMDP-exact subset: bounds are exact
+            assert cfg["reward_weights"]["sla"] == 0.0
     finally:
         env.close()
     assert task.episodes == len(task.seeds) >= 10 and min(task.seeds) >= 1000  # held out
+    assert task.summary and task.hard
+    if task.eval_loads:  # two episodes per load of a grid inside the drawn range
+        lo, hi = task.kwargs["workload"]["load_range"]
+        assert len(task.eval_loads) == len(task.seeds)
+        assert all(task.eval_loads.count(x) == 2 and lo < x < hi for x in task.eval_loads)
     with pytest.raises(ValueError, match="task='nope' is unknown"):
         tasks.get("nope")
+
+
+def test_a_task_needs_one_eval_load_per_seed():
+    with pytest.raises(ValueError, match="eval_loads has 1 loads for 2 seeds"):
+        tasks.Task("x", "batch_env/DynamicBatching-v0", {}, "s", "h", None, (1, 2), (0.5,))
+    assert tasks.load_grid(0.1, 0.9, 4, 2) == (0.2, 0.2, 0.4, 0.4, 0.6, 0.6, 0.8, 0.8)
 
 
 def test_low_load_energy_has_the_stated_headroom():
@@ -63,12 +74,26 @@ def test_bursty_has_the_stated_phase_value():
     assert policy_gain(pb, np.minimum(s, 32)) / sol.gain - 1 == pytest.approx(0.38, abs=0.01)
 
 
+#: tasks whose normalized score is undefined today (docs/benchmark.md says why)
+UNDEFINED_SCORE = {"batch_env/LLMMemoryPressure-v0"}
+
+
 def test_normalized_score_is_zero_at_greedy_and_one_at_the_bound():
     refs = tasks.references()
     assert refs, "no stored references"
     for task_id, ref in refs.items():
         greedy = ref["policies"]["greedy"]["reward_rate_per_s"]
         top = ref.get("bound_reward_rate_per_s", ref["best_reward_rate_per_s"])
+        realizable = [k for k, v in ref["policies"].items() if not v.get("oracle")]
+        assert ref["best_reward_rate_per_s"] == max(
+            ref["policies"][k]["reward_rate_per_s"] for k in realizable
+        )
+        if task_id in UNDEFINED_SCORE:  # no bound, and nothing known above greedy
+            assert "bound_reward_rate_per_s" not in ref and top <= greedy
+            with pytest.raises(ValueError, match="no known policy beats greedy"):
+                tasks.normalized_score(task_id, greedy)
+            continue
+        assert top > greedy
         assert tasks.normalized_score(task_id, greedy) == pytest.approx(0.0, abs=1e-12)
         assert tasks.normalized_score(task_id, top) == pytest.approx(1.0, abs=1e-12)
         for name, fig in ref["policies"].items():  # nothing measured beats the bound
@@ -77,17 +102,80 @@ def test_normalized_score_is_zero_at_greedy_and_one_at_the_bound():
         tasks.normalized_score(next(iter(refs)), float("nan"))
 
 
-@pytest.mark.parametrize("task_id", ["batch_env/LowLoadEnergy-v0"])
-def test_stored_references_reproduce(task_id):
-    """The protocol is seeded: rerunning greedy on the held-out seeds gives the stored
-    per-seed figures, and the mean is inside the stored CI (which is under 1%)."""
-    from experiments.benchmark import run_protocol
+#: the stored figures whose CI is 1% of the value or more, as docs/benchmark.md says:
+#: random valid actions overloading the server (not a score anchor), and the LLM task,
+#: whose episodes would need to be many times longer (docs/benchmark.md, "Protocol")
+CI_ABOVE_ONE_PERCENT = {
+    ("batch_env/Trace-v0", "random"),
+    ("batch_env/NodeAnyLoad-v0", "random"),
+}
+CI_ABOVE_ONE_PERCENT_TASKS = {"batch_env/LLMMemoryPressure-v0"}
+
+
+def test_stored_reference_cis_are_under_one_percent():
+    """The protocol's episodes are long enough (and, at drawn loads, the loads a fixed grid
+    with two episodes each) that the stored reference figures' CIs are under 1%, except
+    exactly those docs/benchmark.md names."""
+    refs = tasks.references()
+    assert set(refs) == set(tasks.TASKS)
+    for task_id, ref in refs.items():
+        task = tasks.get(task_id)
+        assert ref["protocol"] == {
+            "seeds": list(task.seeds),
+            "horizon_requests": task.horizon_requests,
+        }
+        for name, fig in ref["policies"].items():
+            assert (
+                fig["seeds"] == list(task.seeds)
+                and fig["horizon_requests"] == task.horizon_requests
+            )
+            under = fig["ci95"] < 0.01 * abs(fig["reward_rate_per_s"])
+            known = (task_id, name) in CI_ABOVE_ONE_PERCENT or task_id in CI_ABOVE_ONE_PERCENT_TASKS
+            assert under != known, (task_id, name, fig["ci95"])  # the list is exact
+            if task.eval_loads:
+                assert fig["loads"] == list(task.eval_loads)
+
+
+# greedy's first seeds, full length; the long ones run in the slow suite
+_REPRODUCE = [
+    ("batch_env/LowLoadEnergy-v0", 10),
+    ("batch_env/AnyLoad-v0", 2),
+    ("batch_env/Trace-v0", 2),
+    ("batch_env/NodeAnyLoad-v0", 2),
+    pytest.param("batch_env/LLMMemoryPressure-v0", 1, marks=pytest.mark.slow),
+    pytest.param("batch_env/Bursty-v0", 1, marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize(("task_id", "n"), _REPRODUCE)
+def test_stored_references_reproduce(task_id, n):
+    """The protocol is seeded: rerunning greedy (the normalized score's zero) on the first
+    held-out seeds, full length, gives the stored per-seed figures."""
+    from experiments.benchmark import REFERENCE_POLICIES, run_protocol
 
     ref = tasks.references()[task_id]["policies"]["greedy"]
-    got = run_protocol(task_id, "greedy")
-    assert got["per_seed"] == pytest.approx(ref["per_seed"], rel=1e-12)
-    assert abs(got["reward_rate_per_s"] - ref["reward_rate_per_s"]) <= ref["ci95"]
-    assert ref["ci95"] < 0.01 * abs(ref["reward_rate_per_s"])
+    name, params = REFERENCE_POLICIES[task_id]["greedy"]
+    seeds = tasks.get(task_id).seeds[:n]
+    got = run_protocol(task_id, name, seeds=seeds, params=params)
+    assert got["per_seed"] == pytest.approx(ref["per_seed"][:n], rel=1e-12)
+    if n == tasks.get(task_id).episodes:
+        assert abs(got["reward_rate_per_s"] - ref["reward_rate_per_s"]) <= ref["ci95"]
+
+
+def test_bursty_bound_oracle_and_filter():
+    """The oracle's measured figure is within 1% of the solved bound (CI < 1%); the phase
+    filter lies between the best phase-blind reference and the bound (within CIs)."""
+    ref = tasks.references()["batch_env/Bursty-v0"]
+    pol, bound = ref["policies"], ref["bound_reward_rate_per_s"]
+    oracle = pol["smdp-oracle"]
+    assert oracle["oracle"] and abs(oracle["reward_rate_per_s"] / bound - 1) < 0.01
+    assert abs(oracle["reward_rate_per_s"] - bound) <= oracle["ci95"]
+    blind = max(
+        v["reward_rate_per_s"] for k, v in pol.items() if k not in ("smdp-oracle", "smdp-belief")
+    )
+    belief = pol["smdp-belief"]
+    assert blind < belief["reward_rate_per_s"] <= bound + belief["ci95"]
+    assert ref["best_policy"] != "smdp-oracle"
 
 
 def test_training_bounds_cover_the_tasks():
@@ -110,6 +198,10 @@ def test_training_bounds_cover_the_tasks():
     assert score_reference("batch_env/LowLoadEnergy-v0", {"sla_ms": 5}) is None  # other settings
     assert score_reference("batch_env/DynamicBatching-v0", {}) is None
     assert smdp_gain_if_exact("batch_env/LLMBatching-v0", {}) is None
+    # any load: the mean over the evaluation grid of the optimum at each load
+    anyload = tasks.references()["batch_env/AnyLoad-v0"]["bound_reward_rate_per_s"]
+    assert -smdp_gain_if_exact("batch_env/AnyLoad-v0", short) == pytest.approx(anyload, rel=1e-9)
+    assert smdp_gain_if_exact("batch_env/Trace-v0", short) is None
 
 
 @pytest.mark.slow

@@ -253,10 +253,11 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Start an episode: seed the streams and advance to the first arrival.
 
         :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
-        :param options: unused.
+        :param options: ``{"load": x}`` runs this episode at load ``x`` when the workload
+            has a ``load_range`` (evaluators fixing their episodes' loads); nothing else.
         """
         super().reset(seed=seed)
-        self._reset_core(seed)
+        self._reset_core(seed, options)
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False

@@ -720,7 +720,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Start an episode: seed the streams and advance to the first arrival.
 
         :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
-        :param options: unused.
+        :param options: ``{"load": x}`` runs this episode at load ``x`` when the workload
+            has a ``load_range`` (evaluators fixing their episodes' loads); nothing else.
         """
         super().reset(seed=seed)
         self._bp = []
@@ -753,7 +754,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._cap_now = self._grid[-1]
         self._last_preempted = 0
         self._last_kind = 0.0
-        self._reset_core(seed)
+        self._reset_core(seed, options)
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
         if self._iterations is not None:

@@ -4,9 +4,10 @@ The environments replay request traces given either as a file (``{"kind": "trace
 "path": "my.csv"}``) or as a dataset of this registry (``{"kind": "trace", "dataset":
 "azure-conv-2023"}``). Two kinds of datasets exist:
 
-* *shipped*: small excerpts that come with the package (``batch_env/workload/excerpts/``), usable
+* *shipped*: files that come with the package (``batch_env/workload/excerpts/``), usable
   without a network: ``azure-conv-2023-excerpt`` and ``azure-code-2023-excerpt``, the
-  first 2,000 requests of each Azure 2023 trace;
+  first 2,000 requests of each Azure 2023 trace, and ``azure-conv-2023-gz``, the whole
+  conversation trace gzip-compressed (180 kB; the benchmark's Trace task needs it);
 * *downloaded*: the full public traces, fetched on demand with ``batch-env data fetch
   NAME`` (or :func:`fetch`) into a cache folder, and checked against their SHA-256 where
   one is known. Nothing is ever downloaded implicitly: using a dataset that is not in the
@@ -175,6 +176,20 @@ DATASETS: dict[str, Dataset] = {
             shipped=True,
             rows=2_000,
             size_bytes=74_611,
+        ),
+        Dataset(
+            name="azure-conv-2023-gz",
+            filename="azure_llm_2023_conv.csv.gz",
+            description="all 19,366 requests of azure-conv-2023, gzip-compressed and "
+            "shipped with the package (the benchmark's Trace task replays it)",
+            source="gzip -9 -n of azure-conv-2023 (decompresses to the upstream bytes, "
+            "SHA-256 2f1e5b66...0bf8)",
+            license="CC-BY-4.0",
+            citation=_CITE_2023,
+            sha256="9d3518f77e4387c32c76b206d8006fe5a2bde0dc41d6038dbd0a1c60c7e86fa2",
+            shipped=True,
+            rows=19_366,
+            size_bytes=180_355,
         ),
         Dataset(
             name="azure-code-2023-excerpt",

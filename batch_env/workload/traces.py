@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
+import gzip
 import os
 import re
 from dataclasses import dataclass
@@ -122,7 +123,7 @@ def _read_csv(path: str, where: str) -> tuple[list[str], list[list[str]], list[i
     """Read the header, the data rows and their line numbers of a trace CSV.
 
     Leading lines starting with ``#`` and blank lines are skipped; the first other line
-    is the header. Blank data lines are skipped too.
+    is the header. A path ending in ``.gz`` is read through gzip. Blank data lines are skipped too.
 
     :param path: file path.
     :param where: the file, for the messages.
@@ -133,7 +134,8 @@ def _read_csv(path: str, where: str) -> tuple[list[str], list[list[str]], list[i
     rows: list[list[str]] = []
     lines: list[int] = []
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             for rec in reader:
                 if header is None:
@@ -150,7 +152,7 @@ def _read_csv(path: str, where: str) -> tuple[list[str], list[list[str]], list[i
             f"{where}: not a UTF-8 text CSV file (byte {e.start}: {e.reason}); expected a CSV "
             "with a header line"
         ) from None
-    except csv.Error as e:
+    except (csv.Error, gzip.BadGzipFile, EOFError) as e:
         raise ValueError(f"{where}: not a readable CSV file: {e}") from None
     except OSError as e:
         raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
@@ -286,7 +288,7 @@ def load_trace(
     """Read and validate a trace CSV (cached on path, modification time and columns).
 
     Leading lines starting with ``#`` and blank lines are skipped; the first other line
-    is the header.
+    is the header. A path ending in ``.gz`` is read through gzip.
 
     :param path: file path.
     :param mtime_ns: modification time (cache key only).

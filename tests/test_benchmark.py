@@ -1,0 +1,214 @@
+"""The benchmark protocol's pieces: the per-episode load option, the grouped and paired
+confidence intervals, tuning, the reference runs in parallel, and the shipped trace."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+import batch_env
+import experiments.benchmark as bm
+from batch_env import tasks
+from batch_env.workload import datasets
+
+
+def test_reset_option_load_fixes_the_episode_load():
+    env = gym.make("batch_env/AnyLoad-v0", oracle_info=True, horizon_requests=200)
+    try:
+        _, info = env.reset(seed=3, options={"load": 0.4})
+        assert info["oracle"]["load"] == 0.4
+        _, drawn = env.reset(seed=3)  # without the option: the seed's own draw
+        assert 0.1 <= drawn["oracle"]["load"] <= 0.95 and drawn["oracle"]["load"] != 0.4
+        with pytest.raises(
+            ValueError,
+            match=r"options\['load'\]=0\.99 is out of range: expected a finite number >= 0.1 and <= 0.95",
+        ):
+            env.reset(seed=3, options={"load": 0.99})
+        with pytest.raises(ValueError, match="the only reset option is 'load'"):
+            env.reset(seed=3, options={"rate": 5})
+    finally:
+        env.close()
+    plain = gym.make("batch_env/DynamicBatching-v0")
+    with pytest.raises(ValueError, match="the workload has no load_range"):
+        plain.reset(seed=0, options={"load": 0.5})
+
+
+def test_the_load_option_gives_the_fixed_load_episode():
+    """An episode at options={"load": x} is statistically the fixed-load env's: the same
+    mean rate (measured over a long episode)."""
+    env = gym.make("batch_env/AnyLoad-v0", horizon_requests=20_000)
+    res = batch_env.evaluate(batch_env_policy("greedy", env), env, 1, seed=5, options={"load": 0.3})
+    rate = res.episodes[0]["throughput_rps"]
+    assert rate == pytest.approx(0.3 * tasks.RESNET50_V100_MAX_TPUT_B32, rel=0.03)
+
+
+def batch_env_policy(name, env):
+    import baselines
+
+    return baselines.make(name, env)
+
+
+def test_grouped_half_width_is_the_stratified_estimator():
+    x = np.array([1.0, 1.2, 5.0, 5.4, 9.0, 8.0])
+    g = (0.1, 0.1, 0.5, 0.5, 0.9, 0.9)
+    var = (np.var([1.0, 1.2], ddof=1) / 2 + np.var([5.0, 5.4], ddof=1) / 2 + 0.5 / 2) / 9
+    assert bm._half_width(x, g) == pytest.approx(student_t.ppf(0.975, 3) * math.sqrt(var))
+    assert bm._mean(x, g) == pytest.approx((1.1 + 5.2 + 8.5) / 3)
+    # without groups: the plain Student-t interval, much wider (the spread between loads)
+    assert bm._half_width(x) > 5 * bm._half_width(x, g)
+    assert math.isnan(bm._half_width(np.array([1.0])))
+    s = bm.summarize_rates(list(x), g)
+    assert s["reward_rate_per_s"] == bm._mean(x, g) and s["per_seed"] == list(x)
+
+
+def test_paired_score_is_zero_for_greedy_and_narrow():
+    task_id = "batch_env/AnyLoad-v0"
+    ref = tasks.references()[task_id]
+    greedy = ref["policies"]["greedy"]
+    out = bm.paired_score(task_id, greedy["per_seed"], greedy["seeds"])
+    assert out["normalized_score"] == pytest.approx(0.0, abs=1e-12)
+    assert out["normalized_score_ci95"] == 0.0
+    at_bound = bm.paired_score(task_id, ref["bound_per_seed"], greedy["seeds"])
+    assert at_bound["normalized_score"] == pytest.approx(1.0, abs=1e-12)
+    assert at_bound["ratio_to_bound"] == pytest.approx(1.0) and at_bound["ratio_to_bound_ci95"] == 0
+    # other seeds: the score of the mean, no paired interval
+    other = bm.paired_score(task_id, greedy["per_seed"][:2], [1, 2])
+    assert "normalized_score_ci95" not in other and "ratio_to_bound" not in other
+    assert bm.paired_score("batch_env/Nope-v0", [1.0], [1]) == {}
+
+
+def test_tune_picks_the_best_setting_on_the_tuning_seeds():
+    grid = {"max_queue_delay_ms": [0.5, 8.0], "max_batch_size": [32]}
+    out = bm.tune("batch_env/Trace-v0", "timeout", grid)
+    rates = {p["max_queue_delay_ms"]: r for p, r in out["tuning_rates"]}
+    assert set(rates) == {0.5, 8.0} and out["tuning_seeds"] == list(bm.TUNING_SEEDS)
+    best = max(rates, key=rates.get)
+    assert out["params"] == {"max_batch_size": 32, "max_queue_delay_ms": best}
+    assert not set(bm.TUNING_SEEDS) & {s for t in tasks.TASKS.values() for s in t.seeds}
+
+
+def test_references_are_the_same_in_parallel(tmp_path, monkeypatch):
+    """jobs=2 gives figures identical to jobs=1 (each run is one process's, seeded)."""
+    real = bm.run_protocol
+
+    def short(task_id, policy, seeds=None, horizon_requests=None, params=None):
+        return real(task_id, policy, seeds=(1000, 1001), horizon_requests=300, params=params)
+
+    monkeypatch.setattr(bm, "run_protocol", short)
+    one = bm.compute_references(["batch_env/LowLoadEnergy-v0"], tmp_path / "a.json", None, 1)
+    two = bm.compute_references(["batch_env/LowLoadEnergy-v0"], tmp_path / "b.json", None, 2)
+    a, b = (d["batch_env/LowLoadEnergy-v0"] for d in (one, two))
+    for name in ("random", "greedy", "smdp"):
+        assert a["policies"][name]["per_seed"] == b["policies"][name]["per_seed"]
+    assert a["bound_reward_rate_per_s"] == b["bound_reward_rate_per_s"]
+    assert a["best_policy"] == "smdp"
+    assert json.loads((tmp_path / "b.json").read_text())["batch_env/LowLoadEnergy-v0"] == b
+
+
+def test_the_whole_conversation_trace_is_shipped_unchanged():
+    """``azure-conv-2023-gz`` decompresses to the upstream file (its registry SHA-256)."""
+    d = datasets.get("azure-conv-2023-gz")
+    p = datasets.path("azure-conv-2023-gz")
+    assert d.shipped and datasets.sha256_of(p) == d.sha256 and p.stat().st_size == d.size_bytes
+    raw = gzip.decompress(p.read_bytes())
+    assert hashlib.sha256(raw).hexdigest() == datasets.get("azure-conv-2023").sha256
+    from batch_env.workload import Trace
+
+    assert Trace(dataset="azure-conv-2023-gz").n_records == 19_366
+
+
+def test_a_corrupt_gzip_trace_is_a_clear_error(tmp_path):
+    from batch_env.workload import Trace
+
+    bad = tmp_path / "t.csv.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00garbage")
+    with pytest.raises(ValueError, match="t.csv.gz.*not a readable CSV file"):
+        _ = Trace(path=str(bad)).n_records
+
+
+def test_benchmark_maps_reference_labels_and_reports_what_does_not_apply(capsys):
+    from experiments.cli import main
+
+    rows = bm.run_benchmark(
+        "greedy", ["batch_env/LLMMemoryPressure-v0", "batch_env/Trace-v0"], horizon_requests=60
+    )
+    assert rows[0]["params"] == {"cap": 256}  # greedy on an LLM server: the largest cap
+    assert "params" not in rows[1] and rows[1]["protocol"] is False
+    lazy = bm.run_benchmark("lazy", ["batch_env/Trace-v0"], horizon_requests=60)
+    assert "is not node-level" in lazy[0]["error"]
+    assert "does not apply" in bm.format_benchmark(lazy)
+    args = ["benchmark", "--policy", "lazy", "--tasks", "batch_env/Trace-v0"]
+    assert main([*args, "--horizon-requests", "60"]) == 2
+    assert "does not apply" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="--policy='nope' is unknown"):
+        bm.policy_factory("nope")
+
+
+def test_report_writes_the_reference_table_and_plot(tmp_path, capsys):
+    from experiments.cli import main
+
+    assert main(["benchmark", "--report", "--results-dir", str(tmp_path)]) == 0
+    md, png = tmp_path / "references.md", tmp_path / "references.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    text = md.read_text()
+    refs = tasks.references()
+    for tid, ref in refs.items():
+        assert f"`{tid}`: {len(ref['protocol']['seeds'])} held-out seeds" in text
+        greedy = ref["policies"]["greedy"]["reward_rate_per_s"]
+        assert f"| {tid.removeprefix('batch_env/')} | greedy |" in text and f"{greedy:.3f}" in text
+    rows = bm.reference_rows(refs)
+    for r in rows:
+        if r["policy"] == "greedy" and "score_undefined" in refs[r["task"]]:
+            assert r["normalized_score"] is None and "no known policy" in r["score_note"]
+        elif r["policy"] == "greedy":
+            assert r["normalized_score"] == pytest.approx(0.0, abs=1e-12)
+    assert "undefined (no bound; no known policy beats greedy)" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1]")
+    assert main(["benchmark", "--report", "--out", str(bad)]) == 2
+    assert "not a references JSON file" in capsys.readouterr().err
+
+
+def test_a_task_without_a_bound_needs_a_policy_clearly_above_greedy():
+    """No bound and a best reference within the paired CI of greedy: no score."""
+    seeds = [1000, 1001, 1002]
+
+    def entry(best):
+        return {
+            "policies": {
+                "greedy": {
+                    "reward_rate_per_s": -10.0,
+                    "per_seed": [-10.0, -11.0, -9.0],
+                    "seeds": seeds,
+                },
+                "other": {
+                    "reward_rate_per_s": float(np.mean(best)),
+                    "per_seed": best,
+                    "seeds": seeds,
+                },
+            },
+            "best_policy": "other",
+            "best_reward_rate_per_s": float(np.mean(best)),
+        }
+
+    clear = entry([-9.0, -10.1, -7.9])
+    assert bm._best_beats_greedy(clear, ()) == {}
+    assert tasks.score_span(clear, "t") == (-10.0, pytest.approx(-9.0))
+    noise = entry([-9.5, -11.2, -9.1])
+    noise.update(bm._best_beats_greedy(noise, ()))
+    assert "other is +0.0667" in noise["score_undefined"]
+    with pytest.raises(ValueError, match="no known policy beats greedy"):
+        tasks.score_span(noise, "t")
+    assert (
+        bm.paired_score(
+            "batch_env/Trace-v0", [-1.0], [1], ref={**noise, "protocol": {"seeds": seeds}}
+        )["normalized_score"]
+        is None
+    )
