@@ -293,9 +293,10 @@ def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
         if is_exact_for(env):
             return float(solve(SMDPProblem.from_env(env)).gain)
         if is_exact_per_load(env):
-            from batch_env.tasks import load_grid
+            from batch_env.tasks import LOAD_GRID_CELLS, load_grid
 
-            gains = gains_at_loads(env, load_grid(*core.workload.load_range, 10, 1))  # type: ignore[attr-defined]
+            lo, hi = core.workload.load_range  # type: ignore[attr-defined]
+            gains = gains_at_loads(env, load_grid(lo, hi, LOAD_GRID_CELLS, 1))
             return float(sum(gains) / len(gains))
         if isinstance(core.workload, MMPP) and core.config.reward_weights.sla == 0.0:
             try:

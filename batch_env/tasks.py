@@ -105,6 +105,10 @@ def _frozen(d: dict[str, Any]) -> Mapping[str, Any]:
 _MU = RESNET50_V100_MAX_TPUT_B32
 
 
+#: cells of the load grid drawn-load tasks evaluate on (and their bound averages over)
+LOAD_GRID_CELLS = 10
+
+
 def load_grid(lo: float, hi: float, k: int, reps: int) -> tuple[float, ...]:
     """The midpoints of ``k`` equal cells of ``[lo, hi]``, each ``reps`` times in a row."""
     step = (hi - lo) / k
@@ -163,7 +167,7 @@ TASKS: dict[str, Task] = {
             ),
             bound="smdp-per-seed",
             seeds=tuple(range(1000, 1020)),
-            eval_loads=load_grid(0.1, 0.95, 10, 2),
+            eval_loads=load_grid(0.1, 0.95, LOAD_GRID_CELLS, 2),
         ),
         Task(
             id="batch_env/Trace-v0",
@@ -222,7 +226,7 @@ TASKS: dict[str, Task] = {
             ),
             bound=None,
             seeds=tuple(range(1000, 1020)),
-            eval_loads=load_grid(0.1, 0.9, 10, 2),
+            eval_loads=load_grid(0.1, 0.9, LOAD_GRID_CELLS, 2),
         ),
         Task(
             id="batch_env/LLMMemoryPressure-v0",

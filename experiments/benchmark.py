@@ -113,6 +113,13 @@ def _policy(name: str, env: gym.Env, **params: Any) -> Any:
     return RandomValidPolicy(env) if name == "random" else baselines.make(name, env, **params)
 
 
+def _by_group(values: Any, groups: list[float] | tuple[float, ...]) -> list[np.ndarray]:
+    """``values`` split by their group (each value's load), in the groups' order."""
+    arr = np.asarray(values, dtype=np.float64)
+    keys = np.asarray(groups, dtype=np.float64)
+    return [arr[keys == k] for k in np.unique(keys)]
+
+
 def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
     """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two).
 
@@ -123,8 +130,7 @@ def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()
     """
     values = np.asarray(values, dtype=np.float64)
     if groups:
-        keys = sorted(set(groups))
-        parts = [values[[i for i, g in enumerate(groups) if g == k]] for k in keys]
+        parts = _by_group(values, groups)
         if min(p.size for p in parts) >= 2:
             var = sum(p.var(ddof=1) / p.size for p in parts) / len(parts) ** 2
             dof = values.size - len(parts)
@@ -137,13 +143,9 @@ def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()
 
 def _mean(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
     """The mean of ``values``, or of their groups' means (equal weight per load)."""
-    values = np.asarray(values, dtype=np.float64)
     if not groups:
-        return float(values.mean())
-    keys = sorted(set(groups))
-    return float(
-        np.mean([values[[i for i, g in enumerate(groups) if g == k]].mean() for k in keys])
-    )
+        return float(np.mean(values))
+    return float(np.mean([p.mean() for p in _by_group(values, groups)]))
 
 
 def summarize_rates(
