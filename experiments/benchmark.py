@@ -87,6 +87,8 @@ REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
 #: policies that see what the task hides from every other policy
 ORACLE_POLICIES = frozenset({"smdp-oracle"})
 REFERENCES_PATH = Path(batch_env.__file__).parent / "tasks_references.json"
+#: where the reference runs keep their finished episodes (``--references`` resumes)
+EPISODES_DIR = Path("results/benchmark/episodes")
 
 
 class RandomValidPolicy:
@@ -105,8 +107,10 @@ class RandomValidPolicy:
         self._episode += 1
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
-        """A uniformly random valid action."""
-        return int(self._rng.choice(np.flatnonzero(info["action_mask"])))
+        """A uniformly random valid action (the draws ``rng.choice`` would make, without
+        its overhead: a third of the LLM env's step time went to it)."""
+        valid = np.flatnonzero(info["action_mask"])
+        return int(valid[self._rng.integers(len(valid))])
 
 
 def _policy(name: str, env: gym.Env, **params: Any) -> Any:
@@ -208,6 +212,7 @@ def run_protocol(
     seeds: tuple[int, ...] | None = None,
     horizon_requests: int | None = None,
     params: dict[str, Any] | None = None,
+    cache: Path | str | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -216,8 +221,13 @@ def run_protocol(
     :param seeds: override the held-out seeds (tests use fewer).
     :param horizon_requests: override the episode length (tests use shorter).
     :param params: the baseline's parameters (with a name only).
+    :param cache: a JSON-lines file of finished episodes (with a name only): an episode
+        whose policy, parameters, seed, load and length match a line is read from it
+        instead of run (the policy is still reset, so that a policy's per-episode streams
+        stay as in an uninterrupted run), and each episode run is appended as it ends. A
+        long protocol (``--references``) resumes where it stopped.
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
-        ``wall_s``.
+        ``wall_s`` (the episodes' own seconds, cached ones included).
     """
     task = tasks.get(task_id)
     seeds = task.seeds if seeds is None else tuple(seeds)
@@ -229,28 +239,103 @@ def run_protocol(
         kw["horizon_requests"] = horizon_requests
     if policy in ORACLE_POLICIES:
         kw["oracle_info"] = True
+    horizon = horizon_requests or task.horizon_requests
+    if cache is not None and not isinstance(policy, str):
+        raise ValueError("cache is only for a named policy (its name and parameters key it)")
+    stored = _cached_episodes(cache)
     env = gym.make(task.id, **kw)
-    t0 = time.perf_counter()
+    wall = 0.0
     try:
         pol = _policy(policy, env, **(params or {})) if isinstance(policy, str) else policy(env)
         rates = []
         max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
         for i, s in enumerate(seeds):
-            opts = {"load": loads[i]} if loads else None
+            load = loads[i] if loads else None
+            key = "" if cache is None else _episode_key(task, policy, params, s, load, horizon)
+            if key in stored:
+                pol.reset()  # as the skipped episode would have
+                rates.append(stored[key]["reward_rate_per_s"])
+                wall += stored[key]["wall_s"]
+                continue
+            t0 = time.perf_counter()
             res = batch_env.evaluate(
-                pol, env, n_episodes=1, seed=s, max_steps=max_steps, options=opts
+                pol,
+                env,
+                n_episodes=1,
+                seed=s,
+                max_steps=max_steps,
+                options=None if load is None else {"load": load},
             )
-            rates.append(res.episodes[0]["reward_rate_per_s"])
+            rate = res.episodes[0]["reward_rate_per_s"]
+            dt = time.perf_counter() - t0
+            rates.append(rate)
+            wall += dt
+            if cache is not None:
+                _append_episode(cache, key, rate, dt)
     finally:
         env.close()
     out = summarize_rates(rates, loads)
     out.update(
         seeds=list(seeds),
         **({"loads": list(loads)} if loads else {}),
-        horizon_requests=horizon_requests or task.horizon_requests,
-        wall_s=time.perf_counter() - t0,
+        horizon_requests=horizon,
+        wall_s=wall,
     )
     return out
+
+
+def _episode_key(
+    task: tasks.Task,
+    policy: Any,
+    params: dict[str, Any] | None,
+    seed: int,
+    load: float | None,
+    horizon: int,
+) -> str:
+    """What identifies a finished protocol episode in a cache (canonical JSON): the task
+    with its registration's kwargs (a changed task never reads its old episodes), the
+    policy and its parameters, the seed, the load and the length."""
+    return json.dumps(
+        {
+            "task": task.id,
+            "kwargs": dict(task.kwargs),
+            "policy": policy,
+            "params": params or {},
+            "seed": seed,
+            "load": load,
+            "horizon_requests": horizon,
+        },
+        sort_keys=True,
+    )
+
+
+def _cached_episodes(cache: Path | str | None) -> dict[str, dict[str, Any]]:
+    """The episodes of a cache file by key (none when it does not exist yet); a line that
+    is not a finished episode (a run killed mid-write) is skipped, and rerun."""
+    if cache is None or not Path(cache).exists():
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for line in Path(cache).read_text().splitlines():
+        try:
+            rec = json.loads(line)
+            out[rec["key"]] = {
+                "reward_rate_per_s": float(rec["reward_rate_per_s"]),
+                "wall_s": float(rec["wall_s"]),
+            }
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def _append_episode(cache: Path | str, key: str, rate: float, wall_s: float) -> None:
+    """Append one finished episode to a cache file (one line, flushed at once)."""
+    path = Path(cache)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+    with path.open("a") as f:
+        if torn:  # a line cut by a killed run: end it, so that this one stays whole
+            f.write("\n")
+        f.write(json.dumps({"key": key, "reward_rate_per_s": rate, "wall_s": wall_s}) + "\n")
 
 
 def _solve_poisson(env: gym.Env) -> Any:
@@ -339,12 +424,22 @@ def _best_beats_greedy(entry: dict[str, Any], loads: tuple[float, ...]) -> dict[
     }
 
 
-def _reference_run(task_id: str, label: str) -> dict[str, Any]:
+def episode_cache(task_id: str, label: str, cache_dir: Path | str = EPISODES_DIR) -> Path:
+    """The file of a reference run's finished episodes (see :func:`run_protocol`)."""
+    return Path(cache_dir) / task_id.split("/")[-1] / f"{label}.jsonl"
+
+
+def _reference_run(
+    task_id: str, label: str, cache_dir: Path | str | None = None, resume: bool = False
+) -> dict[str, Any]:
     name, params = REFERENCE_POLICIES[task_id][label]
     tuned = tune(task_id, name, params["tune"]) if "tune" in params else None
     if tuned is not None:
         params = tuned["params"]
-    out = run_protocol(task_id, name, params=params)
+    cache = None if cache_dir is None else episode_cache(task_id, label, cache_dir)
+    if cache is not None and not resume:
+        cache.unlink(missing_ok=True)  # a fresh run: no episode of another code's run
+    out = run_protocol(task_id, name, params=params, cache=cache)
     out.update(policy=name, params=params)
     if tuned is not None:
         out["tuning"] = tuned
@@ -358,15 +453,39 @@ def compute_references(
     out: Path | str = REFERENCES_PATH,
     progress: Callable[[str], None] | None = print,
     jobs: int = 1,
+    cache_dir: Path | str | None = None,
+    labels: list[str] | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Run every task's reference policies and bound; write (merge into) ``out``.
 
     :param jobs: processes running reference policies at once (each run is one process's
         work, its figures identical whatever ``jobs`` is).
+    :param cache_dir: where each run keeps its finished episodes
+        (:func:`episode_cache`; ``batch-env benchmark --references`` keeps them in
+        :data:`EPISODES_DIR`); ``None`` (default): keep none.
+    :param resume: read the finished episodes already in ``cache_dir`` instead of
+        rerunning them (to go on after an interruption, or after adding seeds to a
+        protocol, with the same code); without it each run starts its cache afresh, so
+        that episodes of older code are never reused.
+    :param labels: only these reference policies (e.g. to fill the cache of the long
+        ones in parallel runs); the references file is then left as it is, since a task's
+        entry needs all of its policies.
     """
     path = Path(out)
     ids = task_ids or list(tasks.TASKS)
-    runs = [(tid, label) for tid in ids for label in REFERENCE_POLICIES[tid]]
+    runs = [
+        (tid, label)
+        for tid in ids
+        for label in REFERENCE_POLICIES[tid]
+        if labels is None or label in labels
+    ]
+    known = {lb for tid in ids for lb in REFERENCE_POLICIES[tid]}
+    if labels is not None and (not labels or set(labels) - known):
+        raise ValueError(
+            f"labels={labels!r}: {sorted(set(labels) - known) or 'none given'} is not a "
+            f"reference policy of {ids}: they are {sorted(known)}"
+        )
     results: dict[tuple[str, str], dict[str, Any]] = {}
 
     def done(key: tuple[str, str], r: dict[str, Any]) -> None:
@@ -379,12 +498,14 @@ def compute_references(
 
     if jobs <= 1:
         for key in runs:
-            done(key, _reference_run(*key))
+            done(key, _reference_run(*key, cache_dir, resume))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = {pool.submit(_reference_run, *key): key for key in runs}
+            futures = {pool.submit(_reference_run, *key, cache_dir, resume): key for key in runs}
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
+    if labels is not None:
+        return {"runs": {f"{tid} {label}": r for (tid, label), r in results.items()}}
     data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     for tid in ids:
         task = tasks.get(tid)

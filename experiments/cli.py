@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -513,13 +514,35 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     )
     for tid in ids:
         tasks.get(tid)  # ValueError naming the unknown task and the tasks
+    if (args.only or args.resume) and not args.references:
+        raise ValueError(
+            "--only and --resume are for --references (which reference policies to run, "
+            "and whether to reuse an interrupted run's episodes)"
+        )
+    only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only else None
+    if only is not None:
+        from experiments.benchmark import REFERENCE_POLICIES
+
+        known = {lb for tid in ids for lb in REFERENCE_POLICIES[tid]}
+        if not only or set(only) - known:
+            raise ValueError(
+                f"--only={args.only!r}: {sorted(set(only) - known) or 'no label'} is not a "
+                f"reference policy of the tasks {ids}: they are {sorted(known)}"
+            )
     if args.references:
         data = compute_references(
             ids,
             out=args.out or REFERENCES_PATH,
             progress=None if args.json else print,
             jobs=args.jobs,
+            cache_dir=Path(args.results_dir) / "episodes",
+            labels=only,
+            resume=args.resume,
         )
+        if args.only:  # some policies only: their figures, the stored references untouched
+            if args.json:
+                print(dumps(data, indent=1))
+            return 0
         if args.json:
             print(dumps({t: data[t] for t in ids}, indent=1))
         else:
@@ -1452,6 +1475,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="with --references: reference runs in parallel processes (default 1; the "
         "figures are the same whatever it is)",
+    )
+    p.add_argument(
+        "--only",
+        default=None,
+        help="with --references: run only these reference policies (comma-separated "
+        "labels, e.g. random,greedy), filling their episode caches; the references file "
+        "is left as it is",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --references: reuse the finished episodes of an interrupted run (each "
+        "run appends them to RESULTS_DIR/episodes/<task>/<policy>.jsonl as they end; "
+        "without --resume a run starts that file afresh). Only with the same code: the "
+        "file records the task, policy, seed and length, not the code's version",
     )
     p.add_argument(
         "--report",

@@ -98,7 +98,8 @@ def test_references_are_the_same_in_parallel(tmp_path, monkeypatch):
     """jobs=2 gives figures identical to jobs=1 (each run is one process's, seeded)."""
     real = bm.run_protocol
 
-    def short(task_id, policy, seeds=None, horizon_requests=None, params=None):
+    def short(task_id, policy, seeds=None, horizon_requests=None, params=None, cache=None):
+        assert cache is None  # no cache_dir given: nothing is kept
         return real(task_id, policy, seeds=(1000, 1001), horizon_requests=300, params=params)
 
     monkeypatch.setattr(bm, "run_protocol", short)
@@ -110,6 +111,63 @@ def test_references_are_the_same_in_parallel(tmp_path, monkeypatch):
     assert a["bound_reward_rate_per_s"] == b["bound_reward_rate_per_s"]
     assert a["best_policy"] == "smdp"
     assert json.loads((tmp_path / "b.json").read_text())["batch_env/LowLoadEnergy-v0"] == b
+
+
+def test_an_interrupted_protocol_resumes_from_its_episode_cache(tmp_path):
+    """Finished episodes are read back instead of rerun (the figure from the file is what
+    comes back), a policy's per-episode streams stay as in one uninterrupted run (random's
+    second episode after a cached first equals the uninterrupted one's), a line cut by a
+    killed run is skipped and rerun, and a changed parameter never reads the old lines."""
+    tid, seeds, n = "batch_env/LowLoadEnergy-v0", (1000, 1001), 200
+    whole = bm.run_protocol(tid, "random", seeds=seeds, horizon_requests=n)
+    cache = tmp_path / "c" / "random.jsonl"
+    first = bm.run_protocol(tid, "random", seeds=seeds[:1], horizon_requests=n, cache=cache)
+    assert first["per_seed"] == whole["per_seed"][:1]
+    with cache.open("a") as f:
+        f.write('{"key": "cut mid-wri')  # a killed run's last line
+    both = bm.run_protocol(tid, "random", seeds=seeds, horizon_requests=n, cache=cache)
+    assert both["per_seed"] == whole["per_seed"]
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 3 and lines[1].startswith('{"key": "cut')
+    # the second run read seed 1000 from the file: rewrite its figure and it comes back
+    rec = json.loads(lines[0])
+    rec["reward_rate_per_s"] = -1.0
+    cache.write_text("\n".join([json.dumps(rec), *lines[1:]]) + "\n")
+    again = bm.run_protocol(tid, "random", seeds=seeds, horizon_requests=n, cache=cache)
+    assert again["per_seed"] == [-1.0, whole["per_seed"][1]]
+    assert len(cache.read_text().splitlines()) == 3  # nothing was rerun
+    # other parameters (or another task, length or seed) are other episodes
+    other = bm.run_protocol(tid, "greedy", seeds=seeds[:1], horizon_requests=n, cache=cache)
+    assert other["per_seed"] != [-1.0] and len(cache.read_text().splitlines()) == 4
+    with pytest.raises(ValueError, match="cache is only for a named policy"):
+        bm.run_protocol(tid, lambda env: None, seeds=seeds, horizon_requests=n, cache=cache)
+
+
+def test_references_resume_only_when_asked(tmp_path, monkeypatch):
+    """``compute_references(resume=True)`` reads a run's finished episodes; without it the
+    run starts its cache afresh (episodes of older code are never reused); ``labels``
+    runs some policies and leaves the references file alone."""
+    real = bm.run_protocol
+    tid = "batch_env/LowLoadEnergy-v0"
+
+    def short(task_id, policy, seeds=None, horizon_requests=None, params=None, cache=None):
+        return real(task_id, policy, (1000,), 200, params, cache)
+
+    monkeypatch.setattr(bm, "run_protocol", short)
+    out = tmp_path / "refs.json"
+    kw = {"progress": None, "cache_dir": tmp_path, "labels": ["greedy"]}
+    first = bm.compute_references([tid], out, **kw)["runs"][f"{tid} greedy"]
+    assert not out.exists()  # some policies only: no references written
+    cache = bm.episode_cache(tid, "greedy", tmp_path)
+    rec = json.loads(cache.read_text())
+    rec["reward_rate_per_s"] = -1.0
+    cache.write_text(json.dumps(rec) + "\n")
+    resumed = bm.compute_references([tid], out, resume=True, **kw)["runs"][f"{tid} greedy"]
+    assert resumed["per_seed"] == [-1.0]
+    fresh = bm.compute_references([tid], out, **kw)["runs"][f"{tid} greedy"]
+    assert fresh["per_seed"] == first["per_seed"] != [-1.0]
+    with pytest.raises(ValueError, match=r"\['lazy'\] is not a reference policy"):
+        bm.compute_references([tid], out, progress=None, labels=["lazy"])
 
 
 def test_the_whole_conversation_trace_is_shipped_unchanged():

@@ -333,6 +333,12 @@ CASES = [
     (["benchmark", "--policy", "bogus"], ["--policy='bogus' is unknown", "greedy"]),
     (["benchmark", "--policy", "greedy", "--horizon-requests", "0"], ["--horizon-requests", "'0'"]),
     (["benchmark", "--policy", "ppo:/nonexistent/run"], ["/nonexistent/run"]),
+    (["benchmark", "--only", "greedy"], ["--only and --resume are for --references"]),
+    (["benchmark", "--resume"], ["--only and --resume are for --references"]),
+    (
+        ["benchmark", "--references", "--tasks", "batch_env/Trace-v0", "--only", "greedy,lazy"],
+        ["--only='greedy,lazy'", "['lazy']", "triton-best"],
+    ),
     # bench
     (["bench", "--steps", "0"], ["--steps", "'0'", ">= 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "'0'", ">= 1"]),
