@@ -13,7 +13,8 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
 * ``optimality/normalized_score`` on a benchmark task made with its own settings: 0 at
   greedy's stored reward rate, 1 at the bound's (``batch_env.tasks.normalized_score``).
 * ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
-  separate env with fixed seeds, plus ``optimality/gap_eval_deterministic``; on an env
+  separate env with fixed seeds (and, where the env draws its load per episode, fixed
+  loads spread over its range), plus ``optimality/gap_eval_deterministic``; on an env
   that is not ours (no serving summary, e.g. CartPole-v1) the keys are ``return`` and
   ``steps``. A run may stop at the first evaluation that meets a target
   (``PeriodicEvaluation``'s ``stop_when``; ``batch-env bench --wallclock`` uses it).
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam
 
@@ -152,12 +154,27 @@ class Checkpoints(BaseCallback):
         return True
 
 
+def eval_load_grid(env: Any, n_episodes: int) -> list[float] | None:
+    """For an env that draws its load per episode (a workload with a ``load_range``): the
+    loads its ``n_episodes`` evaluation episodes run at, the midpoints of ``n_episodes``
+    equal cells of the range (as the benchmark's grid: the mean over them is a quadrature
+    of the uniform load, and each episode's bound is known); ``None`` for other envs."""
+    from batch_env.tasks import load_grid
+
+    rng = getattr(getattr(env.unwrapped, "workload", None), "load_range", None)
+    return None if rng is None else list(load_grid(rng[0], rng[1], n_episodes, 1))
+
+
 class PeriodicEvaluation(BaseCallback):
     """Evaluate the current model every ``eval_freq`` steps on fixed seeds.
 
     Both the deterministic and the stochastic policy are evaluated on a separate raw env
     through :func:`batch_env.evaluate`, with the training run's current observation
-    statistics. Results are logged and appended to ``<run_dir>/evaluations.json``.
+    statistics. Results are logged and appended to ``<run_dir>/evaluations.json``. On an
+    env that draws its load per episode the episodes run at fixed loads spread over the
+    range (:func:`eval_load_grid`), and the gap is against the mean of the bound at those
+    loads: drawn loads would make two evaluations' figures, and their gap against a
+    load-averaged bound, differ by the loads drawn rather than by the policy.
 
     Each record holds ``timesteps``, per mode ``{key: [mean, ci95]}`` for the headline
     keys (``return`` and ``steps`` on an env without a serving summary) and
@@ -200,6 +217,12 @@ class PeriodicEvaluation(BaseCallback):
         self.eval_freq, self.n_episodes, self.seed = eval_freq, n_episodes, seed
         self.path = Path(run_dir) / "evaluations.json"
         self.smdp_gain = smdp_gain
+        self.loads = eval_load_grid(self.env, n_episodes)
+        if self.loads is not None and smdp_gain is not None:
+            from baselines.smdp import gains_at_loads
+
+            # the bound at the very loads evaluated: the gap is then the protocol's
+            self.smdp_gain = float(np.mean(gains_at_loads(self.env, self.loads)))
         self.history: list[dict[str, Any]] = []
         if self.path.exists():  # a resumed run: keep its history unless the file is damaged
             self.history = (
@@ -235,7 +258,13 @@ class PeriodicEvaluation(BaseCallback):
             "train_s": start - self._t0 - self._eval_s,
         }
         for mode, det in (("deterministic", True), ("stochastic", False)):
-            res = evaluate(self._policy(det), self.env, n_episodes=self.n_episodes, seed=self.seed)
+            res = evaluate(
+                self._policy(det),
+                self.env,
+                n_episodes=self.n_episodes,
+                seed=self.seed,
+                options=None if self.loads is None else [{"load": x} for x in self.loads],
+            )
             keys = EVAL_KEYS if "reward_rate_per_s" in res.episodes[0] else OTHER_ENV_KEYS
             record[mode] = {k: (res.mean(k), res.ci95(k)) for k in keys}
             for k in keys:

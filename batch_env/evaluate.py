@@ -148,7 +148,7 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     progress: Callable[[int], None] | None = None,
     max_steps: int | None = None,
-    options: dict[str, Any] | None = None,
+    options: dict[str, Any] | Sequence[dict[str, Any] | None] | None = None,
 ) -> EvaluationResult:
     """Run ``policy`` on ``env`` for ``n_episodes`` seeded episodes.
 
@@ -163,7 +163,8 @@ def evaluate(
         even on an env without the registration's ``TimeLimit``); ``None``:
         :data:`batch_env.MAX_EPISODE_STEPS`.
     :param options: passed to every ``env.reset`` (e.g. ``{"load": 0.3}`` on a workload
-        with a ``load_range``).
+        with a ``load_range``), or a sequence of ``n_episodes`` of them, one per episode
+        (e.g. a grid of loads).
     :returns: the per-episode summaries with confidence intervals.
     """
     if not isinstance(n_episodes, int) or n_episodes < 1:
@@ -179,10 +180,19 @@ def evaluate(
         env = env()
     label = name or getattr(policy, "name", None) or type(policy).__name__
     seeds = [seed + k for k in range(n_episodes)]
+    if options is None or isinstance(options, dict):
+        per_episode: list[dict[str, Any] | None] = [options] * n_episodes
+    else:
+        per_episode = list(options)
+        if len(per_episode) != n_episodes:
+            raise ValueError(
+                f"options has {len(per_episode)} entries for n_episodes={n_episodes}: give "
+                "one dict for every episode, or a list with one per episode"
+            )
     result = EvaluationResult(policy=label, seeds=seeds)
     with warnings.catch_warnings():  # one warning per evaluation instead of one per episode
         warnings.simplefilter("ignore", SummaryWarning)
-        _run_episodes(policy, env, seeds, result, max_steps, progress, options)
+        _run_episodes(policy, env, seeds, result, max_steps, progress, per_episode)
     message = result.warning()
     if message:
         warnings.warn(message, SummaryWarning, stacklevel=2)
@@ -196,15 +206,16 @@ def _run_episodes(
     result: EvaluationResult,
     max_steps: int,
     progress: Callable[[int], None] | None,
-    options: dict[str, Any] | None = None,
+    options: list[dict[str, Any] | None],
 ) -> None:
-    """The episodes of :func:`evaluate`, appended to ``result``."""
+    """The episodes of :func:`evaluate`, appended to ``result`` (``options[k]`` for the
+    reset of episode ``k``)."""
     from .core import ServingCore
 
     serving_env = isinstance(env.unwrapped, ServingCore)
     for k, s in enumerate(seeds):
         policy.reset()
-        obs, info = env.reset(seed=s, options=options)
+        obs, info = env.reset(seed=s, options=options[k])
         total = 0.0
         steps = 0
         ended = False

@@ -204,6 +204,45 @@ def test_training_bounds_cover_the_tasks():
     assert smdp_gain_if_exact("batch_env/Trace-v0", short) is None
 
 
+def test_periodic_evaluation_on_drawn_loads_runs_a_fixed_grid(tmp_path):
+    """On an env that draws its load per episode, training's evaluations run at the
+    midpoints of n equal cells of the load range, and the gap is against the bound at
+    those very loads (drawn loads would make the gap scatter with the draws)."""
+    from agents.callbacks import PeriodicEvaluation, eval_load_grid
+    from baselines.smdp import gains_at_loads
+
+    short = {"horizon_requests": 300}
+    cb = PeriodicEvaluation(
+        "batch_env/AnyLoad-v0", short, [], 1000, 2, 0, tmp_path, smdp_gain=123.0
+    )
+    assert cb.loads == [0.3125, 0.7375]  # cells of 0.1-0.95
+    assert cb.smdp_gain == pytest.approx(np.mean(gains_at_loads(cb.env, cb.loads)), rel=1e-12)
+    assert eval_load_grid(gym.make("batch_env/LowLoadEnergy-v0"), 2) is None
+    node = PeriodicEvaluation("batch_env/NodeAnyLoad-v0", short, [], 1000, 4, 0, tmp_path)
+    assert node.loads == [0.2, 0.4, 0.6, 0.8] and node.smdp_gain is None  # no bound there
+    # the loads reach the episodes: evaluate takes one reset option per episode
+    env = gym.make("batch_env/AnyLoad-v0", horizon_requests=300, oracle_info=True)
+
+    class Probe:  # notes each episode's load (the oracle's, never the policy's to see)
+        loads: list[float] = []
+        fresh = False
+
+        def reset(self):
+            self.fresh = True
+
+        def act(self, obs, info):
+            if self.fresh:
+                self.loads.append(info["oracle"]["load"])
+                self.fresh = False
+            return 1
+
+    probe = Probe()
+    batch_env.evaluate(probe, env, 2, options=[{"load": 0.2}, {"load": 0.9}])
+    assert probe.loads == [0.2, 0.9]
+    with pytest.raises(ValueError, match="options has 1 entries for n_episodes=2"):
+        batch_env.evaluate(probe, env, 2, options=[{"load": 0.2}])
+
+
 @pytest.mark.slow
 def test_training_on_a_task_logs_the_normalized_score(tmp_path):
     from conftest import tensorboard_scalars
