@@ -176,8 +176,9 @@ class PeriodicEvaluation(BaseCallback):
     loads: drawn loads would make two evaluations' figures, and their gap against a
     load-averaged bound, differ by the loads drawn rather than by the policy.
 
-    Each record holds ``timesteps``, per mode ``{key: [mean, ci95]}`` for the headline
-    keys (``return`` and ``steps`` on an env without a serving summary) and
+    Each record holds ``timesteps``, ``loads`` (on a drawn-load env: the episodes'
+    loads; the CIs are then the spread between loads, not noise), per mode
+    ``{key: [mean, ci95]}`` for the headline keys (``return`` and ``steps`` on an env without a serving summary) and
     ``gap_percent`` where there is a bound, and the wall-clock of this process's
     ``learn()`` when the evaluation began: ``wall_s`` (seconds since training started,
     earlier evaluations included), ``train_s`` (the same without the time spent in
@@ -256,6 +257,7 @@ class PeriodicEvaluation(BaseCallback):
             "timesteps": int(self.num_timesteps),
             "wall_s": start - self._t0,
             "train_s": start - self._t0 - self._eval_s,
+            **({} if self.loads is None else {"loads": self.loads}),
         }
         for mode, det in (("deterministic", True), ("stochastic", False)):
             res = evaluate(

@@ -329,6 +329,9 @@ def _features_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
 
 
 def _centering_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
+    if wrapper.curve is not None:
+        curve = np.column_stack(wrapper.curve).tolist()
+        return VectorAverageRewardCentering(env, gain_curve=curve, curve_index=wrapper.curve_index)
     if wrapper.online:  # its gain is the resolved initial_gain
         return VectorAverageRewardCentering(env, gain=None, initial_gain=wrapper.gain)
     return VectorAverageRewardCentering(env, gain=wrapper.gain)

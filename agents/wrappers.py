@@ -21,18 +21,22 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, SupportsFloat
+from typing import Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
 
-from batch_env.wrappers import AverageRewardCentering
+from batch_env.wrappers import AverageRewardCentering, check_gain_curve
 
 #: The default centring gain of every training path (``batch-env train``, the shipped
 #: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
 DEFAULT_CENTERING_GAIN = "greedy"
 #: the gain modes besides a number
-GAIN_MODES = ("greedy", "smdp", "online")
+GAIN_MODES = ("greedy", "smdp", "online", "greedy-by-load", "smdp-by-load")
+#: the modes that resolve to a gain per load (a curve), on envs that draw their load
+CURVE_MODES = ("greedy-by-load", "smdp-by-load")
+#: loads a gain curve is measured at: the midpoints of this many equal cells of the range
+CURVE_POINTS = 10
 #: seed of the reference episodes that measure greedy's rate (``batch-env train`` adds its seed)
 GAIN_SEED = 50_000
 
@@ -41,7 +45,7 @@ CENTERING_WRAPPERS = ("batch_env.wrappers.AverageRewardCentering", "agents.wrapp
 #: wrappers that only display (for rl-zoo3's enjoy), left out of a run's env by ``batch-env train``
 DISPLAY_WRAPPERS = ("agents.wrappers.ServingSummary",)
 
-_GAIN_CACHE: dict[tuple[str, str, str, int], float | None] = {}
+_GAIN_CACHE: dict[tuple[str, str, str, int], float | list[list[float]] | None] = {}
 
 
 def check_gain_mode(gain: Any, field: str = "centering_gain") -> None:
@@ -55,18 +59,28 @@ def check_gain_mode(gain: Any, field: str = "centering_gain") -> None:
         value = math.nan
     if isinstance(gain, bool) or not math.isfinite(value):
         raise ValueError(
-            f"{field}={gain!r} is invalid: expected greedy, smdp, online or a number (cost per second)"
+            f"{field}={gain!r} is invalid: expected one of {', '.join(GAIN_MODES)} or a "
+            "number (cost per second)"
         )
 
 
-def resolve_gain(mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int = 0) -> float | None:
+def resolve_gain(
+    mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int = 0
+) -> float | list[list[float]] | None:
     """The centring gain g (cost per second) for ``mode``: ``greedy`` = the greedy
     baseline's measured cost rate (3 episodes, seeds ``seed + GAIN_SEED`` on; on
     LLMBatching-v0, which has no batch size to fill, the static cap at ``max_num_seqs``,
     vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
-    (estimated while training), a number = itself. Cached per (mode, env, kwargs, seed).
+    (estimated while training), a number = itself. On an env that draws its load per
+    episode (a ``load_range`` workload) ``greedy-by-load`` and ``smdp-by-load`` give a
+    gain curve instead, ``[[load, g], ...]`` at :data:`CURVE_POINTS` loads over the range
+    (greedy measured in one episode at each, seed ``seed + GAIN_SEED + k``; the SMDP
+    optimum at each, where it is exact), for
+    :class:`~batch_env.wrappers.AverageRewardCentering`'s ``gain_curve``. Cached per
+    (mode, env, kwargs, seed).
 
-    :raises ValueError: naming ``centering_gain`` for any other value.
+    :raises ValueError: naming ``centering_gain`` for any other value, or a curve mode on
+        an env that does not draw its load.
     """
     check_gain_mode(mode)
     if mode is None or mode == "online":
@@ -80,25 +94,73 @@ def resolve_gain(mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int =
 
 
 def run_specs(
-    specs: list[tuple[str, dict[str, Any]]], gain: float | None
+    specs: list[tuple[str, dict[str, Any]]], gain: float | list[list[float]] | None
 ) -> list[tuple[str, dict[str, Any]]]:
     """A hyperparameter file's wrapper specs as a run uses them: display-only wrappers
     (:data:`DISPLAY_WRAPPERS`) left out, every centring wrapper as
-    ``batch_env.wrappers.AverageRewardCentering`` with ``gain`` (a number, None: online),
-    which has a vector twin and needs nothing resolved when the run is loaded again."""
+    ``batch_env.wrappers.AverageRewardCentering`` with ``gain`` (a number, None: online;
+    a list of ``[load, gain]`` pairs: its ``gain_curve``), which has a vector twin and
+    needs nothing resolved when the run is loaded again."""
+
+    def centring() -> dict[str, Any]:  # a fresh copy each (a config file without aliases)
+        if isinstance(gain, list):
+            return {"gain": None, "gain_curve": [list(pair) for pair in gain]}
+        return {"gain": gain}
+
     return [
-        (CENTERING_WRAPPERS[0], {"gain": gain}) if p in CENTERING_WRAPPERS else (p, dict(kw))
+        (CENTERING_WRAPPERS[0], centring()) if p in CENTERING_WRAPPERS else (p, dict(kw))
         for p, kw in specs
         if p not in DISPLAY_WRAPPERS
     ]
 
 
-def _measure_gain(mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int) -> float:
+def _gain_curve(mode: str, env: gym.Env, seed: int) -> list[list[float]]:
+    """:func:`resolve_gain`'s curve for a curve mode on ``env``."""
+    import baselines
+    from batch_env import evaluate
+    from batch_env.tasks import load_grid
+
+    rng = getattr(getattr(env.unwrapped, "workload", None), "load_range", None)
+    if rng is None or not hasattr(env.unwrapped.config, "max_batch_size"):
+        raise ValueError(
+            f"centering_gain={mode!r} needs an env that draws its load per episode (a "
+            "DynamicBatching or NodeBatching workload with a 'load_range'): give greedy, "
+            "smdp, online or a number"
+        )
+    loads = list(load_grid(rng[0], rng[1], CURVE_POINTS, 1))
+    if mode == "smdp-by-load":
+        from baselines.smdp import gains_at_loads, is_exact_per_load
+
+        if not is_exact_per_load(env):
+            raise ValueError(
+                f"centering_gain={mode!r} needs the SMDP optimum at each load, exact only on "
+                "DynamicBatching-v0 with Poisson arrivals and SLA weight 0: give "
+                "greedy-by-load"
+            )
+        gains = gains_at_loads(env, loads)
+    else:
+        pol = baselines.make("greedy", env=env)
+        res = evaluate(
+            pol,
+            env,
+            n_episodes=len(loads),
+            seed=seed + GAIN_SEED,
+            options=[{"load": x} for x in loads],
+        )
+        gains = [-float(ep["reward_rate_per_s"]) for ep in res.episodes]
+    return [[float(x), float(g)] for x, g in zip(loads, gains, strict=True)]
+
+
+def _measure_gain(
+    mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int
+) -> float | list[list[float]]:
     import baselines
     from batch_env import evaluate
 
     env = gym.make(env_id, **env_kwargs)
     try:
+        if mode in CURVE_MODES:
+            return _gain_curve(mode, env, seed)
         if mode == "smdp":
             from baselines.smdp import SMDPProblem, solve
 
@@ -127,8 +189,9 @@ class CenteredReward(AverageRewardCentering):
     gain may be a mode, resolved for the wrapped env's configuration.
 
     :param env: a batching env made by ``gymnasium.make``.
-    :param gain: ``greedy``, ``smdp``, ``online`` (or ``None``) or a number (cost per
-        second); default :data:`DEFAULT_CENTERING_GAIN`.
+    :param gain: ``greedy``, ``smdp``, ``online`` (or ``None``), ``greedy-by-load`` or
+        ``smdp-by-load`` (a gain curve over the loads of an env that draws its load) or a
+        number (cost per second); default :data:`DEFAULT_CENTERING_GAIN`.
     :param seed: offset of the reference episodes' seeds (:func:`resolve_gain`).
     """
 
@@ -139,18 +202,25 @@ class CenteredReward(AverageRewardCentering):
         check_gain_mode(gain, "gain")
         online = gain is None or gain == "online"
         number = None if online or str(gain) in GAIN_MODES else float(gain)
-        super().__init__(env, gain=number)
+        super().__init__(env, gain=number)  # a curve or mode: resolved at the first step
         self.mode = "online" if online else str(gain)
         self.seed = int(seed)
         self._resolved = online or number is not None
 
     def resolve(self) -> float | None:
-        """Resolve the gain now (once); return it (None while online)."""
+        """Resolve the gain now (once); return it (None while online or for a curve,
+        which is then :attr:`curve`)."""
         if not self._resolved:
             env_id, kwargs = _env_config(self.env)
-            self.gain = float(resolve_gain(self.mode, env_id, kwargs, self.seed))
+            got = resolve_gain(self.mode, env_id, kwargs, self.seed)
+            if isinstance(got, list):
+                self.curve = check_gain_curve(got)
+                self.curve_index = 2  # the load estimate (rate / max throughput)
+                self.online = False
+            else:
+                self.gain = float(cast("float", got))
             self._resolved = True
-        return None if self.online else self.gain
+        return None if self.online or self.curve is not None else self.gain
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step with the centred reward (resolving the gain at the first step)."""

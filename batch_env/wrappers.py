@@ -59,6 +59,32 @@ if TYPE_CHECKING:
     from .core import ServingCore
 
 
+def check_gain_curve(curve: Any, field: str = "gain_curve") -> tuple[np.ndarray, np.ndarray]:
+    """``(xs, gains)`` of a centring gain curve: pairs ``[x, gain]`` with finite values
+    and strictly increasing ``x``, at least one; ``ValueError`` naming ``field`` otherwise."""
+    try:
+        arr = np.asarray(curve, dtype=np.float64)
+    except (TypeError, ValueError):
+        arr = np.empty((0, 0))
+    if arr.ndim != 2 or arr.shape[0] < 1 or arr.shape[1] != 2 or not np.isfinite(arr).all():
+        raise ValueError(
+            f"{field}={curve!r} is invalid: expected a list of [x, gain] pairs of finite numbers"
+        )
+    if arr.shape[0] > 1 and not (np.diff(arr[:, 0]) > 0).all():
+        raise ValueError(f"{field}={curve!r} is invalid: the x values must strictly increase")
+    return arr[:, 0].copy(), arr[:, 1].copy()
+
+
+def _check_curve_index(env_space: gym.Space, index: int) -> int:
+    shape = getattr(env_space, "shape", None)
+    n = int(shape[-1]) if shape else 0
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+        raise ValueError(
+            f"curve_index={index!r} is invalid: expected an index of the observation's {n} features"
+        )
+    return int(index)
+
+
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Add ``gain x info["dt_s"]`` to each reward (average-reward centring for an SMDP).
 
@@ -68,31 +94,73 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
         ``None`` estimates it online as total cost / total time over the steps seen so
         far (across episodes), until :meth:`freeze` is called.
     :param initial_gain: starting value of the online estimate (``None``: 0).
+    :param gain_curve: instead of one gain, a gain per load: pairs ``[x, gain]``, ``x``
+        increasing; each step's gain is the curve's linear interpolation (flat beyond its
+        ends) at the observation's feature ``curve_index`` of the state the step's action
+        was chosen in. With the default index 2, the arrival-rate estimate over the max
+        throughput of ``DynamicBatching-v0`` and ``NodeBatching-v0``, that is the load
+        the policy sees: on an env whose load varies by episode (or within one), each
+        step is centred by the cost rate of the load it is served at, where one gain
+        for all loads would reward long steps at low load and short ones at high load
+        (docs/decisions.md). Excludes ``gain``.
+    :param curve_index: the observation feature the curve is read at.
 
     ``info["centering_gain"]`` gives the value used at each step.
     """
 
     def __init__(
-        self, env: gym.Env, gain: float | None = None, initial_gain: float | None = None
+        self,
+        env: gym.Env,
+        gain: float | None = None,
+        initial_gain: float | None = None,
+        gain_curve: Any = None,
+        curve_index: int = 2,
     ) -> None:
-        gym.utils.RecordConstructorArgs.__init__(self, gain=gain, initial_gain=initial_gain)
+        gym.utils.RecordConstructorArgs.__init__(
+            self,
+            gain=gain,
+            initial_gain=initial_gain,
+            gain_curve=gain_curve,
+            curve_index=curve_index,
+        )
         gym.Wrapper.__init__(self, env)
         if gain is not None:
             check_number("gain", gain)
         if initial_gain is not None:
             check_number("initial_gain", initial_gain)
-        self.online = gain is None
+        self.curve: tuple[np.ndarray, np.ndarray] | None = None
+        if gain_curve is not None:
+            if gain is not None:
+                raise ValueError(
+                    f"gain={gain!r} and gain_curve are exclusive: give one gain or a curve"
+                )
+            self.curve = check_gain_curve(gain_curve)
+            self.curve_index = _check_curve_index(env.observation_space, curve_index)
+        self.online = gain is None and self.curve is None
         self.gain = float(gain if gain is not None else (initial_gain or 0.0))
         self._cost = 0.0
         self._time = 0.0
+        self._obs: Any = None
 
     def freeze(self) -> None:
         """Stop updating the online estimate (for evaluation)."""
         self.online = False
 
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset (keeping the observation a curve is read at)."""
+        obs, info = self.env.reset(**kwargs)
+        self._obs = obs
+        return obs, info
+
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the env and return the centred reward."""
+        if self.curve is not None:
+            if self._obs is None:
+                raise gym.error.ResetNeeded("reset the env before stepping it")
+            x = float(np.asarray(self._obs).reshape(-1)[self.curve_index])
+            self.gain = float(np.interp(x, *self.curve))
         obs, reward, terminated, truncated, info = self.env.step(action)
+        self._obs = obs
         dt = float(info["dt_s"])
         if self.online:
             self._cost -= float(reward)
@@ -375,25 +443,42 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
     :param env: a vector env of batching lanes.
     :param gain: reference cost rate per second, or ``None`` for the online estimate.
     :param initial_gain: starting value of the online estimate (``None``: 0).
+    :param gain_curve: a gain per load, read per lane at the observation feature
+        ``curve_index`` of the state its action was chosen in (as the scalar wrapper).
+    :param curve_index: the observation feature the curve is read at.
     """
 
     needs_step_info = True
 
     def __init__(
-        self, env: VectorEnv, gain: float | None = None, initial_gain: float | None = None
+        self,
+        env: VectorEnv,
+        gain: float | None = None,
+        initial_gain: float | None = None,
+        gain_curve: Any = None,
+        curve_index: int = 2,
     ) -> None:
         super().__init__(env)
         if gain is not None:
             check_number("gain", gain)
         if initial_gain is not None:
             check_number("initial_gain", initial_gain)
-        self.online = gain is None
+        self.curve: tuple[np.ndarray, np.ndarray] | None = None
+        if gain_curve is not None:
+            if gain is not None:
+                raise ValueError(
+                    f"gain={gain!r} and gain_curve are exclusive: give one gain or a curve"
+                )
+            self.curve = check_gain_curve(gain_curve)
+            self.curve_index = _check_curve_index(env.single_observation_space, curve_index)
+        self.online = gain is None and self.curve is None
         self.gain = np.full(
             env.num_envs, float(gain if gain is not None else (initial_gain or 0.0))
         )
         self._cost = np.zeros(env.num_envs)
         self._time = np.zeros(env.num_envs)
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # NEXT_STEP: lanes this step resets
+        self._obs: np.ndarray | None = None  # each lane's latest observation (curve)
 
     def freeze(self) -> None:
         """Stop updating the online estimates."""
@@ -409,11 +494,24 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
             self._resetting[:] = False
         else:
             self._resetting[np.asarray(mask, dtype=bool)] = False
+        if self.curve is not None:
+            obs = np.asarray(out[0], dtype=np.float64)
+            if self._obs is None or mask is None:
+                self._obs = obs.copy()
+            else:  # a masked reset: the other lanes' observations are not new
+                m = np.asarray(mask, dtype=bool)
+                self._obs[m] = obs[m]
         return out
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step and return the centred rewards."""
+        if self.curve is not None:
+            if self._obs is None:
+                raise gym.error.ResetNeeded("reset the vector env before stepping it")
+            np.copyto(self.gain, np.interp(self._obs[:, self.curve_index], *self.curve))
         obs, rewards, terminated, truncated, info = self.env.step(actions)
+        if self.curve is not None:
+            self._obs = np.array(obs, dtype=np.float64)
         if "dt_s" not in info:
             raise ValueError(
                 "VectorAverageRewardCentering needs info['dt_s'] at every step: build the vector "

@@ -807,7 +807,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                 if "gap_percent" in det
                 else ""
             )
-            print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
+            if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
+                at = ", ".join(f"{x:g}" for x in ev["loads"])
+                print(
+                    f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per "
+                    f"second{gap.replace('the SMDP optimum', 'the optimum at those loads')}"
+                )
+            else:
+                print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
     return 0
@@ -1254,8 +1261,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--centering-gain",
         default=None,
         help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
-        f"number; default {DEFAULT_CENTERING_GAIN}, or the gain the hyperparameter file gives "
-        f"agents.wrappers.CenteredReward{kept}",
+        f"number; on an env that draws its load per episode (batch_env/AnyLoad-v0, "
+        f"NodeAnyLoad-v0) also greedy-by-load or smdp-by-load, a gain per load read at the "
+        f"policy's load estimate each step; default {DEFAULT_CENTERING_GAIN}, or the gain the "
+        f"hyperparameter file gives agents.wrappers.CenteredReward{kept}",
     )
     p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
     p.add_argument(

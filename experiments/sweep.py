@@ -226,13 +226,12 @@ def _hyperparams_files(hp: Any, algos: list[str], where: str) -> dict[str, str]:
 def _check_run_options(cfg: dict[str, Any], where: str) -> None:
     """Check and fill the training options every trial shares: ``centering_gain``,
     ``vectorized`` and ``num_envs``."""
+    from agents.wrappers import GAIN_MODES
+
     gain = cfg.get("centering_gain", "greedy")
-    if not (
-        gain in ("greedy", "smdp", "online")
-        or (isinstance(gain, (int, float)) and not isinstance(gain, bool))
-    ):
+    if not (gain in GAIN_MODES or (isinstance(gain, (int, float)) and not isinstance(gain, bool))):
         raise ValueError(
-            f"{where}: centering_gain={gain!r} must be greedy, smdp, online or a number"
+            f"{where}: centering_gain={gain!r} must be one of {', '.join(GAIN_MODES)} or a number"
         )
     cfg["centering_gain"] = str(gain)
     if not isinstance(cfg.get("vectorized", False), bool):

@@ -67,6 +67,71 @@ def test_centering_adds_gain_times_dt_and_estimates_online():
     assert online.gain == g
 
 
+def test_centering_by_load_reads_the_curve_at_the_load_estimate():
+    """With a gain curve, each step adds the curve's interpolation at the load estimate
+    (observation feature 2) of the state the action was taken in, flat beyond the ends;
+    bad curves are named errors."""
+    curve = [[0.2, 20.0], [0.8, 140.0]]
+    env = AverageRewardCentering(
+        gym.make("batch_env/AnyLoad-v0", horizon_requests=300), gain_curve=curve
+    )
+    raw = gym.make("batch_env/AnyLoad-v0", horizon_requests=300)
+    obs, _ = env.reset(seed=3, options={"load": 0.3})
+    raw.reset(seed=3, options={"load": 0.3})
+    gains = []
+    for a in (0, 2, 0, 1, 4, 0, 1):
+        g = float(np.interp(obs[2], [0.2, 0.8], [20.0, 140.0]))
+        obs, r, *_, info = env.step(a)
+        _, r0, *_ = raw.step(a)
+        assert info["centering_gain"] == pytest.approx(g, rel=1e-12)
+        assert r == pytest.approx(r0 + g * info["dt_s"], rel=1e-12)
+        gains.append(g)
+    assert 20.0 < min(gains) and max(gains) < 140.0 and not env.online
+    flat = AverageRewardCentering(gym.make(ENV_ID), gain_curve=[[5.0, 7.0]])
+    flat.reset(seed=0)
+    assert flat.step(1)[-1]["centering_gain"] == 7.0  # beyond the end: the end's gain
+    for bad, needle in (
+        ([[0.5, 1.0], [0.4, 2.0]], "must strictly increase"),
+        ([[0.5, float("nan")]], "finite numbers"),
+        ([], "pairs"),
+        ("x", "pairs"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            AverageRewardCentering(gym.make(ENV_ID), gain_curve=bad)
+    with pytest.raises(ValueError, match="exclusive"):
+        AverageRewardCentering(gym.make(ENV_ID), gain=1.0, gain_curve=curve)
+    with pytest.raises(ValueError, match="curve_index=9 is invalid"):
+        AverageRewardCentering(gym.make(ENV_ID), gain_curve=curve, curve_index=9)
+
+
+def test_gain_curve_modes_resolve_per_load():
+    """``smdp-by-load`` is the SMDP optimum at 10 loads over the range (exact there);
+    ``greedy-by-load`` greedy's measured cost there; both refuse an env without a drawn
+    load, and ``smdp-by-load`` one where the optimum is not exact."""
+    from agents.wrappers import CenteredReward, resolve_gain
+    from baselines.smdp import gains_at_loads
+    from batch_env.tasks import load_grid
+
+    short = {"horizon_requests": 300}
+    curve = resolve_gain("smdp-by-load", "batch_env/AnyLoad-v0", short)
+    loads = list(load_grid(0.1, 0.95, 10, 1))
+    env = gym.make("batch_env/AnyLoad-v0", **short)
+    assert [x for x, _ in curve] == loads
+    assert [g for _, g in curve] == pytest.approx(gains_at_loads(env, loads), rel=1e-12)
+    greedy = resolve_gain("greedy-by-load", "batch_env/NodeAnyLoad-v0", short)
+    assert [x for x, _ in greedy] == list(load_grid(0.1, 0.9, 10, 1))
+    assert all(g > 0 for _, g in greedy) and greedy[-1][1] > greedy[0][1]
+    with pytest.raises(ValueError, match="needs an env that draws its load"):
+        resolve_gain("smdp-by-load", ENV_ID, short)
+    with pytest.raises(ValueError, match="exact only on"):
+        resolve_gain("smdp-by-load", "batch_env/NodeAnyLoad-v0", short)
+    wrapped = CenteredReward(gym.make("batch_env/AnyLoad-v0", **short), gain="smdp-by-load")
+    obs, _ = wrapped.reset(seed=0)
+    info = wrapped.step(1)[-1]
+    xs, gs = zip(*curve, strict=True)
+    assert info["centering_gain"] == pytest.approx(float(np.interp(obs[2], xs, gs)))
+
+
 def test_binary_action_and_queue_features():
     env = QueueFeatures(BinaryAction(gym.make(ENV_ID, max_batch_size=8)))
     obs, _ = env.reset(seed=0)

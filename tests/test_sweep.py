@@ -127,7 +127,7 @@ def test_a_trial_killed_while_its_folder_was_made_is_restarted(tmp_path):
         ({"env_id": "CartPole-v1"}, "env_id='CartPole-v1' is not one of"),
         (
             {"centering_gain": "median"},
-            "centering_gain='median' must be greedy, smdp, online or a number",
+            "centering_gain='median' must be one of greedy, smdp, online, greedy-by-load, smdp-by-load or a number",
         ),
         ({"name": "a/b"}, "name='a/b' must be a non-empty folder name"),
     ],
