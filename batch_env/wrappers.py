@@ -75,14 +75,31 @@ def check_gain_curve(curve: Any, field: str = "gain_curve") -> tuple[np.ndarray,
     return arr[:, 0].copy(), arr[:, 1].copy()
 
 
-def _check_curve_index(env_space: gym.Space, index: int) -> int:
-    shape = getattr(env_space, "shape", None)
+def _centring_args(
+    gain: Any, initial_gain: Any, gain_curve: Any, curve_index: Any, space: gym.Space
+) -> tuple[tuple[np.ndarray, np.ndarray] | None, int]:
+    """Check the centring wrappers' arguments (the scalar one's and its vector twin's);
+    ``(curve or None, curve_index)``."""
+    if gain is not None:
+        check_number("gain", gain)
+    if initial_gain is not None:
+        check_number("initial_gain", initial_gain)
+    if gain_curve is None:
+        return None, 2
+    if gain is not None:
+        raise ValueError(f"gain={gain!r} and gain_curve are exclusive: give one gain or a curve")
+    shape = getattr(space, "shape", None)
     n = int(shape[-1]) if shape else 0
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+    if (
+        isinstance(curve_index, bool)
+        or not isinstance(curve_index, (int, np.integer))
+        or not 0 <= curve_index < n
+    ):
         raise ValueError(
-            f"curve_index={index!r} is invalid: expected an index of the observation's {n} features"
+            f"curve_index={curve_index!r} is invalid: expected an index of the observation's "
+            f"{n} features"
         )
-    return int(index)
+    return check_gain_curve(gain_curve), int(curve_index)
 
 
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -124,18 +141,9 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
             curve_index=curve_index,
         )
         gym.Wrapper.__init__(self, env)
-        if gain is not None:
-            check_number("gain", gain)
-        if initial_gain is not None:
-            check_number("initial_gain", initial_gain)
-        self.curve: tuple[np.ndarray, np.ndarray] | None = None
-        if gain_curve is not None:
-            if gain is not None:
-                raise ValueError(
-                    f"gain={gain!r} and gain_curve are exclusive: give one gain or a curve"
-                )
-            self.curve = check_gain_curve(gain_curve)
-            self.curve_index = _check_curve_index(env.observation_space, curve_index)
+        self.curve, self.curve_index = _centring_args(
+            gain, initial_gain, gain_curve, curve_index, env.observation_space
+        )
         self.online = gain is None and self.curve is None
         self.gain = float(gain if gain is not None else (initial_gain or 0.0))
         self._cost = 0.0
@@ -459,18 +467,9 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         curve_index: int = 2,
     ) -> None:
         super().__init__(env)
-        if gain is not None:
-            check_number("gain", gain)
-        if initial_gain is not None:
-            check_number("initial_gain", initial_gain)
-        self.curve: tuple[np.ndarray, np.ndarray] | None = None
-        if gain_curve is not None:
-            if gain is not None:
-                raise ValueError(
-                    f"gain={gain!r} and gain_curve are exclusive: give one gain or a curve"
-                )
-            self.curve = check_gain_curve(gain_curve)
-            self.curve_index = _check_curve_index(env.single_observation_space, curve_index)
+        self.curve, self.curve_index = _centring_args(
+            gain, initial_gain, gain_curve, curve_index, env.single_observation_space
+        )
         self.online = gain is None and self.curve is None
         self.gain = np.full(
             env.num_envs, float(gain if gain is not None else (initial_gain or 0.0))
