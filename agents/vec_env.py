@@ -36,6 +36,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecMonitor
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from batch_env.wrappers import (
+    VectorArrivalFeatures,
     VectorAverageRewardCentering,
     VectorBinaryAction,
     VectorQueueFeatures,
@@ -328,6 +329,10 @@ def _features_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
     return VectorQueueFeatures(env)
 
 
+def _arrival_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
+    return VectorArrivalFeatures(env, windows=wrapper.windows)
+
+
 def _centering_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
     if wrapper.curve is not None:
         curve = np.column_stack(wrapper.curve).tolist()
@@ -342,6 +347,7 @@ def _centering_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
 VECTOR_TWINS: dict[str, tuple[type[VectorWrapper], Callable[[VectorEnv, Any], VectorWrapper]]] = {
     "batch_env.wrappers.BinaryAction": (VectorBinaryAction, _binary_twin),
     "batch_env.wrappers.QueueFeatures": (VectorQueueFeatures, _features_twin),
+    "batch_env.wrappers.ArrivalFeatures": (VectorArrivalFeatures, _arrival_twin),
     "batch_env.wrappers.AverageRewardCentering": (VectorAverageRewardCentering, _centering_twin),
 }
 

@@ -132,6 +132,38 @@ def test_gain_curve_modes_resolve_per_load():
     assert info["centering_gain"] == pytest.approx(float(np.interp(obs[2], xs, gs)))
 
 
+def test_arrival_features_follow_the_arrivals():
+    """Load estimates over short windows follow the env's own estimator from the arrivals
+    in ``info["arrived_total"]``, starting at the env's estimate; the time since the last
+    arrival is 0 after a step with arrivals and grows by ``dt`` otherwise."""
+    from batch_env.wrappers import ArrivalFeatures
+
+    env = ArrivalFeatures(gym.make("batch_env/Bursty-v0", horizon_requests=500))
+    mu = env.unwrapped.max_throughput_rps
+    obs, info = env.reset(seed=4)
+    assert obs.shape == (8,) and env.observation_space.contains(obs)
+    assert obs[5] == pytest.approx(obs[2]) and obs[6] == pytest.approx(obs[2]) and obs[7] == 0
+    r, seen, since = np.full(2, float(obs[2]) * mu), info["arrived_total"], 0.0
+    tau = np.array([8.0, 64.0]) / mu
+    grew = reset_to_zero = 0
+    for t in range(400):
+        obs, _, _, trunc, info = env.step(int(t % 3 == 0) * 4)
+        n, seen = info["arrived_total"] - seen, info["arrived_total"]
+        r = r * np.exp(-info["dt_s"] / tau) + n / tau
+        since = 0.0 if n else since + info["dt_s"]
+        assert obs[5:7] == pytest.approx(np.minimum(r / mu, 100.0), rel=1e-5)
+        s = np.log1p(since * mu) / np.log1p(10.0 * mu)
+        assert obs[7] == pytest.approx(min(s, 1.0), rel=1e-5, abs=1e-7)
+        grew += since > 0
+        reset_to_zero += n > 0
+        assert env.observation_space.contains(obs)
+        if trunc:
+            break
+    assert grew and reset_to_zero
+    with pytest.raises(ValueError, match="windows=\\[0\\] is invalid"):
+        ArrivalFeatures(gym.make(ENV_ID), windows=[0])
+
+
 def test_binary_action_and_queue_features():
     env = QueueFeatures(BinaryAction(gym.make(ENV_ID, max_batch_size=8)))
     obs, _ = env.reset(seed=0)

@@ -17,9 +17,11 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 import batch_env  # noqa: F401
 from batch_env.envs.dynamic_batching import DynamicBatchingVectorEnv
 from batch_env.wrappers import (
+    ArrivalFeatures,
     AverageRewardCentering,
     BinaryAction,
     QueueFeatures,
+    VectorArrivalFeatures,
     VectorAverageRewardCentering,
     VectorBinaryAction,
     VectorQueueFeatures,
@@ -164,29 +166,32 @@ def test_action_masks_through_vector_wrappers(base):
     assert np.array_equal(info["action_mask"], np.stack(env.call("action_masks")))
 
 
-def _scalar_chain(kw, **centring):
-    return AverageRewardCentering(QueueFeatures(BinaryAction(gym.make(ENV_ID, **kw))), **centring)
+def _scalar_chain(kw, arrivals=False, **centring):
+    env = QueueFeatures(BinaryAction(gym.make(ENV_ID, **kw)))
+    return AverageRewardCentering(ArrivalFeatures(env) if arrivals else env, **centring)
 
 
 #: a gain per load, read at the load estimate (observation feature 2)
 CURVE = [[0.3, 40.0], [0.6, 90.0], [0.9, 200.0]]
 
 
-@pytest.mark.parametrize("centring", ["online", "curve"])
+@pytest.mark.parametrize("centring", ["online", "curve+arrivals"])
 @pytest.mark.parametrize("base", ["native", "sync"])
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 def test_vector_twins_equal_scalar_wrappers_in_every_autoreset_mode(mode, base, centring):
-    """BinaryAction, QueueFeatures and AverageRewardCentering (innermost first; online,
-    or a gain curve over the load estimate) on each lane of a vector env equal the scalar
-    wrappers on the scalar env, in lockstep: observations, centred rewards and gains,
-    through ``RecordEpisodeStatistics``."""
+    """BinaryAction, QueueFeatures, (ArrivalFeatures) and AverageRewardCentering (innermost
+    first; online, or a gain curve over the load estimate) on each lane of a vector env
+    equal the scalar wrappers on the scalar env, in lockstep: observations, centred
+    rewards and gains, through ``RecordEpisodeStatistics``."""
     n, seed = 3, 11
-    ck = {"gain_curve": CURVE} if centring == "curve" else {}
+    curve = centring == "curve+arrivals"
+    ck = {"gain_curve": CURVE} if curve else {}
     env = (_native if base == "native" else _sync)(n, mode)
+    inner = VectorQueueFeatures(VectorBinaryAction(env))
     venv = RecordEpisodeStatistics(
-        VectorAverageRewardCentering(VectorQueueFeatures(VectorBinaryAction(env)), **ck)
+        VectorAverageRewardCentering(VectorArrivalFeatures(inner) if curve else inner, **ck)
     )
-    envs = [_scalar_chain(KW, **ck) for _ in range(n)]
+    envs = [_scalar_chain(KW, arrivals=curve, **ck) for _ in range(n)]
     vobs, _ = venv.reset(seed=seed)
     sobs = [e.reset(seed=seed + i)[0] for i, e in enumerate(envs)]
     assert np.array_equal(vobs, np.stack(sobs))

@@ -344,6 +344,7 @@ def test_full_info_matches_the_scalar_info():
             "last_batch_size",
             "clipped_action",
             "dropped_total",
+            "arrived_total",
         ):
             assert close(float(lane[key]), float(sinfo[key])), key
         assert np.array_equal(lane["action_mask"], sinfo["action_mask"])

@@ -234,6 +234,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "action_mask": self._mask_table[q if q < self._B else self._B].copy(),
             "clipped_action": self._clipped,
             "dropped_total": self._drops,
+            "arrived_total": self._arrived,
             "energy_source": self.executor.energy_source,
         }
         if self._oracle:

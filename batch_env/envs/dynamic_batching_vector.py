@@ -99,6 +99,7 @@ _INFO_KEYS = (
     "action_mask",
     "clipped_action",
     "dropped_total",
+    "arrived_total",
     "energy_source",
 )
 #: attributes every lane shares with the scalar env (DynamicBatchingVectorEnv.call)
@@ -203,7 +204,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
     ``True``: every step and reset returns the scalar env's per-step info keys,
     ``queue_len``, ``oldest_wait_s``, ``now_s``, ``dt_s``, ``last_batch_size``,
     ``last_batch_latency_s``, ``reward_components``, ``action_mask``, ``clipped_action``,
-    ``dropped_total``, ``energy_source``, in ``SyncVectorEnv``'s layout and dtypes;
+    ``dropped_total``, ``arrived_total``, ``energy_source``, in ``SyncVectorEnv``'s layout and dtypes;
     ``False``: none, for speed, only the episode-end keys), and every keyword argument of :class:`DynamicBatchingEnv`
     except the real executor (``executor="torch"`` needs one model per lane: use
     ``vectorization_mode="sync"``) and non-looping traces (a lane whose stream ends
@@ -923,7 +924,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         N = self.num_envs
         # (the arrays are rows of three 2D arrays: three allocations instead of thirty
         # keep the cost per step low with few lanes; rows never overlap)
-        ints = np.array([q, self._last_batch, self._drops], dtype=np.int64)
+        ints = np.array([q, self._last_batch, self._drops, self._arrived], dtype=np.int64)
         floats = np.array(
             [np.where(q > 0, oldest, 0.0), self._now, dt, self._last_latency], dtype=np.float64
         )
@@ -943,6 +944,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             "action_mask": self._mask_table[np.minimum(q, self._max_batch)],
             "clipped_action": self._clipped.copy(),
             "dropped_total": ints[2],
+            "arrived_total": ints[3],
             "energy_source": self._energy_source.copy(),
         }
         for r, k in enumerate(_INFO_KEYS):
