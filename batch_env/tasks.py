@@ -239,16 +239,16 @@ TASKS: dict[str, Task] = {
                 {
                     "profile": "llama-2-7b-h100",
                     "gpu_memory_utilization": 0.25,
-                    "workload": {"kind": "poisson", "rate_per_s": 3.5},
+                    "workload": {"kind": "poisson", "rate_per_s": 3.0},
                     "lengths": {"kind": "empirical", "dataset": "azure-conv-2023-gz"},
                     "reward_weights": {"latency": 1.0, "energy": 0.0, "sla": 20.0, "drop": 20.0},
-                    "horizon_requests": 20_000,
+                    "horizon_requests": 40_000,
                     "warmup_requests": 1_000,
                 }
             ),
             summary=(
                 "Llama-2-7B on an H100 with a quarter of its memory for the KV cache (about "
-                "9k tokens), Poisson arrivals at 3.5 requests/s with the Azure conversation "
+                "9k tokens), Poisson arrivals at 3 requests/s with the Azure conversation "
                 "trace's prompt and output lengths; TTFT 1 s and TPOT 50 ms SLAs."
             ),
             hard=(
@@ -258,6 +258,9 @@ TASKS: dict[str, Task] = {
                 "exact bound is known; the reference is the best known policy."
             ),
             bound=None,
+            # 50 x 40,000 requests: an episode's figure scatters by about 3% (memory near
+            # full: congestion comes and goes slowly); docs/benchmark.md, "Protocol"
+            seeds=tuple(range(1000, 1050)),
         ),
         Task(
             id="batch_env/Bursty-v0",

@@ -109,7 +109,6 @@ def test_normalized_score_is_zero_at_greedy_and_one_at_the_bound():
 CI_ABOVE_ONE_PERCENT = {
     ("batch_env/NodeAnyLoad-v0", "random"),
 }
-CI_ABOVE_ONE_PERCENT_TASKS = {"batch_env/LLMMemoryPressure-v0"}
 
 
 def test_stored_reference_cis_are_under_one_percent():
@@ -130,7 +129,7 @@ def test_stored_reference_cis_are_under_one_percent():
                 and fig["horizon_requests"] == task.horizon_requests
             )
             under = fig["ci95"] < 0.01 * abs(fig["reward_rate_per_s"])
-            known = (task_id, name) in CI_ABOVE_ONE_PERCENT or task_id in CI_ABOVE_ONE_PERCENT_TASKS
+            known = (task_id, name) in CI_ABOVE_ONE_PERCENT
             assert under != known, (task_id, name, fig["ci95"])  # the list is exact
             if task.eval_loads:
                 assert fig["loads"] == list(task.eval_loads)
