@@ -319,20 +319,32 @@ class ArrivalFeatures(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Reset; the estimates start at the env's own."""
         obs, info = self.env.reset(**kwargs)
-        self._r[:] = float(obs[2]) * self._mu
-        self._seen = int(info["arrived_total"])
-        self._since = 0.0
-        return self._features(obs), info
+        return self.observe_reset(obs, info), info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step and append the arrival features."""
         obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.observe_step(obs, info), reward, terminated, truncated, info
+
+    def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features of an episode's first observation (restarting the estimates at
+        the env's own): what :meth:`reset` returns. With :meth:`observe_step`, a policy
+        acting on another env (``agents.load_policy``) keeps the same state from the
+        ``(obs, info)`` it is shown."""
+        self._r[:] = float(obs[2]) * self._mu
+        self._seen = int(info["arrived_total"])
+        self._since = 0.0
+        return self._features(obs)
+
+    def observe_step(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features after a step, from its ``info`` (``dt_s``, ``arrived_total``):
+        what :meth:`step` returns."""
         dt = float(info["dt_s"])
         total = int(info["arrived_total"])
         n, self._seen = total - self._seen, total
         self._r = self._r * np.exp(-dt / self._tau) + n / self._tau
         self._since = 0.0 if n else self._since + dt
-        return self._features(obs), reward, terminated, truncated, info
+        return self._features(obs)
 
 
 def _arrival_taus(windows: Any, mu: float) -> np.ndarray:

@@ -557,3 +557,126 @@ def test_bad_hyperparameter_files_are_named(tmp_path, entry, message):
     path.write_text(yaml.safe_dump({ENV_ID: {**TINY_PPO[ENV_ID], **entry}}))
     with pytest.raises(ValueError, match=f"hp.yml.*{message}"):
         load_hyperparams("ppo", ENV_ID, path)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "ppo_mask"])
+def test_numpy_actor_acts_as_predict(algo):
+    """The NumPy copy of a policy network picks ``model.predict``'s deterministic action
+    (masked for MaskablePPO) on thousands of observations, the network's weights scaled
+    up so that the logits differ widely and the argmax is not trivially constant."""
+    import torch
+
+    from agents.common import NumpyActor, algo_class
+
+    env = QueueFeatures(gym.make(ENV_ID, max_batch_size=8))
+    model = algo_class(algo)("MlpPolicy", env, seed=3, device="cpu")
+    with torch.no_grad():
+        for p in model.policy.parameters():
+            p.mul_(4.0)
+    actor = NumpyActor.of(model)
+    assert actor is not None
+    rng = np.random.default_rng(0)
+    n_actions = env.action_space.n
+    picked = set()
+    for _ in range(3000):
+        o = rng.normal(0.0, 2.0, size=env.observation_space.shape).astype(np.float32)
+        if algo == "ppo_mask":
+            mask = rng.random(n_actions) < 0.5
+            mask[rng.integers(n_actions)] = True
+            want = int(model.predict(o, deterministic=True, action_masks=mask)[0])
+            got = actor.action(o, mask)
+            assert mask[got]
+        else:
+            want, got = int(model.predict(o, deterministic=True)[0]), actor.action(o)
+        assert got == want
+        picked.add(got)
+    assert len(picked) > 2  # the check covers more than one action
+
+
+def test_policy_replays_stateful_observation_wrappers(tmp_path):
+    """A run trained with ArrivalFeatures (state kept from step to step) loads as a policy
+    on the raw env: the policy shows its model exactly what the wrapped env showed it
+    during training, over two episodes (the wrapper state restarts with the episode),
+    and acts as ``model.predict`` does on the wrapped env."""
+    specs = [
+        ("batch_env.wrappers.BinaryAction", {}),
+        ("batch_env.wrappers.QueueFeatures", {}),
+        ("batch_env.wrappers.ArrivalFeatures", {}),
+    ]
+    from agents.common import AgentPolicy, load_normalizer, make_env
+
+    kw = {"horizon_requests": 300}
+    run = tmp_path / "run"
+    train(
+        TrainArgs(
+            algo="ppo",
+            env_id="batch_env/Bursty-v0",
+            env_kwargs=kw,
+            n_timesteps=256,
+            seed=0,
+            run_dir=str(run),
+            progress=False,
+            eval_freq=0,
+            hyperparams=_arrival_hyperparams(tmp_path),
+        )
+    )
+    pol = load_policy(run)
+    assert isinstance(pol, AgentPolicy) and pol._actor is not None
+    norm = load_normalizer(run / "vecnormalize.pkl")
+    wrapped = make_env("batch_env/Bursty-v0", kw, specs)
+    raw = gym.make("batch_env/Bursty-v0", **kw)
+    for ep in range(2):
+        pol.reset()
+        wo, _ = wrapped.reset(seed=10 + ep)
+        ro, rinfo = raw.reset(seed=10 + ep)
+        for _ in range(500):
+            seen = pol.observe(ro, rinfo)
+            want = norm.normalize_obs(wo)
+            assert seen == pytest.approx(want, rel=1e-6, abs=1e-6)
+            a_model = int(pol.model.predict(want, deterministic=True)[0])
+            a_env = wrapped.get_wrapper_attr("action_from_info")(a_model, rinfo)
+            wo, _, _, trunc, _ = wrapped.step(a_model)
+            ro, _, _, rtrunc, rinfo = raw.step(a_env)
+            assert trunc == rtrunc
+            if trunc:
+                break
+    # act() = observe() + the network + the action wrappers, from a fresh episode
+    pol.reset()
+    ro, rinfo = raw.reset(seed=99)
+    probe = load_policy(run)
+    probe.reset()
+    for _ in range(50):
+        a = pol.act(ro, rinfo)
+        o = probe.observe(ro, rinfo)
+        assert a == probe._act_fns[0](int(probe.model.predict(o, deterministic=True)[0]), rinfo)
+        ro, *_, rinfo = raw.step(a)
+
+
+def _arrival_hyperparams(tmp_path: Path) -> str:
+    """A PPO hyperparameter file for Bursty-v0 with the arrival features."""
+    entry = dict(load_hyperparams("ppo", "batch_env/DynamicBatching-v0"))
+    entry["env_wrapper"] = [
+        "batch_env.wrappers.BinaryAction",
+        "batch_env.wrappers.QueueFeatures",
+        "batch_env.wrappers.ArrivalFeatures",
+        "agents.wrappers.CenteredReward",
+    ]
+    entry.update(n_envs=1, n_steps=128, batch_size=64, n_epochs=1)
+    path = tmp_path / "ppo-arrivals.yml"
+    path.write_text(yaml.safe_dump({"batch_env/Bursty-v0": entry}))
+    return str(path)
+
+
+def test_a_wrapper_a_policy_cannot_replay_is_named():
+    """A wrapper that changes the observation outside ObservationWrapper and without the
+    replay methods is refused when the policy is built, naming it."""
+    from agents.common import AgentPolicy
+
+    class Opaque(gym.Wrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = gym.spaces.Box(-1, 1, (9,), np.float32)
+
+    gym.register("test/OpaqueObs-v0", lambda: Opaque(gym.make(ENV_ID)))
+    with pytest.raises(ValueError, match="wrapper Opaque changes the observation"):
+        AgentPolicy(None, "test/OpaqueObs-v0", {}, [])
