@@ -44,38 +44,45 @@ _KEYS = {
     "centering_gain",
     "eval_horizon_requests",
     "triton_grid",
+    "tasks",
 }
 
 
 def load_agents_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read the agents experiment config (a name in ``experiments/configs`` or a path)."""
+    """Read the agents experiment config (a name in ``experiments/configs`` or a path):
+    ``settings`` (env configurations, with ``env`` and ``eval_seeds``), ``tasks``
+    (benchmark task entries, :mod:`experiments.agents_tasks`), or both."""
+    from .agents_tasks import check_entry, check_seeds
+
     cfg = read_yaml_config(path_or_name)
     where = f"agents config {cfg['_path']}"
-    cfg = check_mapping(
-        cfg,
-        where,
-        _KEYS,
-        ("name", "algo", "n_timesteps", "train_seeds", "eval_seeds", "env", "settings"),
-    )
+    cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps", "train_seeds"))
     check_name(cfg["name"], where)
     check_int(f"{where}: n_timesteps", cfg["n_timesteps"], 1)
+    if "settings" not in cfg and "tasks" not in cfg:
+        raise ValueError(f"{where}: give settings (env configurations), tasks, or both")
+    if "settings" in cfg:
+        for key in ("env", "eval_seeds"):
+            if key not in cfg:
+                raise ValueError(f"{where}: {key} is required with settings")
     for key in ("train_seeds", "eval_seeds"):
-        seeds = cfg[key]
-        if (
-            not isinstance(seeds, list)
-            or not seeds
-            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
-        ):
-            raise ValueError(f"{where}: {key}={seeds!r} must be a non-empty list of integers >= 0")
-    for key in ("env", "settings"):
-        if not isinstance(cfg[key], dict):
+        if key in cfg:
+            check_seeds(f"{where}: {key}", cfg[key])
+    for key in ("env", "settings", "tasks"):
+        if key in cfg and not isinstance(cfg[key], dict):
             raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
-    for name, setting in cfg["settings"].items():
+    for name, setting in cfg.get("settings", {}).items():
         if not isinstance(setting, dict) or not isinstance(setting.get("workload"), dict):
             raise ValueError(
                 f"{where}: settings.{name}={setting!r} must be a mapping of env kwargs with a workload "
                 "mapping"
             )
+    config_dir = Path(cfg["_path"]).parent
+    cfg["tasks"] = {
+        name: check_entry(f"{where}: tasks.{name}", entry, config_dir)
+        for name, entry in cfg.get("tasks", {}).items()
+    }
+    cfg.setdefault("settings", {})
     return cfg
 
 
@@ -118,20 +125,81 @@ def run_agents_experiment(
     results_dir: str | os.PathLike[str] = "results",
     workers: int = 2,
     settings: list[str] | None = None,
+    task_entries: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train, evaluate and tabulate (see the module docstring).
 
     :param config: config name or path.
     :param runs_dir: parent of the training runs (``<runs_dir>/<name>/<setting>-s<seed>``).
     :param results_dir: parent of the outputs.
-    :param workers: training processes in parallel.
-    :param settings: only these settings (default: all).
+    :param workers: training and evaluation processes in parallel.
+    :param settings: only these settings (default: all; none when only ``task_entries``
+        is given).
+    :param task_entries: only these entries of the config's ``tasks`` (default: all; none
+        when only ``settings`` is given).
     """
+    from .agents_tasks import run_entries
+
     cfg = load_agents_config(config)
-    names = settings or list(cfg["settings"])
-    unknown = sorted(set(names) - set(cfg["settings"]))
+    names = _chosen(settings, task_entries, list(cfg["settings"]), "settings")
+    task_names = _chosen(task_entries, settings, list(cfg["tasks"]), "tasks")
+    skipped = _skip_missing_traces(cfg, names)
+    root = Path(runs_dir) / cfg["name"]
+    results: dict[str, Any] = {"config": cfg, "settings": {}, "skipped": skipped}
+    if names:
+        results["settings"] = _run_settings(cfg, names, root, workers)
+    if task_names:
+        results["tasks"] = run_entries(cfg, task_names, root, workers)
+    out = Path(results_dir) / cfg["name"]
+    out.mkdir(parents=True, exist_ok=True)
+    _keep_earlier(results, out / "summary.json")
+    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+    md = _markdown(results)
+    (out / "summary.md").write_text(md)
+    if results["settings"]:
+        _plot(results, out / "gaps.png")
+    if task_names:
+        from .agents_tasks import plot
+
+        plot(results["tasks"], out / "tasks.png")
+    return {"dir": out, "results": results, "markdown": md}
+
+
+def _keep_earlier(results: dict[str, Any], path: Path) -> None:
+    """Add to ``results`` the settings and task entries of an earlier summary in
+    ``path`` that this run did not redo and that are still in the config (a run of some
+    of them updates those and keeps the rest)."""
+    try:
+        earlier = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    if not isinstance(earlier, dict):
+        return
+    cfg = results["config"]
+    for part, known in (("settings", cfg["settings"]), ("tasks", cfg["tasks"])):
+        old = earlier.get(part)
+        if not isinstance(old, dict):
+            continue
+        mine = results.setdefault(part, {})
+        kept = {k: v for k, v in old.items() if k in known and k not in mine}
+        results[part] = {k: mine.get(k, kept.get(k)) for k in known if k in mine or k in kept}
+
+
+def _chosen(
+    given: list[str] | None, other: list[str] | None, known: list[str], what: str
+) -> list[str]:
+    """The names to run: ``given``; all ``known`` when neither list is given; none when
+    only the other list is."""
+    if given is None:
+        return [] if other is not None else list(known)
+    unknown = sorted(set(given) - set(known))
     if unknown:
-        raise ValueError(f"settings {unknown} are not in the config: {list(cfg['settings'])}")
+        raise ValueError(f"{what} {unknown} are not in the config: {known}")
+    return list(given)
+
+
+def _skip_missing_traces(cfg: dict[str, Any], names: list[str]) -> dict[str, str]:
+    """Remove from ``names`` the trace settings whose trace is not here; why, per setting."""
     skipped = {}
     for s in list(names):
         wl = cfg["settings"][s]["workload"]
@@ -150,7 +218,13 @@ def run_agents_experiment(
             names.remove(s)
     for s, why in skipped.items():
         print(f"skipped setting {s}: {why}", file=sys.stderr)
-    root = Path(runs_dir) / cfg["name"]
+    return skipped
+
+
+def _run_settings(
+    cfg: dict[str, Any], names: list[str], root: Path, workers: int
+) -> dict[str, Any]:
+    """Train and evaluate the agents of the settings ``names`` with their baselines."""
     jobs = [
         (cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]
     ]
@@ -161,7 +235,7 @@ def run_agents_experiment(
     from baselines.smdp import SMDPPolicy
 
     eval_seeds = list(cfg["eval_seeds"])
-    results: dict[str, Any] = {"config": cfg, "settings": {}, "skipped": skipped}
+    out: dict[str, Any] = {}
     for s in names:
         env_kwargs = {
             **setting_env(cfg, s),
@@ -222,14 +296,8 @@ def run_agents_experiment(
                 "ci95": float(100 * ci95_half_width(per_run) / g),
             }
             row["greedy_gap_percent"] = float(100 * (base["greedy"].mean() / g - 1))
-        results["settings"][s] = row
-    out = Path(results_dir) / cfg["name"]
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
-    md = _markdown(results)
-    (out / "summary.md").write_text(md)
-    _plot(results, out / "gaps.png")
-    return {"dir": out, "results": results, "markdown": md}
+        out[s] = row
+    return out
 
 
 def _pm(m: float, h: float) -> str:
@@ -237,10 +305,19 @@ def _pm(m: float, h: float) -> str:
 
 
 def _markdown(results: dict[str, Any]) -> str:
+    from .agents_tasks import markdown as tasks_markdown
+
+    cfg = results["config"]
+    lines = [f"# Learned agents (`{cfg['name']}`)", ""]
+    if results["settings"] or results.get("skipped"):
+        lines += _settings_markdown(results)
+    lines += tasks_markdown(cfg, results.get("tasks", {}))
+    return "\n".join(lines) + "\n"
+
+
+def _settings_markdown(results: dict[str, Any]) -> list[str]:
     cfg = results["config"]
     lines = [
-        f"# Learned agents (`{cfg['name']}`)",
-        "",
         f"{cfg['algo'].upper()}, {int(cfg['n_timesteps']):,} steps per run, training seeds {cfg['train_seeds']}, "
         f"evaluated deterministically on held-out seeds {cfg['eval_seeds']} "
         f"({cfg.get('eval_horizon_requests', 20000)} requests each). Cost = minus the reward rate "
@@ -272,7 +349,7 @@ def _markdown(results: dict[str, Any]) -> str:
         )
     for s, why in results.get("skipped", {}).items():
         lines.append(f"| {s} | skipped: {why} | | | | | | | |")
-    return "\n".join(lines) + "\n"
+    return [*lines, ""]
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:

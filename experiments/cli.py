@@ -902,7 +902,9 @@ def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
-    """Train agents per setting and compare them with the SMDP optimum and the baselines."""
+    """Train agents per setting and per benchmark task entry of the config, and compare
+    them with the SMDP optimum, the baselines and the tasks' stored references (on each
+    task's protocol, and at fixed loads where an entry has a check)."""
     from experiments.agents import run_agents_experiment
 
     result = run_agents_experiment(
@@ -911,6 +913,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         results_dir=args.results_dir,
         workers=args.workers,
         settings=args.settings,
+        task_entries=args.tasks,
     )
     if args.json:
         print(dumps(result["results"], indent=1))
@@ -1326,7 +1329,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--config", default="agents", help="config name in experiments/configs or a YAML path"
     )
-    p.add_argument("--settings", nargs="+", default=None, help="only these settings of the config")
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        help="only these settings of the config (with --tasks alone: none)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="only these entries of the config's benchmark tasks (with --settings alone: none)",
+    )
     p.add_argument(
         "--runs-dir", default="runs", help="parent folder of the training runs (default runs)"
     )
@@ -1334,7 +1348,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--results-dir", default="results", help="parent folder of the outputs (default results)"
     )
     p.add_argument(
-        "--workers", type=_count(1), default=2, help="training processes in parallel (default 2)"
+        "--workers",
+        type=_count(1),
+        default=2,
+        help="training and evaluation processes in parallel (default 2)",
     )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=cmd_agents)

@@ -73,3 +73,183 @@ def test_runner_trains_evaluates_and_tabulates(tmp_path):
         settings=["poisson-0.6"],
     )
     assert model.stat().st_mtime == mtime
+    # a run of some settings updates them and keeps the others in the summary
+    kept = json.loads((out["dir"] / "summary.json").read_text())["settings"]
+    assert set(kept) == {"poisson-0.6", "mmpp"}
+    assert "| mmpp |" in (out["dir"] / "summary.md").read_text()
+
+
+TASKS_CFG = {
+    "name": "tiny-task-agents",
+    "algo": "ppo",
+    "n_timesteps": 1024,
+    "train_seeds": [0, 1],
+    "tasks": {
+        "any-load": {
+            "task": "batch_env/AnyLoad-v0",
+            "centering_gain": "smdp-by-load",
+            "train_env_kwargs": {"horizon_requests": 200},
+            "protocol": False,
+            "check": {
+                "loads": [0.3, 0.7],
+                "seeds": [3000, 3001],
+                "horizon_requests": 300,
+                "baselines": ["smdp-adaptive", {"serve-at-once": {"policy": "greedy"}}],
+            },
+        }
+    },
+}
+
+
+@pytest.mark.slow
+def test_task_entries_train_check_and_tabulate(tmp_path):
+    """A task entry trains its runs on the task, evaluates them and the baselines at the
+    check loads (each run and baseline as a direct evaluation would: same seeds, same
+    figures), with the exact per-load optimum, and writes the tables and the plot."""
+    import gymnasium as gym
+
+    import baselines
+    import batch_env
+    from agents import load_policy
+    from baselines.smdp import gains_at_loads
+
+    path = tmp_path / "tasks.yml"
+    path.write_text(yaml.safe_dump(TASKS_CFG))
+    out = run_agents_experiment(
+        path, runs_dir=tmp_path / "runs", results_dir=tmp_path / "results", workers=2
+    )
+    row = out["results"]["tasks"]["any-load"]
+    assert out["results"]["settings"] == {} and "protocol" not in row
+    check = row["check"]
+    env = gym.make("batch_env/AnyLoad-v0", horizon_requests=300)
+    bounds = gains_at_loads(env, [0.3, 0.7])
+    runs = [tmp_path / "runs" / "tiny-task-agents" / f"any-load-s{s}" for s in (0, 1)]
+    for i, load in enumerate((0.3, 0.7)):
+        lr = check["loads"][i]
+        assert lr["load"] == load and lr["bound_cost_per_s"] == pytest.approx(bounds[i])
+        direct = []
+        for run in runs:
+            pol = load_policy(run)
+            costs = [
+                -batch_env.evaluate(
+                    pol, env, n_episodes=1, seed=s, options={"load": load}
+                ).episodes[0]["reward_rate_per_s"]
+                for s in (3000, 3001)
+            ]
+            direct.append(sum(costs) / 2)
+        assert lr["agent"]["cost_per_s"]["per_run"] == pytest.approx(direct, rel=1e-12)
+        gaps = [100 * (c / bounds[i] - 1) for c in direct]
+        assert lr["agent"]["gap_percent"]["per_run"] == pytest.approx(gaps, rel=1e-9)
+        greedy = [
+            -batch_env.evaluate(
+                baselines.make("greedy", env), env, n_episodes=1, seed=s, options={"load": load}
+            ).episodes[0]["reward_rate_per_s"]
+            for s in (3000, 3001)
+        ]
+        b = lr["baselines"]["serve-at-once"]["cost_per_s"]
+        assert b["mean"] == pytest.approx(sum(greedy) / 2, rel=1e-12)
+        d = [(direct[0] + direct[1]) / 2 - g for g in greedy]  # runs averaged per seed
+        assert b["agent_minus_baseline"]["mean"] == pytest.approx(sum(d) / 2, rel=1e-9)
+        assert set(lr["baselines"]) == {"smdp-adaptive", "serve-at-once"}
+    md = (out["dir"] / "summary.md").read_text()
+    assert "### any-load: at fixed loads" in md and "| | smdp-adaptive |" in md
+    assert (out["dir"] / "tasks.png").read_bytes()[:4] == b"\x89PNG"
+    # a second run reuses the runs and the cached evaluations, with the same figures
+    again = run_agents_experiment(
+        path, runs_dir=tmp_path / "runs", results_dir=tmp_path / "results", workers=1
+    )
+    assert json.dumps(again["results"]["tasks"]["any-load"]["check"]) == json.dumps(check)
+
+
+def test_protocol_summary_pairs_runs_with_the_stored_references():
+    """The protocol figures of runs whose per-seed rates equal a stored reference's are
+    that reference's: zero paired difference to it, its normalized score; a run halfway
+    between greedy and smdp scores halfway, paired."""
+    from batch_env import tasks
+    from experiments.agents_tasks import _summarize_protocol
+
+    tid = "batch_env/LowLoadEnergy-v0"
+    ref = tasks.references()[tid]["policies"]
+    seeds = list(tasks.get(tid).seeds)
+
+    def run(per_seed):
+        return {
+            "reward_rate_per_s": sum(per_seed) / len(per_seed),
+            "ci95": 0.0,
+            "wall_s": 1.0,
+            "per_seed": list(per_seed),
+            "seeds": seeds,
+        }
+
+    g, s = ref["greedy"]["per_seed"], ref["smdp"]["per_seed"]
+    same = _summarize_protocol(tid, [run(s), run(s)])
+    d = same["vs_reference"]["smdp"]["agent_minus_reference_cost_percent"]
+    assert d["mean"] == pytest.approx(0.0, abs=1e-12) and d["ci95"] == pytest.approx(0.0, abs=1e-12)
+    assert same["normalized_score"]["mean"] == pytest.approx(
+        tasks.normalized_score(tid, ref["smdp"]["reward_rate_per_s"]), rel=1e-9
+    )
+    half = _summarize_protocol(tid, [run([(a + b) / 2 for a, b in zip(g, s, strict=True)])] * 2)
+    top = tasks.bound_or_best(tid)
+    want = (ref["smdp"]["reward_rate_per_s"] + ref["greedy"]["reward_rate_per_s"]) / 2
+    assert half["normalized_score"]["mean"] == pytest.approx(
+        (want - ref["greedy"]["reward_rate_per_s"]) / (top - ref["greedy"]["reward_rate_per_s"])
+    )
+    assert half["vs_reference"]["greedy"]["agent_minus_reference_cost_percent"]["mean"] < 0
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"task": "batch_env/Nope-v0"}, "is not a benchmark task"),
+        ({"check": {"loads": [0.3, 1.5], "seeds": [1]}}, "loads=\\[0.3, 1.5\\] must be"),
+        ({"check": {"loads": [0.3], "seeds": [1], "baselines": ["nope"]}}, "'nope' is neither"),
+        ({"check": {"loads": [0.3], "seeds": []}}, "seeds=\\[\\] must be"),
+        ({"protocol": "yes"}, "protocol='yes' must be true or false"),
+        ({"protocol": False, "check": None}, "with protocol: false give a check"),
+        ({"hyperparams": "missing.yml"}, "hyperparams='missing.yml': no file"),
+        ({"bogus": 1}, "bogus"),
+    ],
+)
+def test_bad_task_entries_are_named(tmp_path, change, message):
+    entry = {"task": "batch_env/AnyLoad-v0", **change}
+    if entry.get("check") is None:
+        entry.pop("check", None)
+    cfg = {
+        "name": "bad",
+        "algo": "ppo",
+        "n_timesteps": 10,
+        "train_seeds": [0],
+        "tasks": {"e": entry},
+    }
+    path = tmp_path / "bad.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(ValueError, match=message):
+        load_agents_config(path)
+
+
+def test_a_config_needs_settings_or_tasks(tmp_path):
+    path = tmp_path / "empty.yml"
+    path.write_text(
+        yaml.safe_dump({"name": "e", "algo": "ppo", "n_timesteps": 10, "train_seeds": [0]})
+    )
+    with pytest.raises(ValueError, match="give settings .* tasks, or both"):
+        load_agents_config(path)
+    path.write_text(
+        yaml.safe_dump({**TINY, "eval_seeds": None} | {"eval_seeds": [1]} | {"env": None})
+    )
+    with pytest.raises(ValueError, match="env=None must be a mapping"):
+        load_agents_config(path)
+
+
+def test_check_loads_follow_whether_the_task_draws_its_load(tmp_path):
+    """A check sets loads on a task that draws its load per episode, and only there."""
+    from experiments.agents_tasks import check_entry
+
+    fixed = check_entry("e", {"task": "batch_env/Bursty-v0", "check": {"seeds": [1]}}, tmp_path)
+    assert fixed["check"]["loads"] == [None]
+    with pytest.raises(ValueError, match="does not draw its load"):
+        check_entry(
+            "e", {"task": "batch_env/Bursty-v0", "check": {"loads": [0.5], "seeds": [1]}}, tmp_path
+        )
+    with pytest.raises(ValueError, match="draws its load per episode: give loads"):
+        check_entry("e", {"task": "batch_env/AnyLoad-v0", "check": {"seeds": [1]}}, tmp_path)

@@ -1,0 +1,658 @@
+"""Learned agents on the benchmark tasks (the ``tasks`` part of ``batch-env agents``).
+
+Each entry of an agents config's ``tasks`` mapping names a registered benchmark task
+(:mod:`batch_env.tasks`) and how to train on it::
+
+    tasks:
+      any-load:
+        task: batch_env/AnyLoad-v0
+        centering_gain: smdp-by-load          # overrides the config's
+        train_env_kwargs: {horizon_requests: 2000}
+        hyperparams: ppo-arrivals.yml         # optional; relative to the config's folder
+        protocol: true                        # evaluate on the task's protocol (default)
+        check:                                # optional: fixed loads, other seeds
+          loads: [0.1, 0.3, 0.5, 0.7, 0.9]
+          seeds: [3000, 3001, 3002, 3003]
+          horizon_requests: 100000
+          env_kwargs: {}                      # e.g. a wider load_range
+          baselines: [smdp-adaptive, {graph-0: {policy: graph, window_ms: 0}}]
+
+Every training seed's run is trained once (``<runs_dir>/<config name>/<entry>-s<seed>``;
+finished runs are reused, interrupted ones resumed) and evaluated deterministically:
+
+* on the task's **protocol** (:func:`experiments.benchmark.run_protocol`, the harness
+  ``batch-env benchmark`` uses), the result kept in the run's folder
+  (``benchmark_protocol.json``, reused while the model file and protocol are the same).
+  The agent's figure is the mean over training runs with a Student-t CI over them; it
+  is compared with every stored reference of the task (``tasks_references.json``)
+  paired per held-out seed (same arrivals; the run-averaged figure per seed against the
+  reference's, with the protocol's stratified CI on load-grid tasks), and scored with
+  the paired normalized score;
+* at the **check** loads, where given: one episode per (load, seed), every summary
+  metric kept, the same for each check baseline (cached under
+  ``<runs_dir>/<config name>/_baselines/``), with the exact SMDP optimum at each load
+  where the task's bound is per load (``smdp-per-seed``). The agent's per-load figure
+  is the mean over runs of each run's mean over the seeds, against each baseline paired
+  per seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import baselines
+import batch_env
+from agents.common import check_int
+from batch_env.evaluate import ci95_half_width
+
+from .compare import check_mapping
+
+ENTRY_KEYS = {
+    "task",
+    "algo",
+    "n_timesteps",
+    "train_seeds",
+    "train_env_kwargs",
+    "centering_gain",
+    "hyperparams",
+    "protocol",
+    "check",
+}
+CHECK_KEYS = {"loads", "seeds", "horizon_requests", "env_kwargs", "baselines"}
+#: the summary metrics a check keeps per episode (those an episode's summary has)
+CHECK_METRICS = (
+    "reward_rate_per_s",
+    "latency_mean_ms",
+    "latency_p99_ms",
+    "sla_attainment",
+    "drop_rate",
+    "power_mean_w",
+    "batch_size_mean",
+)
+DEFAULT_CHECK_HORIZON = 20_000
+
+
+def check_seeds(where: str, seeds: Any) -> list[int]:
+    """``seeds`` when it is a non-empty list of integers >= 0, else ``ValueError``."""
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds)
+    ):
+        raise ValueError(f"{where}={seeds!r} must be a non-empty list of integers >= 0")
+    return seeds
+
+
+def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
+    """One ``tasks`` entry, checked (``ValueError`` naming the field, the value and what
+    is allowed); ``hyperparams`` is resolved against ``config_dir``."""
+    from batch_env import tasks
+
+    entry = dict(check_mapping(entry, where, ENTRY_KEYS, ("task",)))
+    if entry["task"] not in tasks.TASKS:
+        raise ValueError(
+            f"{where}: task={entry['task']!r} is not a benchmark task: {', '.join(tasks.TASKS)}"
+        )
+    if "n_timesteps" in entry:
+        check_int(f"{where}: n_timesteps", entry["n_timesteps"], 1)
+    if "train_seeds" in entry:
+        check_seeds(f"{where}: train_seeds", entry["train_seeds"])
+    if not isinstance(entry.get("train_env_kwargs", {}), dict):
+        raise ValueError(
+            f"{where}: train_env_kwargs={entry['train_env_kwargs']!r} must be a mapping"
+        )
+    if not isinstance(entry.get("protocol", True), bool):
+        raise ValueError(f"{where}: protocol={entry['protocol']!r} must be true or false")
+    if "hyperparams" in entry:
+        path = Path(str(entry["hyperparams"]))
+        path = path if path.is_absolute() else config_dir / path
+        if not path.is_file():
+            raise ValueError(f"{where}: hyperparams={entry['hyperparams']!r}: no file {path}")
+        try:  # as the run records it: relative to here where it can be
+            path = path.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+        entry["hyperparams"] = str(path)
+    if "check" in entry:
+        entry["check"] = _check_check(f"{where}: check", entry["check"], entry["task"])
+    if not entry.get("protocol", True) and "check" not in entry:
+        raise ValueError(f"{where}: with protocol: false give a check, or nothing is evaluated")
+    return entry
+
+
+def _check_check(where: str, check: Any, task_id: str) -> dict[str, Any]:
+    from batch_env import tasks
+
+    check = dict(check_mapping(check, where, CHECK_KEYS, ("seeds",)))
+    drawn = bool(tasks.get(task_id).eval_loads)
+    if "loads" not in check:
+        if drawn:
+            raise ValueError(f"{where}: {task_id} draws its load per episode: give loads")
+        check["loads"] = [None]  # the task's own traffic
+        loads = None
+    else:
+        loads = check["loads"]
+        if not drawn:
+            raise ValueError(
+                f"{where}: loads={loads!r}: {task_id} does not draw its load (no "
+                "load_range), so it has no loads to set; leave loads out"
+            )
+    if loads is not None and (
+        not isinstance(loads, list)
+        or not loads
+        or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1 for x in loads
+        )
+    ):
+        raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of loads in (0, 1)")
+    check_seeds(f"{where}: seeds", check["seeds"])
+    if "horizon_requests" in check:
+        check_int(f"{where}: horizon_requests", check["horizon_requests"], 1)
+    if not isinstance(check.get("env_kwargs", {}), dict):
+        raise ValueError(f"{where}: env_kwargs={check['env_kwargs']!r} must be a mapping")
+    check["baselines"] = [
+        _baseline_spec(f"{where}: baselines", b, task_id) for b in check.get("baselines", [])
+    ]
+    return check
+
+
+def _baseline_spec(where: str, spec: Any, task_id: str) -> dict[str, Any]:
+    """``{"label", "policy", "params"}`` of a check baseline: a baseline name or a task's
+    reference label (its stored tuned parameters), or ``{label: {policy: name, **params}}``."""
+    from .benchmark import _task_policy
+
+    if isinstance(spec, str):
+        if spec not in baselines.available():
+            from .benchmark import REFERENCE_POLICIES
+
+            if spec not in REFERENCE_POLICIES.get(task_id, {}):
+                raise ValueError(
+                    f"{where}: {spec!r} is neither a baseline ({', '.join(baselines.available())}) "
+                    f"nor a reference label of {task_id}"
+                )
+        name, params = _task_policy(task_id, spec)
+        return {"label": spec, "policy": name, "params": params}
+    if isinstance(spec, dict) and len(spec) == 1:
+        ((label, body),) = spec.items()
+        if isinstance(body, dict) and body.get("policy") in baselines.available():
+            params = {k: v for k, v in body.items() if k != "policy"}
+            return {"label": str(label), "policy": body["policy"], "params": params}
+    raise ValueError(
+        f"{where}: {spec!r} must be a baseline name, a reference label, or "
+        "{label: {policy: <baseline>, <parameter>: <value>, ...}}"
+    )
+
+
+def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
+    """The training run of entry ``name`` and ``seed`` (the entry's keys override the
+    config's ``algo``, ``n_timesteps`` and ``centering_gain``)."""
+    from agents.train import TrainArgs
+
+    e = cfg["tasks"][name]
+    n = int(e.get("n_timesteps", cfg["n_timesteps"]))
+    return TrainArgs(
+        algo=e.get("algo", cfg["algo"]),
+        env_id=e["task"],
+        env_kwargs=dict(e.get("train_env_kwargs", {})),
+        hyperparams=e.get("hyperparams"),
+        n_timesteps=n,
+        seed=seed,
+        run_dir=run_dir,
+        centering_gain=str(e.get("centering_gain", cfg.get("centering_gain", "greedy"))),
+        eval_freq=n // 3,
+        progress=False,
+    )
+
+
+def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
+    from agents.train import train_or_reuse
+
+    cfg, name, seed, run_dir = job
+    train_or_reuse(train_args(cfg, name, seed, run_dir))
+    return run_dir
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _cached(path: Path, key: str, compute: Any) -> Any:
+    """``compute()``, kept in ``path`` under ``key`` (recomputed when the key changed)."""
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+            if stored.get("key") == key:
+                return stored["result"]
+        except (json.JSONDecodeError, AttributeError, KeyError):
+            pass  # damaged or foreign: compute again
+    result = compute()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"key": key, "result": result}))
+    os.replace(tmp, path)
+    return result
+
+
+def check_episodes(make_policy: Any, task_id: str, check: dict[str, Any]) -> dict[str, Any]:
+    """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load."""
+    env = gym.make(
+        task_id,
+        horizon_requests=int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
+        **check.get("env_kwargs", {}),
+    )
+    try:
+        policy = make_policy(env)
+        out: dict[str, Any] = {}
+        for load in check["loads"]:
+            per: dict[str, list[float]] = {m: [] for m in CHECK_METRICS}
+            opts = None if load is None else {"load": load}
+            for s in check["seeds"]:
+                res = batch_env.evaluate(policy, env, n_episodes=1, seed=s, options=opts)
+                ep = res.episodes[0]
+                for m in CHECK_METRICS:
+                    per[m].append(float(ep.get(m, np.nan)))
+            out[str(load)] = per
+        return out
+    finally:
+        env.close()
+
+
+def _model_digest(run: Path) -> str:
+    return _digest((run / "model.zip").read_bytes())
+
+
+def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
+    """One evaluation: ``("protocol", task, run_dir, None, _)``, ``("check", task,
+    run_dir, check, _)`` or ``("baseline", task, spec, check, cache_file)``."""
+    from batch_env import tasks
+
+    from .benchmark import run_protocol
+
+    kind, task_id, arg, check, cache = job
+    kwargs = dict(tasks.get(task_id).kwargs)
+    if kind == "baseline":
+        key = _digest(task_id, kwargs, arg, check)
+        return _cached(
+            Path(cache),
+            key,
+            lambda: check_episodes(
+                lambda env: baselines.make(arg["policy"], env=env, **arg["params"]), task_id, check
+            ),
+        )
+    from agents import load_policy
+
+    run = Path(arg)
+    task = tasks.get(task_id)
+    if kind == "protocol":
+        key = _digest(task_id, kwargs, list(task.seeds), _model_digest(run))
+        return _cached(
+            run / "benchmark_protocol.json",
+            key,
+            lambda: run_protocol(task_id, lambda env: load_policy(run)),
+        )
+    key = _digest(task_id, kwargs, check, _model_digest(run))
+    return _cached(
+        run / "check.json",
+        key,
+        lambda: check_episodes(lambda env: load_policy(run), task_id, check),
+    )
+
+
+def mean_ci(x: Any) -> dict[str, float]:
+    """Mean and Student-t 95% half-width of ``x`` (NaN half-width for one value)."""
+    arr = np.asarray(x, dtype=np.float64)
+    return {"mean": float(arr.mean()), "ci95": ci95_half_width(arr)}
+
+
+def run_entries(
+    cfg: dict[str, Any], names: list[str], root: Path, workers: int
+) -> dict[str, dict[str, Any]]:
+    """Train every entry's runs, evaluate them (protocol and check) and the check
+    baselines, and summarize each entry (:func:`summarize_entry`)."""
+    jobs = [
+        (cfg, n, seed, str(root / f"{n}-s{seed}"))
+        for n in names
+        for seed in cfg["tasks"][n].get("train_seeds", cfg["train_seeds"])
+    ]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(_train_job, jobs))
+    evals: list[tuple[str, str, Any, dict[str, Any] | None, str]] = []
+    base_dir = root / "_baselines"
+    base_dir.mkdir(parents=True, exist_ok=True)
+
+    def cache_of(e: dict[str, Any], b: dict[str, Any]) -> str:
+        return str(
+            base_dir / f"{e['task'].split('/')[-1]}-{b['label']}-{_digest(b, e['check'])}.json"
+        )
+
+    for n in names:
+        e = cfg["tasks"][n]
+        runs = [str(root / f"{n}-s{s}") for s in e.get("train_seeds", cfg["train_seeds"])]
+        if e.get("protocol", True):
+            evals += [("protocol", e["task"], r, None, "") for r in runs]
+        check = e.get("check")
+        if check:
+            evals += [("check", e["task"], r, check, "") for r in runs]
+            for b in check["baselines"]:  # once for the entries that share a check
+                if all(job[4] != cache_of(e, b) for job in evals):
+                    evals.append(("baseline", e["task"], b, check, cache_of(e, b)))
+    # the longest first, so that the pool's last minutes are not one long job alone
+    order = sorted(range(len(evals)), key=lambda i: evals[i][0] != "protocol")
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        done_sorted = list(pool.map(_eval_job, [evals[i] for i in order]))
+    done: list[Any] = [None] * len(evals)
+    for i, r in zip(order, done_sorted, strict=True):
+        done[i] = r
+    by_run = {
+        (job[0], job[2]): r for job, r in zip(evals, done, strict=True) if job[0] != "baseline"
+    }
+    by_cache = {job[4]: r for job, r in zip(evals, done, strict=True) if job[0] == "baseline"}
+    out = {}
+    for n in names:
+        e = cfg["tasks"][n]
+        runs = [str(root / f"{n}-s{s}") for s in e.get("train_seeds", cfg["train_seeds"])]
+        check = e.get("check") or {"baselines": []}
+        out[n] = summarize_entry(
+            e,
+            runs,
+            protocol=[by_run[("protocol", r)] for r in runs if ("protocol", r) in by_run],
+            checks=[by_run[("check", r)] for r in runs if ("check", r) in by_run],
+            base={b["label"]: by_cache[cache_of(e, b)] for b in check["baselines"]},
+        )
+    return out
+
+
+def summarize_entry(
+    entry: dict[str, Any],
+    runs: list[str],
+    protocol: list[dict[str, Any]],
+    checks: list[dict[str, Any]],
+    base: dict[str, Any],
+) -> dict[str, Any]:
+    """The figures of one entry (see the module docstring)."""
+    row: dict[str, Any] = {"task": entry["task"], "runs": runs}
+    if protocol:
+        row["protocol"] = _summarize_protocol(entry["task"], protocol)
+    if checks:
+        row["check"] = _summarize_check(entry["task"], entry["check"], checks, base)
+    return row
+
+
+def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, Any]:
+    from batch_env import tasks
+
+    from .benchmark import _half_width, _mean, paired_score
+
+    task = tasks.get(tid)
+    loads = list(task.eval_loads)
+    ref = tasks.references().get(tid, {})
+    rows = []
+    for r in per_run:
+        rows.append(
+            {
+                "reward_rate_per_s": r["reward_rate_per_s"],
+                "ci95": r["ci95"],
+                "wall_s": r["wall_s"],
+                **paired_score(tid, r["per_seed"], r["seeds"]),
+            }
+        )
+    seed_mean = np.mean([r["per_seed"] for r in per_run], axis=0)  # per held-out seed
+    out: dict[str, Any] = {
+        "seeds": list(task.seeds),
+        "horizon_requests": task.horizon_requests,
+        "per_run": rows,
+        "agent": mean_ci([r["reward_rate_per_s"] for r in per_run]),
+        "per_seed": seed_mean.tolist(),
+    }
+    scores = [r.get("normalized_score") for r in rows]
+    if all(s is not None for s in scores):
+        out["normalized_score"] = mean_ci(scores)
+    if all("ratio_to_bound" in r for r in rows):
+        out["ratio_to_bound"] = mean_ci([r["ratio_to_bound"] for r in rows])
+    vs = {}
+    for label, fig in ref.get("policies", {}).items():
+        if fig.get("seeds") != list(task.seeds):
+            continue
+        ref_cost = -np.asarray(fig["per_seed"], dtype=np.float64)
+        d = 100 * (-seed_mean - ref_cost) / abs(_mean(ref_cost, loads))
+        vs[label] = {
+            "reward_rate_per_s": fig["reward_rate_per_s"],
+            "ci95": fig["ci95"],
+            "agent_minus_reference_cost_percent": {
+                "mean": _mean(d, loads),
+                "ci95": _half_width(d, loads),
+            },
+        }
+    out["vs_reference"] = vs
+    if "bound_reward_rate_per_s" in ref:
+        out["bound_reward_rate_per_s"] = ref["bound_reward_rate_per_s"]
+    out["best_reference"] = ref.get("best_policy")
+    return out
+
+
+def _summarize_check(
+    tid: str, check: dict[str, Any], per_run: list[dict[str, Any]], base: dict[str, Any]
+) -> dict[str, Any]:
+    """Per load: the agent's metrics (each run's mean over the seeds; mean and CI over
+    runs), the gap to the exact per-load bound where the task has one, each baseline's
+    metrics (mean and CI over seeds), and the agent (runs averaged per seed) against
+    each baseline, paired per seed."""
+    from batch_env import tasks
+
+    bounds: list[float] | None = None
+    task = tasks.get(tid)
+    if task.bound == "smdp-per-seed":
+        from baselines.smdp import gains_at_loads
+
+        env = gym.make(tid, **check.get("env_kwargs", {}))
+        try:
+            bounds = gains_at_loads(env, [float(x) for x in check["loads"]])
+        finally:
+            env.close()
+    elif task.bound is not None and not check.get("env_kwargs"):  # one bound for the task
+        stored = tasks.references().get(tid, {}).get("bound_reward_rate_per_s")
+        bounds = None if stored is None else [-float(stored)]
+    rows = []
+    for i, load in enumerate(check["loads"]):
+        key = str(load)
+        row: dict[str, Any] = {
+            "load": None if load is None else float(load),
+            "agent": {},
+            "baselines": {},
+        }
+        agent_seed = {}
+        for m in CHECK_METRICS:
+            per = np.array([r[key][m] for r in per_run], dtype=np.float64)  # runs x seeds
+            if m == "reward_rate_per_s":
+                per = -per  # cost per second
+                m = "cost_per_s"
+            row["agent"][m] = {**mean_ci(per.mean(axis=1)), "per_run": per.mean(axis=1).tolist()}
+            agent_seed[m] = per.mean(axis=0)
+        if bounds is not None:
+            g = bounds[i]
+            gaps = 100 * (np.asarray(row["agent"]["cost_per_s"]["per_run"]) / g - 1)
+            row["bound_cost_per_s"] = g
+            row["agent"]["gap_percent"] = {**mean_ci(gaps), "per_run": gaps.tolist()}
+        for label, res in base.items():
+            b: dict[str, Any] = {}
+            for m in CHECK_METRICS:
+                v = np.asarray(res[key][m], dtype=np.float64)
+                name = m
+                if m == "reward_rate_per_s":
+                    v, name = -v, "cost_per_s"
+                d = agent_seed[name] - v
+                b[name] = {
+                    **mean_ci(v),
+                    "agent_minus_baseline": mean_ci(d),
+                    "agent_minus_baseline_percent": mean_ci(100 * d / abs(v.mean()))
+                    if v.mean() != 0
+                    else {"mean": float("nan"), "ci95": float("nan")},
+                }
+            if bounds is not None:
+                b["gap_percent"] = float(100 * (b["cost_per_s"]["mean"] / bounds[i] - 1))
+            row["baselines"][label] = b
+        rows.append(row)
+    return {
+        "seeds": check["seeds"],
+        "horizon_requests": int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
+        "env_kwargs": check.get("env_kwargs", {}),
+        "loads": rows,
+    }
+
+
+def _pm(m: float, h: float, digits: int = 2) -> str:
+    return f"{m:.{digits}f} ± {h:.{digits}f}" if np.isfinite(h) else f"{m:.{digits}f}"
+
+
+def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
+    """The tasks' tables: the protocol figures, then each check."""
+    if not rows:
+        return []
+    lines = [
+        "## Benchmark tasks",
+        "",
+        "Reward rates per second (higher is better; minus the cost rate) on each task's "
+        "protocol (`docs/benchmark.md`): the agent's figure is the mean over training runs "
+        "± a 95% CI over them; 'vs' is the agent's cost against the reference's, paired per "
+        "held-out seed (negative: the agent is cheaper).",
+        "",
+        "| entry | task | runs | agent | normalized score | per run | vs references (cost %) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, row in rows.items():
+        p = row.get("protocol")
+        if not p:
+            continue
+        score = (
+            _pm(p["normalized_score"]["mean"], p["normalized_score"]["ci95"], 3)
+            if "normalized_score" in p
+            else "undefined"
+        )
+        per = ", ".join(f"{r['reward_rate_per_s']:.2f}" for r in p["per_run"])
+        vs = "; ".join(
+            f"{k} {v['agent_minus_reference_cost_percent']['mean']:+.2f} ± "
+            f"{v['agent_minus_reference_cost_percent']['ci95']:.2f}"
+            for k, v in p["vs_reference"].items()
+            if k != "random"
+        )
+        lines.append(
+            f"| {n} | `{row['task']}` | {len(p['per_run'])} | "
+            f"{_pm(p['agent']['mean'], p['agent']['ci95'])} | {score} | {per} | {vs} |"
+        )
+    for n, row in rows.items():
+        c = row.get("check")
+        if not c:
+            continue
+        lines += [
+            "",
+            f"### {n}: at fixed loads (`{row['task']}`, seeds {c['seeds']}, "
+            f"{c['horizon_requests']:,} requests each"
+            + (f", env {c['env_kwargs']}" if c["env_kwargs"] else "")
+            + ")",
+            "",
+            "Cost per second (lower is better); the agent's ± is over training runs, a "
+            "baseline's over seeds; 'agent - it' is paired per seed.",
+            "",
+            "| load | policy | cost per s | gap to the optimum | latency mean ms | p99 ms "
+            "| SLA attainment | agent - it (cost %) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for lr in c["loads"]:
+            a = lr["agent"]
+            gap = (
+                _pm(a["gap_percent"]["mean"], a["gap_percent"]["ci95"]) + "%"
+                if "gap_percent" in a
+                else "n/a"
+            )
+            lines.append(
+                f"| {'-' if lr['load'] is None else format(lr['load'], 'g')} | agent | {_pm(a['cost_per_s']['mean'], a['cost_per_s']['ci95'])} "
+                f"| {gap} | {a['latency_mean_ms']['mean']:.3f} | {a['latency_p99_ms']['mean']:.3f} "
+                f"| {a['sla_attainment']['mean']:.4f} | |"
+            )
+            for label, b in lr["baselines"].items():
+                gap = f"{b['gap_percent']:.2f}%" if "gap_percent" in b else "n/a"
+                d = b["cost_per_s"]["agent_minus_baseline_percent"]
+                lines.append(
+                    f"| | {label} | {_pm(b['cost_per_s']['mean'], b['cost_per_s']['ci95'])} "
+                    f"| {gap} | {b['latency_mean_ms']['mean']:.3f} | {b['latency_p99_ms']['mean']:.3f} "
+                    f"| {b['sla_attainment']['mean']:.4f} | {_pm(d['mean'], d['ci95'])} |"
+                )
+    return lines
+
+
+def plot(rows: dict[str, dict[str, Any]], path: Path) -> bool:
+    """One panel per entry with a check: cost per second against load, the agent's and
+    every baseline's, relative to the best policy at each load (and the bound where
+    there is one). ``False`` when there is nothing to plot or no matplotlib."""
+    checks = {n: r["check"] for n, r in rows.items() if r.get("check")}
+    if not checks:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, len(checks), figsize=(5 * len(checks), 3.8), squeeze=False)
+    for ax, (n, c) in zip(axes[0], checks.items(), strict=True):
+        loads = [lr["load"] for lr in c["loads"]]
+        ref = []
+        for lr in c["loads"]:
+            cands = [lr["agent"]["cost_per_s"]["mean"]]
+            cands += [b["cost_per_s"]["mean"] for b in lr["baselines"].values()]
+            ref.append(lr.get("bound_cost_per_s", min(cands)))
+        labels = ["agent", *c["loads"][0]["baselines"]]
+        if loads == [None]:  # the task's own traffic: one bar per policy
+            lr, r0 = c["loads"][0], ref[0]
+            vals, errs = [], []
+            for label in labels:
+                f = lr["agent"] if label == "agent" else lr["baselines"][label]
+                h = f["cost_per_s"]["ci95"]
+                vals.append(100 * (f["cost_per_s"]["mean"] / r0 - 1))
+                errs.append(100 * h / r0 if np.isfinite(h) else 0.0)
+            ax.bar(range(len(labels)), vals, yerr=errs, capsize=3, color="tab:blue")
+            ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+            what = "the bound" if "bound_cost_per_s" in lr else "the best policy"
+            ax.set_title(n, fontsize=10)
+            ax.set_ylabel(f"cost above {what} (%)")
+            ax.axhline(0, color="black", lw=0.8)
+            ax.grid(alpha=0.3, axis="y")
+            continue
+        for label in labels:
+            ys, es = [], []
+            for lr, r0 in zip(c["loads"], ref, strict=True):
+                f = lr["agent"] if label == "agent" else lr["baselines"][label]
+                ys.append(100 * (f["cost_per_s"]["mean"] / r0 - 1))
+                h = f["cost_per_s"]["ci95"]
+                es.append(100 * h / r0 if np.isfinite(h) else 0.0)
+            ax.errorbar(
+                loads,
+                ys,
+                yerr=es,
+                marker="o",
+                capsize=3,
+                label=label,
+                lw=2 if label == "agent" else 1,
+            )
+        ax.axhline(0, color="black", lw=0.8)
+        what = "the per-load optimum" if "bound_cost_per_s" in c["loads"][0] else "the best policy"
+        ax.set_title(f"{n}", fontsize=10)
+        ax.set_xlabel("load (fraction of max throughput)")
+        ax.set_ylabel(f"cost above {what} (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
