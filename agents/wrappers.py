@@ -32,9 +32,12 @@ from batch_env.wrappers import AverageRewardCentering, check_gain_curve
 #: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
 DEFAULT_CENTERING_GAIN = "greedy"
 #: the gain modes besides a number
-GAIN_MODES = ("greedy", "smdp", "online", "greedy-by-load", "smdp-by-load")
-#: the modes that resolve to a gain per load (a curve), on envs that draw their load
-CURVE_MODES = ("greedy-by-load", "smdp-by-load")
+GAIN_MODES = ("greedy", "smdp", "online", "greedy-by-load", "smdp-by-load", "lazy-by-load")
+#: the modes that resolve to a gain per load (a curve), on envs that draw their load:
+#: the SMDP optimum, or a baseline's measured cost (``lazy``: LazyBatching, node-level
+#: envs only; on NodeAnyLoad-v0 greedy costs 3-9x more than the best policy at the low
+#: and middle loads, far from any good policy's cost rate)
+CURVE_MODES = ("greedy-by-load", "smdp-by-load", "lazy-by-load")
 #: loads a gain curve is measured at: the midpoints of this many equal cells of the range
 CURVE_POINTS = 10
 #: seed of the reference episodes that measure greedy's rate (``batch-env train`` adds its seed)
@@ -72,10 +75,11 @@ def resolve_gain(
     LLMBatching-v0, which has no batch size to fill, the static cap at ``max_num_seqs``,
     vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
     (estimated while training), a number = itself. On an env that draws its load per
-    episode (a ``load_range`` workload) ``greedy-by-load`` and ``smdp-by-load`` give a
-    gain curve instead, ``[[load, g], ...]`` at :data:`CURVE_POINTS` loads over the range
-    (greedy measured in one episode at each, seed ``seed + GAIN_SEED + k``; the SMDP
-    optimum at each, where it is exact), for
+    episode (a ``load_range`` workload) ``greedy-by-load``, ``lazy-by-load`` (node-level
+    envs) and ``smdp-by-load`` give a gain curve instead, ``[[load, g], ...]`` at
+    :data:`CURVE_POINTS` loads over the range (greedy's or LazyBatching's cost measured in
+    one episode at each, seed ``seed + GAIN_SEED + k``; the SMDP optimum at each, where it
+    is exact), for
     :class:`~batch_env.wrappers.AverageRewardCentering`'s ``gain_curve``. Cached per
     (mode, env, kwargs, seed).
 
@@ -139,7 +143,11 @@ def _gain_curve(mode: str, env: gym.Env, seed: int) -> list[list[float]]:
             )
         gains = gains_at_loads(env, loads)
     else:
-        pol = baselines.make("greedy", env=env)
+        name = mode.removesuffix("-by-load")
+        try:
+            pol = baselines.make(name, env=env)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"centering_gain={mode!r}: {exc}") from None
         res = evaluate(
             pol,
             env,
@@ -189,9 +197,9 @@ class CenteredReward(AverageRewardCentering):
     gain may be a mode, resolved for the wrapped env's configuration.
 
     :param env: a batching env made by ``gymnasium.make``.
-    :param gain: ``greedy``, ``smdp``, ``online`` (or ``None``), ``greedy-by-load`` or
-        ``smdp-by-load`` (a gain curve over the loads of an env that draws its load) or a
-        number (cost per second); default :data:`DEFAULT_CENTERING_GAIN`.
+    :param gain: ``greedy``, ``smdp``, ``online`` (or ``None``), ``greedy-by-load``,
+        ``lazy-by-load`` or ``smdp-by-load`` (a gain curve over the loads of an env that
+        draws its load) or a number (cost per second); default :data:`DEFAULT_CENTERING_GAIN`.
     :param seed: offset of the reference episodes' seeds (:func:`resolve_gain`).
     """
 

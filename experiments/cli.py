@@ -1265,7 +1265,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
         f"number; on an env that draws its load per episode (batch_env/AnyLoad-v0, "
-        f"NodeAnyLoad-v0) also greedy-by-load or smdp-by-load, a gain per load read at the "
+        f"NodeAnyLoad-v0) also greedy-by-load, lazy-by-load (node-level) or smdp-by-load, a "
+        f"gain per load read at the "
         f"policy's load estimate each step; default {DEFAULT_CENTERING_GAIN}, or the gain the "
         f"hyperparameter file gives agents.wrappers.CenteredReward{kept}",
     )

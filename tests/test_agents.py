@@ -121,6 +121,11 @@ def test_gain_curve_modes_resolve_per_load():
     greedy = resolve_gain("greedy-by-load", "batch_env/NodeAnyLoad-v0", short)
     assert [x for x, _ in greedy] == list(load_grid(0.1, 0.9, 10, 1))
     assert all(g > 0 for _, g in greedy) and greedy[-1][1] > greedy[0][1]
+    lazy = resolve_gain("lazy-by-load", "batch_env/NodeAnyLoad-v0", short)
+    assert [x for x, _ in lazy] == [x for x, _ in greedy]
+    assert all(0 < g < gg for (_, g), (_, gg) in zip(lazy[:6], greedy[:6], strict=True))
+    with pytest.raises(ValueError, match="centering_gain='lazy-by-load': .* is not node-level"):
+        resolve_gain("lazy-by-load", "batch_env/AnyLoad-v0", short)
     with pytest.raises(ValueError, match="needs an env that draws its load"):
         resolve_gain("smdp-by-load", ENV_ID, short)
     with pytest.raises(ValueError, match="exact only on"):
