@@ -23,7 +23,7 @@ import yaml
 #: the shipped hyperparameter files (package data of ``agents.hyperparams``, found through
 #: ``importlib.resources``, so that a wheel install has them too)
 HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
-ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask")
+ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
 #: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it)
 ZOO_KEYS = (
@@ -43,6 +43,10 @@ def algo_class(algo: str) -> Any:
         from sb3_contrib import MaskablePPO
 
         return MaskablePPO
+    if algo == "ppo_lstm":  # rl-zoo3's name for sb3-contrib's RecurrentPPO
+        from sb3_contrib import RecurrentPPO
+
+        return RecurrentPPO
     import stable_baselines3 as sb3
 
     classes = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
@@ -235,6 +239,8 @@ def model_file_info(path: str | Path) -> tuple[str | None, int]:
     module = str(data["policy_class"].get("__module__", ""))
     if module.startswith("sb3_contrib.common.maskable"):
         return "ppo_mask", steps
+    if module.startswith("sb3_contrib.common.recurrent"):
+        return "ppo_lstm", steps
     if module == "stable_baselines3.dqn.policies":
         return "dqn", steps
     if module == "stable_baselines3.common.policies":
@@ -398,6 +404,8 @@ class NumpyActor:
         if len(obs_space.shape) != 1:
             return None
         policy = model.policy
+        if hasattr(policy, "lstm_actor"):  # recurrent: the state is not ours to copy
+            return None
         if hasattr(policy, "q_net") and hasattr(policy.q_net, "q_net"):  # DQN
             extractor = policy.q_net.features_extractor
             modules = list(policy.q_net.q_net)
@@ -451,7 +459,8 @@ class AgentPolicy:
 
     It acts on the *raw* env: the observation goes through the run's observation
     wrappers and its ``VecNormalize`` statistics, the model's action back through the
-    action wrappers; masks come from ``info["action_mask"]`` for MaskablePPO. A wrapper
+    action wrappers; masks come from ``info["action_mask"]`` for MaskablePPO; a recurrent
+    policy (RecurrentPPO) keeps its LSTM state through the episode. A wrapper
     that keeps state across steps (e.g. ``batch_env.wrappers.ArrivalFeatures``) is
     replayed through its ``observe_reset(obs, info)`` / ``observe_step(obs, info)``: the
     policy holds its own copy of the wrapper, restarted by :meth:`reset` (which the
@@ -505,6 +514,9 @@ class AgentPolicy:
                     "or make it a gymnasium.ObservationWrapper"
                 )
         self._first = True
+        self._recurrent = type(model).__name__ == "RecurrentPPO"
+        self._episode_start = True
+        self._state: Any = None
         # action wrappers that need the state map from the acting env's info instead
         self._act_fns = [
             getattr(w, "action_from_info", None) or (lambda a, info, w=w: w.action(a))
@@ -517,8 +529,11 @@ class AgentPolicy:
         self._actor = NumpyActor.of(model) if deterministic else None
 
     def reset(self) -> None:
-        """A new episode: the stateful observation wrappers restart at its first step."""
+        """A new episode: the stateful observation wrappers (and a recurrent policy's
+        state) restart at its first step."""
         self._first = True
+        self._episode_start = True
+        self._state = None
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Map the raw observation to the env's action."""
@@ -528,6 +543,15 @@ class AgentPolicy:
             mask = np.ones(2, dtype=bool) if self._binary else info["action_mask"]
         if self._actor is not None:
             a = self._actor.action(o, mask)
+        elif self._recurrent:  # the LSTM state carries over from step to step
+            act, self._state = self.model.predict(
+                o,
+                state=self._state,
+                episode_start=np.array([self._episode_start]),
+                deterministic=self.deterministic,
+            )
+            self._episode_start = False
+            a = int(np.asarray(act).reshape(-1)[0])
         elif mask is not None:
             a = int(self.model.predict(o, deterministic=self.deterministic, action_masks=mask)[0])
         else:

@@ -144,7 +144,7 @@ class TrainArgs:
     """
 
     algo: str | None = None
-    """ppo, a2c, dqn or ppo_mask (sb3-contrib's MaskablePPO) [ppo]."""
+    """ppo, a2c, dqn, ppo_mask (sb3-contrib's MaskablePPO) or ppo_lstm (its RecurrentPPO) [ppo]."""
     env_id: str | None = None
     """registered env id [batch_env/DynamicBatching-v0]."""
     env_kwargs: dict[str, Any] | None = None

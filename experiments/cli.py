@@ -728,7 +728,7 @@ def _format_wallclock(wc: dict[str, Any]) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO) and print where its logs are.
+    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO, RecurrentPPO) and print where its logs are.
 
     With --vectorized the training envs are the lanes of one Gymnasium vector env (the
     env's NumPy vector env when it registers one), stepped through agents.vec_env.SB3VecEnv.
@@ -1210,7 +1210,7 @@ def build_parser() -> argparse.ArgumentParser:
     kept = "; --resume keeps the run's own"
     p.add_argument(
         "--algo",
-        choices=["ppo", "a2c", "dqn", "ppo_mask"],
+        choices=["ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm"],
         default=None,
         help=f"algorithm (default ppo{kept})",
     )

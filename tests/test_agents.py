@@ -187,7 +187,7 @@ def test_binary_action_and_queue_features():
 # -- hyperparameter files -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "ppo_mask"])
+@pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm"])
 def test_hyperparameter_files_parse(algo):
     hp = load_hyperparams(algo, ENV_ID)
     assert {"n_envs", "n_timesteps", "policy", "env_wrapper", "policy_kwargs"} <= set(hp)
@@ -210,7 +210,8 @@ def test_literal_refuses_code():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("algo", "steps"), [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048)]
+    ("algo", "steps"),
+    [("ppo", 2048), ("a2c", 2048), ("dqn", 2000), ("ppo_mask", 2048), ("ppo_lstm", 2048)],
 )
 def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
     run = train(
@@ -246,8 +247,11 @@ def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
 
     final = json.loads((run / "final_evaluation.json").read_text())
     env = gym.make(ENV_ID, **SMALL_ENV)
-    res = evaluate(load_policy(run), env, n_episodes=2, seed=100_000)
+    policy = load_policy(run)
+    res = evaluate(policy, env, n_episodes=2, seed=100_000)
     assert res.mean("reward_rate_per_s") == final["deterministic"]["reward_rate_per_s"][0]
+    # a recurrent policy acts through predict with its LSTM state, the others in NumPy
+    assert (policy._actor is None) == (algo == "ppo_lstm")
 
 
 def test_resume_continues_the_step_count(tmp_path):
