@@ -30,7 +30,8 @@ finished runs are reused, interrupted ones resumed) and evaluated deterministica
   the paired normalized score;
 * at the **check** loads, where given: one episode per (load, seed), every summary
   metric kept, the same for each check baseline (cached under
-  ``<runs_dir>/<config name>/_baselines/``), with the exact SMDP optimum at each load
+  ``<runs_dir>/<config name>/_baselines/``; an oracle baseline, ``smdp-oracle``, is the
+  only one whose env shows the hidden phase), with the exact SMDP optimum at each load
   where the task's bound is per load (``smdp-per-seed``). The agent's per-load figure
   is the mean over runs of each run's mean over the seeds, against each baseline paired
   per seed.
@@ -243,12 +244,16 @@ def _cached(path: Path, key: str, compute: Any) -> Any:
     return result
 
 
-def check_episodes(make_policy: Any, task_id: str, check: dict[str, Any]) -> dict[str, Any]:
-    """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load."""
+def check_episodes(
+    make_policy: Any, task_id: str, check: dict[str, Any], oracle: bool = False
+) -> dict[str, Any]:
+    """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load
+    (``oracle``: the env shows what the task hides, for an oracle baseline only)."""
     env = gym.make(
         task_id,
         horizon_requests=int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
         **check.get("env_kwargs", {}),
+        **({"oracle_info": True} if oracle else {}),
     )
     try:
         policy = make_policy(env)
@@ -276,7 +281,7 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     run_dir, check, _)`` or ``("baseline", task, spec, check, cache_file)``."""
     from batch_env import tasks
 
-    from .benchmark import run_protocol
+    from .benchmark import ORACLE_POLICIES, run_protocol
 
     kind, task_id, arg, check, cache = job
     kwargs = dict(tasks.get(task_id).kwargs)
@@ -286,7 +291,10 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
             Path(cache),
             key,
             lambda: check_episodes(
-                lambda env: baselines.make(arg["policy"], env=env, **arg["params"]), task_id, check
+                lambda env: baselines.make(arg["policy"], env=env, **arg["params"]),
+                task_id,
+                check,
+                oracle=arg["policy"] in ORACLE_POLICIES,
             ),
         )
     from agents import load_policy
@@ -459,9 +467,6 @@ def _summarize_check(
             bounds = gains_at_loads(env, [float(x) for x in check["loads"]])
         finally:
             env.close()
-    elif task.bound is not None and not check.get("env_kwargs"):  # one bound for the task
-        stored = tasks.references().get(tid, {}).get("bound_reward_rate_per_s")
-        bounds = None if stored is None else [-float(stored)]
     rows = []
     for i, load in enumerate(check["loads"]):
         key = str(load)
