@@ -24,12 +24,14 @@ ENV_IDS: tuple[str, ...] = (
     "batch_env/DynamicBatching-v0",
     "batch_env/NodeBatching-v0",
     "batch_env/LLMBatching-v0",
+    "batch_env/LLMBatching-v1",
 )
 
 _ENTRY_POINTS = {
     "batch_env/DynamicBatching-v0": "batch_env.envs.dynamic_batching:DynamicBatchingEnv",
     "batch_env/NodeBatching-v0": "batch_env.envs.node_batching:NodeBatchingEnv",
     "batch_env/LLMBatching-v0": "batch_env.envs.llm_batching:LLMBatchingEnv",
+    "batch_env/LLMBatching-v1": "batch_env.envs.llm_batching:LLMBatchingV1Env",
 }
 
 
@@ -74,7 +76,13 @@ def register_tasks() -> None:
 register_tasks()
 
 from . import llm_profile, profile  # noqa: E402, F401 (the loaders' first names, see profiles/)
-from .envs import DynamicBatchingEnv, DynamicBatchingVectorEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
+from .envs import (  # noqa: E402
+    DynamicBatchingEnv,
+    DynamicBatchingVectorEnv,
+    LLMBatchingEnv,
+    LLMBatchingV1Env,
+    NodeBatchingEnv,
+)
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
 
 __all__ = [
@@ -82,6 +90,7 @@ __all__ = [
     "DynamicBatchingEnv",
     "DynamicBatchingVectorEnv",
     "LLMBatchingEnv",
+    "LLMBatchingV1Env",
     "NodeBatchingEnv",
     "EvaluationResult",
     "evaluate",

@@ -210,6 +210,8 @@ class ServingConfig:
 #: so latency dominates but energy still separates equally fast policies), an SLA miss 1
 #: (as much as one second of extra latency), a drop 10.
 LLM_REWARD_WEIGHTS = RewardWeights(latency=1.0, energy=0.001, sla=1.0, drop=10.0)
+#: the LLM schedulers (``LLMConfig.scheduler``)
+SCHEDULERS = ("vllm-v0", "chunked")
 
 
 @dataclass(frozen=True)
@@ -223,9 +225,27 @@ class LLMConfig:
         ``None``: ``1..max_num_seqs``.
     :param max_model_len: context limit: a prompt fits when ``prompt + 1 <= max_model_len``
         (others are rejected and counted); outputs are clipped to ``max_model_len - prompt``.
-    :param max_num_batched_tokens: token budget of one prefill iteration; ``None``:
-        ``max(max_model_len, 2048)`` (vLLM v0's default without chunked prefill). Must be
-        at least ``max_model_len``.
+    :param max_num_batched_tokens: token budget of one iteration: of a prefill with the
+        ``vllm-v0`` scheduler (``None``: ``max(max_model_len, 2048)``, vLLM v0's default
+        without chunked prefill; at least ``max_model_len``), of the decode tokens and
+        prompt chunks together with ``chunked`` (``None``: 2048, vLLM v1's API-server
+        default on an A100; at least ``max_num_seqs``, as vLLM v1 requires, and at least
+        ``max_model_len`` when prompts are not split).
+    :param scheduler: ``"vllm-v0"`` (an iteration is a prefill of whole prompts or one
+        decode step of every running request) or ``"chunked"`` (vLLM v1 / Sarathi-Serve:
+        one decode token for every running request, then prompt chunks filling the rest
+        of the token budget, in one mixed iteration; ``docs/decisions.md``, "Chunked
+        prefill").
+    :param decode_first: ``chunked`` only: schedule the running requests' decode tokens
+        first (default); ``False``: an iteration with prompt chunks runs no decode, as
+        v0's prefill-first rule.
+    :param split_prompts: ``chunked`` only: a prompt may be split across iterations
+        (default); ``False``: a prompt is scheduled whole or waits (with
+        ``decode_first=False`` the scheduler is then v0's).
+    :param budget_grid: ``chunked`` only: the token budgets an action may select
+        (strictly increasing, each in ``max_num_seqs..max_num_batched_tokens``); the
+        action then picks a cap and a budget (``Discrete(len(grid) x len(budget_grid))``);
+        ``None``: the budget is ``max_num_batched_tokens`` at every iteration.
     :param block_size: tokens per KV-cache block (16).
     :param watermark: fraction of KV blocks kept free when admitting a prefill (0.01).
     :param gpu_memory_utilization: fraction of GPU memory vLLM may use; ``None``: the
@@ -266,6 +286,10 @@ class LLMConfig:
     idle_power_w: float | None = None
     rate_window_s: float | None = None
     recent_iterations: int = 16
+    scheduler: str = "vllm-v0"
+    decode_first: bool = True
+    split_prompts: bool = True
+    budget_grid: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -273,17 +297,7 @@ class LLMConfig:
         )
         check_number("max_num_seqs", self.max_num_seqs, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("max_model_len", self.max_model_len, low=2, integer=True)
-        tokens = self.max_num_batched_tokens
-        if tokens is None:
-            tokens = max(int(self.max_model_len), 2048)
-            object.__setattr__(self, "max_num_batched_tokens", tokens)
-        check_number("max_num_batched_tokens", tokens, low=1, integer=True)
-        if tokens < self.max_model_len:
-            raise ValueError(
-                f"max_num_batched_tokens={self.max_num_batched_tokens!r} is out of range: it must be "
-                f">= max_model_len={self.max_model_len} (no chunked prefill: the longest prompt "
-                "must fit one prefill)"
-            )
+        self._check_scheduler()
         check_number("block_size", self.block_size, low=1, integer=True)
         check_number("watermark", self.watermark, low=0.0, high=0.5)
         if self.gpu_memory_utilization is not None:
@@ -328,6 +342,68 @@ class LLMConfig:
             check_number("rate_window_s", self.rate_window_s, low=0.0, low_inclusive=False)
         check_number("recent_iterations", self.recent_iterations, low=1, integer=True)
 
+    def _check_scheduler(self) -> None:
+        """The scheduler's options and the token budget (its default filled in)."""
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(
+                f"scheduler={self.scheduler!r} is unknown: allowed values are {list(SCHEDULERS)}"
+            )
+        chunked = self.scheduler == "chunked"
+        for name in ("decode_first", "split_prompts"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is invalid: expected true or false"
+                )
+        if not chunked and (
+            not self.decode_first or not self.split_prompts or self.budget_grid is not None
+        ):
+            raise ValueError(
+                "decode_first, split_prompts and budget_grid are options of "
+                f"scheduler='chunked' (scheduler={self.scheduler!r} here)"
+            )
+        tokens = self.max_num_batched_tokens
+        if tokens is None:
+            tokens = 2048 if chunked else max(int(self.max_model_len), 2048)
+            if chunked and self.budget_grid is not None:  # the grid's largest budget
+                try:
+                    tokens = int(max(self.budget_grid))
+                except (TypeError, ValueError):
+                    pass  # _budgets names what is wrong with the grid
+            if chunked and not self.split_prompts:
+                tokens = max(tokens, int(self.max_model_len))
+            object.__setattr__(self, "max_num_batched_tokens", tokens)
+        check_number("max_num_batched_tokens", tokens, low=1, integer=True)
+        if tokens < self.max_model_len and not (chunked and self.split_prompts):
+            raise ValueError(
+                f"max_num_batched_tokens={self.max_num_batched_tokens!r} is out of range: it must be "
+                f">= max_model_len={self.max_model_len} (prompts are not split: the longest "
+                "prompt must fit one prefill)"
+            )
+        if chunked and tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens={tokens!r} is out of range: with the chunked "
+                f"scheduler it must be >= max_num_seqs={self.max_num_seqs} (every running "
+                "request's decode token fits the budget, as vLLM v1 requires)"
+            )
+        if self.budget_grid is not None:
+            object.__setattr__(self, "budget_grid", self._budgets(self.budget_grid, int(tokens)))
+
+    def _budgets(self, grid: Any, tokens: int) -> tuple[int, ...]:
+        if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+            raise ValueError(
+                f"budget_grid={grid!r} is invalid: expected a list of increasing integers"
+            )
+        out = tuple(grid)
+        lo = self.max_num_seqs if self.split_prompts else max(self.max_num_seqs, self.max_model_len)
+        for i, g in enumerate(out):
+            check_number(f"budget_grid[{i}]", g, low=lo, high=tokens, integer=True)
+        if not out or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+            raise ValueError(
+                f"budget_grid={list(out)!r} is invalid: expected a non-empty list of strictly "
+                f"increasing integers in {lo}..max_num_batched_tokens={tokens}"
+            )
+        return tuple(int(g) for g in out)
+
     # what the shared event loop (batch_env.core) reads
     @property
     def sla_ms(self) -> float:
@@ -347,4 +423,13 @@ class LLMConfig:
         d["reward_weights"] = self.reward_weights.to_dict()
         d["grid"] = None if self.grid is None else list(self.grid)
         d["lengths"] = None if self.lengths is None else self.lengths.to_dict()
+        d["budget_grid"] = None if self.budget_grid is None else list(self.budget_grid)
         return d
+
+
+@dataclass(frozen=True)
+class LLMConfigV1(LLMConfig):
+    """Configuration of ``batch_env/LLMBatching-v1``: :class:`LLMConfig` with the chunked
+    scheduler by default (vLLM v1's engine)."""
+
+    scheduler: str = "chunked"

@@ -441,6 +441,20 @@ class LLMProfileExecutor:
         d = p.decode_time_s(batch, context_tokens)
         return d, d * p.decode_power_w(batch)
 
+    def mixed(
+        self, chunk_tokens: int, chunk_attention: float, batch: int, context_tokens: int
+    ) -> tuple[float, float]:
+        """One mixed iteration of the chunked scheduler: prompt chunks of ``chunk_tokens``
+        in all (``chunk_attention`` = sum of ``c**2 + 2 c x`` over chunks of ``c`` tokens
+        after ``x`` already cached) with one decode token for each of ``batch`` running
+        requests whose KV contexts hold ``context_tokens``
+        (:meth:`batch_env.llm_profile.LLMProfile.mixed_time_s`; the profile's power at the
+        batch's total tokens). With no chunk it is :meth:`decode`, with no decode
+        :meth:`prefill`, exactly."""
+        p = self.profile
+        d = p.mixed_time_s(chunk_tokens, chunk_attention, batch, context_tokens)
+        return d, d * p.mixed_power_w(chunk_tokens, batch)
+
     def release(self, seqs: Sequence[int]) -> None:
         """Nothing to release (no cache is kept)."""
 

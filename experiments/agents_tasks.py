@@ -560,7 +560,9 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
             continue
         lines += [
             "",
-            f"### {n}: at fixed loads (`{row['task']}`, seeds {c['seeds']}, "
+            f"### {n}: "
+            + ("on the task's traffic" if c["loads"][0]["load"] is None else "at fixed loads")
+            + f" (`{row['task']}`, seeds {c['seeds']}, "
             f"{c['horizon_requests']:,} requests each"
             + (f", env {c['env_kwargs']}" if c["env_kwargs"] else "")
             + ")",

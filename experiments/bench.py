@@ -388,6 +388,7 @@ RENDER_BENCH_ENVS: tuple[str, ...] = (
     "batch_env/DynamicBatching-v0",
     "batch_env/NodeBatching-v0",
     "batch_env/LLMBatching-v0",
+    "batch_env/LLMBatching-v1",
 )
 
 

@@ -22,11 +22,12 @@ from batch_env.config import (
     LLM_DEFAULT_PROFILE,
     LLM_DEFAULT_WORKLOAD,
     LLMConfig,
+    LLMConfigV1,
     ServingConfig,
     field_default,
 )
 from batch_env.envs.dynamic_batching import DynamicBatchingEnv
-from batch_env.envs.llm_batching import LLMBatchingEnv
+from batch_env.envs.llm_batching import LLMBatchingEnv, LLMBatchingV1Env
 from batch_env.envs.node_batching import NodeBatchingEnv
 from batch_env.workload import make_workload
 from experiments import cli
@@ -36,6 +37,7 @@ ENVS = [
     (DynamicBatchingEnv, ServingConfig, DEFAULT_PROFILE),
     (NodeBatchingEnv, ServingConfig, DEFAULT_PROFILE),
     (LLMBatchingEnv, LLMConfig, LLM_DEFAULT_PROFILE),
+    (LLMBatchingV1Env, LLMConfigV1, LLM_DEFAULT_PROFILE),
 ]
 
 
@@ -61,6 +63,7 @@ def test_env_signature_defaults_are_the_config_defaults(env_cls, config_cls, pro
         ("batch_env/DynamicBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
         ("batch_env/NodeBatching-v0", DEFAULT_WORKLOAD, ServingConfig),
         ("batch_env/LLMBatching-v0", LLM_DEFAULT_WORKLOAD, LLMConfig),
+        ("batch_env/LLMBatching-v1", LLM_DEFAULT_WORKLOAD, LLMConfigV1),
     ],
 )
 def test_an_env_built_without_arguments_uses_the_defaults(env_id, default, config_cls):

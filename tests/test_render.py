@@ -13,17 +13,22 @@ from gymnasium.utils.env_checker import check_env
 
 import batch_env
 from batch_env import render as R
-from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv
+from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, LLMBatchingV1Env, NodeBatchingEnv
 
 ENVS = {
     "batch_env/DynamicBatching-v0": DynamicBatchingEnv,
     "batch_env/NodeBatching-v0": NodeBatchingEnv,
     "batch_env/LLMBatching-v0": LLMBatchingEnv,
+    "batch_env/LLMBatching-v1": LLMBatchingV1Env,
 }
 SMALL = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 40},
     "batch_env/NodeBatching-v0": {"horizon_requests": 40},
     "batch_env/LLMBatching-v0": {
+        "horizon_requests": 8,
+        "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
+    },
+    "batch_env/LLMBatching-v1": {
         "horizon_requests": 8,
         "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
     },

@@ -4,7 +4,7 @@ node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching
 - :mod:`.dynamic_batching`: :class:`DynamicBatchingEnv`;
 - :mod:`.dynamic_batching_vector`: :class:`DynamicBatchingVectorEnv` (``gymnasium.make_vec``);
 - :mod:`.node_batching`: :class:`NodeBatchingEnv`;
-- :mod:`.llm_batching`: :class:`LLMBatchingEnv`.
+- :mod:`.llm_batching`: :class:`LLMBatchingEnv` and :class:`LLMBatchingV1Env` (chunked).
 
 Imports: the core of ``batch_env`` (``core``, ``config``, ``checks``, ``metrics``,
 ``render``, ``seeding``, ``executor``, ``workload``, ``profiles``); never ``batch_env.real``
@@ -14,7 +14,13 @@ never imports ``envs``.
 
 from .dynamic_batching import DynamicBatchingEnv
 from .dynamic_batching_vector import DynamicBatchingVectorEnv
-from .llm_batching import LLMBatchingEnv
+from .llm_batching import LLMBatchingEnv, LLMBatchingV1Env
 from .node_batching import NodeBatchingEnv
 
-__all__ = ["DynamicBatchingEnv", "DynamicBatchingVectorEnv", "LLMBatchingEnv", "NodeBatchingEnv"]
+__all__ = [
+    "DynamicBatchingEnv",
+    "DynamicBatchingVectorEnv",
+    "LLMBatchingEnv",
+    "LLMBatchingV1Env",
+    "NodeBatchingEnv",
+]

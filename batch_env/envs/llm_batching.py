@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig
+from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1
 from ..core import ServingCore
 from ..executor import LLMExecutor, make_llm_executor
 from ..metrics import llm_metrics, summarize
@@ -80,10 +80,24 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     with a real KV cache and its measured duration advances the clock; the KV blocks stay
     the profile's (see Arguments).
 
+    **Chunked prefill** (``scheduler="chunked"``, the default of ``LLMBatching-v1``; vLLM
+    v1, Sarathi-Serve): every iteration first schedules one decode token for each running
+    request whose prefill is complete, then fills the rest of the token budget
+    (``max_num_batched_tokens``) with prompt chunks, FCFS (prefills in progress first,
+    then the queue's head under the cap), in one mixed iteration; KV blocks are allocated
+    per chunk, preemption is by recompute as above, and a request's first token comes
+    when its last chunk completes. Its iteration time is
+    :meth:`batch_env.llm_profile.LLMProfile.mixed_time_s`. ``decode_first=False`` and
+    ``split_prompts=False`` give v0's scheduler back (``docs/decisions.md``, "Chunked
+    prefill").
+
     ## Action Space
 
     ``Discrete(len(grid))``: action ``i`` sets the cap on running requests for the next
-    iteration to ``grid[i]`` (default grid ``1..max_num_seqs``). A cap below the number
+    iteration to ``grid[i]`` (default grid ``1..max_num_seqs``). With the chunked
+    scheduler and a ``budget_grid``, ``Discrete(len(grid) x len(budget_grid))``: action
+    ``a`` sets the cap ``grid[a % len(grid)]`` and the iteration's token budget
+    ``budget_grid[a // len(grid)]``. A cap below the number
     running stops admission; it never evicts. Every action is valid at every epoch
     (``action_masks()`` is all true). An action outside the space raises ``ValueError``.
 
@@ -138,6 +152,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``queue_len``), ``decode_latency_recent_ms`` and ``batch_size_recent`` (means over the
     last ``recent_iterations`` decode iterations; 0 before the first), ``cap``,
     ``iteration`` (``"prefill"``, ``"decode"`` or ``"idle"``), ``iteration_time_s``,
+    ``budget``, ``chunk_tokens`` and ``prefilling`` (the chunked scheduler's token
+    budget, chunk tokens this step, requests whose prefill is in progress),
     ``preempted`` (this step), ``preemptions_total``, ``rejected_total``,
     ``clipped_total``, ``dropped_total``, ``now_s``, ``dt_s``, ``reward_components``,
     ``action_mask``, ``energy_source``.
@@ -156,7 +172,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``max_num_batched_tokens``, ``block_size``, ``watermark``, ``gpu_memory_utilization``,
     ``ttft_sla_ms``, ``tpot_sla_ms``, ``reward_weights``, ``lengths``, ``queue_capacity``,
     ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``idle_power_w``,
-    ``rate_window_s``, ``recent_iterations``).
+    ``rate_window_s``, ``recent_iterations``, ``scheduler``, ``decode_first``,
+    ``split_prompts``, ``budget_grid``).
 
     * ``executor``: ``"profile"`` (default: iteration times and power from the profile) or
       ``"torch"``: every prefill and decode step runs a real GPT-style decoder
@@ -184,11 +201,16 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ## Version History
 
     * v0: initial version; real mode (``executor="torch"``) added later, profile mode
+      unchanged; the ``scheduler`` option (``"chunked"``) added later, the default
       unchanged.
+    * v1: :class:`LLMBatchingV1Env`, the chunked scheduler by default.
     """
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
     executor: LLMExecutor
+    #: the configuration class whose defaults this id takes (``LLMBatching-v1``: chunked)
+    _config_class: type[LLMConfig] = LLMConfig
+    _title = "LLMBATCHING-V0"  # the frame's heading
 
     # Per-episode state, (re)bound by reset() (declared here for type checkers, which
     # otherwise meet some of it in methods above reset() before its type is known).
@@ -220,6 +242,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _rd: deque[float]  # recent decode iterations' times and batch sizes
     _rb: deque[int]
     _cap_now: int
+    _budget_now: int
+    _last_chunk: int
+    _done: list[int]  # per entry (chunked): its current prefill's tokens computed, and to do
+    _todo: list[int]
+    _npart: int  # running entries whose prefill is in progress (chunked)
     _last_preempted: int
     _last_kind: float
 
@@ -245,13 +272,17 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         idle_power_w: float | None = None,
         rate_window_s: float | None = None,
         recent_iterations: int = 16,
+        scheduler: str = "vllm-v0",
+        decode_first: bool = True,
+        split_prompts: bool = True,
+        budget_grid: tuple[int, ...] | list[int] | None = None,
         render_mode: str | None = None,
         executor: str = "profile",
         model: str | None = None,
         torch_device: str = "auto",
         executor_options: dict | None = None,
     ) -> None:
-        config = LLMConfig.from_arguments(locals())
+        config = self._config_class.from_arguments(locals())
         self._set_render_mode(render_mode)
         # the iterations' timeline of the frame modes (None otherwise: nothing per step)
         self._iterations = Timeline() if render_mode in ("rgb_array", "human") else None
@@ -273,7 +304,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             if budget > limit:
                 config = replace(config, max_num_batched_tokens=limit)
                 budget = limit
-        prof.check_max_num_batched_tokens(budget)
+        prof.check_max_num_batched_tokens(budget)  # the largest (budget_grid's are below it)
         if workload is None:
             workload = dict(LLM_DEFAULT_WORKLOAD)
         if isinstance(workload, dict) and "load" in workload:
@@ -338,7 +369,17 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._recent_n = config.recent_iterations
         self._check_llm_drop_weight()
 
-        n = len(self._grid)
+        self._chunked = config.scheduler == "chunked"
+        self._decode_first = config.decode_first
+        self._split = config.split_prompts
+        self._budgets = config.budget_grid if config.budget_grid is not None else (budget,)
+        if self._chunked and executor != "profile":
+            raise ValueError(
+                f"scheduler='chunked' with executor={executor!r}: the chunked scheduler runs "
+                "on the profile executor only so far (real mixed batches are not built yet); "
+                "use executor='profile' or scheduler='vllm-v0'"
+            )
+        n = len(self._grid) * len(self._budgets)
         self.action_space = spaces.Discrete(n)
         high = np.array(
             [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0],
@@ -467,6 +508,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._G += [0] * adm
             self._blk += [0] * adm
             self._fin += [None] * adm
+            if self._chunked:
+                self._done += [0] * adm
+                self._todo += [0] * adm
             self._W.extend(range(n0, n0 + adm))
             self._wtok += sum(self._bp[i : i + adm])
 
@@ -642,6 +686,175 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_kind = 0.0
         return d
 
+    # -- the chunked scheduler (vLLM v1 / Sarathi-Serve) ---------------------------------
+    def _preempt_newest(self, victims: list[int]) -> int:
+        """Preempt the newest running entry (recompute): its blocks freed, back to the
+        head of the queue later (the caller puts the victims there); returns it."""
+        R, P, G, blk = self._R, self._P, self._G, self._blk
+        v = R.pop()
+        victims.append(v)
+        self._used -= blk[v]
+        blk[v] = 0
+        if self._todo[v]:  # a prefill in progress: its computed tokens are lost
+            self._npart -= 1
+            self._wtok += self._done[v]
+        else:
+            self._ctx -= P[v] + G[v]
+            self._wtok += P[v] + G[v]
+        self._done[v] = self._todo[v] = 0
+        return v
+
+    def _grow_decodes(self, victims: list[int]) -> list[int]:
+        """The running entries that decode this iteration (prefill complete), each with a
+        KV block for the token it feeds; as v0's decode, a missing block preempts the
+        newest running entry (a prefill in progress or not), the entry itself last."""
+        R, P, G, blk, bs, todo = self._R, self._P, self._G, self._blk, self._bs, self._todo
+        i = 0
+        while i < len(R):
+            e = R[i]
+            if not todo[e] and P[e] + G[e] > blk[e] * bs:
+                while self._used >= self._total:
+                    if self._preempt_newest(victims) == e:
+                        break
+                if victims and victims[-1] == e:
+                    break
+                blk[e] += 1
+                self._used += 1
+            i += 1
+        return [e for e in R if not todo[e]]
+
+    def _plan_chunks(self, cap: int, left: int, admit: bool) -> list[tuple[int, int, int]]:
+        """``(entry, chunk tokens, tokens already computed)`` of this iteration's prompt
+        chunks, FCFS: the prefills in progress (in admission order), then (``admit``) the
+        queue's head while the cap allows, within ``left`` tokens and the KV blocks free
+        above the watermark (blocks are allocated here, per chunk). A prompt that cannot
+        progress stops the scan (FCFS); with ``split_prompts=False`` only whole prompts
+        are scheduled."""
+        P, G, blk, bs, todo, done = self._P, self._G, self._blk, self._bs, self._todo, self._done
+        free = self._total - self._used - self._wm
+        out: list[tuple[int, int, int]] = []
+        cands = [e for e in self._R if todo[e]]  # prefills in progress, in admission order
+        room = cap - len(self._R)
+        if admit and room > 0:
+            cands += islice(self._W, room)  # waiting entries have nothing computed
+        for e in cands:
+            if left <= 0:
+                break
+            new = not todo[e]
+            x = 0 if new else done[e]
+            need = P[e] + G[e] if new else todo[e]
+            c = min(need, left)
+            if not self._split and c < need:
+                break
+            nb = -(-(x + c) // bs) - blk[e]
+            if nb > free:
+                if not self._split:
+                    break
+                c = min(c, (blk[e] + free) * bs - x)
+                if c <= 0:
+                    break
+                nb = -(-(x + c) // bs) - blk[e]
+            free -= nb
+            blk[e] += nb
+            self._used += nb
+            left -= c
+            out.append((e, c, x))
+            if c < need:
+                break  # the budget or the memory ends inside this prompt
+        return out
+
+    def _run_chunked(self, cap: int, budget: int) -> tuple[float, str]:
+        """One iteration of the chunked scheduler: ``(duration, kind)``, kind ``"decode"``,
+        ``"prefill"`` (chunks only) or ``"mixed"``."""
+        victims: list[int] = []
+        for _ in range(len(self._R) + 2):  # each retry preempts one entry: bounded
+            if self._decode_first:
+                dec = self._grow_decodes(victims)
+                chunks = self._plan_chunks(cap, budget - len(dec), admit=not victims)
+            else:
+                chunks = self._plan_chunks(cap, budget, admit=True)
+                dec = [] if chunks else self._grow_decodes(victims)
+            if dec or chunks or victims:
+                break
+            if not self._R:  # cannot happen: an empty cache fits the head's first chunk
+                raise RuntimeError("LLMBatching: requests wait, none runs, none admissible")
+            # prefills in progress hold the blocks the next chunk needs: free the newest
+            self._preempt_newest(victims)
+        if victims:
+            self._W.extendleft(victims)  # the oldest victim ends up at the head
+            self._preempt += len(victims)
+            self._ns = len(self._arr) - len(self._W)
+        self._last_preempted = len(victims)
+        if not dec and not chunks:  # every decoder was preempted: an empty iteration (as v0)
+            return 0.0, "decode"
+        return self._run_mixed(chunks, dec), (
+            "mixed" if chunks and dec else "prefill" if chunks else "decode"
+        )
+
+    def _run_mixed(self, chunks: list[tuple[int, int, int]], dec: list[int]) -> float:
+        """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
+        W, P, G, R, out = self._W, self._P, self._G, self._R, self._O
+        todo, done = self._todo, self._done
+        n = 0
+        att = 0.0
+        for _e, c, x in chunks:
+            n += c
+            att += c * c + 2 * c * x
+        b = len(dec)
+        d, energy = self.executor.mixed(n, att, b, self._ctx)  # type: ignore[attr-defined]
+        t = self._now + d
+        arr, first, met, sla = self._arr, self._first, self._met, self._sla
+        ready: list[int] = []  # prefills completed by this iteration
+        for e, c, x in chunks:
+            if x == 0 and not todo[e]:  # admitted now: it joins the running entries
+                W.popleft()  # FCFS: the admitted entries are the queue's head, in order
+                R.append(e)
+                todo[e] = P[e] + G[e]
+                self._npart += 1
+            done[e] = x + c
+            todo[e] -= c
+            self._wtok -= c
+            if not todo[e]:
+                ready.append(e)
+        for e in ready:
+            self._npart -= 1
+            done[e] = 0
+            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
+                first.append(t)
+                met.append(met[-1] + (1 if t - arr[e] <= sla else 0))
+            G[e] += 1
+        self._ns = len(arr) - len(W)
+        self._tokens += len(ready) + b
+        self._last_chunk = n
+        self._advance(t, energy / d if d > 0.0 else 0.0)
+        finished = False
+        for e in dec:
+            g = G[e] + 1
+            G[e] = g
+            if g >= out[e]:
+                self._ctx -= P[e] + g - 1
+                self._finish(e, t)
+                finished = True
+            else:
+                self._ctx += 1
+        for e in ready:
+            if G[e] >= out[e]:  # a one-token request ends with its prefill
+                self._finish(e, t)
+                finished = True
+            else:
+                self._ctx += P[e] + G[e]
+        if finished:
+            self._R = [e for e in R if self._fin[e] is None]
+        if chunks:
+            self._n_prefill += 1
+        if b:
+            self._n_batches += 1
+            self._sum_b += b
+            self._rd.append(d)
+            self._rb.append(b)
+        self._last_kind = 1.0 if chunks else 0.0
+        return d
+
     # -- observation / info -------------------------------------------------------------
     def _obs(self) -> np.ndarray:
         N = self._N
@@ -671,7 +884,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 sum(self._rb) / len(self._rb) / N if rd else 0.0,
                 min(self._rate / 10.0, _CLIP),
                 self._cap_now / N,
-                self._ctx / len(R) / self._maxlen if R else 0.0,
+                self._ctx / (len(R) - self._npart) / self._maxlen if len(R) > self._npart else 0.0,
                 min(self._last_preempted / 10.0, 1.0),
                 self._last_kind,
             ],
@@ -689,6 +902,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "decode_latency_recent_ms": 1000.0 * sum(rd) / len(rd) if rd else 0.0,
             "batch_size_recent": sum(self._rb) / len(self._rb) if rd else 0.0,
             "cap": self._cap_now,
+            "budget": self._budget_now,
+            "chunk_tokens": self._last_chunk,
+            "prefilling": self._npart,
             "iteration": kind,
             "iteration_time_s": it,
             "preempted": self._last_preempted,
@@ -752,8 +968,13 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._rd = deque(maxlen=self._recent_n)
         self._rb = deque(maxlen=self._recent_n)
         self._cap_now = self._grid[-1]
+        self._budget_now = self._budgets[-1]
         self._last_preempted = 0
+        self._last_chunk = 0
         self._last_kind = 0.0
+        self._done = []
+        self._todo = []
+        self._npart = 0
         self._reset_core(seed, options)
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
@@ -771,20 +992,27 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """
         if self._needs_reset is not None:
             self._refuse("step")
-        if type(action) is not int or action < 0 or action >= len(self._grid):
+        if type(action) is not int or action < 0 or action >= self.action_space.n:
             action = self._coerce_action(action)
-        cap = self._grid[action]
+        ng = len(self._grid)
+        cap = self._grid[action % ng]
         self._cap_now = cap
+        self._budget_now = self._budgets[action // ng]
         self._last_preempted = 0
+        self._last_chunk = 0
         kind, it = "idle", 0.0
         if self._n_sys:
-            k, tokens, sq = self._prefill_set(cap) if self._W else (0, 0, 0.0)
-            if k:
-                it, kind = self._run_prefill(k, tokens, sq), "prefill"
-            elif self._R:
-                it, kind = self._run_decode(), "decode"
-            else:  # cannot happen: config validation makes the head admissible when idle
-                raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
+            if self._chunked:
+                it, kind = self._run_chunked(cap, self._budget_now)
+                k = int(kind != "decode")
+            else:
+                k, tokens, sq = self._prefill_set(cap) if self._W else (0, 0, 0.0)
+                if k:
+                    it, kind = self._run_prefill(k, tokens, sq), "prefill"
+                elif self._R:
+                    it, kind = self._run_decode(), "decode"
+                else:  # cannot happen: config validation makes the head admissible when idle
+                    raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
             self._n_iter += 1
             if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
                 self._iterations.push(
@@ -888,7 +1116,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """Frame layout: the service panel shows the running requests and the KV cache."""
         assert self._iterations is not None  # kept in the frame modes, the only ones with a view
         return ServerView(
-            "LLMBATCHING-V0",
+            self._title,
             "RUNNING: CONTEXT/MAX_MODEL_LEN",
             "LAST ITERATIONS: BATCH/MAX_NUM_SEQS",
             "LAST ITERATIONS: TIME/TPOT SLA",
@@ -913,3 +1141,58 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         return view.frame(
             header, waits, len(self._W), self._cap, panel, view.timeline, queue_colors=colors
         )
+
+
+class LLMBatchingV1Env(LLMBatchingEnv):
+    """``batch_env/LLMBatching-v1``: :class:`LLMBatchingEnv` with the chunked scheduler by
+    default (vLLM v1's engine, Sarathi-Serve): every iteration first schedules one decode
+    token for each running request, then fills the rest of the token budget
+    (``max_num_batched_tokens``, default 2048) with prompt chunks, FCFS, in one mixed
+    iteration. Everything else, and every argument, is v0's (``scheduler="vllm-v0"``
+    gives v0's scheduler under this id). See :class:`LLMBatchingEnv` and
+    ``docs/decisions.md``, "Chunked prefill".
+
+    ## Version History
+
+    * v1: the chunked scheduler by default (v0 keeps vLLM v0's prefill-first scheduler).
+    """
+
+    _config_class = LLMConfigV1
+    _title = "LLMBATCHING-V1"
+
+    def __init__(
+        self,
+        profile: str | dict | LLMProfile = "llama-2-7b-a100",
+        workload: dict | Workload | None = None,
+        max_num_seqs: int = 256,
+        grid: tuple[int, ...] | list[int] | None = None,
+        max_model_len: int = 4096,
+        max_num_batched_tokens: int | None = None,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        gpu_memory_utilization: float | None = None,
+        ttft_sla_ms: float = 1000.0,
+        tpot_sla_ms: float = 50.0,
+        reward_weights: dict | None = None,
+        lengths: dict | None = None,
+        queue_capacity: int = 4096,
+        horizon_requests: int = 1000,
+        warmup_requests: int = 0,
+        horizon_s: float | None = None,
+        idle_power_w: float | None = None,
+        rate_window_s: float | None = None,
+        recent_iterations: int = 16,
+        scheduler: str = "chunked",
+        decode_first: bool = True,
+        split_prompts: bool = True,
+        budget_grid: tuple[int, ...] | list[int] | None = None,
+        render_mode: str | None = None,
+        executor: str = "profile",
+        model: str | None = None,
+        torch_device: str = "auto",
+        executor_options: dict | None = None,
+    ) -> None:
+        args = dict(locals())
+        args.pop("self")
+        args.pop("__class__", None)
+        super().__init__(**args)

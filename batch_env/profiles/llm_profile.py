@@ -605,6 +605,63 @@ class LLMProfile:
             raise self._eval_error("batch_size", batch_size, self._bs_lim)
         return self._decode_power(batch_size)
 
+    def mixed_time_s(
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        decode_batch: int,
+        decode_context: int,
+    ) -> float:
+        """Duration of one mixed iteration (chunked prefill): prompt chunks of ``c_i``
+        tokens, each after ``x_i`` tokens of its prompt already in the KV cache, together
+        with one decode token for each of ``decode_batch`` running requests.
+
+        As vidur decomposes an iteration: the linear layers run on every token of the
+        batch, so their part is the prefill table at the batch's total tokens ``n + b``
+        (the tables agree within 1% at equal token counts on the shipped profiles); the
+        prefill attention is the profile's causal term on what the chunks add,
+        ``ms_per_sq_token x sum (c_i**2 + 2 c_i x_i)`` (``(x + c)**2 - x**2``: the chunks of
+        a prompt add up to its whole prompt's ``p**2``); the decode attention is
+        ``ms_per_context_token x`` the running requests' context; the overhead is counted
+        once. With no chunk it is :meth:`decode_time_s`, with no decode
+        :meth:`prefill_time_s`, exactly.
+
+        :param chunk_tokens: ``n = sum c_i`` (>= 0).
+        :param chunk_attention: ``sum (c_i**2 + 2 c_i x_i)`` (>= 0).
+        :param decode_batch: ``b``, running requests decoded (>= 0; ``n + b >= 1``).
+        :param decode_context: the sum of their KV-context lengths (>= 0).
+        :returns: seconds.
+        :raises ValueError: if an argument is out of range (``n + b`` beyond the prefill
+            table without extrapolation, or both zero).
+        """
+        if chunk_tokens == 0:
+            return self.decode_time_s(decode_batch, decode_context)
+        if decode_batch == 0:
+            return self.prefill_time_s(chunk_tokens, chunk_attention)
+        n = chunk_tokens + decode_batch
+        if chunk_tokens < 0 or decode_batch < 0 or not 1 <= n <= self._tok_lim:
+            raise self._eval_error("chunk_tokens + decode_batch", n, self._tok_lim)
+        if decode_context < 0:
+            raise self._eval_error("decode_context", decode_context, 0)
+        return (
+            self._overhead_s
+            + self._prefill(n)
+            + self._p_tok_s * n
+            + self._p_sq_s * chunk_attention
+            + self._ctx_s * decode_context
+        )
+
+    def mixed_power_w(self, chunk_tokens: int, decode_batch: int) -> float:
+        """Average whole-server power during a mixed iteration: the prefill power at the
+        batch's total tokens (:meth:`prefill_power_w` with no decode,
+        :meth:`decode_power_w` with no chunk).
+
+        :returns: watts (all ``num_gpus`` GPUs).
+        """
+        if chunk_tokens == 0:
+            return self.decode_power_w(decode_batch)
+        return self.prefill_power_w(chunk_tokens + max(decode_batch, 0))
+
     # ----------------------------------------------------------------- misc
 
     def to_dict(self) -> dict[str, Any]:
