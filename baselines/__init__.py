@@ -23,7 +23,14 @@ from batch_env.evaluate import Policy
 
 from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
-from .llm import MemoryAwarePolicy, Pang2025Policy, SLAFeedbackPolicy, StaticCapPolicy
+from .llm import (
+    MemoryAwarePolicy,
+    Pang2025Policy,
+    SarathiBudgetPolicy,
+    SLAFeedbackPolicy,
+    StaticBudgetPolicy,
+    StaticCapPolicy,
+)
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .smdp_mmpp import MMPPBeliefPolicy, MMPPOraclePolicy
@@ -45,6 +52,8 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "memory-aware": MemoryAwarePolicy,
     "sla-feedback": SLAFeedbackPolicy,
     "pang2025": Pang2025Policy,
+    "static-budget": StaticBudgetPolicy,
+    "sarathi": SarathiBudgetPolicy,
 }
 
 

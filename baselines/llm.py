@@ -49,7 +49,8 @@ from .common import env_config
 
 
 def _llm_settings(env: gym.Env | None, policy: str) -> tuple[tuple[int, ...], int, float]:
-    """The env's action grid, max_num_seqs and TPOT SLA (ms), refusing other envs."""
+    """The env's action grid, max_num_seqs and TPOT SLA (ms), refusing other envs (the
+    chunked scheduler's budget grid: :func:`_budget_grid`)."""
     if env is None:
         raise ValueError(
             f"policy {policy!r} needs env= (an LLMBatching-v0 env) for its grid of caps"
@@ -63,8 +64,18 @@ def _llm_settings(env: gym.Env | None, policy: str) -> tuple[tuple[int, ...], in
     return tuple(cfg.grid), int(cfg.max_num_seqs), float(cfg.tpot_sla_ms)
 
 
+def _budget_grid(env: gym.Env | None) -> tuple[int, ...]:
+    """The token budgets an action may choose: the chunked scheduler's ``budget_grid``,
+    else the one budget ``max_num_batched_tokens``."""
+    cfg = env_config(env)
+    grid = getattr(cfg, "budget_grid", None)
+    return tuple(grid) if grid is not None else (int(cfg.max_num_batched_tokens),)
+
+
 class _CapPolicy:
-    """Shared by the LLM policies: the grid, ``[b_min, b_max]`` and cap -> action."""
+    """Shared by the LLM policies: the grid, ``[b_min, b_max]`` and cap -> action. On an
+    env whose actions also pick a token budget (``budget_grid``), a cap policy keeps the
+    largest budget (``max_num_batched_tokens``), as vLLM runs with its configured one."""
 
     name = "cap"
 
@@ -74,10 +85,14 @@ class _CapPolicy:
         check_number("b_max", self.b_max, low=1, high=n, integer=True)
         check_number("b_min", b_min, low=1, high=self.b_max, integer=True)
         self.b_min = int(b_min)
+        self.budgets = _budget_grid(env)
+        self._budget_index = len(self.budgets) - 1
 
-    def action_for(self, cap: int) -> int:
-        """Index of the largest grid value <= ``cap`` (0 if ``cap`` is below the grid)."""
-        return max(bisect_right(self.grid, cap) - 1, 0)
+    def action_for(self, cap: int, budget_index: int | None = None) -> int:
+        """The action of the largest grid cap <= ``cap`` (the smallest if ``cap`` is below
+        the grid) and the budget ``budgets[budget_index]`` (default the largest)."""
+        i = self._budget_index if budget_index is None else budget_index
+        return max(bisect_right(self.grid, cap) - 1, 0) + i * len(self.grid)
 
     def reset(self) -> None:
         """Stateless by default."""
@@ -250,3 +265,89 @@ class Pang2025Policy(_CapPolicy):
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """The grid action of the smaller cap."""
         return self.action_for(min(self.memory.cap(info), self.sla.cap(info)))
+
+
+def _vllm_default_budget(env: gym.Env | None) -> int:
+    """vLLM v1's default ``max_num_batched_tokens`` for the API server on the profile's
+    device: 8192 on GPUs of 70 GiB or more other than the A100, else 2048
+    (``EngineArgs.get_batch_defaults``)."""
+    profile = env.unwrapped.profile  # type: ignore[union-attr]
+    big = profile.gpu_memory_bytes >= 70 * 2**30 and "a100" not in profile.device.lower()
+    return 8192 if big else 2048
+
+
+class StaticBudgetPolicy(_CapPolicy):
+    """Chunked prefill with a fixed token budget and the largest cap (vLLM v1 as
+    configured).
+
+    :param env: an LLMBatching env with the chunked scheduler.
+    :param budget: the token budget, one of the env's budgets (``budget_grid``, or
+        ``max_num_batched_tokens``); default vLLM v1's default for the profile's device
+        (2048 on an A100, 8192 on an H100).
+    """
+
+    name = "static-budget"
+
+    def __init__(self, env: gym.Env | None = None, budget: int | None = None) -> None:
+        super().__init__(env, 1, None)
+        _need_chunked(env, self.name)
+        want = _vllm_default_budget(env) if budget is None else budget
+        if want not in self.budgets:
+            raise ValueError(
+                f"budget={want!r} is not a budget the env's actions can select: "
+                f"{list(self.budgets)} (budget_grid, or max_num_batched_tokens)"
+            )
+        self.budget = int(want)
+        self._action = self.action_for(self.b_max, self.budgets.index(self.budget))
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """Always the same cap and budget."""
+        return self._action
+
+
+class SarathiBudgetPolicy(_CapPolicy):
+    """Sarathi-Serve's rule: a token budget sized to the TPOT SLA from the profile.
+
+    Each iteration it picks the largest budget of the env's grid whose mixed iteration,
+    as the profile times it (:meth:`batch_env.llm_profile.LLMProfile.mixed_time_s`: the
+    running requests' decodes, ``info["decode_context"]``, plus chunks filling the rest
+    of the budget, the first continuing ``info["prefill_head_done"]`` cached tokens),
+    stays within ``tpot_sla_ms`` (times ``headroom``); the smallest budget when none
+    does. The cap is the largest. Sarathi-Serve fixes its budget once from profiling;
+    applying the rule at every iteration, to the batch at hand, is this project's
+    reading (docs/decisions.md, "Chunked prefill").
+
+    :param env: an LLMBatching env with the chunked scheduler and a ``budget_grid``.
+    :param headroom: fraction of the TPOT SLA an iteration may take (1.0).
+    """
+
+    name = "sarathi"
+
+    def __init__(self, env: gym.Env | None = None, headroom: float = 1.0) -> None:
+        super().__init__(env, 1, None)
+        _need_chunked(env, self.name)
+        check_number("headroom", headroom, low=0.0, low_inclusive=False)
+        self.profile = env.unwrapped.profile  # type: ignore[union-attr]
+        self.limit_s = float(headroom) * self.tpot_sla_ms / 1000.0
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The largest budget whose predicted iteration meets the TPOT SLA."""
+        b = int(info["running"]) - int(info["prefilling"])
+        ctx = int(info["decode_context"])
+        x = int(info["prefill_head_done"])
+        best = 0
+        for i, budget in enumerate(self.budgets):
+            c = budget - b
+            t = self.profile.mixed_time_s(c, float(c * c + 2 * c * x), b, ctx)
+            if t > self.limit_s:
+                break
+            best = i
+        return self.action_for(self.b_max, best)
+
+
+def _need_chunked(env: gym.Env | None, policy: str) -> None:
+    if getattr(env_config(env), "scheduler", "vllm-v0") != "chunked":
+        raise ValueError(
+            f"policy {policy!r} sets the chunked scheduler's token budget: make the env with "
+            "scheduler='chunked' (batch_env/LLMBatching-v1)"
+        )

@@ -170,16 +170,19 @@ def test_references_resume_only_when_asked(tmp_path, monkeypatch):
         bm.compute_references([tid], out, progress=None, labels=["lazy"])
 
 
-def test_the_whole_conversation_trace_is_shipped_unchanged():
-    """``azure-conv-2023-gz`` decompresses to the upstream file (its registry SHA-256)."""
-    d = datasets.get("azure-conv-2023-gz")
-    p = datasets.path("azure-conv-2023-gz")
+@pytest.mark.parametrize(
+    ("name", "rows"), [("azure-conv-2023", 19_366), ("azure-code-2023", 8_819)]
+)
+def test_the_whole_traces_are_shipped_unchanged(name, rows):
+    """``<trace>-gz`` decompresses to the upstream file (its registry SHA-256)."""
+    d = datasets.get(f"{name}-gz")
+    p = datasets.path(f"{name}-gz")
     assert d.shipped and datasets.sha256_of(p) == d.sha256 and p.stat().st_size == d.size_bytes
     raw = gzip.decompress(p.read_bytes())
-    assert hashlib.sha256(raw).hexdigest() == datasets.get("azure-conv-2023").sha256
+    assert hashlib.sha256(raw).hexdigest() == datasets.get(name).sha256
     from batch_env.workload import Trace
 
-    assert Trace(dataset="azure-conv-2023-gz").n_records == 19_366
+    assert Trace(dataset=f"{name}-gz").n_records == rows == d.rows
 
 
 def test_a_corrupt_gzip_trace_is_a_clear_error(tmp_path):

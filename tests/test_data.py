@@ -18,7 +18,8 @@ from experiments.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXCERPTS = ("azure-conv-2023-excerpt", "azure-code-2023-excerpt")
-SHIPPED_FULL = ("azure-conv-2023-gz",)  # a whole trace, gzipped (the Trace benchmark task)
+# whole traces, gzipped (the Trace benchmark task; the chunked-prefill comparison)
+SHIPPED_FULL = ("azure-conv-2023-gz", "azure-code-2023-gz")
 FULL = ("azure-conv-2023", "azure-code-2023", "azure-conv-2024", "azure-code-2024")
 
 
@@ -56,7 +57,12 @@ def test_registry_entries_are_well_formed():
         assert d.license == "CC-BY-4.0" and d.citation and d.source and d.description
         assert d.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", d.sha256)
         if d.shipped:
-            assert d.url is None and d.sha256 and d.rows == (2_000 if name in EXCERPTS else 19_366)
+            whole = {"azure-conv-2023-gz": 19_366, "azure-code-2023-gz": 8_819}
+            assert (
+                d.url is None
+                and d.sha256
+                and d.rows == (2_000 if name in EXCERPTS else whole[name])
+            )
         else:
             assert d.url.startswith("https://") and d.url.endswith("/" + d.filename)
     for name in ("azure-conv-2023", "azure-code-2023"):  # pinned to a commit, known checksums
@@ -294,7 +300,7 @@ def test_shipped_configs_name_datasets_not_paths():
     from experiments.llm import load_llm_config
 
     llm = load_llm_config("llm")
-    assert {s.get("dataset") for s in llm["traffic"].values()} == {"azure-conv-2023"}
+    assert {s.get("dataset") for s in llm["traffic"].values()} == {"azure-conv-2023-gz"}
     assert all("path" not in s for s in llm["traffic"].values())
     agents = load_agents_config("agents")
     assert agents["settings"]["azure-conv"]["workload"]["dataset"] == "azure-conv-2023"

@@ -152,8 +152,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``queue_len``), ``decode_latency_recent_ms`` and ``batch_size_recent`` (means over the
     last ``recent_iterations`` decode iterations; 0 before the first), ``cap``,
     ``iteration`` (``"prefill"``, ``"decode"`` or ``"idle"``), ``iteration_time_s``,
-    ``budget``, ``chunk_tokens`` and ``prefilling`` (the chunked scheduler's token
-    budget, chunk tokens this step, requests whose prefill is in progress),
+    ``budget``, ``chunk_tokens``, ``prefilling`` and ``prefill_head_done`` (the chunked
+    scheduler's token budget, chunk tokens this step, requests whose prefill is in
+    progress, tokens computed of the oldest of them), ``decode_context`` (the KV
+    context of the requests that decode),
     ``preempted`` (this step), ``preemptions_total``, ``rejected_total``,
     ``clipped_total``, ``dropped_total``, ``now_s``, ``dt_s``, ``reward_components``,
     ``action_mask``, ``energy_source``.
@@ -905,6 +907,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "budget": self._budget_now,
             "chunk_tokens": self._last_chunk,
             "prefilling": self._npart,
+            "decode_context": self._ctx,
+            "prefill_head_done": self._head_done(),
             "iteration": kind,
             "iteration_time_s": it,
             "preempted": self._last_preempted,
@@ -918,6 +922,15 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "action_mask": self._mask.copy(),
             "energy_source": self.executor.energy_source,
         }
+
+    def _head_done(self) -> int:
+        """Tokens already computed of the oldest prefill in progress (0 when none)."""
+        if self._npart:
+            todo = self._todo
+            for e in self._R:
+                if todo[e]:
+                    return self._done[e]
+        return 0
 
     def action_masks(self) -> np.ndarray:
         """Every cap is valid at every epoch (a copy of an all-true mask)."""

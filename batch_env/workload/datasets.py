@@ -6,8 +6,10 @@ The environments replay request traces given either as a file (``{"kind": "trace
 
 * *shipped*: files that come with the package (``batch_env/workload/excerpts/``), usable
   without a network: ``azure-conv-2023-excerpt`` and ``azure-code-2023-excerpt``, the
-  first 2,000 requests of each Azure 2023 trace, and ``azure-conv-2023-gz``, the whole
-  conversation trace gzip-compressed (180 kB; the benchmark's Trace task needs it);
+  first 2,000 requests of each Azure 2023 trace, and ``azure-conv-2023-gz`` and
+  ``azure-code-2023-gz``, the whole conversation and coding traces gzip-compressed
+  (180 kB and 76 kB; the benchmark's Trace task and the chunked-prefill comparison need
+  them);
 * *downloaded*: the full public traces, fetched on demand with ``batch-env data fetch
   NAME`` (or :func:`fetch`) into a cache folder, and checked against their SHA-256 where
   one is known. Nothing is ever downloaded implicitly: using a dataset that is not in the
@@ -190,6 +192,21 @@ DATASETS: dict[str, Dataset] = {
             shipped=True,
             rows=19_366,
             size_bytes=180_355,
+        ),
+        Dataset(
+            name="azure-code-2023-gz",
+            filename="azure_llm_2023_code.csv.gz",
+            description="all 8,819 requests of azure-code-2023, gzip-compressed and "
+            "shipped with the package (bursty, long prompts: the chunked-prefill comparison "
+            "of batch-env llm replays it)",
+            source="gzip -9 -n of azure-code-2023 (decompresses to the upstream bytes, "
+            "SHA-256 54e9a6d2...7fb6)",
+            license="CC-BY-4.0",
+            citation=_CITE_2023,
+            sha256="a693e93b69f7c2ad7039d2ea1e109b5cf83c5a6c699e1d4848030e8fae223389",
+            shipped=True,
+            rows=8_819,
+            size_bytes=76_067,
         ),
         Dataset(
             name="azure-code-2023-excerpt",
