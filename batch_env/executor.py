@@ -126,6 +126,19 @@ class LLMExecutor(Protocol):
     ) -> tuple[float, float]:
         """One decode step of ``batch`` running requests: ``(duration_s, energy_j)``."""
 
+    def mixed(
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        batch: int,
+        context_tokens: int,
+        chunks: Sequence[tuple[int, int, int]] | None = None,
+        decodes: Sequence[int] | None = None,
+    ) -> tuple[float, float]:
+        """One mixed iteration of the chunked scheduler (``chunks``: ``(request, tokens
+        already cached, chunk tokens)``; ``decodes``: the requests decoding, the oldest
+        running ones in order): ``(duration_s, energy_j)``."""
+
     def release(self, seqs: Sequence[int]) -> None:
         """Drop the KV caches of finished or preempted requests."""
 
@@ -442,7 +455,13 @@ class LLMProfileExecutor:
         return d, d * p.decode_power_w(batch)
 
     def mixed(
-        self, chunk_tokens: int, chunk_attention: float, batch: int, context_tokens: int
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        batch: int,
+        context_tokens: int,
+        chunks: Sequence[tuple[int, int, int]] | None = None,
+        decodes: Sequence[int] | None = None,
     ) -> tuple[float, float]:
         """One mixed iteration of the chunked scheduler: prompt chunks of ``chunk_tokens``
         in all (``chunk_attention`` = sum of ``c**2 + 2 c x`` over chunks of ``c`` tokens
@@ -450,7 +469,7 @@ class LLMProfileExecutor:
         requests whose KV contexts hold ``context_tokens``
         (:meth:`batch_env.llm_profile.LLMProfile.mixed_time_s`; the profile's power at the
         batch's total tokens). With no chunk it is :meth:`decode`, with no decode
-        :meth:`prefill`, exactly."""
+        :meth:`prefill`, exactly. ``chunks`` and ``decodes`` (the requests) are ignored."""
         p = self.profile
         d = p.mixed_time_s(chunk_tokens, chunk_attention, batch, context_tokens)
         return d, d * p.mixed_power_w(chunk_tokens, batch)

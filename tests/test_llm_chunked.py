@@ -244,7 +244,6 @@ def test_chunking_shortens_the_tpot_tail_and_costs_ttft():
         ({"budget_grid": [512, 256]}, "strictly increasing"),
         ({"budget_grid": [128, 512]}, "budget_grid\\[0\\]=128 is out of range"),
         ({"decode_first": "yes"}, "decode_first='yes' is invalid"),
-        ({"executor": "torch"}, "runs on the profile executor only"),
     ],
 )
 def test_bad_scheduler_settings_are_named(kwargs, message):

@@ -323,3 +323,39 @@ def test_cuda_episode():
             break
     assert info["serving"]["completed"] == 40 and info["serving"]["preemptions"] > 0
     env.close()
+
+
+def test_chunked_scheduler_runs_real_mixed_batches():
+    """With the chunked scheduler the GPT runs mixed batches (decodes plus prompt chunks
+    continuing their caches, in one call): exactly the requests holding KV in the env hold
+    a real cache, each with the tokens the env has computed for it (a prefill in progress:
+    its chunks so far; a decoding request: prompt + generated but the last); prompts are
+    split (a budget of 12 tokens, prompts of 16) and preemptions happen."""
+    env = make(
+        scheduler="chunked",
+        max_num_batched_tokens=12,
+        max_num_seqs=8,
+        lengths={"kind": "fixed", "prompt_tokens": 16, "output_tokens": 16},
+    )
+    u = env.unwrapped
+    ex = u.executor
+    log: list[tuple[str, float]] = []
+    spy(ex, "mixed", log)
+    obs, info = env.reset(seed=0)
+    kinds: Counter[str] = Counter()
+    for _ in range(20_000):
+        obs, r, term, trunc, info = env.step(7)
+        assert env.observation_space.contains(obs) and np.isfinite(r)
+        kinds[info["iteration"]] += 1
+        if info["iteration"] != "idle" and info["iteration_time_s"] > 0:
+            assert info["iteration_time_s"] == log[-1][1] > 0
+        assert ex.live_sequences == set(u._R)
+        want = {e: (u._done[e] if u._todo[e] else u._P[e] + u._G[e] - 1) for e in u._R}
+        assert ex.context_lengths() == want
+        if trunc:
+            break
+    s = info["serving"]
+    assert s["completed"] == 40 and s["preemptions"] > 0
+    assert kinds["mixed"] > 0 and kinds["prefill"] > 0 and kinds["decode"] > 0
+    assert not ex.live_sequences & set(u._W)
+    env.close()

@@ -291,3 +291,38 @@ def test_gpt_seq_len_defaults_within_n_positions():
         == 16
     )
     assert tiny("gpt-small", n_positions=512).seq_len == 8  # given explicitly
+
+
+def test_gpt_extend_is_prefill_and_decode_in_one_call():
+    """A mixed iteration (GPTSmall.extend): the decode rows' logits are decode_step's, and a
+    prompt prefilled in chunks (its first chunk alongside the decodes) ends with the logits
+    and KV of a whole prefill; lengths advance by each row's tokens."""
+    import torch
+
+    from batch_env.real.models import GPTSmall, KVCache
+
+    torch.manual_seed(0)
+    m = GPTSmall(width=0.25, depth=2, heads=2, vocab_size=97, n_positions=64).eval()
+    g = torch.Generator().manual_seed(1)
+    a, b, c = (torch.randint(0, 97, (n,), generator=g) for n in (10, 7, 12))
+    with torch.inference_mode():
+        _, ca = m.prefill(a[None], capacity=64)
+        _, cb = m.prefill(b[None], capacity=64)
+        whole, cc = m.prefill(c[None], capacity=64)
+        ref = KVCache.cat([ca, cb])
+        tok = torch.tensor([3, 4])
+        want = m.decode_step(tok, ref)
+        _, ca = m.prefill(a[None], capacity=64)
+        _, cb = m.prefill(b[None], capacity=64)
+        cache = KVCache.cat([ca, cb, m.new_cache(1, 64)])
+        got = m.extend(cache, [0, 1, 2], [tok[0:1], tok[1:2], c[:5]], n_decode=2)
+        assert torch.allclose(got[:2], want, atol=1e-5)
+        last = m.extend(cache, [2], [c[5:]])
+        assert torch.allclose(last[0], whole[0], atol=1e-5)
+        for layer in range(2):
+            assert torch.allclose(cache.k[layer][2, :, :12], cc.k[layer][0, :, :12], atol=1e-5)
+        assert cache.lengths == [11, 8, 12] and cache.positions.tolist() == [11, 8, 12]
+        with pytest.raises(ValueError, match="decodes must be rows 0..0"):
+            m.extend(cache, [1], [tok[0:1]], n_decode=1)
+        with pytest.raises(ValueError, match="resize first"):
+            m.extend(cache, [2], [torch.zeros(60, dtype=torch.long)])

@@ -375,12 +375,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._decode_first = config.decode_first
         self._split = config.split_prompts
         self._budgets = config.budget_grid if config.budget_grid is not None else (budget,)
-        if self._chunked and executor != "profile":
-            raise ValueError(
-                f"scheduler='chunked' with executor={executor!r}: the chunked scheduler runs "
-                "on the profile executor only so far (real mixed batches are not built yet); "
-                "use executor='profile' or scheduler='vllm-v0'"
-            )
         n = len(self._grid) * len(self._budgets)
         self.action_space = spaces.Discrete(n)
         high = np.array(
@@ -783,6 +777,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             # prefills in progress hold the blocks the next chunk needs: free the newest
             self._preempt_newest(victims)
         if victims:
+            if self._seqs:
+                self.executor.release(victims)  # recompute: the KV cache is dropped
             self._W.extendleft(victims)  # the oldest victim ends up at the head
             self._preempt += len(victims)
             self._ns = len(self._arr) - len(self._W)
@@ -803,7 +799,12 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             n += c
             att += c * c + 2 * c * x
         b = len(dec)
-        d, energy = self.executor.mixed(n, att, b, self._ctx)  # type: ignore[attr-defined]
+        if self._seqs:
+            d, energy = self.executor.mixed(
+                n, att, b, self._ctx, [(e, x, c) for e, c, x in chunks], dec
+            )
+        else:
+            d, energy = self.executor.mixed(n, att, b, self._ctx)
         t = self._now + d
         arr, first, met, sla = self._arr, self._first, self._met, self._sla
         ready: list[int] = []  # prefills completed by this iteration
@@ -846,16 +847,23 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             else:
                 self._ctx += P[e] + G[e]
         if finished:
+            if self._seqs:
+                self.executor.release([e for e in R if self._fin[e] is not None])
             self._R = [e for e in R if self._fin[e] is None]
-        if chunks:
+        self._count_iteration(bool(chunks), b, d)
+        return d
+
+    def _count_iteration(self, prefill: bool, b: int, d: float) -> None:
+        """The iteration counters: prefill iterations, decode batches, the recent decode
+        times and sizes, the last kind."""
+        if prefill:
             self._n_prefill += 1
         if b:
             self._n_batches += 1
             self._sum_b += b
             self._rd.append(d)
             self._rb.append(b)
-        self._last_kind = 1.0 if chunks else 0.0
-        return d
+        self._last_kind = 1.0 if prefill else 0.0
 
     # -- observation / info -------------------------------------------------------------
     def _obs(self) -> np.ndarray:

@@ -416,6 +416,101 @@ class LLMTorchExecutor:
         power = 0.0 if self._rule.measured else self.profile.decode_power_w(b)  # type: ignore[union-attr]  # as in prefill
         return d, self._rule.energy(d, e0, power)
 
+    def mixed(
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        batch: int,
+        context_tokens: int,
+        chunks: Sequence[tuple[int, int, int]] | None = None,
+        decodes: Sequence[int] | None = None,
+    ) -> tuple[float, float]:
+        """One mixed iteration of the chunked scheduler: a decode token for each of
+        ``decodes`` and the prompt chunks ``chunks``, in one call of
+        :meth:`~batch_env.real.models.GPTSmall.extend` (the tokens packed for the linear
+        layers, attention per row).
+
+        :param chunk_tokens: the chunks' tokens in all.
+        :param chunk_attention: unused (the real attention does that work).
+        :param batch: ``len(decodes)``.
+        :param context_tokens: unused (the caches hold it).
+        :param chunks: ``(sequence, tokens already cached, chunk tokens)`` per chunk: a
+            sequence with nothing cached starts a cache; the others continue theirs.
+        :param decodes: the sequences that decode, the env's oldest running ones in order
+            (every live sequence that is neither decoding nor chunking keeps its cache).
+        :returns: ``(duration_s, energy_j)``.
+        :raises ValueError: if the sequences or lengths do not match the caches.
+        """
+        if chunks is None or decodes is None:
+            raise ValueError("LLMTorchExecutor.mixed needs chunks= and decodes= (needs_sequences)")
+        dec = list(decodes)
+        if len(dec) != batch or sum(c for _, _, c in chunks) != chunk_tokens or not (dec or chunks):
+            raise ValueError(
+                f"mixed: batch={batch}, chunk_tokens={chunk_tokens} with {len(dec)} decodes and "
+                f"chunks {list(chunks)[:5]}: the counts must match and something must run"
+            )
+        if self._n_dead:
+            self._compact()
+        rows = list(self._rows)
+        if rows[: len(dec)] != dec:  # the decodes lead the batch (untimed reorder)
+            rest = [e for e in rows if e not in set(dec)]
+            missing = [e for e in dec if e not in self._live]
+            if missing:
+                raise ValueError(
+                    f"mixed: decodes {missing[:5]} hold no KV cache; prefill them first"
+                )
+            self._reorder(dec + rest)
+            rows = list(self._rows)
+        where = {e: i for i, e in enumerate(rows)}
+        fresh = []
+        for e, start, c in chunks:
+            held = self._cache.lengths[where[e]] if e in where else 0
+            if (start == 0) != (e not in where) or held != start or c < 1:
+                raise ValueError(
+                    f"mixed: chunk ({e}, {start}, {c}) does not continue sequence {e}'s cache "
+                    f"({'none' if e not in where else held} positions)"
+                )
+            if start + c > self.max_model_len - 1:
+                raise ValueError(f"mixed: sequence {e} would exceed max_model_len - 1 positions")
+            if e not in where:
+                fresh.append(e)
+        if fresh:  # rows for the prompts that start (untimed)
+            if self._cache is None:
+                self._cache = self.model.new_cache(len(fresh), 1)
+            else:
+                self._cache = KVCache.cat([self._cache, KVCache.empty(self._cache, len(fresh))])
+            for e in fresh:
+                where[e] = len(self._rows)
+                self._rows.append(e)
+                self._live.add(e)
+        need = max(
+            [self._cache.lengths[i] + 1 for i in range(len(dec))]
+            + [start + c for _, start, c in chunks]
+        )
+        self._fit(need)
+        ids = []
+        if dec:
+            row = self._decode_ids[self._k % _DECODE_ROWS]
+            self._k += 1
+            ids = [row[i : i + 1] for i in range(len(dec))]
+        n = self.max_num_seqs
+        for j, (_e, start, c) in enumerate(chunks):
+            ids.append(self._prompt_ids[j % n, start : start + c])
+        order = list(range(len(dec))) + [where[e] for e, _, _ in chunks]
+        call = partial(self.model.extend, self._cache, order, ids)
+        e0 = self._rule.begin(float("inf"))
+        with torch.inference_mode():
+            d, _ = self._clock.time(call, len(dec))
+        # not measured: EnergyRule made sure there is a profile
+        power = 0.0 if self._rule.measured else self.profile.mixed_power_w(chunk_tokens, batch)  # type: ignore[union-attr]
+        return d, self._rule.energy(d, e0, power)
+
+    def _reorder(self, seqs: list[int]) -> None:
+        """Make the batch's rows ``seqs`` (every live sequence), in that order (untimed)."""
+        pos = {e: i for i, e in enumerate(self._rows)}
+        self._cache = self._cache.select([pos[e] for e in seqs])
+        self._rows = list(seqs)
+
     def release(self, seqs: Sequence[int]) -> None:
         """Drop the KV caches of finished or preempted requests (their rows leave the batch
         at the next iteration, untimed).

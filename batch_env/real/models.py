@@ -704,6 +704,14 @@ class KVCache:
             positions=torch.cat([c.positions for c in padded]),
         )
 
+    @staticmethod
+    def empty(like: KVCache, n: int) -> KVCache:
+        """``n`` sequences holding no position yet, shaped as ``like`` (its capacity, on
+        its device): rows for prompts whose first chunk :meth:`GPTSmall.extend` writes."""
+        k = [t.new_zeros((n, *t.shape[1:])) for t in like.k]
+        v = [t.new_zeros((n, *t.shape[1:])) for t in like.v]
+        return KVCache(k, v, [0] * n, like.positions.new_zeros(n))
+
     def select(self, indices: Sequence[int]) -> KVCache:
         """The sub-batch of the given sequences.
 
@@ -946,6 +954,102 @@ class GPTSmall(NodeChainModel):
         cache.lengths = [n + 1 for n in cache.lengths]
         cache.positions = pos + 1
         return self._head.logits(x[:, 0])
+
+    def new_cache(self, n: int, capacity: int) -> KVCache:
+        """A cache of ``n`` sequences holding no position yet, ``capacity`` positions each
+        (on the model's device, in its dtype)."""
+        heads = self.config["heads"]
+        shape = (int(n), heads, int(capacity), self.config["hidden"] // heads)
+        k = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in self._blocks]
+        v = [torch.zeros_like(t) for t in k]
+        return KVCache(
+            k, v, [0] * int(n), torch.zeros(int(n), dtype=torch.long, device=self.device)
+        )
+
+    def extend(
+        self,
+        cache: KVCache,
+        rows: Sequence[int],
+        ids: Sequence[torch.Tensor],
+        n_decode: int = 0,
+    ) -> torch.Tensor:
+        """One mixed iteration (chunked prefill): append ``ids[i]`` (one token for a
+        decode, a prompt chunk for a prefill) to the sequence in row ``rows[i]`` of
+        ``cache``, every row's tokens attending causally to its cached positions and to
+        one another. As vLLM packs a mixed batch, the tokens of every row are one flat
+        batch for the embeddings and every linear layer; attention runs per row (the
+        decode rows, a leading run of the cache, in one masked call; each chunk in one
+        call). The cache is updated in place (its capacity must hold every row's new
+        length: :meth:`KVCache.resize` first, outside a timed region).
+
+        :param cache: the batch's cache.
+        :param rows: distinct row indices: first the ``n_decode`` decodes, rows
+            ``0..n_decode - 1`` with one token each, then the chunks.
+        :param ids: int64 token ids, one 1-D tensor per row.
+        :param n_decode: how many of the rows are decodes (the leading run).
+        :returns: the next-token logits of each row's last new token ``(len(rows), vocab)``.
+        :raises ValueError: for rows or lengths the cache cannot take.
+        """
+        counts = [int(t.numel()) for t in ids]
+        if len(rows) != len(ids) or not rows or min(counts) < 1 or len(set(rows)) != len(rows):
+            raise ValueError(
+                f"extend: rows={list(rows)[:8]} and {len(ids)} id tensors: expected as many "
+                "distinct rows as non-empty tensors"
+            )
+        b = int(n_decode)
+        if list(rows[:b]) != list(range(b)) or any(c != 1 for c in counts[:b]):
+            raise ValueError(
+                f"extend: the {b} decodes must be rows 0..{b - 1} with one token each, got "
+                f"rows {list(rows[:b])[:8]}"
+            )
+        lens = [cache.lengths[r] for r in rows]
+        ends = [n + c for n, c in zip(lens, counts, strict=True)]
+        if max(ends) > min(cache.capacity, self.n_positions):
+            raise ValueError(
+                f"extend: a sequence would hold {max(ends)} positions, above the cache's "
+                f"capacity {cache.capacity} (or n_positions={self.n_positions}); resize first"
+            )
+        dev = cache.positions.device
+        flat = torch.cat([t.reshape(-1) for t in ids]).to(dev)
+        pos = torch.cat(
+            [torch.arange(n, n + c, device=dev) for n, c in zip(lens, counts, strict=True)]
+        )
+        row_of = torch.cat(
+            [torch.full((c,), r, device=dev) for r, c in zip(rows, counts, strict=True)]
+        )
+        x = (self._embedding.wte(flat) + self._embedding.wpe(pos))[None]  # (1, N, d)
+        starts = [0]
+        for c in counts:
+            starts.append(starts[-1] + c)
+        cap = cache.capacity
+        keys = torch.arange(cap, device=dev)
+        dec_mask = (keys[None, :] <= pos[:b, None])[:, None, None, :] if b else None
+        for li, blk in enumerate(self._blocks):
+            q, k, v = blk._qkv(x)  # (1, heads, N, head_dim)
+            cache.k[li][row_of, :, pos] = k[0].transpose(0, 1)
+            cache.v[li][row_of, :, pos] = v[0].transpose(0, 1)
+            parts = []
+            if b:
+                qd = q[0, :, :b].transpose(0, 1)[:, :, None]  # (b, heads, 1, head_dim)
+                kd, vd = cache.k[li][:b], cache.v[li][:b]
+                ad = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=dec_mask)
+                parts.append(ad[:, :, 0].transpose(0, 1)[None])  # (1, heads, b, head_dim)
+            for i in range(b, len(rows)):
+                r, n, c, s0 = rows[i], lens[i], counts[i], starts[i]
+                qc = q[:, :, s0 : s0 + c]
+                kc = cache.k[li][r : r + 1, :, : n + c]
+                vc = cache.v[li][r : r + 1, :, : n + c]
+                m = (
+                    torch.arange(n + c, device=dev)[None, :]
+                    <= torch.arange(n, n + c, device=dev)[:, None]
+                )
+                parts.append(F.scaled_dot_product_attention(qc, kc, vc, attn_mask=m[None, None]))
+            x = blk._finish(x, torch.cat(parts, dim=2))
+        for r, e in zip(rows, ends, strict=True):
+            cache.lengths[r] = e
+        cache.positions = torch.tensor(cache.lengths, dtype=torch.long, device=dev)
+        last = torch.tensor([s - 1 for s in starts[1:]], device=dev)
+        return self._head.logits(x[0, last])
 
 
 # --------------------------------------------------------------------- factory
