@@ -153,9 +153,10 @@ class _Cell:
             from agents.policy import load_policy, read_run_config
 
             run_cfg = read_run_config(self.spec["agent"])
-            grid = run_cfg["env_kwargs"].get("grid")
-            if grid is not None:
-                self.env_kwargs["grid"] = grid
+            # the action space the agent was trained on: its caps (and budgets)
+            for key in ("grid", "budget_grid", "scheduler"):
+                if run_cfg["env_kwargs"].get(key) is not None:
+                    self.env_kwargs[key] = run_cfg["env_kwargs"][key]
             self._agent = load_policy(self.spec["agent"], name=label)
 
     def evaluate(self, rate: float) -> dict[str, float]:

@@ -113,3 +113,32 @@ def test_bad_config(tmp_path, patch, match):
     path.write_text(yaml.safe_dump(cfg))
     with pytest.raises(ValueError, match=match):
         load_llm_config(str(path))
+
+
+@pytest.mark.slow
+def test_chunked_profiles_and_budget_policies_run_in_the_experiment(tmp_path):
+    """A profile entry with the chunked scheduler's env kwargs runs the budget policies
+    (restricted to it); on the coding trace's long prompts the SLA-sized budget keeps the
+    TPOT tail under the SLA where v0's prefill-first scheduler does not."""
+    cfg = yaml.safe_load(tiny_config(tmp_path).read_text())
+    cfg["profiles"] = {
+        "v0": {"profile": "llama-2-7b-a100", "rates": [0.5, 1.0]},
+        "chunked": {
+            "profile": "llama-2-7b-a100",
+            "env_kwargs": {"scheduler": "chunked", "budget_grid": [256, 1024, 4096]},
+            "rates": [0.5, 1.0],
+        },
+    }
+    cfg["traffic"] = {"code": {"kind": "trace", "dataset": "azure-code-2023-excerpt"}}
+    cfg["policies"] = {
+        "static-256": {"policy": "static-cap", "cap": 256},
+        "sarathi": {"policy": "sarathi", "profiles": ["chunked"]},
+    }
+    cfg["env_kwargs"]["horizon_requests"] = 150
+    path = tmp_path / "chunked.yml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = run_llm(str(path), out_dir=str(tmp_path / "out"), progress=False)
+    cells = {(c["profile"], c["policy"]): c for c in r["cells"]}
+    assert set(cells) == {("v0", "static-256"), ("chunked", "static-256"), ("chunked", "sarathi")}
+    tail = {k: c["evaluations"][0]["tpot_p99_ms"] for k, c in cells.items()}  # at 0.5 req/s
+    assert tail[("chunked", "sarathi")] < 50 < tail[("v0", "static-256")]
