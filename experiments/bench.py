@@ -27,7 +27,9 @@ against SB3's ``DummyVecEnv`` of the scalar env, 64 lanes each. And the comparis
 backends: cells/s of a small comparison on the local backend and on Ray (a local Ray
 instance with every CPU) in the same run, their ratio, Ray's start-up time, and whether
 both gave the same numbers. And the cost of one ``render_mode="rgb_array"`` frame against
-one step of the same env, for each of the three envs (target: a frame well under 1 ms).
+one step of the same env, for each env (target: a frame well under 1 ms). And
+``LLMBatching-v0`` and ``LLMBatching-v1`` (chunked prefill) steps/s against CartPole-v1's
+(:func:`bench_llm_steps`).
 Results go to ``results/bench/bench.json`` with a description of
 the machine.
 
@@ -858,6 +860,42 @@ def bench_wallclock(
     }
 
 
+def _time_llm(env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
+    """Steps/s of an LLM env through ``gymnasium.make``, uniformly random caps (actions
+    drawn before timing), episodes reset as they end."""
+    import batch_env  # noqa: F401
+
+    env = gym.make(env_id, **env_kwargs)
+    env.reset(seed=seed)
+    actions = np.random.default_rng(seed).integers(0, env.action_space.n, n_steps).tolist()
+    step = env.step
+    t0 = time.perf_counter()
+    for a in actions:
+        _, _, terminated, truncated, _ = step(a)
+        if terminated or truncated:
+            env.reset()
+    return n_steps / (time.perf_counter() - t0)
+
+
+#: the LLM step-cost bench's setting: the default A100 profile, Poisson at 4 requests/s
+#: with the default lengths (the Azure conversation trace's fit)
+LLM_BENCH_KWARGS: dict[str, Any] = {"workload": {"kind": "poisson", "rate_per_s": 4.0}}
+
+
+def bench_llm_steps(n_steps: int = 50_000, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
+    """LLMBatching-v0 (vLLM v0's scheduler) and LLMBatching-v1 (chunked prefill, default
+    budget) steps/s against CartPole-v1's in the same run (best of ``repeats`` rounds
+    each), and their step-cost ratios (issue 23's floor for the chunked scheduler: 2)."""
+    cart = max(_time_cartpole(n_steps, seed) for _ in range(repeats))
+    out: dict[str, Any] = {"cartpole_steps_per_s": cart, "n_steps": n_steps, "repeats": repeats}
+    for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
+        rate = max(_time_llm(env_id, n_steps, seed, LLM_BENCH_KWARGS) for _ in range(repeats))
+        out[env_id] = {"steps_per_s": rate, "step_cost_ratio_vs_cartpole": cart / rate}
+    out["env_kwargs"] = LLM_BENCH_KWARGS
+    out["floor_step_cost_ratio"] = 2.0
+    return out
+
+
 def run_bench(
     n_steps: int = 200_000,
     repeats: int = 3,
@@ -910,6 +948,7 @@ def run_bench(
         "env_kwargs": env_kwargs,
         "machine": machine_description(),
     }
+    result["llm"] = bench_llm_steps(max(n_steps // 4, 1000), repeats, seed)
     if render:
         result["render"] = bench_render(render_steps or max(n_steps // 40, 50), repeats, seed)
     if vector:

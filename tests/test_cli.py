@@ -121,6 +121,11 @@ def test_bench_reports_ratio(tmp_path):
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         result["cartpole_steps_per_s"] / result["dynamic_batching_steps_per_s"]
     )
+    llm = result["llm"]
+    for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
+        assert llm[env_id]["step_cost_ratio_vs_cartpole"] == pytest.approx(
+            llm["cartpole_steps_per_s"] / llm[env_id]["steps_per_s"]
+        )
     path = write_results(result, tmp_path)
     assert json.loads(path.read_text())["machine"]["cpu_count"] >= 1
 

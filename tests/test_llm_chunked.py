@@ -176,6 +176,8 @@ def test_conservation_and_invariants(setting):
         assert n + len(rec["dec"]) <= rec["budget"]  # the budget, decodes included
         assert rec["used"] <= env.unwrapped.kv_blocks_total
         ready, running, _ = rec["before"]
+        assert rec["dec"] == running[: len(rec["dec"])]  # the decodes lead the running list
+        assert ready == running[: len(ready)]
         preempted_now = set(rec["victims"])
         assert set(ready) - set(rec["dec"]) <= preempted_now  # decodes first, not starved
         new = [e for e, _, x in rec["chunks"] if x == 0 and e not in target]

@@ -704,20 +704,23 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """The running entries that decode this iteration (prefill complete), each with a
         KV block for the token it feeds; as v0's decode, a missing block preempts the
         newest running entry (a prefill in progress or not), the entry itself last."""
-        R, P, G, blk, bs, todo = self._R, self._P, self._G, self._blk, self._bs, self._todo
-        i = 0
-        while i < len(R):
+        R, P, G, blk, bs = self._R, self._P, self._G, self._blk, self._bs
+        # the decoding entries are the leading run of R (FCFS chunks complete in
+        # admission order, admissions append, preemption pops the newest)
+        i, n = 0, len(R) - self._npart
+        while i < n:
             e = R[i]
-            if not todo[e] and P[e] + G[e] > blk[e] * bs:
+            if P[e] + G[e] > blk[e] * bs:
                 while self._used >= self._total:
                     if self._preempt_newest(victims) == e:
                         break
+                n = min(n, len(R))
                 if victims and victims[-1] == e:
                     break
                 blk[e] += 1
                 self._used += 1
             i += 1
-        return [e for e in R if not todo[e]]
+        return R[: len(R) - self._npart]
 
     def _plan_chunks(self, cap: int, left: int, admit: bool) -> list[tuple[int, int, int]]:
         """``(entry, chunk tokens, tokens already computed)`` of this iteration's prompt
@@ -729,7 +732,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         P, G, blk, bs, todo, done = self._P, self._G, self._blk, self._bs, self._todo, self._done
         free = self._total - self._used - self._wm
         out: list[tuple[int, int, int]] = []
-        cands = [e for e in self._R if todo[e]]  # prefills in progress, in admission order
+        R = self._R
+        cands = R[len(R) - self._npart :]  # prefills in progress: R's tail, in admission order
         room = cap - len(self._R)
         if admit and room > 0:
             cands += islice(self._W, room)  # waiting entries have nothing computed
@@ -933,11 +937,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _head_done(self) -> int:
         """Tokens already computed of the oldest prefill in progress (0 when none)."""
-        if self._npart:
-            todo = self._todo
-            for e in self._R:
-                if todo[e]:
-                    return self._done[e]
+        if self._npart:  # the prefills in progress are the running list's tail
+            return self._done[self._R[len(self._R) - self._npart]]
         return 0
 
     def action_masks(self) -> np.ndarray:
