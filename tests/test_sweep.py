@@ -15,6 +15,8 @@ from helpers import SWEEP_TINY as TINY
 pytest.importorskip("stable_baselines3")
 
 from experiments.cli import main  # noqa: E402
+from agents.common import ALGO_NAMES  # noqa: E402
+from agents.wrappers import GAIN_MODES  # noqa: E402
 from experiments.sweep import load_sweep, run_sweep, trials, validate_sweep  # noqa: E402
 
 
@@ -109,7 +111,7 @@ def test_a_trial_killed_while_its_folder_was_made_is_restarted(tmp_path):
 @pytest.mark.parametrize(
     "patch, needle",
     [
-        ({"algo": "sac"}, "algo='sac' must be one of ['ppo', 'a2c', 'dqn', 'ppo_mask']"),
+        ({"algo": "sac"}, f"algo='sac' must be one of {list(ALGO_NAMES)}"),
         ({"colour": 1}, "unknown key(s) ['colour']"),
         (
             {"grid": {"learning_rat": [1e-3]}},
@@ -127,7 +129,7 @@ def test_a_trial_killed_while_its_folder_was_made_is_restarted(tmp_path):
         ({"env_id": "CartPole-v1"}, "env_id='CartPole-v1' is not one of"),
         (
             {"centering_gain": "median"},
-            "centering_gain='median' must be one of greedy, smdp, online, greedy-by-load, smdp-by-load or a number",
+            f"centering_gain='median' must be one of {', '.join(GAIN_MODES)} or a number",
         ),
         ({"name": "a/b"}, "name='a/b' must be a non-empty folder name"),
     ],
