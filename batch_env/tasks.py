@@ -39,6 +39,12 @@ __all__ = [
 #: 32 / latency(32); the tasks' rates are fractions of it (tests check the figure).
 RESNET50_V100_MAX_TPUT_B32 = 5023.796561604585
 
+#: first of the extra seeds a reference figure may add to the protocol's
+#: (:meth:`Task.extra_seed`), far from every protocol, tuning, training and check seed
+EXTRA_SEED_BASE = 1_000_000
+#: extra seeds per cell of a load grid (the cell's block of seeds)
+EXTRA_SEEDS_PER_CELL = 100_000
+
 
 @dataclass(frozen=True)
 class Task:
@@ -83,6 +89,40 @@ class Task:
     def episodes(self) -> int:
         """Evaluation episodes (one per held-out seed)."""
         return len(self.seeds)
+
+    @property
+    def grid_loads(self) -> tuple[float, ...]:
+        """The distinct loads of a load-grid task's evaluation grid, in order (empty for
+        other tasks): the cells of its figure."""
+        return tuple(sorted(set(self.eval_loads)))
+
+    def extra_seed(self, j: int, cell: int = 0) -> int:
+        """The ``j``-th extra held-out seed (of grid cell ``cell`` on a load-grid task):
+        the seeds a reference figure adds to the protocol's when the protocol alone
+        leaves its CI above the target (``batch-env benchmark --references``; see
+        ``docs/benchmark.md``, "Precision of the reference figures"). They run the
+        protocol's episodes (same length; on a load-grid task at the cell's load) and
+        never meet a protocol, tuning or training seed."""
+        cells = max(1, len(self.grid_loads))
+        if not (0 <= cell < cells and 0 <= j < EXTRA_SEEDS_PER_CELL):
+            raise ValueError(
+                f"extra seed j={j}, cell={cell} is out of range: j in 0..{EXTRA_SEEDS_PER_CELL - 1}, "
+                f"cell in 0..{cells - 1}"
+            )
+        return EXTRA_SEED_BASE + cell * EXTRA_SEEDS_PER_CELL + j
+
+    def load_of(self, seed: int) -> float | None:
+        """The load of ``seed``'s evaluation episode on a load-grid task: a protocol
+        seed's grid load, an extra seed's cell load (:meth:`extra_seed`); ``None`` for any
+        other seed, and on a task without a load grid."""
+        if not self.eval_loads:
+            return None
+        if seed in self.seeds:
+            return self.eval_loads[self.seeds.index(seed)]
+        cell, j = divmod(seed - EXTRA_SEED_BASE, EXTRA_SEEDS_PER_CELL)
+        if seed >= EXTRA_SEED_BASE and cell < len(self.grid_loads):
+            return self.grid_loads[cell]
+        return None
 
     @property
     def horizon_requests(self) -> int:

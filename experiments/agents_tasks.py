@@ -399,7 +399,7 @@ def summarize_entry(
 def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, Any]:
     from batch_env import tasks
 
-    from .benchmark import _half_width, _mean, paired_score
+    from .benchmark import _half_width, _mean, paired_score, protocol_part
 
     task = tasks.get(tid)
     loads = list(task.eval_loads)
@@ -429,9 +429,10 @@ def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, An
         out["ratio_to_bound"] = mean_ci([r["ratio_to_bound"] for r in rows])
     vs = {}
     for label, fig in ref.get("policies", {}).items():
-        if fig.get("seeds") != list(task.seeds):
+        part = protocol_part(task, fig)  # a reference may hold extra seeds after these
+        if part is None:
             continue
-        ref_cost = -np.asarray(fig["per_seed"], dtype=np.float64)
+        ref_cost = -np.asarray(part, dtype=np.float64)
         d = 100 * (-seed_mean - ref_cost) / abs(_mean(ref_cost, loads))
         vs[label] = {
             "reward_rate_per_s": fig["reward_rate_per_s"],

@@ -106,6 +106,12 @@ class RandomValidPolicy:
         self._rng = np.random.default_rng([self._seed, self._episode])
         self._episode += 1
 
+    def key_next_episode(self, key: int) -> None:
+        """Draw the next episode's stream from ``[seed, key]`` (instead of the episode's
+        index in the run): an extra reference seed keys its own stream, so that it reruns
+        alike alone or in any batch (:func:`run_protocol`)."""
+        self._episode = key
+
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """A uniformly random valid action (the draws ``rng.choice`` would make, without
         its overhead: a third of the LLM env's step time went to it)."""
@@ -175,12 +181,44 @@ def ratio_to_bound(
     return {"ratio_to_bound": _mean(r, loads), "ratio_to_bound_ci95": _half_width(r, loads)}
 
 
+def protocol_part(task: tasks.Task, fig: dict[str, Any]) -> list[float] | None:
+    """A figure's per-seed rates on the task's protocol seeds, in their order (a reference
+    may hold extra seeds after them, see :func:`extend_to_precision`); ``None`` when the
+    figure is not on the protocol's seeds."""
+    seeds = list(fig.get("seeds", []))
+    n = len(task.seeds)
+    if seeds[:n] != list(task.seeds) or len(fig.get("per_seed", [])) != len(seeds):
+        return None
+    return list(fig["per_seed"][:n])
+
+
+def seed_loads(task: tasks.Task, seeds: list[int] | tuple[int, ...]) -> tuple[float, ...]:
+    """Each seed's load on a load-grid task when ``seeds`` hold the whole protocol (and
+    perhaps extra seeds), so that the figure is the grid's mean; ``()`` otherwise."""
+    if not task.eval_loads or list(seeds[: len(task.seeds)]) != list(task.seeds):
+        return ()
+    loads = [task.load_of(s) for s in seeds]
+    return tuple(x for x in loads if x is not None) if None not in loads else ()
+
+
+def bound_at_seeds(ref: dict[str, Any], loads: tuple[float, ...]) -> list[float] | None:
+    """The per-seed bound of a task whose bound differs per seed (it depends on the seed's
+    load only), at ``loads``; ``None`` when the references have none."""
+    if "bound_per_seed" not in ref or not loads:
+        return None
+    by_load = dict(zip(ref["loads_per_seed"], ref["bound_per_seed"], strict=True))
+    return [by_load[x] for x in loads] if all(x in by_load for x in loads) else None
+
+
 def paired_score(
     task_id: str, per_seed: list[float], seeds: list[int], ref: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The normalized score and its 95% half-width, paired per seed against greedy's
-    stored figures on the same seeds (same arrivals: the spread between seeds cancels);
-    ``{}`` when the task has no references or they are for other seeds.
+    stored figures on the protocol's seeds (same arrivals: the spread between seeds
+    cancels); ``{}`` when the task has no references. Seeds that are not the protocol's
+    get the score without a CI; a figure with extra seeds after the protocol's (a
+    reference, :func:`extend_to_precision`) is scored on all of them and paired on the
+    protocol's.
 
     :param ref: the task's references (default: the stored ones,
         :func:`batch_env.tasks.references`).
@@ -189,20 +227,22 @@ def paired_score(
     if ref is None:
         return {}
     task = tasks.get(task_id)
-    greedy = ref["policies"]["greedy"]
     try:
         low, top = tasks.score_span(ref, task_id)
     except ValueError as e:  # no bound and nothing above greedy: no score
         return {"normalized_score": None, "score_note": str(e)}
     span = top - low
-    loads = task.eval_loads if list(seeds) == list(task.seeds) else ()
+    loads = seed_loads(task, seeds)
     # tasks.normalized_score's formula, against ``ref``
     out: dict[str, Any] = {"normalized_score": (_mean(per_seed, loads) - low) / span}
-    if list(greedy["seeds"]) == list(seeds) and len(seeds) == len(per_seed):
-        diff = np.asarray(per_seed) - np.asarray(greedy["per_seed"])
-        out["normalized_score_ci95"] = _half_width(diff, loads) / abs(span)
-    if "bound_per_seed" in ref and list(ref["protocol"]["seeds"]) == list(seeds):
-        out.update(ratio_to_bound(per_seed, ref["bound_per_seed"], loads))
+    fig = {"seeds": list(seeds), "per_seed": list(per_seed)}
+    mine, greedy = protocol_part(task, fig), protocol_part(task, ref["policies"]["greedy"])
+    if mine is not None and greedy is not None:
+        diff = np.asarray(mine) - np.asarray(greedy)
+        out["normalized_score_ci95"] = _half_width(diff, task.eval_loads) / abs(span)
+    bound = bound_at_seeds(ref, loads)
+    if bound is not None:
+        out.update(ratio_to_bound(per_seed, bound, loads))
     return out
 
 
@@ -218,7 +258,9 @@ def run_protocol(
 
     :param task_id: a task id of :data:`batch_env.tasks.TASKS`.
     :param policy: a baseline name (or ``"random"``), or a factory ``env -> policy``.
-    :param seeds: override the held-out seeds (tests use fewer).
+    :param seeds: override the held-out seeds (tests use fewer; on a load-grid task a
+        protocol or extra seed keeps its load, see :meth:`batch_env.tasks.Task.load_of`,
+        and other seeds spread over the grid's loads).
     :param horizon_requests: override the episode length (tests use shorter).
     :param params: the baseline's parameters (with a name only).
     :param cache: a JSON-lines file of finished episodes (with a name only): an episode
@@ -231,9 +273,17 @@ def run_protocol(
     """
     task = tasks.get(task_id)
     seeds = task.seeds if seeds is None else tuple(seeds)
-    # a load-grid task: seed i at the grid's i-th load (cycling when the seeds are overridden)
-    grid = task.eval_loads
-    loads = tuple(grid[i % len(grid)] for i in range(len(seeds))) if grid else ()
+    # a load-grid task: a protocol seed at its grid load, an extra seed at its cell's
+    # (Task.load_of); any other seed (the tuning seeds) spread over the grid's loads, the
+    # i-th of n at the distinct load floor(i k / n) of k, so that a few tuning seeds see
+    # low and high loads alike
+    levels = task.grid_loads
+    loads: tuple[float, ...] = ()
+    if levels:
+        loads = tuple(
+            lo if (lo := task.load_of(s)) is not None else levels[(i * len(levels)) // len(seeds)]
+            for i, s in enumerate(seeds)
+        )
     kw: dict[str, Any] = {}
     if horizon_requests is not None:
         kw["horizon_requests"] = horizon_requests
@@ -257,6 +307,8 @@ def run_protocol(
                 rates.append(stored[key]["reward_rate_per_s"])
                 wall += stored[key]["wall_s"]
                 continue
+            if s >= tasks.EXTRA_SEED_BASE and hasattr(pol, "key_next_episode"):
+                pol.key_next_episode(s)  # its own stream, whatever the batch
             t0 = time.perf_counter()
             res = batch_env.evaluate(
                 pol,
@@ -409,19 +461,114 @@ def tune(task_id: str, name: str, grid: dict[str, list[Any]]) -> dict[str, Any]:
     }
 
 
-def _best_beats_greedy(entry: dict[str, Any], loads: tuple[float, ...]) -> dict[str, str]:
+def _best_beats_greedy(entry: dict[str, Any], task: tasks.Task) -> dict[str, str]:
     """``{}`` when the best reference beats greedy by more than the paired 95% CI of the
-    per-seed differences; else ``{"score_undefined": why}`` (a task without a bound then
+    per-seed differences on the protocol's seeds; else ``{"score_undefined": why}`` (a task without a bound then
     has no normalized score: its top would be greedy, or noise above it)."""
-    best = entry["policies"][entry["best_policy"]]
-    diff = np.asarray(best["per_seed"]) - np.asarray(entry["policies"]["greedy"]["per_seed"])
-    mean, half = _mean(diff, loads), _half_width(diff, loads)
+    best = protocol_part(task, entry["policies"][entry["best_policy"]])
+    greedy = protocol_part(task, entry["policies"]["greedy"])
+    assert best is not None and greedy is not None  # the references run the protocol
+    diff = np.asarray(best) - np.asarray(greedy)
+    mean, half = _mean(diff, task.eval_loads), _half_width(diff, task.eval_loads)
     if entry["best_policy"] != "greedy" and mean > half:
         return {}
     return {
         "score_undefined": f"{entry['best_policy']} is {mean:+.4f} +- {half:.4f} per s "
         "from greedy, paired"
     }
+
+
+#: a reference figure's precision target: its 95% CI under this fraction of its value
+REFERENCE_CI_TARGET = 0.01
+#: the extra episodes a reference figure may add, at most, as a multiple of the protocol's
+MAX_EXTRA_FACTOR = 32
+#: rounds of extra episodes, each sized from the spread measured so far
+MAX_EXTRA_ROUNDS = 4
+
+
+def extra_allocation(
+    per_seed: list[float], loads: tuple[float, ...], target_half: float
+) -> list[int]:
+    """Extra episodes per cell (one cell where ``loads`` is empty) that bring the 95%
+    half-width of the (stratified) mean to ``target_half``, by Neyman allocation: cell c
+    gets ``n_c = s_c (sum s) / (K^2 V)`` episodes in all, with ``s_c`` its sample standard
+    deviation so far, ``K`` the cells and ``V = (target_half / 1.96)^2``; the cells already
+    hold what they hold. A cell of zero spread gets none."""
+    parts = _by_group(per_seed, loads) if loads else [np.asarray(per_seed, dtype=np.float64)]
+    sd = np.array([p.std(ddof=1) if p.size >= 2 else 0.0 for p in parts])
+    v = (target_half / 1.96) ** 2
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"target_half={target_half!r} must be a positive number")
+    need = sd * sd.sum() / (len(parts) ** 2 * v)
+    return [max(0, math.ceil(n) - p.size) for n, p in zip(need, parts, strict=True)]
+
+
+def extend_to_precision(
+    task_id: str,
+    name: str,
+    params: dict[str, Any],
+    fig: dict[str, Any],
+    cache: Path | str | None = None,
+    target: float = REFERENCE_CI_TARGET,
+    horizon_requests: int | None = None,
+) -> dict[str, Any]:
+    """A reference figure whose 95% CI is ``target`` of its value or more, with extra
+    held-out episodes (:meth:`batch_env.tasks.Task.extra_seed`: the protocol's episodes
+    on seeds no protocol uses; per cell of a load grid, by :func:`extra_allocation`) until
+    it is under it: the same figure (the mean reward rate of a protocol episode), known
+    more precisely. At most :data:`MAX_EXTRA_ROUNDS` rounds and :data:`MAX_EXTRA_FACTOR`
+    times the protocol's episodes; ``extra_episodes`` and ``protocol_ci95`` record what
+    was added, and ``precision_target_met`` whether the target was reached. A figure
+    already under the target comes back as it is. Policies near saturation need this
+    (random valid actions on ``NodeAnyLoad-v0``): their episodes scatter far more than
+    any useful policy's, and a protocol long enough for them would make every user's
+    evaluation many times longer (``docs/benchmark.md``). ``horizon_requests`` shortens
+    the extra episodes as it shortened ``fig``'s (tests)."""
+    task = tasks.get(task_id)
+    n0 = len(task.seeds)
+    if fig["seeds"] != list(task.seeds) or abs(fig["ci95"]) < target * abs(
+        fig["reward_rate_per_s"]
+    ):
+        return fig
+    cells = task.grid_loads
+    seeds, rates = list(fig["seeds"]), list(fig["per_seed"])
+    used = [0] * max(1, len(cells))  # extra seeds taken per cell
+    out = dict(fig)
+    for _ in range(MAX_EXTRA_ROUNDS):
+        loads = seed_loads(task, seeds)
+        want = extra_allocation(rates, loads, 0.9 * target * abs(_mean(rates, loads)))
+        room = MAX_EXTRA_FACTOR * n0 - (len(seeds) - n0)
+        if sum(want) > room:  # scale down to the cap, keeping the proportions
+            want = [w * room // sum(want) for w in want]
+        if sum(want) == 0:
+            break
+        new = [task.extra_seed(used[c] + j, c) for c, w in enumerate(want) for j in range(w)]
+        for c, w in enumerate(want):
+            used[c] += w
+        more = run_protocol(
+            task_id,
+            name,
+            seeds=tuple(new),
+            params=params,
+            cache=cache,
+            horizon_requests=horizon_requests,
+        )
+        seeds += new
+        rates += more["per_seed"]
+        out["wall_s"] += more["wall_s"]
+        loads = seed_loads(task, seeds)
+        out.update(summarize_rates(rates, loads))
+        if out["ci95"] < target * abs(out["reward_rate_per_s"]):
+            break
+    out.update(
+        seeds=seeds,
+        **({"loads": list(seed_loads(task, seeds))} if cells else {}),
+        extra_episodes=len(seeds) - n0,
+        protocol_ci95=fig["ci95"],
+        protocol_reward_rate_per_s=fig["reward_rate_per_s"],
+        precision_target_met=bool(out["ci95"] < target * abs(out["reward_rate_per_s"])),
+    )
+    return out
 
 
 def episode_cache(task_id: str, label: str, cache_dir: Path | str = EPISODES_DIR) -> Path:
@@ -440,6 +587,7 @@ def _reference_run(
     if cache is not None and not resume:
         cache.unlink(missing_ok=True)  # a fresh run: no episode of another code's run
     out = run_protocol(task_id, name, params=params, cache=cache)
+    out = extend_to_precision(task_id, name, params, out, cache)
     out.update(policy=name, params=params)
     if tuned is not None:
         out["tuning"] = tuned
@@ -513,11 +661,11 @@ def compute_references(
             "policies": {label: results[(tid, label)] for label in REFERENCE_POLICIES[tid]}
         }
         entry.update(solve_bound(tid))
-        if "bound_per_seed" in entry:
-            for fig in entry["policies"].values():
-                fig.update(
-                    ratio_to_bound(fig["per_seed"], entry["bound_per_seed"], task.eval_loads)
-                )
+        for fig in entry["policies"].values():
+            loads = seed_loads(task, fig["seeds"])
+            bound = bound_at_seeds(entry, loads)
+            if bound is not None:
+                fig.update(ratio_to_bound(fig["per_seed"], bound, loads))
         realizable = {k: v for k, v in entry["policies"].items() if not v.get("oracle")}
         best = max(realizable.items(), key=lambda kv: kv[1]["reward_rate_per_s"])
         entry["best_policy"], entry["best_reward_rate_per_s"] = (
@@ -525,7 +673,7 @@ def compute_references(
             best[1]["reward_rate_per_s"],
         )
         if "bound_reward_rate_per_s" not in entry:
-            entry.update(_best_beats_greedy(entry, task.eval_loads))
+            entry.update(_best_beats_greedy(entry, task))
         entry["protocol"] = {"seeds": list(task.seeds), "horizon_requests": task.horizon_requests}
         data[tid] = entry
     path.write_text(json.dumps(data, indent=1) + "\n")

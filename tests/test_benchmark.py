@@ -259,11 +259,14 @@ def test_a_task_without_a_bound_needs_a_policy_clearly_above_greedy():
             "best_reward_rate_per_s": float(np.mean(best)),
         }
 
+    task = tasks.Task(
+        id="t", base="b", kwargs={}, summary="", hard="", bound=None, seeds=tuple(seeds)
+    )
     clear = entry([-9.0, -10.1, -7.9])
-    assert bm._best_beats_greedy(clear, ()) == {}
+    assert bm._best_beats_greedy(clear, task) == {}
     assert tasks.score_span(clear, "t") == (-10.0, pytest.approx(-9.0))
     noise = entry([-9.5, -11.2, -9.1])
-    noise.update(bm._best_beats_greedy(noise, ()))
+    noise.update(bm._best_beats_greedy(noise, task))
     assert "other is +0.0667" in noise["score_undefined"]
     with pytest.raises(ValueError, match="no known policy beats greedy"):
         tasks.score_span(noise, "t")
@@ -273,3 +276,86 @@ def test_a_task_without_a_bound_needs_a_policy_clearly_above_greedy():
         )["normalized_score"]
         is None
     )
+
+
+def test_overridden_seeds_on_a_load_grid_keep_or_spread_their_loads():
+    """On a load-grid task a protocol seed keeps its grid load, and other seeds (the
+    tuning seeds) spread over the grid's loads, low and high alike."""
+    from batch_env import tasks
+    from experiments.benchmark import TUNING_SEEDS, run_protocol
+
+    tid = "batch_env/NodeAnyLoad-v0"
+    task = tasks.get(tid)
+    mine = run_protocol(tid, "greedy", seeds=(task.seeds[17], task.seeds[3]), horizon_requests=30)
+    assert mine["loads"] == [task.eval_loads[17], task.eval_loads[3]]
+    tuning = run_protocol(tid, "greedy", seeds=TUNING_SEEDS, horizon_requests=30)["loads"]
+    levels = sorted(set(task.eval_loads))
+    assert tuning == [levels[0], levels[2], levels[4], levels[6], levels[8]]
+
+
+def test_extra_seeds_are_disjoint_blocks_at_their_cells_loads():
+    task = tasks.get("batch_env/NodeAnyLoad-v0")
+    cells = task.grid_loads
+    assert len(cells) == tasks.LOAD_GRID_CELLS and list(cells) == sorted(set(task.eval_loads))
+    seeds = {task.extra_seed(j, c) for c in range(len(cells)) for j in range(50)}
+    assert len(seeds) == 50 * len(cells) and not seeds & set(task.seeds)
+    assert min(seeds) >= tasks.EXTRA_SEED_BASE
+    assert all(task.load_of(task.extra_seed(j, c)) == cells[c] for c in range(10) for j in (0, 7))
+    assert [task.load_of(s) for s in task.seeds] == list(task.eval_loads)
+    assert task.load_of(3) is None and task.load_of(tasks.EXTRA_SEED_BASE - 1) is None
+    with pytest.raises(ValueError, match="cell=10 is out of range"):
+        task.extra_seed(0, 10)
+    flat = tasks.get("batch_env/Trace-v0")  # no grid: one block, no loads
+    assert (
+        flat.extra_seed(4) == tasks.EXTRA_SEED_BASE + 4 and flat.load_of(flat.extra_seed(4)) is None
+    )
+
+
+def test_extra_allocation_is_neyman_and_reaches_the_target():
+    rng = np.random.default_rng(0)
+    loads = (0.1,) * 4 + (0.5,) * 4 + (0.9,) * 4
+    x = np.concatenate([rng.normal(10, 0.1, 4), rng.normal(20, 1.0, 4), rng.normal(30, 10, 4)])
+    want = bm.extra_allocation(list(x), loads, 0.5)
+    sd = np.array([x[i : i + 4].std(ddof=1) for i in (0, 4, 8)])
+    need = sd * sd.sum() / (9 * (0.5 / 1.96) ** 2)
+    assert want == [max(0, math.ceil(n) - 4) for n in need]
+    assert want[2] > want[1] >= want[0] == 0  # the noisy cell gets the episodes
+    # with that many per cell, the stratified variance is at the target
+    var = sum(s * s / max(4 + w, 1) for s, w in zip(sd, want, strict=True)) / 9
+    assert 1.96 * math.sqrt(var) <= 0.5 + 1e-9
+    flat = bm.extra_allocation([1.0, 3.0], (), 0.1)  # one cell: n = (s t / h)^2
+    assert flat == [math.ceil((np.std([1.0, 3.0], ddof=1) * 1.96 / 0.1) ** 2) - 2]
+    with pytest.raises(ValueError, match="target_half=0"):
+        bm.extra_allocation([1.0, 3.0], (), 0.0)
+
+
+def test_extend_to_precision_adds_protocol_episodes_on_extra_seeds():
+    """A figure above its precision target gains extra held-out episodes, at the grid
+    cells that scatter most, until it is under the target (or at the cap); the protocol's
+    part is untouched, each extra episode reruns alike, and a figure under its target comes
+    back as it was."""
+    tid, h = "batch_env/NodeAnyLoad-v0", 200
+    task = tasks.get(tid)
+    fig = bm.run_protocol(tid, "random", horizon_requests=h)
+    assert bm.extend_to_precision(tid, "random", {}, fig, target=1.0, horizon_requests=h) is fig
+    target = 0.5 * fig["ci95"] / abs(fig["reward_rate_per_s"])
+    out = bm.extend_to_precision(tid, "random", {}, fig, target=target, horizon_requests=h)
+    n = task.episodes
+    assert out["seeds"][:n] == fig["seeds"] and out["per_seed"][:n] == fig["per_seed"]
+    extra = out["seeds"][n:]
+    assert 0 < out["extra_episodes"] == len(extra) <= bm.MAX_EXTRA_FACTOR * n
+    assert out["loads"] == [task.load_of(s) for s in out["seeds"]]
+    again = bm.summarize_rates(out["per_seed"], tuple(out["loads"]))
+    assert out["reward_rate_per_s"] == again["reward_rate_per_s"] and out["ci95"] == again["ci95"]
+    assert out["precision_target_met"] == (out["ci95"] < target * abs(out["reward_rate_per_s"]))
+    assert out["protocol_ci95"] == fig["ci95"]
+    rerun = bm.run_protocol(tid, "random", seeds=extra[-1:], horizon_requests=h)
+    assert rerun["per_seed"] == out["per_seed"][-1:] and rerun["loads"] == out["loads"][-1:]
+    # the figure is scored on all its seeds and paired on the protocol's
+    ref = {**tasks.references()[tid]}
+    score = bm.paired_score(tid, out["per_seed"], out["seeds"], ref)
+    assert score["normalized_score"] == pytest.approx(
+        (out["reward_rate_per_s"] - ref["policies"]["greedy"]["reward_rate_per_s"])
+        / (ref["best_reward_rate_per_s"] - ref["policies"]["greedy"]["reward_rate_per_s"])
+    )
+    assert "normalized_score_ci95" in score

@@ -14,9 +14,9 @@ from helpers import SWEEP_TINY as TINY
 
 pytest.importorskip("stable_baselines3")
 
-from experiments.cli import main  # noqa: E402
 from agents.common import ALGO_NAMES  # noqa: E402
 from agents.wrappers import GAIN_MODES  # noqa: E402
+from experiments.cli import main  # noqa: E402
 from experiments.sweep import load_sweep, run_sweep, trials, validate_sweep  # noqa: E402
 
 
