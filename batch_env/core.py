@@ -508,7 +508,10 @@ class ServingCore(gym.Env):
         """Number of entries whose deadline has passed at ``t`` (``t - arrival > sla``)."""
         arr = self._arr
         sla = self._sla
-        k = bisect_left(arr, t - sla, self._kd)
+        kd = self._kd
+        if kd == len(arr) or not t - arr[kd] > sla:  # no new deadline passed (arrival order)
+            return kd
+        k = bisect_left(arr, t - sla, kd)
         n = len(arr)
         while k > self._kd and not t - arr[k - 1] > sla:
             k -= 1

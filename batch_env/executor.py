@@ -471,6 +471,9 @@ class LLMProfileExecutor:
         batch's total tokens). With no chunk it is :meth:`decode`, with no decode
         :meth:`prefill`, exactly. ``chunks`` and ``decodes`` (the requests) are ignored."""
         p = self.profile
+        if chunk_tokens == 0:  # a decode iteration (most of them): the same figures, directly
+            d = p.decode_time_s(batch, context_tokens)
+            return d, d * p.decode_power_w(batch)
         d = p.mixed_time_s(chunk_tokens, chunk_attention, batch, context_tokens)
         return d, d * p.mixed_power_w(chunk_tokens, batch)
 

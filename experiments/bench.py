@@ -102,6 +102,26 @@ def _time_cartpole(n_steps: int, seed: int) -> float:
     return n_steps / (time.perf_counter() - t0)
 
 
+def _rounds(timers: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Each timer's rate in each of ``repeats`` rounds. A round runs every timer back to
+    back (the order rotated from round to round), so that a slow spell of a shared
+    machine hits a round's reference and env alike; the ratio to report is then the
+    median of the rounds' ratios (:func:`_median_ratio`), not the ratio of two best
+    rates timed minutes apart."""
+    names = list(timers)
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeats):
+        k0 = r % len(names)
+        for k in names[k0:] + names[:k0]:
+            out[k].append(timers[k]())
+    return out
+
+
+def _median_ratio(num: list[float], den: list[float]) -> float:
+    """The median over rounds of ``num[i] / den[i]``."""
+    return float(np.median(np.asarray(num, dtype=np.float64) / np.asarray(den, dtype=np.float64)))
+
+
 def _time_batching(n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
     import batch_env  # noqa: F401  (registers the ids)
 
@@ -163,8 +183,9 @@ def bench_vector(
 
     Profile ``resnet50-v100``, Poisson at load 0.6, uniformly random valid actions,
     episodes autoreset (NEXT_STEP; a reset step counts as an env-step, as in CartPole's).
-    Each size runs about ``env_steps`` env-steps per round (200 to 30,000 vector steps);
-    the best of ``repeats`` rounds counts. Floor: 1,000,000 env-steps/s at 1024 lanes;
+    Each size runs about ``env_steps`` env-steps per round (200 to 30,000 vector steps),
+    both envs in every round (:func:`_rounds`): the rates are the best round's, the ratio
+    the median of the rounds' ratios. Floor: 1,000,000 env-steps/s at 1024 lanes;
     aim: a third of CartPoleVectorEnv's.
 
     :param sizes: the ``num_envs`` values.
@@ -176,15 +197,21 @@ def bench_vector(
     rows = []
     for n in sizes:
         steps = min(max(env_steps // n, 200), 30_000)
-        ours = max(_time_vector(n, steps, seed, env_kwargs) for _ in range(repeats))
-        cart = max(_time_cartpole_vector(n, steps, seed) for _ in range(repeats))
+        r = _rounds(
+            {
+                "ours": lambda n=n, steps=steps: _time_vector(n, steps, seed, env_kwargs),
+                "cart": lambda n=n, steps=steps: _time_cartpole_vector(n, steps, seed),
+            },
+            repeats,
+        )
         rows.append(
             {
                 "num_envs": n,
                 "vector_steps": steps,
-                "env_steps_per_s": ours,
-                "cartpole_vector_env_steps_per_s": cart,
-                "ratio_vs_cartpole": ours / cart,
+                "env_steps_per_s": max(r["ours"]),
+                "cartpole_vector_env_steps_per_s": max(r["cart"]),
+                "ratio_vs_cartpole": _median_ratio(r["ours"], r["cart"]),
+                "round_ratios": [a / b for a, b in zip(r["ours"], r["cart"], strict=True)],
             }
         )
     at_1024 = next((r for r in rows if r["num_envs"] == 1024), None)
@@ -292,7 +319,7 @@ def _ppo_steps_per_s(
     return total_steps / (time.perf_counter() - t0)
 
 
-def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
+def bench_ppo(total_steps: int = 32_768, seed: int = 0, repeats: int = 3) -> dict[str, Any]:
     """PPO training steps/s on DynamicBatching-v0 and on CartPole-v1 with the same settings.
 
     Both use ``agents/hyperparams/ppo.yml``'s algorithm settings (4 envs in a
@@ -302,6 +329,8 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
 
     :param total_steps: environment steps per run.
     :param seed: seed of both runs.
+    :param repeats: rounds, each training both back to back (:func:`_rounds`): the
+        rates are the best round's, the ratio the median of the rounds'.
     """
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
@@ -314,13 +343,22 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0) -> dict[str, Any]:
         venv = make_vec_env(env_fn, n_envs=int(hp["n_envs"]), seed=seed, vec_env_cls=DummyVecEnv)
         return _ppo_steps_per_s(venv, total_steps, seed, algo_kwargs, policy_kwargs)
 
-    ours = timed(lambda: make_env(env_id, {"workload": {"kind": "poisson", "load": 0.6}}, specs))
-    cart = timed(lambda: gym.make("CartPole-v1"))
+    r = _rounds(
+        {
+            "ours": lambda: timed(
+                lambda: make_env(env_id, {"workload": {"kind": "poisson", "load": 0.6}}, specs)
+            ),
+            "cart": lambda: timed(lambda: gym.make("CartPole-v1")),
+        },
+        repeats,
+    )
     return {
         "total_steps": total_steps,
-        "dynamic_batching_ppo_steps_per_s": ours,
-        "cartpole_ppo_steps_per_s": cart,
-        "ratio": ours / cart,
+        "repeats": repeats,
+        "dynamic_batching_ppo_steps_per_s": max(r["ours"]),
+        "cartpole_ppo_steps_per_s": max(r["cart"]),
+        "ratio": _median_ratio(r["ours"], r["cart"]),
+        "round_ratios": [a / b for a, b in zip(r["ours"], r["cart"], strict=True)],
         "floor_ratio": 0.8,
         "settings": {
             "n_envs": hp["n_envs"],
@@ -884,13 +922,25 @@ LLM_BENCH_KWARGS: dict[str, Any] = {"workload": {"kind": "poisson", "rate_per_s"
 
 def bench_llm_steps(n_steps: int = 50_000, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
     """LLMBatching-v0 (vLLM v0's scheduler) and LLMBatching-v1 (chunked prefill, default
-    budget) steps/s against CartPole-v1's in the same run (best of ``repeats`` rounds
-    each), and their step-cost ratios (issue 23's floor for the chunked scheduler: 2)."""
-    cart = max(_time_cartpole(n_steps, seed) for _ in range(repeats))
-    out: dict[str, Any] = {"cartpole_steps_per_s": cart, "n_steps": n_steps, "repeats": repeats}
-    for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
-        rate = max(_time_llm(env_id, n_steps, seed, LLM_BENCH_KWARGS) for _ in range(repeats))
-        out[env_id] = {"steps_per_s": rate, "step_cost_ratio_vs_cartpole": cart / rate}
+    budget) steps/s against CartPole-v1's in the same rounds (:func:`_rounds`; the best
+    round's rates), and their step-cost ratios, the median of the rounds' (issue 23's
+    floor for the chunked scheduler: 2)."""
+    ids = ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1")
+    timers: dict[str, Callable[[], float]] = {"cart": lambda: _time_cartpole(n_steps, seed)}
+    for env_id in ids:
+        timers[env_id] = lambda env_id=env_id: _time_llm(env_id, n_steps, seed, LLM_BENCH_KWARGS)
+    r = _rounds(timers, repeats)
+    out: dict[str, Any] = {
+        "cartpole_steps_per_s": max(r["cart"]),
+        "n_steps": n_steps,
+        "repeats": repeats,
+    }
+    for env_id in ids:
+        out[env_id] = {
+            "steps_per_s": max(r[env_id]),
+            "step_cost_ratio_vs_cartpole": _median_ratio(r["cart"], r[env_id]),
+            "round_ratios": [a / b for a, b in zip(r["cart"], r[env_id], strict=True)],
+        }
     out["env_kwargs"] = LLM_BENCH_KWARGS
     out["floor_step_cost_ratio"] = 2.0
     return out
@@ -915,7 +965,8 @@ def run_bench(
     """Run the benchmark and return its figures.
 
     :param n_steps: env steps per timed round.
-    :param repeats: timed rounds per env; the best round counts.
+    :param repeats: timed rounds; each runs the env and its reference back to back, the
+        rates reported are the best round's and each ratio the median of the rounds'.
     :param seed: seed for envs and actions.
     :param smdp: also time the SMDP solver against pymdptoolbox (about 20 s).
     :param ppo: also time PPO training against CartPole (needs the train extra; about 40 s).
@@ -936,12 +987,18 @@ def run_bench(
         "profile": "resnet50-v100",
         "workload": {"kind": "poisson", "load": 0.6},
     }
-    ours = max(_time_batching(n_steps, seed, env_kwargs) for _ in range(repeats))
-    cart = max(_time_cartpole(n_steps, seed) for _ in range(repeats))
+    r = _rounds(
+        {
+            "ours": lambda: _time_batching(n_steps, seed, env_kwargs),
+            "cart": lambda: _time_cartpole(n_steps, seed),
+        },
+        repeats,
+    )
     result = {
-        "dynamic_batching_steps_per_s": ours,
-        "cartpole_steps_per_s": cart,
-        "step_cost_ratio_vs_cartpole": cart / ours,
+        "dynamic_batching_steps_per_s": max(r["ours"]),
+        "cartpole_steps_per_s": max(r["cart"]),
+        "step_cost_ratio_vs_cartpole": _median_ratio(r["cart"], r["ours"]),
+        "round_ratios": [a / b for a, b in zip(r["cart"], r["ours"], strict=True)],
         "floor_step_cost_ratio": 1.5,
         "n_steps": n_steps,
         "repeats": repeats,
@@ -958,7 +1015,7 @@ def run_bench(
     if smdp:
         result["smdp"] = bench_smdp()
     if ppo:
-        result["ppo"] = bench_ppo(seed=seed)
+        result["ppo"] = bench_ppo(seed=seed, repeats=min(repeats, 3))
         result["ppo_vector"] = bench_ppo_vector(seed=seed)
     if backends:
         result["compare_backends"] = bench_backends()

@@ -636,6 +636,17 @@ def _print_bench(result: dict[str, Any]) -> None:
         f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
         f"(floor: <= {result['floor_step_cost_ratio']:.1f})"
     )
+    llm = result.get("llm")
+    if llm:
+        for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
+            r = llm[env_id]
+            floor = (
+                f" (floor: <= {llm['floor_step_cost_ratio']:.1f})" if env_id.endswith("v1") else ""
+            )
+            print(
+                f"{env_id.split('/')[-1]}: {r['steps_per_s']:,.0f} steps/s, step cost ratio "
+                f"(ours / CartPole, median of rounds): {r['step_cost_ratio_vs_cartpole']:.2f}{floor}"
+            )
     rn = result.get("render")
     if rn:
         for r in rn["envs"]:
@@ -1542,7 +1553,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=_count(1), default=200_000, help="steps per timed round (default 200000)"
     )
     p.add_argument(
-        "--repeats", type=_count(1), default=3, help="timed rounds; the best counts (default 3)"
+        "--repeats",
+        type=_count(1),
+        default=5,
+        help="timed rounds (default 5); each round runs an env and its reference back to "
+        "back, the rates shown are the best round's and each ratio the median of the rounds'",
     )
     p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
     p.add_argument(

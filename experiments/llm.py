@@ -380,24 +380,79 @@ def markdown(cfg: dict[str, Any], results: dict[str, Any]) -> str:
         "",
         "At the capacity rate (means over seeds):",
         "",
-        "| profile | traffic | policy | attainment | TTFT p99 (ms) | TPOT p99 (ms) | preemptions | "
-        "KV util | mean batch |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| profile | traffic | policy | attainment | goodput (req/s) | TTFT p99 (ms) | "
+        "TPOT p99 (ms) | preemptions | KV util | mean batch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in results["cells"]:
         a = c["at_capacity"]
         if a is None:
             lines.append(
-                f"| {c['profile']} | {c['traffic']} | {c['policy']} | (no rate passes) | | | | | |"
+                f"| {c['profile']} | {c['traffic']} | {c['policy']} | (no rate passes) | | | | | | |"
             )
             continue
         lines.append(
             f"| {c['profile']} | {c['traffic']} | {c['policy']} | {a['sla_attainment']:.3f} | "
-            f"{a['ttft_p99_ms']:.0f} | {a['tpot_p99_ms']:.1f} | {a['preemptions']:.1f} | "
+            f"{a['goodput_rps']:.3f} | {a['ttft_p99_ms']:.0f} | {a['tpot_p99_ms']:.1f} | "
+            f"{a['preemptions']:.1f} | "
             f"{a['kv_utilization_mean']:.2f} | {a['batch_size_mean']:.1f} |"
         )
+    lines += _common_rate_table(results["cells"], cfg["attainment"])
     lines += ["", f"Run time: {results['seconds']:.0f} s.", ""]
     return "\n".join(lines)
+
+
+def common_rates(cells: list[dict[str, Any]], attainment: float) -> dict[str, dict[str, float]]:
+    """Per traffic, rates at which every cell of that traffic (every profile and policy)
+    was evaluated, where prefill-first and chunked scheduling and each budget rule meet
+    the same load: ``"all meet"``, the highest at which every cell's attainment is at
+    least ``attainment``, and ``"overload"``, the highest of all (when higher). A traffic
+    without a shared rate is left out."""
+    out: dict[str, dict[str, float]] = {}
+    for traffic in dict.fromkeys(c["traffic"] for c in cells):
+        evs = [
+            {e["rate_per_s"]: e for e in c["evaluations"]} for c in cells if c["traffic"] == traffic
+        ]
+        shared = sorted(set.intersection(*(set(e) for e in evs)))
+        if not shared:
+            continue
+        rates: dict[str, float] = {}
+        meet = [r for r in shared if all(e[r]["sla_attainment"] >= attainment for e in evs)]
+        if meet:
+            rates["all meet"] = meet[-1]
+        if not meet or shared[-1] > meet[-1]:
+            rates["overload"] = shared[-1]
+        out[traffic] = rates
+    return out
+
+
+def _common_rate_table(cells: list[dict[str, Any]], attainment: float) -> list[str]:
+    """The metrics of every cell at its traffic's :func:`common_rates`."""
+    rates = common_rates(cells, attainment)
+    if not rates:
+        return []
+    lines = [
+        "",
+        "At common rates per traffic (means over seeds): 'all meet', the highest rate at "
+        f"which every policy still meets {100 * attainment:.0f}% attainment; 'overload', the "
+        "highest rate every policy was evaluated at:",
+        "",
+        "| traffic | rate (req/s) | profile | policy | attainment | goodput (req/s) | "
+        "TTFT p99 (ms) | TPOT p99 (ms) | preemptions |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for traffic, at in rates.items():
+        for kind, rate in at.items():
+            for c in cells:
+                if c["traffic"] != traffic:
+                    continue
+                (a,) = [e for e in c["evaluations"] if e["rate_per_s"] == rate]
+                lines.append(
+                    f"| {traffic} | {rate:g} ({kind}) | {c['profile']} | {c['policy']} | "
+                    f"{a['sla_attainment']:.3f} | {a['goodput_rps']:.3f} | "
+                    f"{a['ttft_p99_ms']:.0f} | {a['tpot_p99_ms']:.1f} | {a['preemptions']:.1f} |"
+                )
+    return lines
 
 
 def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:

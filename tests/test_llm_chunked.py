@@ -283,3 +283,39 @@ def test_budget_baselines_and_the_tpot_tail():
         baselines.make("static-budget", ch, budget=300)
     with pytest.raises(ValueError, match="make the env with scheduler='chunked'"):
         baselines.make("sarathi", v0)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"workload": TRACE},
+        {**PRESSURE, "max_num_batched_tokens": 512},
+        {**PRESSURE, "block_size": 1},
+        {**PRESSURE, "block_size": 32, "decode_first": False},
+        {**PRESSURE, "budget_grid": [256, 1024, 4096]},
+    ],
+)
+def test_block_phase_buckets_are_the_decodes_whose_blocks_are_full(setting):
+    """The chunked scheduler finds the decodes that need a KV block this iteration in one
+    bucket of entries by block phase, not by scanning the running list: at every step the
+    buckets hold exactly the decoding entries, and the bucket read is exactly those with
+    ``P + G > blocks x block_size`` (the scan it replaces), through preemptions too."""
+    env = gym.make("batch_env/LLMBatching-v1", **setting, horizon_requests=150)
+    u = env.unwrapped
+    env.reset(seed=5)
+    rng = np.random.default_rng(2)
+    checked = needs = 0
+    for _ in range(100_000):
+        n = len(u._R) - u._npart
+        decoding = u._R[:n]
+        full = {e for e in decoding if u._P[e] + u._G[e] > u._blk[e] * u._bs}
+        assert set().union(*u._phase) == set(decoding) and sum(map(len, u._phase)) == n
+        assert u._phase[(1 - u._K) % u._bs] == full
+        checked += 1
+        needs += len(full)
+        *_, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+        if trunc:
+            break
+    assert checked > 500 and needs > 0
+    if "gpu_memory_utilization" in setting:
+        assert info["preemptions_total"] > 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.llm import capacity_search, load_llm_config, run_llm
+from experiments.llm import capacity_search, common_rates, load_llm_config, run_llm
 
 
 def tiny_config(tmp_path: Path, ttft_sla_ms: float = 1000.0, tpot_sla_ms: float = 50.0) -> Path:
@@ -142,3 +142,29 @@ def test_chunked_profiles_and_budget_policies_run_in_the_experiment(tmp_path):
     assert set(cells) == {("v0", "static-256"), ("chunked", "static-256"), ("chunked", "sarathi")}
     tail = {k: c["evaluations"][0]["tpot_p99_ms"] for k, c in cells.items()}  # at 0.5 req/s
     assert tail[("chunked", "sarathi")] < 50 < tail[("v0", "static-256")]
+    # the summary compares them at rates they share, with goodput and both tails
+    rates = common_rates(r["cells"], 0.9)["code"]
+    assert set(rates) <= {"all meet", "overload"} and rates
+    assert all(x in (0.5, 1.0) for x in rates.values())
+    assert "goodput (req/s)" in r["markdown"]
+    assert any(f"({kind})" in r["markdown"] for kind in rates)
+
+
+def test_common_rates_pick_shared_rates_where_all_meet_and_beyond():
+    def cell(traffic, rates_att):
+        return {
+            "traffic": traffic,
+            "evaluations": [{"rate_per_s": r, "sla_attainment": a} for r, a in rates_att],
+        }
+
+    cells = [
+        cell("t", [(1.0, 0.99), (2.0, 0.95), (3.0, 0.5)]),
+        cell("t", [(1.0, 0.97), (2.0, 0.80), (3.0, 0.2), (4.0, 0.1)]),
+        cell("u", [(1.0, 0.99)]),
+        cell("u", [(2.0, 0.99)]),  # nothing shared: left out
+        cell("v", [(1.0, 0.5)]),
+    ]
+    assert common_rates(cells, 0.9) == {
+        "t": {"all meet": 1.0, "overload": 3.0},
+        "v": {"overload": 1.0},
+    }

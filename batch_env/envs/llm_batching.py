@@ -243,6 +243,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _w0: tuple[int, int, float, int, int, int] | None  # the counters when the window opened
     _rd: deque[float]  # recent decode iterations' times and batch sizes
     _rb: deque[int]
+    _rd_sum: float  # their sums, kept when they change (read by every step's obs and info)
+    _rb_sum: int
+    # chunked: the decoding entries by block phase, ``(P + G - K) % block_size`` with ``K``
+    # the decode iterations so far; invariant while an entry decodes (each decode
+    # iteration adds one token to every decoding entry), so the entries whose blocks are
+    # full this iteration are one bucket (``_grow_decodes``)
+    _phase: list[set[int]]
+    _K: int
     _cap_now: int
     _budget_now: int
     _last_chunk: int
@@ -677,10 +685,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._tokens += b
         self._n_batches += 1
         self._sum_b += b
-        self._rd.append(d)
-        self._rb.append(b)
+        self._recent(d, b)
         self._last_kind = 0.0
         return d
+
+    def _recent(self, d: float, b: int) -> None:
+        """Record a decode iteration's time and batch size in the recent windows (and
+        their sums: the same ``sum`` the observation would take)."""
+        rb = self._rb
+        if len(rb) == rb.maxlen:
+            self._rb_sum -= rb[0]  # integers: the running sum is exact
+        rb.append(b)
+        self._rb_sum += b
+        self._rd.append(d)
+        self._rd_sum = sum(self._rd)  # floats: summed afresh, as the observation always was
 
     # -- the chunked scheduler (vLLM v1 / Sarathi-Serve) ---------------------------------
     def _preempt_newest(self, victims: list[int]) -> int:
@@ -695,6 +713,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._npart -= 1
             self._wtok += self._done[v]
         else:
+            self._phase[(P[v] + G[v] - self._K) % self._bs].discard(v)
             self._ctx -= P[v] + G[v]
             self._wtok += P[v] + G[v]
         self._done[v] = self._todo[v] = 0
@@ -708,6 +727,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         # the decoding entries are the leading run of R (FCFS chunks complete in
         # admission order, admissions append, preemption pops the newest)
         i, n = 0, len(R) - self._npart
+        # an entry's blocks hold exactly its P + G - 1 tokens, so the token it feeds needs
+        # a block when P + G = 1 (mod block size): the phase bucket of 1 - K
+        need = self._phase[(1 - self._K) % bs]
+        if len(need) <= self._total - self._used:  # blocks for all: no preemption
+            for e in need:
+                blk[e] += 1
+            self._used += len(need)
+            return R[:n]
         while i < n:
             e = R[i]
             if P[e] + G[e] > blk[e] * bs:
@@ -729,6 +756,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         above the watermark (blocks are allocated here, per chunk). A prompt that cannot
         progress stops the scan (FCFS); with ``split_prompts=False`` only whole prompts
         are scheduled."""
+        if not self._npart and not (admit and self._W):  # nothing to prefill (most decodes)
+            return []
         P, G, blk, bs, todo, done = self._P, self._G, self._blk, self._bs, self._todo, self._done
         free = self._total - self._used - self._wm
         out: list[tuple[int, int, int]] = []
@@ -835,21 +864,27 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_chunk = n
         self._advance(t, energy / d if d > 0.0 else 0.0)
         finished = False
+        ctx = self._ctx + len(dec)  # one token more for each decode, until it finishes
+        phase, bs = self._phase, self._bs
+        if dec:
+            self._K += 1  # every decoding entry gains a token: the phases stay
+        K = self._K
         for e in dec:
             g = G[e] + 1
             G[e] = g
             if g >= out[e]:
-                self._ctx -= P[e] + g - 1
+                ctx -= P[e] + g
+                phase[(P[e] + g - K) % bs].remove(e)
                 self._finish(e, t)
                 finished = True
-            else:
-                self._ctx += 1
+        self._ctx = ctx
         for e in ready:
             if G[e] >= out[e]:  # a one-token request ends with its prefill
                 self._finish(e, t)
                 finished = True
             else:
                 self._ctx += P[e] + G[e]
+                phase[(P[e] + G[e] - K) % bs].add(e)  # it decodes from the next iteration
         if finished:
             if self._seqs:
                 self.executor.release([e for e in R if self._fin[e] is not None])
@@ -865,8 +900,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         if b:
             self._n_batches += 1
             self._sum_b += b
-            self._rd.append(d)
-            self._rb.append(b)
+            self._recent(d, b)
         self._last_kind = 1.0 if prefill else 0.0
 
     # -- observation / info -------------------------------------------------------------
@@ -894,8 +928,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 oldest,
                 past,
                 min(ptoks / self._budget, _CLIP),
-                min(sum(rd) / len(rd) / self._tpot, _CLIP) if rd else 0.0,
-                sum(self._rb) / len(self._rb) / N if rd else 0.0,
+                min(self._rd_sum / len(rd) / self._tpot, _CLIP) if rd else 0.0,
+                self._rb_sum / len(self._rb) / N if rd else 0.0,
                 min(self._rate / 10.0, _CLIP),
                 self._cap_now / N,
                 self._ctx / (len(R) - self._npart) / self._maxlen if len(R) > self._npart else 0.0,
@@ -913,19 +947,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "running": len(self._R),
             "waiting": len(self._W),
             "queue_len": len(self._W),
-            "decode_latency_recent_ms": 1000.0 * sum(rd) / len(rd) if rd else 0.0,
-            "batch_size_recent": sum(self._rb) / len(self._rb) if rd else 0.0,
+            "decode_latency_recent_ms": 1000.0 * self._rd_sum / len(rd) if rd else 0.0,
+            "batch_size_recent": self._rb_sum / len(self._rb) if rd else 0.0,
             "cap": self._cap_now,
             "budget": self._budget_now,
             "chunk_tokens": self._last_chunk,
             "prefilling": self._npart,
             "decode_context": self._ctx,
-            "prefill_head_done": self._head_done(),
+            # tokens computed of the oldest prefill in progress (the running list's tail)
+            "prefill_head_done": self._done[self._R[len(self._R) - self._npart]]
+            if self._npart
+            else 0,
             "iteration": kind,
             "iteration_time_s": it,
             "preempted": self._last_preempted,
             "preemptions_total": self._preempt,
-            "rejected_total": bisect_right(self._rej_times, self._now),
+            "rejected_total": bisect_right(self._rej_times, self._now) if self._rej_times else 0,
             "clipped_total": self._clipped,
             "dropped_total": self._drops,
             "now_s": self._now,
@@ -934,12 +971,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "action_mask": self._mask.copy(),
             "energy_source": self.executor.energy_source,
         }
-
-    def _head_done(self) -> int:
-        """Tokens already computed of the oldest prefill in progress (0 when none)."""
-        if self._npart:  # the prefills in progress are the running list's tail
-            return self._done[self._R[len(self._R) - self._npart]]
-        return 0
 
     def action_masks(self) -> np.ndarray:
         """Every cap is valid at every epoch (a copy of an all-true mask)."""
@@ -989,6 +1020,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._w0 = None
         self._rd = deque(maxlen=self._recent_n)
         self._rb = deque(maxlen=self._recent_n)
+        self._rd_sum = 0.0
+        self._rb_sum = 0
         self._cap_now = self._grid[-1]
         self._budget_now = self._budgets[-1]
         self._last_preempted = 0
@@ -997,6 +1030,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._done = []
         self._todo = []
         self._npart = 0
+        self._phase = [set() for _ in range(self._bs)]
+        self._K = 0
         self._reset_core(seed, options)
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
