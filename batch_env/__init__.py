@@ -13,7 +13,17 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import warnings
+
 from gymnasium.envs.registration import register, registry
+
+# LLMBatching-v0 is vLLM v0's prefill-first scheduler, kept beside v1's chunked one as a
+# model of its own (docs/decisions.md, "Chunked prefill: LLMBatching-v1"), not an outdated version:
+# Gymnasium's "is out of date, consider upgrading to v1" notice on every make of it would
+# say otherwise, so it is silenced for that id alone.
+warnings.filterwarnings(
+    "ignore", message=r".*batch_env/LLMBatching-v0 is out of date.*", category=DeprecationWarning
+)
 
 __version__ = "0.1.0"
 

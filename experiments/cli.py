@@ -5,7 +5,8 @@ Subcommands: ``demo`` (a small comparison of every baseline on the default env),
 ``evaluate`` (baselines or trained agents on one env configuration), ``train`` (SB3
 agents with TensorBoard; ``--sweep`` for a training sweep, locally or on Ray Tune),
 ``agents`` (agents against the SMDP optimum), ``lazybatching`` (node-level vs graph
-batching on NodeBatching-v0, with the paper's ratios), ``llm`` (LLM batching on
+batching on NodeBatching-v0, with the paper's ratios), ``regimes`` (regime maps: where
+a seed paper's claim holds), ``llm`` (LLM batching on
 LLMBatching-v0: capacity and throughput at the SLA), ``profile`` (measure a real
 model's profile), ``roundtrip`` (profile mode vs real mode), ``solve-smdp`` (the
 SMDP-optimal policy of an env), ``bench`` (speed against CartPole and pymdptoolbox,
@@ -949,6 +950,34 @@ def cmd_lazybatching(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_regimes(args: argparse.Namespace) -> int:
+    """Regime maps: where in the space of assumptions a seed paper's claim holds.
+
+    lazybatching: LazyBatching (node-level) against graph batching on NodeBatching-v0 over
+    the batch-time shape (GPU-flat to systolic-array-linear), the per-node overhead, the
+    model's depth, the load and the graph baseline's window, with the paper's 15x / 1.5x
+    / 5.5x; ratios, heatmaps and a claims table in RESULTS_DIR/lazybatching/. Every cell
+    runs through the comparison harness (resumable; --backend local or ray)."""
+    from experiments.regimes import run_lazybatching_map
+
+    result = run_lazybatching_map(
+        fine=args.fine,
+        results_dir=args.results_dir,
+        backend=args.backend,
+        address=args.address,
+        num_cpus=args.num_cpus,
+        progress=not args.json,
+    )
+    if result["failed"]:
+        print(f"{len(result['failed'])} cells failed (rerun to retry them):", file=sys.stderr)
+    if args.json:
+        print(dumps(result["claims"], indent=1))
+    else:
+        print(result["markdown"].split("## Every point")[0].rstrip())
+        print(f"\nmap, tables and heatmaps in {result['dir']}/")
+    return 0 if not result["failed"] else 1
+
+
 def cmd_llm(args: argparse.Namespace) -> int:
     """LLM batching on LLMBatching-v0: capacity and throughput at the SLA of static caps,
     Pang et al.'s memory-aware / SLA-feedback / combined policies and a PPO agent."""
@@ -1384,6 +1413,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the ratios as JSON")
     p.set_defaults(func=cmd_lazybatching)
+
+    p = sub.add_parser(
+        "regimes",
+        help="regime maps: where each seed paper's claim holds (lazybatching)",
+        description=cmd_regimes.__doc__,
+    )
+    p.add_argument("map", choices=["lazybatching"], help="which map")
+    p.add_argument(
+        "--fine",
+        action="store_true",
+        help="the dense grid (hours on 2 cores: for a cluster, with --backend ray)",
+    )
+    p.add_argument(
+        "--results-dir",
+        default="results/regimes",
+        help="parent folder of the outputs (default results/regimes)",
+    )
+    _add_backend_args(p, "cell")
+    p.add_argument("--json", action="store_true", help="print the claims table as JSON")
+    p.set_defaults(func=cmd_regimes)
 
     p = sub.add_parser(
         "llm",

@@ -491,6 +491,7 @@ def run_compare(
     max_retries: int = 3,
     num_cpus: int | None = None,
     run: Callable[[Cell], dict[str, Any]] | None = None,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """Run (or resume) a comparison and write its tables and plots.
 
@@ -515,6 +516,8 @@ def run_compare(
     :param num_cpus: Ray only: CPUs of a new local instance (default: all).
     :param run: the function that evaluates a cell (default :func:`run_cell`; tests pass
         a wrapper to inject faults).
+    :param plots: write the per-workload plots (callers that draw their own figures of
+        many workloads, such as the regime maps, turn them off; the tables stay).
     :returns: ``{"dir", "records", "computed", "reused", "failed", "backend", "markdown"}``;
         ``failed`` lists ``{"key", "group", "workload", "load", "policy", "error",
         "traceback"}`` per failed cell.
@@ -541,7 +544,7 @@ def run_compare(
     failed.sort(key=lambda f: order[f["key"]])
     records = [by_key[c.key] for c in every if c.key in by_key]
     _write_failures(out, failed)
-    markdown = write_outputs(cfg, records, out, failed=failed)
+    markdown = write_outputs(cfg, records, out, failed=failed, plots=plots)
     return {
         "dir": out,
         "records": records,
@@ -684,8 +687,9 @@ def write_outputs(
     records: list[dict[str, Any]],
     out: Path,
     failed: list[dict[str, Any]] | None = None,
+    plots: bool = True,
 ) -> str:
-    """Write ``summary.csv``, ``summary.md`` and the plots; return the Markdown.
+    """Write ``summary.csv``, ``summary.md`` and (``plots``) the plots; return the Markdown.
 
     :param failed: cells that failed (see :func:`run_compare`): counted and listed with
         their errors at the top of ``summary.md``; their rows are missing from the tables.
@@ -774,7 +778,8 @@ def write_outputs(
                 )
     markdown = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(markdown)
-    _plots(cfg, rows, records, out)
+    if plots:
+        _plots(cfg, rows, records, out)
     return markdown
 
 

@@ -300,6 +300,12 @@ CASES = [
     (["lazybatching", "--config", "bad.yaml"], ["bad.yaml", "invalid YAML"]),
     (["lazybatching", "--config", "lazy_train.yaml"], ["lazy_train.yaml", "train.greedy", "agent"]),
     (["lazybatching", "--results-dir", "afile"], ["--results-dir", "afile"]),
+    # regimes
+    (["regimes"], ["the following arguments are required: map"]),
+    (["regimes", "nope"], ["invalid choice: 'nope'"]),
+    (["regimes", "lazybatching", "--results-dir", "afile"], ["--results-dir", "afile"]),
+    (["regimes", "lazybatching", "--address", "auto"], ["address", "ray"]),
+    (["regimes", "lazybatching", "--num-cpus", "0"], ["--num-cpus", "'0'"]),
     # llm
     (["llm", "--config", "missing.yaml"], ["missing.yaml", "not found"]),
     (["llm", "--config", "binary.yaml"], ["binary.yaml", "invalid YAML"]),

@@ -1,0 +1,174 @@
+"""Regime maps (``batch-env regimes``): the parametric node-profile family, and the
+LazyBatching map run end to end on a tiny grid against a direct run of its cells."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import gymnasium as gym
+import pytest
+
+import baselines
+import batch_env
+from batch_env.profiles import load
+from batch_env.profiles.parametric import node_family, slope_ratio_of_linear
+from experiments import regimes
+
+
+@pytest.mark.parametrize("name", ["resnet50-v100-linear", "resnet50-p4-linear"])
+def test_family_reduces_to_a_shipped_linear_profile(name):
+    """One node, no overhead, the batch-1 latency and slope ratio of a shipped linear
+    profile: the same latency and energy at every batch size."""
+    t1, r = slope_ratio_of_linear(name)
+    fam = load(
+        node_family(slope_ratio=r, overhead_fraction=0.0, n_nodes=1, batch1_ms=t1, base=name)
+    )
+    ship = load(name)
+    assert fam.n_nodes == 1
+    for b in range(1, 33):
+        assert fam.latency_s(b) == pytest.approx(ship.latency_s(b), rel=1e-12)
+        assert fam.energy_j(b) == pytest.approx(ship.energy_j(b), rel=1e-12)
+    with pytest.raises(ValueError, match="kind 'table'"):
+        slope_ratio_of_linear("resnet50-v100")
+
+
+def test_family_shape_overhead_and_depth():
+    """Node times sum to the model's; T(1) is the anchor; the compute part grows by
+    a = r t0 per request; every node carries the fixed overhead f T(1) / n."""
+    r, f, n, t1 = 4.0, 0.3, 12, 2.0
+    prof = node_family(slope_ratio=r, overhead_fraction=f, n_nodes=n, batch1_ms=t1)
+    p = load(prof)
+    lat, _ = p.node_tables(32)
+    assert p.n_nodes == n and p.latency_s(1) * 1e3 == pytest.approx(t1)
+    for b in (1, 7, 32):
+        assert lat[:, b].sum() == pytest.approx(p.latency_s(b), rel=1e-9)
+    t0 = (1 - f) * t1 / (1 + r)
+    assert (p.latency_s(32) - p.latency_s(1)) * 1e3 == pytest.approx(31 * r * t0)
+    o = f * t1 / n
+    assert lat[0, 1] * 1e3 == pytest.approx(o + t0 * (1 + r) / n)
+    flat = load(node_family(slope_ratio=0.0, overhead_fraction=0.0, n_nodes=3))
+    assert flat.latency_s(32) == pytest.approx(flat.latency_s(1))  # r = 0: flat in b
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"slope_ratio": -1.0}, "slope_ratio=-1.0"),
+        (
+            {"slope_ratio": 1.0, "overhead_fraction": 1.0},
+            "overhead_fraction=1.0 is invalid: expected < 1",
+        ),
+        ({"slope_ratio": 1.0, "n_nodes": 0}, "n_nodes=0"),
+        ({"slope_ratio": 1.0, "batch1_ms": 0.0}, "batch1_ms=0.0"),
+        (
+            {"slope_ratio": 1.0, "n_nodes": 2, "weights": [0.5, 0.6]},
+            "weights=[0.5, 0.6] is invalid",
+        ),
+        ({"slope_ratio": float("nan")}, "slope_ratio=nan"),
+    ],
+)
+def test_family_refuses_bad_parameters_by_name(kwargs, needle):
+    with pytest.raises(ValueError) as err:
+        node_family(**kwargs)
+    assert needle in str(err.value)
+
+
+def test_reproduction_rule_is_direction_and_order_of_magnitude_of_the_gain():
+    assert regimes.reproduces(15.0, 15.0) and regimes.reproduces(5.5, 15.0)
+    assert not regimes.reproduces(4.0, 15.0) and not regimes.reproduces(60.0, 15.0)
+    assert regimes.reproduces(1.2, 1.5) and not regimes.reproduces(1.05, 1.5)
+    assert not regimes.reproduces(1.5, 1.5, significant=False)  # within the noise
+    assert not regimes.reproduces(0.5, 1.5)
+
+
+TINY = {
+    "slope_ratio": [0.08, 10.0],
+    "overhead_fraction": [0.3],
+    "n_nodes": [6],
+    "loads": [0.3, 1.2],
+    "windows_ms": [0, 50],
+    "seeds": 2,
+    "horizon_requests": 300,
+}
+
+
+def test_tiny_map_end_to_end_matches_a_direct_run_and_resumes(tmp_path):
+    """The map's ratios are those of a direct run of the same cells (same env kwargs,
+    policies and seeds); its outputs are written; a rerun recomputes no cell."""
+    res = regimes.run_lazybatching_map(grid=TINY, results_dir=tmp_path, progress=False, name="tiny")
+    assert not res["failed"] and res["computed"] == 2 * 2 * 3  # variants x loads x policies
+    out = tmp_path / "tiny"
+    for f in (
+        "map.md",
+        "map.json",
+        "heat_windows.png",
+        "heat_latency_mean_ms_vs_best.png",
+        "heat_throughput_rps_vs_best.png",
+        "summary.csv",
+    ):
+        assert (out / f).stat().st_size > 0, f
+    data = json.loads((out / "map.json").read_text())
+    assert len(data["points"]) == 4 and len(data["claims"]) == 9
+
+    cfg = regimes.lazy_config(TINY, "tiny")
+    for point in res["points"]:
+        v = regimes.variant_name(point["slope_ratio"], point["overhead_fraction"], point["n_nodes"])
+        kw = {
+            **cfg["env"],
+            **cfg["envs"][v],
+            "workload": {"kind": "poisson", "load": point["load"]},
+        }
+        means = {}
+        for label, params in cfg["policies"].items():
+            env = gym.make("batch_env/NodeBatching-v0", **kw)
+            p = dict(params)
+            pol = baselines.make(p.pop("name", label), env=env, **p)
+            r = batch_env.evaluate(pol, env, n_episodes=TINY["seeds"], seed=0)
+            means[label] = {
+                m: r.mean(m)
+                for m in ("latency_mean_ms", "latency_p99_ms", "sla_attainment", "throughput_rps")
+            }
+        assert point["metrics"] == means
+        mean = point["ratios"]["latency_mean_ms"]
+        assert (
+            mean["vs_graph_0"]
+            == means["graph-0"]["latency_mean_ms"] / means["lazy"]["latency_mean_ms"]
+        )
+        best = min(("graph-0", "graph-50"), key=lambda w: means[w]["latency_mean_ms"])
+        assert mean["best_window"] == best
+        assert ("throughput_rps" in point["ratios"]) == (point["load"] == 1.2)
+        row = f"| {point['slope_ratio']:g} | 0.3 | 6 | {point['load']:g} | {regimes._fmt_ratio(mean['vs_graph_0'])} |"
+        assert row in res["markdown"]
+
+    again = regimes.run_lazybatching_map(
+        grid=TINY, results_dir=tmp_path, progress=False, name="tiny"
+    )
+    assert again["computed"] == 0 and again["reused"] == 12 and again["points"] == res["points"]
+
+
+def test_claims_count_points_and_name_the_closest():
+    """The claims table counts the points where lazy wins by more than the paired CI and
+    those that reproduce a claim, and names the point closest to the paper's figure."""
+    row = {
+        "slope_ratio": 10.0,
+        "overhead_fraction": 0.3,
+        "n_nodes": 18,
+        "load": 0.2,
+        "ratios": {
+            "latency_mean_ms": {
+                "vs_graph_0": 0.8,
+                "vs_best": 0.8,
+                "best_window": "graph-0",
+                "vs_window": {"graph-0": 0.8, "graph-50": 12.0, "graph-100": 30.0},
+                "significant": {"graph-0": False, "graph-50": True, "graph-100": True},
+            },
+        },
+    }
+    claims = {(c["metric"], c["baseline"]): c for c in regimes.lazy_claims([row])}
+    c = claims[("latency_mean_ms", "vs_window")]
+    assert c["points"] == 3 and c["wins"] == 2 and c["reproduced"] == 2
+    assert c["closest"]["window"] == "graph-50" and c["largest"]["ratio"] == 30.0
+    assert claims[("latency_mean_ms", "vs_graph_0")]["reproduced"] == 0
+    assert claims[("sla_attainment", "vs_best")]["points"] == 0
+    assert math.isinf(regimes._ratio(0.5, 0.0, True))
