@@ -419,6 +419,35 @@ def _evaluate_policy(arr: _Arrays, policy: np.ndarray) -> tuple[float, np.ndarra
     return average_cost(_policy_matrix(arr, policy), arr.c[idx, policy], arr.tau[idx, policy])
 
 
+def policy_gain(problem: SMDPProblem, policy: Sequence[int] | np.ndarray) -> float:
+    """The exact long-run average cost per second of a stationary ``policy`` (an action per
+    state ``0..S``: 0 = wait, ``b`` = serve ``b``) in ``problem``; NaN when the policy is
+    multichain. With weight 1 on one cost term and 0 on the others it is that term's rate:
+    ``w_latency`` alone gives request-seconds per second (the mean number in the system,
+    so the mean latency is it over the arrival rate when nothing is dropped), ``w_energy``
+    alone the mean power in watts.
+
+    :raises ValueError: when the policy has the wrong length or an action that is not
+        allowed in its state (serving more than wait, or more than ``B``).
+    """
+    arr = _build(problem)
+    pol = np.asarray(policy, dtype=np.int64)
+    if pol.shape != (arr.S + 1,):
+        raise ValueError(
+            f"policy has {pol.size} actions: expected one per state 0..{arr.S} ({arr.S + 1})"
+        )
+    idx = np.arange(arr.S + 1)
+    if pol.min() < 0 or pol.max() > arr.B or not bool(np.all(arr.valid[idx, pol])):
+        bad = int(
+            np.flatnonzero((pol < 0) | (pol > arr.B) | ~arr.valid[idx, np.clip(pol, 0, arr.B)])[0]
+        )
+        raise ValueError(
+            f"policy[{bad}]={int(pol[bad])} is invalid: in state {bad} the allowed actions "
+            f"are 0 (wait) and 1..{min(bad, arr.B)} (serve)"
+        )
+    return _evaluate_policy(arr, pol)[0]
+
+
 @dataclass
 class SMDPSolution:
     """The solved SMDP.

@@ -957,9 +957,21 @@ def cmd_regimes(args: argparse.Namespace) -> int:
     the batch-time shape (GPU-flat to systolic-array-linear), the per-node overhead, the
     model's depth, the load and the graph baseline's window, with the paper's 15x / 1.5x
     / 5.5x; ratios, heatmaps and a claims table in RESULTS_DIR/lazybatching/. Every cell
-    runs through the comparison harness (resumable; --backend local or ray)."""
-    from experiments.regimes import run_lazybatching_map
+    runs through the comparison harness (resumable; --backend local or ray).
 
+    smdp: the SMDP seed's claims (control-limit structure, adaptation to the load, the
+    benchmarks beaten, the energy weight's power-latency trade) across loads and energy
+    weights, solved exactly, and the truncation's cost; RESULTS_DIR/smdp/ (seconds)."""
+    from experiments.regimes import run_lazybatching_map, run_smdp_map
+
+    if args.map == "smdp":
+        smdp = run_smdp_map(results_dir=args.results_dir)
+        if args.json:
+            print(dumps(smdp["claims"], indent=1))
+        else:
+            print(smdp["markdown"].split("## Every point")[0].rstrip())
+            print(f"\ntables and figure in {smdp['dir']}/")
+        return 0
     result = run_lazybatching_map(
         fine=args.fine,
         results_dir=args.results_dir,
@@ -1416,10 +1428,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "regimes",
-        help="regime maps: where each seed paper's claim holds (lazybatching)",
+        help="regime maps: where each seed paper's claim holds (lazybatching, smdp)",
         description=cmd_regimes.__doc__,
     )
-    p.add_argument("map", choices=["lazybatching"], help="which map")
+    p.add_argument("map", choices=["lazybatching", "smdp"], help="which map")
     p.add_argument(
         "--fine",
         action="store_true",

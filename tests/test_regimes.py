@@ -172,3 +172,54 @@ def test_claims_count_points_and_name_the_closest():
     assert claims[("latency_mean_ms", "vs_graph_0")]["reproduced"] == 0
     assert claims[("sla_attainment", "vs_best")]["points"] == 0
     assert math.isinf(regimes._ratio(0.5, 0.0, True))
+
+
+def test_policy_gain_is_the_solved_gain_and_splits_into_latency_and_power():
+    """The exact cost of a stationary policy: the optimum's equals the solver's gain, the
+    unit-weight costs add up to the weighted one, and a bad policy is named."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from baselines.smdp import policy_gain, solve
+
+    pb = regimes._smdp_problem("resnet50-v100-linear", 0.4, 0.5)
+    sol = solve(pb)
+    assert policy_gain(pb, sol.policy) == pytest.approx(sol.gain, rel=1e-10)
+    q = np.arange(pb.n_states)
+    greedy = policy_gain(pb, np.minimum(q, pb.max_batch_size))
+    assert greedy > sol.gain
+    lat = policy_gain(replace(pb, w_energy=0.0, w_drop=0.0), sol.policy)
+    power = policy_gain(replace(pb, w_latency=0.0, w_drop=0.0, w_energy=1.0), sol.policy)
+    assert lat + 0.5 * power == pytest.approx(sol.gain, rel=1e-9)
+    with pytest.raises(ValueError, match=r"policy\[1\]=2 is invalid"):
+        policy_gain(pb, np.where(q == 1, 2, np.minimum(q, pb.max_batch_size)))
+    with pytest.raises(ValueError, match="expected one per state"):
+        policy_gain(pb, [0, 1])
+
+
+def test_smdp_map_checks_the_claims_on_a_small_grid(tmp_path):
+    grid = {
+        **regimes.SMDP_GRID,
+        "profiles": ["resnet50-v100-linear"],
+        "loads": [0.2, 0.8],
+        "energy_weights": [0.0, 2.0],
+        "max_states": [40, 100],
+    }
+    res = regimes.run_smdp_map(results_dir=tmp_path, grid=grid)
+    for f in ("smdp.md", "smdp.json", "smdp.png"):
+        assert (tmp_path / "smdp" / f).stat().st_size > 0
+    pts = res["points"]
+    assert len(pts) == 4 and all(p["control_limit"] for p in pts)
+    for p in pts:  # the optimum is never beaten by a benchmark
+        assert all(v >= p["cost_per_s"]["smdp"] * (1 - 1e-9) for v in p["cost_per_s"].values())
+    by = {(p["load"], p["energy_weight"]): p for p in pts}
+    for ld in (0.2, 0.8):  # more weight on energy: less power, more latency
+        assert by[(ld, 2.0)]["power_mean_w"] <= by[(ld, 0.0)]["power_mean_w"]
+        assert by[(ld, 2.0)]["latency_mean_ms"] >= by[(ld, 0.0)]["latency_mean_ms"]
+    assert by[(0.2, 2.0)]["threshold"] > by[(0.2, 0.0)]["threshold"]
+    tr = res["truncation"]
+    assert [t["truncated"] for t in tr] == [True, True, False] and tr[-1]["gain_error"] == 0
+    assert abs(tr[1]["gain_error"]) < abs(tr[0]["gain_error"])
+    claims = {c["claim"].split(" (")[0]: c for c in res["claims"]}
+    assert claims["the energy weight trades power for latency"]["holds_at"] == "2 of 2 loads"
