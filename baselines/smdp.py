@@ -408,6 +408,11 @@ def average_cost(P: sp.spmatrix, c: np.ndarray, tau: np.ndarray) -> tuple[float,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", spla.MatrixRankWarning)
         x = spla.spsolve(M, c)
+    # a multichain policy makes M singular: older SciPy returned NaN, SciPy 1.17 returns
+    # a finite vector that does not solve the equations (residual 1e18 seen), so the
+    # residual decides
+    if not (np.isfinite(x).all() and np.abs(M @ x - c).max() <= 1e-6 * (np.abs(c).max() + 1.0)):
+        return math.nan, np.full(n, math.nan)
     h = x.copy()
     h[0] = 0.0
     return float(x[0]), h

@@ -959,10 +959,16 @@ def cmd_regimes(args: argparse.Namespace) -> int:
     / 5.5x; ratios, heatmaps and a claims table in RESULTS_DIR/lazybatching/. Every cell
     runs through the comparison harness (resumable; --backend local or ray).
 
+    llm: memory-aware and SLA-constrained LLM batching (Pang et al.) against static caps on
+    LLMBatching-v0 over the KV capacity, the output lengths, the prompt/output ratio, the
+    arrivals' burstiness and the static cap: capacity and throughput at the SLA, the
+    paper's 8-28% / 22%, preemptions; RESULTS_DIR/llm/ (cells through the comparison
+    harness, one comparison per point).
+
     smdp: the SMDP seed's claims (control-limit structure, adaptation to the load, the
     benchmarks beaten, the energy weight's power-latency trade) across loads and energy
     weights, solved exactly, and the truncation's cost; RESULTS_DIR/smdp/ (seconds)."""
-    from experiments.regimes import run_lazybatching_map, run_smdp_map
+    from experiments.regimes import run_lazybatching_map, run_llm_map, run_smdp_map
 
     if args.map == "smdp":
         smdp = run_smdp_map(results_dir=args.results_dir)
@@ -972,7 +978,8 @@ def cmd_regimes(args: argparse.Namespace) -> int:
             print(smdp["markdown"].split("## Every point")[0].rstrip())
             print(f"\ntables and figure in {smdp['dir']}/")
         return 0
-    result = run_lazybatching_map(
+    run = run_llm_map if args.map == "llm" else run_lazybatching_map
+    result = run(
         fine=args.fine,
         results_dir=args.results_dir,
         backend=args.backend,
@@ -1428,10 +1435,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "regimes",
-        help="regime maps: where each seed paper's claim holds (lazybatching, smdp)",
+        help="regime maps: where each seed paper's claim holds (lazybatching, llm, smdp)",
         description=cmd_regimes.__doc__,
     )
-    p.add_argument("map", choices=["lazybatching", "smdp"], help="which map")
+    p.add_argument("map", choices=["lazybatching", "llm", "smdp"], help="which map")
     p.add_argument(
         "--fine",
         action="store_true",

@@ -15,6 +15,9 @@ Configured by a YAML file (see ``experiments/configs/default.yaml``)::
     policies: {greedy: {}, static-8: {name: static, batch_size: 8}, smdp: {}, ...}
                                    # a trained agent: my-ppo: {agent: runs/my-ppo}, or one
                                    # run per env variant: {agent: {resnet50: runs/a, bert: runs/b}}
+    load_is_rate: false            # optional; true: each of `loads` is an arrival rate
+                                   # (requests/s: `rate_per_s`, or a trace's
+                                   # `target_rate_per_s`), for LLMBatching where no load is defined
     pareto: {workload: poisson, load: 0.3, energy_weights: [0, 0.1, 0.5, 2]}
     structure: {loads: [0.3, 0.6, 0.9], energy_weights: [0.1, 0.5, 2.0]}
 
@@ -75,6 +78,7 @@ _KEYS = {
     "reference",
     "pareto",
     "structure",
+    "load_is_rate",
 }
 DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 
@@ -282,6 +286,8 @@ def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
     for key in ("env", "pareto", "structure"):
         if cfg.get(key) is not None and not isinstance(cfg[key], dict):
             raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
+    if not isinstance(cfg.get("load_is_rate", False), bool):
+        raise ValueError(f"{where}: load_is_rate={cfg['load_is_rate']!r} must be true or false")
 
 
 def _check_pareto_numbers(pareto: dict[str, Any], where: str) -> None:
@@ -386,7 +392,7 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
         variant = wname.split("/", 1)[0] if envs else None
         base = {**cfg["env"], **(envs.get(variant) or {})}
         for load in cfg["loads"]:
-            kw = {**base, "workload": {**wspec, "load": load}}
+            kw = {**base, "workload": {**wspec, _load_key(cfg, wspec): load}}
             for label, params in cfg["policies"].items():
                 yield Cell(
                     "main",
@@ -415,6 +421,15 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
             )
         for label, params in cfg["policies"].items():  # the other policies as points
             yield Cell("pareto-point", wname, load, label, dict(params or {}), kw, seeds)
+
+
+def _load_key(cfg: dict[str, Any], wspec: dict[str, Any]) -> str:
+    """Where a cell's load goes in its workload: ``load`` (a fraction of the max
+    throughput), or with ``load_is_rate`` the arrival rate (a trace's
+    ``target_rate_per_s``, any other workload's ``rate_per_s``)."""
+    if not cfg.get("load_is_rate"):
+        return "load"
+    return "target_rate_per_s" if wspec.get("kind") == "trace" else "rate_per_s"
 
 
 def check_envs(cfg: dict[str, Any], every: list[Cell]) -> None:

@@ -304,6 +304,7 @@ CASES = [
     (["regimes"], ["the following arguments are required: map"]),
     (["regimes", "nope"], ["invalid choice: 'nope'"]),
     (["regimes", "smdp", "--results-dir", "afile"], ["--results-dir", "afile"]),
+    (["regimes", "llm", "--results-dir", "afile"], ["--results-dir", "afile"]),
     (["regimes", "lazybatching", "--results-dir", "afile"], ["--results-dir", "afile"]),
     (["regimes", "lazybatching", "--address", "auto"], ["address", "ray"]),
     (["regimes", "lazybatching", "--num-cpus", "0"], ["--num-cpus", "'0'"]),

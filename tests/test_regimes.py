@@ -223,3 +223,79 @@ def test_smdp_map_checks_the_claims_on_a_small_grid(tmp_path):
     assert abs(tr[1]["gain_error"]) < abs(tr[0]["gain_error"])
     claims = {c["claim"].split(" (")[0]: c for c in res["claims"]}
     assert claims["the energy weight trades power for latency"]["holds_at"] == "2 of 2 loads"
+
+
+def test_capacity_on_a_rate_grid_is_interpolated_where_attainment_crosses():
+    f = regimes._interp_capacity
+    assert f([1, 2, 3], [0.99, 0.95, 0.85], [10, 20, 30], 0.9) == {
+        "capacity_rps": pytest.approx(2.5),
+        "throughput_at_sla_tokens_per_s": pytest.approx(25.0),
+        "capped": False,
+    }
+    assert f([1, 2], [0.5, 0.4], [1, 2], 0.9)["capacity_rps"] == 0.0
+    assert f([1, 2], [0.95, 0.93], [1, 2], 0.9) == {
+        "capacity_rps": 2,
+        "throughput_at_sla_tokens_per_s": 2,
+        "capped": True,
+    }
+    assert regimes.llm_reproduces(0.2, (0.22, 0.22)) and regimes.llm_reproduces(0.03, (0.08, 0.28))
+    assert not regimes.llm_reproduces(0.0, (0.22, 0.22)) and not regimes.llm_reproduces(
+        0.8, (0.22, 0.22)
+    )
+
+
+def test_compare_takes_loads_as_rates_for_llm_envs():
+    from experiments.compare import cells, validate_config
+
+    cfg = validate_config(
+        {
+            "name": "r",
+            "env_id": "batch_env/LLMBatching-v0",
+            "workloads": {
+                "p": {"kind": "poisson"},
+                "t": {"kind": "trace", "dataset": "azure-conv-2023-gz"},
+            },
+            "loads": [2.0],
+            "load_is_rate": True,
+            "reference": "a",
+            "policies": {"a": {"name": "static-cap", "cap": 8}},
+        }
+    )
+    kws = {c.workload: c.env_kwargs["workload"] for c in cells(cfg)}
+    assert kws == {
+        "p": {"kind": "poisson", "rate_per_s": 2.0},
+        "t": {"kind": "trace", "dataset": "azure-conv-2023-gz", "target_rate_per_s": 2.0},
+    }
+    with pytest.raises(ValueError, match="load_is_rate='yes' must be true or false"):
+        validate_config({**cfg, "load_is_rate": "yes", "_expanded": False})
+
+
+def test_tiny_llm_map_matches_a_direct_run(tmp_path):
+    """The LLM map's capacities come from its cells, which are a direct run's episodes:
+    one policy's attainment at one rate equals batch_env.evaluate on the same env."""
+    g = {
+        **regimes.LLM_GRIDS["coarse"],
+        "kv": [0.25],
+        "cross_kv": [0.25],
+        "lengths": {"conversation": {}},
+        "ratio": [],
+        "arrivals": {"poisson": {"kind": "poisson"}},
+        "caps": [32, 256],
+        "rates_rel": [0.7, 1.3],
+        "seeds": 1,
+        "horizon_requests": 60,
+        "warmup_requests": 10,
+    }
+    res = regimes.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
+    assert not res["failed"] and len(res["points"]) == 1
+    (pt,) = res["points"]
+    for f in ("map.md", "map.json", "heat_kv_lengths.png", "axes.png"):
+        assert (tmp_path / "tiny" / f).stat().st_size > 0
+    v = regimes.llm_variants(g)[pt["name"]]
+    env_kw, arrivals = regimes._llm_env_kwargs(g, v)
+    rate = round(pt["probe_static_256_rps"] * 0.7, 4)
+    env = gym.make("batch_env/LLMBatching-v0", **env_kw, workload={**arrivals, "rate_per_s": rate})
+    direct = batch_env.evaluate(baselines.make("pang2025", env=env), env, n_episodes=1, seed=0)
+    assert pt["policies"]["pang2025"]["attainment"][str(rate)] == direct.mean("sla_attainment")
+    again = regimes.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
+    assert again["computed"] == 0 and again["points"] == res["points"]
