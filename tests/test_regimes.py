@@ -275,6 +275,7 @@ def test_tiny_llm_map_matches_a_direct_run(tmp_path):
     one policy's attainment at one rate equals batch_env.evaluate on the same env."""
     g = {
         **regimes.LLM_GRIDS["coarse"],
+        "base": {**regimes.LLM_GRIDS["coarse"]["base"], "kv": 0.25},
         "kv": [0.25],
         "cross_kv": [0.25],
         "lengths": {"conversation": {}},
