@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo bench fuzz lint format clean
+.PHONY: setup test test-fast demo bench docs fuzz lint format clean
 
 setup: $(STAMP)
 
@@ -34,6 +34,14 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(VENV)/bin/batch-env bench
 
+# The documentation site (Sphinx, MyST, furo) in docs/_build/html, built from scratch with
+# warnings as errors: a broken link, a docstring reStructuredText cannot read or a public
+# class or function without a docstring fails it. The env, task and API pages are
+# generated from the code at build time (docs/_ext/). CI runs it (.ci/run).
+docs: $(STAMP)
+	rm -rf docs/_build
+	$(VENV)/bin/sphinx-build -W --keep-going -j 2 -b html docs docs/_build/html
+
 # The long fuzz profile (minutes): thousands of random configurations and action sequences
 # per env; `make test` runs a short, derandomized one. FUZZ_EXAMPLES sets examples per test.
 FUZZ_EXAMPLES ?= 1500
@@ -44,7 +52,7 @@ fuzz: $(STAMP)
 # format` applies it), mypy on the library and the baselines ([tool.mypy]) and the import
 # contract between the packages (tests/test_layering.py). CI runs it before the tests
 # (.ci/run).
-LINT_PATHS = batch_env baselines agents experiments tests scripts
+LINT_PATHS = batch_env baselines agents experiments tests scripts docs/conf.py docs/_ext
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
@@ -56,4 +64,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis docs/_build docs/api docs/tasks docs/envs/*.md

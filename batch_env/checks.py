@@ -95,7 +95,7 @@ def check_number(
 
 
 def positive(value: Any, name: str, owner: str | None = None) -> float:
-    """A finite number > 0 as float (:func:`check_number`; ``owner: `` prefixes the name).
+    """A finite number > 0 as float (:func:`check_number`; ``owner`` prefixes the name, followed by a colon).
 
     :raises ValueError: naming ``owner``, ``name`` and ``value``.
     """
@@ -103,7 +103,7 @@ def positive(value: Any, name: str, owner: str | None = None) -> float:
 
 
 def nonnegative(value: Any, name: str, owner: str | None = None) -> float:
-    """A finite number >= 0 as float (:func:`check_number`; ``owner: `` prefixes the name).
+    """A finite number >= 0 as float (:func:`check_number`; ``owner`` prefixes the name, followed by a colon).
 
     :raises ValueError: naming ``owner``, ``name`` and ``value``.
     """

@@ -48,19 +48,19 @@ with idling; no correction term is needed.
 
 Closed-form structure and upper bound
 -------------------------------------
-With ``x = lambda tau0`` and ``m = E[B]``, the stationary equations give exactly
+With ``x = lambda tau0`` and ``m = E[B]``, the stationary equations give exactly::
 
     m (1 - rho) = x + p0,           p0 = P(A = 0) = E[exp(-lambda tau(B))],
     E[B^2] (1 - rho^2) = m (1 + 2 rho x) + x^2,
 
-and substituting in (1),
+and substituting in (1)::
 
     E[W] = a (1 + 2 rho x) / (1 - rho^2) + tau0 (1 + rho)
            + [a x^2 / (1 - rho^2) + lambda tau0^2 / 2] / m,   a = alpha (2 + rho) / 2,
 
 which is non-increasing in ``m``. Every lower bound on ``m`` therefore gives an
 upper bound on ``E[W]``. Two closed-form lower bounds are ``m >= x / (1 - rho)``
-(from ``p0 >= 0``) and ``m >= 1`` (batches are non-empty), giving
+(from ``p0 >= 0``) and ``m >= 1`` (batches are non-empty), giving::
 
     phi0 = alpha (2 + rho) / (2 (1 - rho^2)) + 3 tau0 / (2 (1 - rho)),
     phi1 = alpha (2 + rho) (1 + 2 rho x + x^2) / (2 (1 - rho^2))

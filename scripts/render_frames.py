@@ -3,7 +3,7 @@
 Run ``python scripts/render_frames.py`` from the repository root. Each env runs a fixed,
 seeded policy to a state that shows its panels (a queue with requests past the SLA, a
 batch or groups in service, a timeline of batches), then its frame is written as
-``docs/img/render_{dynamic,node,llm}.png``. The PNG encoder is the standard library's
+``docs/img/render_{dynamic,node,llm,llm_v1}.png``. The PNG encoder is the standard library's
 ``zlib`` (no imaging package needed); the same seeds give the same files.
 """
 
@@ -18,7 +18,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv  # noqa: E402
+from batch_env.envs import (  # noqa: E402
+    DynamicBatchingEnv,
+    LLMBatchingEnv,
+    LLMBatchingV1Env,
+    NodeBatchingEnv,
+)
 
 
 def write_png(path: Path, image: np.ndarray) -> None:
@@ -74,10 +79,10 @@ def node_frame() -> np.ndarray:
     return env.render()
 
 
-def llm_frame() -> np.ndarray:
-    """LLMBatching-v0 with a small KV cache at 20 requests/s, cap = max: the cache fills,
-    requests are preempted (purple in the queue)."""
-    env = LLMBatchingEnv(
+def llm_frame(cls: type[LLMBatchingEnv] = LLMBatchingEnv) -> np.ndarray:
+    """LLMBatching-v0 (or ``cls``: v1) with a small KV cache at 16 requests/s, cap = max:
+    the cache fills, requests are preempted (purple in the queue)."""
+    env = cls(
         render_mode="rgb_array",
         gpu_memory_utilization=0.2,
         max_model_len=512,
@@ -96,10 +101,16 @@ def llm_frame() -> np.ndarray:
 
 
 def main() -> None:
-    """Write the three frames to ``docs/img/``."""
+    """Write the four frames to ``docs/img/``."""
     out = Path(__file__).resolve().parents[1] / "docs" / "img"
     out.mkdir(parents=True, exist_ok=True)
-    for name, make in (("dynamic", dynamic_frame), ("node", node_frame), ("llm", llm_frame)):
+    frames = (
+        ("dynamic", dynamic_frame),
+        ("node", node_frame),
+        ("llm", llm_frame),
+        ("llm_v1", lambda: llm_frame(LLMBatchingV1Env)),
+    )
+    for name, make in frames:
         path = out / f"render_{name}.png"
         write_png(path, make())
         print(f"wrote {path} ({path.stat().st_size:,} bytes)")

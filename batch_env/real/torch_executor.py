@@ -27,8 +27,10 @@ Timing
     synchronised (so kernel launch gaps count, host bookkeeping does not). CPU:
     ``time.perf_counter_ns`` around the call. Every call returns with the device idle.
 
-Energy of a batch (or a node run) of measured duration ``d`` (the rule, in order; one
-:class:`EnergyRule` applies it, here and in :mod:`batch_env.real.llm_torch_executor`)
+Energy
+    Of a batch (or a node run) of measured duration ``d`` (the rule, in order; one
+    :class:`EnergyRule` applies it, here and in :mod:`batch_env.real.llm_torch_executor`):
+
     1. Counter: where the meter has an energy counter (NVML on Volta+, RAPL) and
        ``d >= 10 x`` its update period (NVML 1 s, RAPL 10 ms), the counter delta across
        the call. The counter is read around a call only when the previous call of that

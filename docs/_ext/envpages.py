@@ -1,0 +1,287 @@
+"""Write one page per environment and per benchmark task (``docs/envs/``, ``docs/tasks/``).
+
+Each page is generated from the code at build time, in Gymnasium's env-page layout, so it
+cannot drift from what ``gymnasium.make`` gives:
+
+- an env page takes the env class's docstring (Description, Action Space, Observation
+  Space, Rewards, Starting State, Episode End, Arguments, Version History, written in
+  Markdown as Gymnasium's are), the spaces of a default instance, a rendered frame
+  (``docs/img/render_*.png``, written by ``scripts/render_frames.py``) and, where
+  ``docs/envs/usage/<Name>.md`` exists, its hand-written usage section;
+- a task page takes the :class:`batch_env.tasks.Task` entry (what it is, what makes it
+  hard, the fixed kwargs, the protocol, the bound) and the stored reference figures with
+  their normalized scores.
+
+In the API reference (autodoc), an env class's Markdown docstring is replaced by its
+first line and a link to its page, since reStructuredText cannot read it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import re
+from pathlib import Path
+
+from sphinx.application import Sphinx
+
+#: frame file per env id (docs/img/)
+FRAMES = {
+    "batch_env/DynamicBatching-v0": "render_dynamic.png",
+    "batch_env/NodeBatching-v0": "render_node.png",
+    "batch_env/LLMBatching-v0": "render_llm.png",
+    "batch_env/LLMBatching-v1": "render_llm_v1.png",
+}
+_ROLE = re.compile(r":(class|func|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
+
+
+def slug(env_id: str) -> str:
+    """``batch_env/DynamicBatching-v0`` -> ``DynamicBatching-v0``."""
+    return env_id.split("/", 1)[1]
+
+
+def env_class(env_id: str) -> type:
+    """The class a registered id's entry point names."""
+    import batch_env
+
+    module, name = batch_env._ENTRY_POINTS[env_id].split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def markdown_docstring(cls: type) -> str:
+    """The class docstring with RST roles turned into MyST's ``{role}`` form."""
+    doc = inspect.getdoc(cls) or ""
+    return _ROLE.sub(lambda m: f"{{py:{m.group(1)}}}`{m.group(2)}`", doc)
+
+
+def _spaces(env_id: str) -> tuple[str, str]:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        return repr(env.action_space), repr(env.observation_space)
+    finally:
+        env.close()
+
+
+def env_page(env_id: str, docs: Path) -> str:
+    """The Markdown of one env page."""
+    cls = env_class(env_id)
+    name = slug(env_id)
+    action, obs = _spaces(env_id)
+    doc = markdown_docstring(cls)
+    first, _, rest = doc.partition("\n")
+    lines = [
+        f"# {name}",
+        "",
+        f"![a frame of {name}](../img/{FRAMES[env_id]})",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Id | `{env_id}` |",
+        f"| Class | {{py:class}}`{cls.__module__}.{cls.__name__}` |",
+        f"| Action space (defaults) | `{action}` |",
+        f"| Observation space (defaults) | `{obs}` |",
+        f'| Make | `gymnasium.make("{env_id}")` after `import batch_env` |',
+        "",
+        first.strip(),
+        "",
+        rest.strip().replace("\n## ", "\n## ").replace("\n### ", "\n### "),
+        "",
+    ]
+    if (docs / "envs" / "usage" / f"{name}.md").exists():
+        # included, so that its links stay relative to its own folder (as on GitHub)
+        lines += [
+            "## Usage",
+            "",
+            f"```{{include}} usage/{name}.md",
+            ":relative-docs: ../",
+            ":relative-images:",
+            "```",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def task_page(task_id: str) -> str:
+    """The Markdown of one benchmark task's page."""
+    from batch_env import tasks
+
+    task = tasks.get(task_id)
+    refs = tasks.references().get(task_id, {})
+    name = slug(task_id)
+    kwargs = json.dumps(dict(task.kwargs), indent=1, default=str)
+    bound = {
+        "smdp": "the exact SMDP optimum of the task's own cost",
+        "smdp-oracle": "the phase-aware SMDP optimum, a bound for every phase-blind policy",
+        "smdp-per-seed": "the exact SMDP optimum at each seed's drawn load, averaged",
+        None: "none: the best known realizable policy is the reference",
+    }.get(task.bound, str(task.bound))
+    lines = [
+        f"# {name}",
+        "",
+        task.summary,
+        "",
+        "| | |",
+        "|---|---|",
+        f"| Id | `{task_id}` |",
+        f"| Base env | [{slug(task.base)}](../envs/{slug(task.base)}.md) |",
+        f"| Bound | {bound} |",
+        f"| Protocol | {task.episodes} episodes, one per held-out seed "
+        f"{task.seeds[0]}-{task.seeds[-1]}, deterministic |",
+        f'| Make | `gymnasium.make("{task_id}")` after `import batch_env` |',
+        "",
+        "## What makes it hard",
+        "",
+        task.hard,
+        "",
+        "## Fixed arguments",
+        "",
+        "```json",
+        kwargs,
+        "```",
+        "",
+    ]
+    if task.eval_loads:
+        lines += [
+            "## Evaluation loads",
+            "",
+            "Each seed's episode runs at a fixed load of a grid (two episodes per load): "
+            + ", ".join(f"{x:g}" for x in task.grid_loads)
+            + ".",
+            "",
+        ]
+    policies = refs.get("policies", {})
+    if policies:
+        lines += [
+            "## Reference figures",
+            "",
+            "Stored in `batch_env/tasks_references.json` (`batch-env benchmark --references`): "
+            "mean reward rate per second over the protocol's seeds, with its 95% CI "
+            "(higher is better), and the normalized score (0: greedy, 1: "
+            + ("the bound" if task.bound else "the best reference")
+            + ").",
+            "",
+            "| policy | reward rate per s | normalized score |",
+            "|---|---|---|",
+        ]
+        for pol, fig in policies.items():
+            rate = fig["reward_rate_per_s"]
+            try:
+                score = f"{tasks.normalized_score(task, rate):.3f}"
+            except ValueError:
+                score = "undefined"
+            lines.append(
+                f"| `{pol}` | {rate:.2f} ± {fig.get('ci95', float('nan')):.2f} | {score} |"
+            )
+        if refs.get("bound_reward_rate_per_s") is not None:
+            lines.append(f"| bound | {refs['bound_reward_rate_per_s']:.2f} | 1.000 |")
+        lines.append("")
+    lines += [
+        f"Score a policy: `batch-env benchmark --tasks {task_id} --policy greedy` "
+        "([the benchmark](../benchmark.md)).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_pages(docs: Path) -> None:
+    """Write every env and task page and their index pages under ``docs``."""
+    import batch_env
+    from batch_env import tasks
+
+    envs_dir, tasks_dir = docs / "envs", docs / "tasks"
+    envs_dir.mkdir(exist_ok=True)
+    tasks_dir.mkdir(exist_ok=True)
+    for env_id in batch_env.ENV_IDS:
+        _write(envs_dir / f"{slug(env_id)}.md", env_page(env_id, docs))
+    for task_id in tasks.TASKS:
+        _write(tasks_dir / f"{slug(task_id)}.md", task_page(task_id))
+    env_rows = [
+        f"| [{slug(e)}]({slug(e)}.md) | {(inspect.getdoc(env_class(e)) or '').splitlines()[0]} |"
+        for e in batch_env.ENV_IDS
+    ]
+    _write(
+        envs_dir / "index.md",
+        "\n".join(
+            [
+                "# Environments",
+                "",
+                "Importing `batch_env` registers these ids with Gymnasium. Each page follows "
+                "Gymnasium's layout; the benchmark tasks ([Tasks](../tasks/index.md)) are "
+                "fixed configurations of them.",
+                "",
+                "| env | what it decides |",
+                "|---|---|",
+                *env_rows,
+                "",
+                "```{toctree}",
+                ":hidden:",
+                "",
+                *[slug(e) for e in batch_env.ENV_IDS],
+                "```",
+                "",
+            ]
+        ),
+    )
+    task_rows = [
+        f"| [{slug(t)}]({slug(t)}.md) | {slug(tasks.TASKS[t].base)} | {tasks.TASKS[t].summary} |"
+        for t in tasks.TASKS
+    ]
+    _write(
+        tasks_dir / "index.md",
+        "\n".join(
+            [
+                "# Benchmark tasks",
+                "",
+                "Named, registered configurations with a fixed evaluation protocol, exact "
+                "bounds where the theory gives one, and normalized scores "
+                "([the benchmark](../benchmark.md)).",
+                "",
+                "| task | env | what it is |",
+                "|---|---|---|",
+                *task_rows,
+                "",
+                "```{toctree}",
+                ":hidden:",
+                "",
+                *[slug(t) for t in tasks.TASKS],
+                "```",
+                "",
+            ]
+        ),
+    )
+
+
+def _write(path: Path, text: str) -> None:
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _env_docstring(app, what, name, obj, options, lines):  # noqa: ANN001 (Sphinx's hook)
+    import batch_env
+
+    if what != "class":
+        return
+    for env_id in batch_env.ENV_IDS:
+        if env_class(env_id) is obj and any(line.startswith("## ") for line in lines):
+            first = lines[0] if lines else ""
+            lines[:] = [
+                first,
+                "",
+                f"The full documentation is on the env page: :doc:`/envs/{slug(env_id)}`.",
+                "",
+            ]
+            return
+
+
+def _generate(app: Sphinx) -> None:
+    write_pages(Path(app.srcdir))
+
+
+def setup(app: Sphinx) -> dict:
+    """Sphinx extension entry point."""
+    app.connect("builder-inited", _generate)
+    app.connect("autodoc-process-docstring", _env_docstring)
+    return {"parallel_read_safe": True}
