@@ -13,6 +13,10 @@
   (``render_mode="human"``, what ``python -m rl_zoo3.enjoy`` asks for), and their mean at
   ``close()``: the rewards that enjoy sums are centred, and say nothing about serving cost.
 
+* :class:`PhaseBelief`: appends the exact posterior over an MMPP workload's hidden
+  phase (the filter of the ``smdp-belief`` baseline, :class:`baselines.smdp_mmpp.PhaseFilter`)
+  to the observation: the burst state as a probability, for agents on bursty traffic.
+
 ``batch_env`` does not import ``agents`` or ``baselines``; these wrappers may.
 """
 
@@ -320,3 +324,57 @@ class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 "are not)"
             )
         super().close()
+
+
+class PhaseBelief(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Append the posterior probability of each phase of the env's MMPP workload.
+
+    The filter (:class:`baselines.smdp_mmpp.PhaseFilter`, as ``smdp-belief`` runs it)
+    knows the MMPP's parameters from the env's configuration, as the ``smdp`` baseline
+    knows the profile, and never the phase: it updates the belief from each step's
+    ``info`` (the wait or the batch, its duration, the arrivals it saw). The ``K``
+    features, in ``[0, 1]`` and summing to 1, follow the wrapped observation.
+
+    With :meth:`observe_reset` / :meth:`observe_step` a policy acting on another env
+    (``agents.load_policy``) keeps the same belief from the ``(obs, info)`` it is shown.
+
+    :param env: a ``DynamicBatching-v0`` env (or a task on it) with an MMPP workload.
+    :raises ValueError: the workload is not an MMPP.
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        from baselines.smdp_mmpp import PhaseFilter
+
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self.filter = PhaseFilter(env)
+        base = cast(gym.spaces.Box, env.observation_space)
+        k = self.filter.phases
+        self.observation_space = gym.spaces.Box(
+            low=np.concatenate([base.low, np.zeros(k)]).astype(np.float32),
+            high=np.concatenate([base.high, np.ones(k)]).astype(np.float32),
+            dtype=np.float32,
+        )
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset; the belief starts from the chain's stationary distribution."""
+        obs, info = self.env.reset(**kwargs)
+        return self.observe_reset(obs, info), info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step and append the belief."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.observe_step(obs, info), reward, terminated, truncated, info
+
+    def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features of an episode's first observation: what :meth:`reset` returns."""
+        self.filter.reset()
+        return self._append(obs, self.filter.update(info))
+
+    def observe_step(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features after a step, from its ``info``: what :meth:`step` returns."""
+        return self._append(obs, self.filter.update(info))
+
+    @staticmethod
+    def _append(obs: np.ndarray, belief: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs, belief]).astype(np.float32)

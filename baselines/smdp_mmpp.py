@@ -584,25 +584,105 @@ class MMPPOraclePolicy:
         return self._table[min(info["queue_len"], self._top)][info["oracle"]["phase"]]
 
 
-class MMPPBeliefPolicy:
-    """A realizable phase-aware policy: a forward filter on the phase, then QMDP.
+class PhaseFilter:
+    """The exact forward filter on an MMPP's hidden phase, from what ``info`` shows.
 
-    It knows the MMPP's parameters from the env's configuration (as ``smdp`` knows the
-    profile), never the phase. After every step it updates its belief over the phase
-    exactly from what ``info`` shows:
+    It knows the MMPP's parameters from the env's configuration, never the phase. After
+    every step (:meth:`update`) it updates its belief over the phase:
 
-    * a wait of ``dt`` that ended with an arrival (the queue grew, or a drop at a full
-      queue): ``belief <- belief e^{M dt} Lambda``; one that ended at a tick:
-      ``belief <- belief e^{M dt}`` (``M = Q - Lambda``);
+    * a wait of ``dt`` (``info["last_batch_size"] == 0``) that ended with an arrival (the
+      queue grew, or a drop at a full queue): ``belief <- belief e^{M dt} Lambda``; one
+      that ended at a tick: ``belief <- belief e^{M dt}`` (``M = Q - Lambda``);
     * a batch of duration ``d`` (``last_batch_latency_s``) with ``n`` arrivals during it
       (queue growth plus drops): ``belief <- belief P(n arrivals in d)``; if the step
       went on idle (``dt > d``: the batch emptied the queue, so ``n = 0``), the idle part
       ended with an arrival.
 
-    It then takes the action that minimizes the belief-weighted Q-values of the
-    phase-aware solution (QMDP: ``argmin_a sum_k b_k Q((s, k), a)``), which on a
-    certain phase is the oracle's action. The first belief is the chain's stationary
-    distribution carried to the first arrival.
+    The first belief is the chain's stationary distribution carried to the first arrival
+    (the epoch ``reset`` returns). Used by :class:`MMPPBeliefPolicy` and, as a feature,
+    by ``agents.wrappers.PhaseBelief``.
+
+    :param env: the ``DynamicBatching-v0`` env with an MMPP workload.
+    :param problem: its :class:`MMPPProblem`, where the caller has built it already.
+    """
+
+    def __init__(self, env: gym.Env, problem: MMPPProblem | None = None) -> None:
+        pb = problem if problem is not None else MMPPProblem.from_env(env)
+        self._lam = np.asarray(pb.rates_per_s, dtype=np.float64)
+        self._gen = np.asarray(pb.generator, dtype=np.float64)
+        self._M = self._gen - np.diag(self._lam)
+        wl = cast("DynamicBatchingEnv", env.unwrapped).workload
+        self._pi = np.asarray(cast(MMPP, wl).stationary_distribution, dtype=np.float64)
+        deterministic = pb.service == "deterministic" or pb.service_cv == 0
+        self._kernel = batch_kernels(pb).P if deterministic else None
+        # e^{Mt} by an eigendecomposition of M, computed once (a step needs one or two)
+        w, V = np.linalg.eig(self._M)
+        self._eig: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        if np.linalg.cond(V) < 1e8:
+            self._eig = (w, V, np.linalg.inv(V))
+        self.reset()
+
+    @property
+    def phases(self) -> int:
+        """The number of phases ``K`` (the belief's length)."""
+        return len(self._lam)
+
+    def reset(self) -> None:
+        """Forget the belief (a new episode starts from the stationary distribution)."""
+        self.belief: np.ndarray | None = None
+        self._last: tuple[int, int] | None = None  # queue, drops after the last update
+
+    def _normalize(self, b: np.ndarray) -> np.ndarray:
+        total = float(b.sum())
+        return b / total if total > 0 else self._pi.copy()
+
+    def update(self, info: dict[str, Any]) -> np.ndarray:
+        """The belief after the step that returned ``info`` (the first call of an
+        episode: at the epoch ``reset`` returned)."""
+        q, drops = int(info["queue_len"]), int(info["dropped_total"])
+        if self._last is None or self.belief is None:  # the first epoch: at the first arrival
+            b = self._pi @ self._expm(float(info["now_s"])) * self._lam
+        else:
+            q0, d0 = self._last
+            dt = float(info["dt_s"])
+            b = self.belief
+            size = int(info["last_batch_size"])
+            if size == 0:  # a wait: ended by an arrival, or by a tick
+                E = self._expm(dt)
+                b = b @ E * self._lam if (q - q0) + (drops - d0) > 0 else b @ E
+            else:
+                d = float(info["last_batch_latency_s"])
+                idle = dt - d
+                n = 0 if idle > 1e-12 else max(q - (q0 - size) + (drops - d0), 0)
+                b = b @ self._count(size, d, n)
+                if idle > 1e-12:
+                    b = b @ self._expm(idle) * self._lam
+        self.belief = self._normalize(b)
+        self._last = (q, drops)
+        return self.belief
+
+    def _expm(self, t: float) -> np.ndarray:
+        """``e^{Mt}``."""
+        if self._eig is None:
+            return sla.expm(self._M * t)
+        w, V, Vi = self._eig
+        return np.real((V * np.exp(w * t)) @ Vi)
+
+    def _count(self, size: int, d: float, n: int) -> np.ndarray:
+        if self._kernel is not None and n < self._kernel.shape[3]:
+            return self._kernel[size - 1, :, :, n]
+        return count_matrix(self._lam, self._gen, d, n)
+
+
+class MMPPBeliefPolicy:
+    """A realizable phase-aware policy: a forward filter on the phase, then QMDP.
+
+    It knows the MMPP's parameters from the env's configuration (as ``smdp`` knows the
+    profile), never the phase. After every step it updates its belief over the phase
+    exactly from what ``info`` shows (:class:`PhaseFilter`), then takes the action that
+    minimizes the belief-weighted Q-values of the phase-aware solution (QMDP:
+    ``argmin_a sum_k b_k Q((s, k), a)``), which on a certain phase is the oracle's
+    action.
 
     :param env: the ``DynamicBatching-v0`` env with an MMPP workload.
     """
@@ -625,69 +705,21 @@ class MMPPBeliefPolicy:
         )
         Qv[~arr.valid] = np.inf
         self._Q = Qv  # (S+1, K, B+1)
-        self._lam = np.asarray(pb.rates_per_s, dtype=np.float64)
-        self._gen = np.asarray(pb.generator, dtype=np.float64)
-        self._M = self._gen - np.diag(self._lam)
-        wl = cast("DynamicBatchingEnv", env.unwrapped).workload
-        self._pi = np.asarray(cast(MMPP, wl).stationary_distribution, dtype=np.float64)
-        self._deterministic = pb.service == "deterministic" or pb.service_cv == 0
-        self._kernel = batch_kernels(pb).P if self._deterministic else None
-        # e^{Mt} by an eigendecomposition of M, computed once (a step needs one or two)
-        w, V = np.linalg.eig(self._M)
-        self._eig: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-        if np.linalg.cond(V) < 1e8:
-            self._eig = (w, V, np.linalg.inv(V))
+        self.filter = PhaseFilter(env, pb)
         self._S = pb.queue_capacity
         self.reset()
 
+    @property
+    def belief(self) -> np.ndarray | None:
+        """The current belief over the phases (None before the episode's first act)."""
+        return self.filter.belief
+
     def reset(self) -> None:
         """Forget the belief (a new episode starts from the stationary distribution)."""
-        self.belief: np.ndarray | None = None
-        self._last: tuple[int, int, int] | None = None  # queue, drops, action
-
-    def _normalize(self, b: np.ndarray) -> np.ndarray:
-        total = float(b.sum())
-        return b / total if total > 0 else self._pi.copy()
-
-    def _update(self, info: dict[str, Any]) -> None:
-        q, drops = int(info["queue_len"]), int(info["dropped_total"])
-        if self._last is None or self.belief is None:  # the first epoch: at the first arrival
-            b = self._pi @ self._expm(float(info["now_s"])) * self._lam
-            self.belief = self._normalize(b)
-            return
-        q0, d0, a = self._last
-        dt = float(info["dt_s"])
-        bel = self.belief
-        grew = (q - q0) + (drops - d0)
-        if a == 0:  # a wait: ended by an arrival, or by a tick
-            E = self._expm(dt)
-            bel = bel @ E * self._lam if grew > 0 else bel @ E
-        else:
-            size, d = int(info["last_batch_size"]), float(info["last_batch_latency_s"])
-            idle = dt - d
-            n = 0 if idle > 1e-12 else max(q - (q0 - size) + (drops - d0), 0)
-            bel = bel @ self._count(size, d, n)
-            if idle > 1e-12:
-                bel = bel @ self._expm(idle) * self._lam
-        self.belief = self._normalize(bel)
-
-    def _expm(self, t: float) -> np.ndarray:
-        """``e^{Mt}``."""
-        if self._eig is None:
-            return sla.expm(self._M * t)
-        w, V, Vi = self._eig
-        return np.real((V * np.exp(w * t)) @ Vi)
-
-    def _count(self, size: int, d: float, n: int) -> np.ndarray:
-        if self._kernel is not None and n < self._kernel.shape[3]:
-            return self._kernel[size - 1, :, :, n]
-        return count_matrix(self._lam, self._gen, d, n)
+        self.filter.reset()
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Update the belief from ``info``, then the QMDP action."""
-        self._update(info)
+        belief = self.filter.update(info)
         s = min(int(info["queue_len"]), self._S)
-        assert self.belief is not None
-        a = int(np.argmin(self.belief @ self._Q[s]))
-        self._last = (int(info["queue_len"]), int(info["dropped_total"]), a)
-        return a
+        return int(np.argmin(belief @ self._Q[s]))

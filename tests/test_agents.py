@@ -169,6 +169,33 @@ def test_arrival_features_follow_the_arrivals():
         ArrivalFeatures(gym.make(ENV_ID), windows=[0])
 
 
+def test_phase_belief_is_smdp_belief_filter_and_finds_the_phase():
+    """PhaseBelief appends the posterior over the MMPP's phases: a distribution, equal
+    step by step to the belief the smdp-belief baseline acts on (one filter), and on
+    Bursty-v0 it names the oracle's phase at nearly every epoch."""
+    import baselines
+    from agents.wrappers import PhaseBelief
+
+    env = PhaseBelief(gym.make("batch_env/Bursty-v0", horizon_requests=3000, oracle_info=True))
+    ref = baselines.make("smdp-belief", env=gym.make("batch_env/Bursty-v0", horizon_requests=3000))
+    obs, info = env.reset(seed=5)
+    ref.reset()
+    right = steps = 0
+    for _ in range(3000):
+        a = ref.act(obs[:5], info)
+        belief = obs[5:]
+        assert belief.sum() == pytest.approx(1.0, abs=1e-5) and env.observation_space.contains(obs)
+        assert belief == pytest.approx(ref.belief, abs=1e-6)
+        right += int(np.argmax(belief) == info["oracle"]["phase"]) if "oracle" in info else 0
+        steps += "oracle" in info
+        obs, _, _, trunc, info = env.step(a)
+        if trunc:
+            break
+    assert steps > 1000 and right / steps > 0.95
+    with pytest.raises(ValueError, match="MMPP workload"):
+        PhaseBelief(gym.make(ENV_ID))
+
+
 def test_binary_action_and_queue_features():
     env = QueueFeatures(BinaryAction(gym.make(ENV_ID, max_batch_size=8)))
     obs, _ = env.reset(seed=0)
@@ -602,15 +629,18 @@ def test_numpy_actor_acts_as_predict(algo):
     assert len(picked) > 2  # the check covers more than one action
 
 
-def test_policy_replays_stateful_observation_wrappers(tmp_path):
-    """A run trained with ArrivalFeatures (state kept from step to step) loads as a policy
-    on the raw env: the policy shows its model exactly what the wrapped env showed it
-    during training, over two episodes (the wrapper state restarts with the episode),
-    and acts as ``model.predict`` does on the wrapped env."""
+@pytest.mark.parametrize(
+    "feature", ["batch_env.wrappers.ArrivalFeatures", "agents.wrappers.PhaseBelief"]
+)
+def test_policy_replays_stateful_observation_wrappers(tmp_path, feature):
+    """A run trained with ArrivalFeatures or PhaseBelief (state kept from step to step)
+    loads as a policy on the raw env: the policy shows its model exactly what the wrapped
+    env showed it during training, over two episodes (the wrapper state restarts with the
+    episode), and acts as ``model.predict`` does on the wrapped env."""
     specs = [
         ("batch_env.wrappers.BinaryAction", {}),
         ("batch_env.wrappers.QueueFeatures", {}),
-        ("batch_env.wrappers.ArrivalFeatures", {}),
+        (feature, {}),
     ]
     from agents.common import AgentPolicy, load_normalizer, make_env
 
@@ -626,7 +656,7 @@ def test_policy_replays_stateful_observation_wrappers(tmp_path):
             run_dir=str(run),
             progress=False,
             eval_freq=0,
-            hyperparams=_arrival_hyperparams(tmp_path),
+            hyperparams=_arrival_hyperparams(tmp_path, feature),
         )
     )
     pol = load_policy(run)
@@ -661,13 +691,15 @@ def test_policy_replays_stateful_observation_wrappers(tmp_path):
         ro, *_, rinfo = raw.step(a)
 
 
-def _arrival_hyperparams(tmp_path: Path) -> str:
-    """A PPO hyperparameter file for Bursty-v0 with the arrival features."""
+def _arrival_hyperparams(
+    tmp_path: Path, feature: str = "batch_env.wrappers.ArrivalFeatures"
+) -> str:
+    """A PPO hyperparameter file for Bursty-v0 with the arrival features (or ``feature``)."""
     entry = dict(load_hyperparams("ppo", "batch_env/DynamicBatching-v0"))
     entry["env_wrapper"] = [
         "batch_env.wrappers.BinaryAction",
         "batch_env.wrappers.QueueFeatures",
-        "batch_env.wrappers.ArrivalFeatures",
+        feature,
         "agents.wrappers.CenteredReward",
     ]
     entry.update(n_envs=1, n_steps=128, batch_size=64, n_epochs=1)

@@ -9,8 +9,9 @@ cannot drift from what ``gymnasium.make`` gives:
   (``docs/img/render_*.png``, written by ``scripts/render_frames.py``) and, where
   ``docs/envs/usage/<Name>.md`` exists, its hand-written usage section;
 - a task page takes the :class:`batch_env.tasks.Task` entry (what it is, what makes it
-  hard, the fixed kwargs, the protocol, the bound) and the stored reference figures with
-  their normalized scores.
+  hard, the fixed kwargs, the protocol, the bound), the stored reference figures with
+  their normalized scores, and a frame of the task's own env rendered at build time
+  (its largest valid action for 300 steps from its first held-out seed).
 
 In the API reference (autodoc), an env class's Markdown docstring is replaced by its
 first line and a link to its page, since reStructuredText cannot read it.
@@ -22,6 +23,7 @@ import importlib
 import inspect
 import json
 import re
+import sys
 from pathlib import Path
 
 from sphinx.application import Sphinx
@@ -34,6 +36,13 @@ FRAMES = {
     "batch_env/LLMBatching-v1": "render_llm_v1.png",
 }
 _ROLE = re.compile(r":(class|func|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
+
+
+def batch_env_ids() -> tuple[str, ...]:
+    """The registered env ids (``batch_env.ENV_IDS``)."""
+    import batch_env
+
+    return batch_env.ENV_IDS
 
 
 def slug(env_id: str) -> str:
@@ -50,9 +59,36 @@ def env_class(env_id: str) -> type:
 
 
 def markdown_docstring(cls: type) -> str:
-    """The class docstring with RST roles turned into MyST's ``{role}`` form."""
+    """The class docstring with RST roles turned into MyST's ``{role}`` form (a bare name
+    taken as one of the class's own module)."""
     doc = inspect.getdoc(cls) or ""
-    return _ROLE.sub(lambda m: f"{{py:{m.group(1)}}}`{m.group(2)}`", doc)
+
+    def role(m: re.Match[str]) -> str:
+        target = m.group(2)
+        if "." not in target:
+            target = f"{cls.__module__}.{target}"
+        return f"{{py:{m.group(1)}}}`{target}`"
+
+    return _ROLE.sub(role, doc)
+
+
+def _sections(doc: str) -> dict[str, str]:
+    """``## Heading`` -> its text, in order."""
+    out: dict[str, str] = {}
+    for part in re.split(r"^## ", doc, flags=re.M)[1:]:
+        head, _, body = part.partition("\n")
+        out[head.strip()] = body.strip()
+    return out
+
+
+def _inherited_sections(cls: type) -> tuple[type, dict[str, str]] | None:
+    """The Gymnasium sections of the nearest base class that has them (for an id that
+    only states what it changes, as LLMBatching-v1 does)."""
+    for base in cls.__mro__[1:]:
+        sections = _sections(markdown_docstring(base))
+        if "Description" in sections:
+            return base, sections
+    return None
 
 
 def _spaces(env_id: str) -> tuple[str, str]:
@@ -71,7 +107,7 @@ def env_page(env_id: str, docs: Path) -> str:
     name = slug(env_id)
     action, obs = _spaces(env_id)
     doc = markdown_docstring(cls)
-    first, _, rest = doc.partition("\n")
+    first, _, rest = doc.partition("\n\n")  # the lead paragraph, then the sections
     lines = [
         f"# {name}",
         "",
@@ -87,9 +123,21 @@ def env_page(env_id: str, docs: Path) -> str:
         "",
         first.strip(),
         "",
-        rest.strip().replace("\n## ", "\n## ").replace("\n### ", "\n### "),
+        rest.strip(),
         "",
     ]
+    inherited = None if "## Description" in doc else _inherited_sections(cls)
+    if inherited is not None:
+        base, sections = inherited
+        base_id = next(e for e in batch_env_ids() if env_class(e) is base)
+        lines += [
+            f"The sections below are [{slug(base_id)}]({slug(base_id)}.md)'s, which this id "
+            "shares except where the text above says otherwise.",
+            "",
+        ]
+        for head, body in sections.items():
+            if head != "Version History":
+                lines += [f"## {head}", "", body, ""]
     if (docs / "envs" / "usage" / f"{name}.md").exists():
         # included, so that its links stay relative to its own folder (as on GitHub)
         lines += [
@@ -104,8 +152,34 @@ def env_page(env_id: str, docs: Path) -> str:
     return "\n".join(lines)
 
 
-def task_page(task_id: str) -> str:
-    """The Markdown of one benchmark task's page."""
+def task_frame(task_id: str, out: Path, steps: int = 300) -> str:
+    """Render a frame of the task's own env (``rgb_array``) after ``steps`` steps of its
+    largest valid action from its first held-out seed; write it to ``out`` (PNG) and
+    return the file's name."""
+    import gymnasium as gym
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from render_frames import write_png
+
+    from batch_env import tasks
+
+    env = gym.make(task_id, render_mode="rgb_array")
+    try:
+        env.reset(seed=tasks.get(task_id).seeds[0])
+        for _ in range(steps):
+            mask = env.unwrapped.action_masks()
+            if env.step(int(np.flatnonzero(mask)[-1]))[3]:
+                break
+        name = f"frame_{slug(task_id)}.png"
+        write_png(out / name, env.render())
+        return name
+    finally:
+        env.close()
+
+
+def task_page(task_id: str, frame: str | None = None) -> str:
+    """The Markdown of one benchmark task's page (``frame``: its image, in the page's folder)."""
     from batch_env import tasks
 
     task = tasks.get(task_id)
@@ -121,6 +195,7 @@ def task_page(task_id: str) -> str:
     lines = [
         f"# {name}",
         "",
+        *([f"![a frame of {name}]({frame})", ""] if frame else []),
         task.summary,
         "",
         "| | |",
@@ -197,7 +272,8 @@ def write_pages(docs: Path) -> None:
     for env_id in batch_env.ENV_IDS:
         _write(envs_dir / f"{slug(env_id)}.md", env_page(env_id, docs))
     for task_id in tasks.TASKS:
-        _write(tasks_dir / f"{slug(task_id)}.md", task_page(task_id))
+        frame = task_frame(task_id, tasks_dir)
+        _write(tasks_dir / f"{slug(task_id)}.md", task_page(task_id, frame))
     env_rows = [
         f"| [{slug(e)}]({slug(e)}.md) | {(inspect.getdoc(env_class(e)) or '').splitlines()[0]} |"
         for e in batch_env.ENV_IDS
