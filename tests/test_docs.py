@@ -2,7 +2,9 @@
 
 - Every ```` ```python ```` block of the README and of the hand-written pages under
   ``docs/`` runs, in order, one namespace per page, in a fresh working folder: the
-  examples cannot drift from the code. (Shell sessions are ```` ```console ````; they are
+  examples cannot drift from the code. Where a block is followed by a ```` ```console ````
+  block without a ``$`` prompt, that is the output the page claims, and the block must
+  print exactly it. (Shell sessions are ```` ```console ````; they are
   not run here, the commands they show have tests of their own.)
 - Every relative link of the README and of the hand-written pages names a file that
   exists (the site's build checks the pages' links again, with the generated pages).
@@ -14,7 +16,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import os
 import re
 import subprocess
@@ -28,6 +32,11 @@ DOCS = ROOT / "docs"
 sys.path.insert(0, str(DOCS / "_ext"))
 
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: a python block followed (after blank lines only) by a console block without a prompt:
+#: the output the block prints, which the test compares
+_BLOCK_AND_OUTPUT = re.compile(
+    r"^```python\n(.*?)^```\n(?:\s*\n)*(?:```console\n(.*?)^```)?", re.S | re.M
+)
 _LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 #: pages whose snippets train or measure for a few seconds: left out of `make test-fast`
 _SLOW_PAGES = {"docs/tutorials/train.md", "docs/tutorials/gpu-profile.md", "docs/real.md"}
@@ -67,14 +76,22 @@ def test_the_pages_with_code_are_found():
     ],
 )
 def test_snippets_run(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    blocks = _BLOCK.findall(page.read_text())
+    blocks = _BLOCK_AND_OUTPUT.findall(page.read_text())
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "__docs__"}
-    for i, code in enumerate(blocks):
+    for i, (code, shown) in enumerate(blocks):
+        out = io.StringIO()
         try:
-            exec(compile(code, f"{_rel(page)} [python block {i + 1}]", "exec"), namespace)
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, f"{_rel(page)} [python block {i + 1}]", "exec"), namespace)
         except Exception as err:  # name the page and block, keep the traceback
             raise AssertionError(f"{_rel(page)}, python block {i + 1} failed: {err!r}") from err
+        if shown and not any(line.startswith("$") for line in shown.splitlines()):
+            # the output the page shows is what the block prints
+            got = [line.rstrip() for line in out.getvalue().strip().splitlines()]
+            assert got == [line.rstrip() for line in shown.strip().splitlines()], (
+                f"{_rel(page)}, python block {i + 1} prints something else than the page shows"
+            )
 
 
 @pytest.mark.parametrize("page", hand_written_pages(), ids=_rel)
