@@ -64,4 +64,4 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis docs/_build docs/api docs/tasks docs/envs/*.md
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis docs/_build docs/api docs/tasks docs/cli.md docs/envs/*.md

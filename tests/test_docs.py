@@ -44,11 +44,11 @@ _SLOW_PAGES = {"docs/tutorials/train.md", "docs/tutorials/gpu-profile.md", "docs
 
 def hand_written_pages() -> list[Path]:
     """README.md and the Markdown under docs/ that is not generated (docs/_build, docs/api,
-    docs/tasks and the env pages docs/envs/*.md are written by the build)."""
+    docs/tasks, docs/cli.md and the env pages docs/envs/*.md are written by the build)."""
     pages = [ROOT / "README.md"]
     for p in sorted(DOCS.rglob("*.md")):
         rel = p.relative_to(DOCS)
-        if rel.parts[0] in ("_build", "api", "tasks"):
+        if rel.parts[0] in ("_build", "api", "tasks", "cli.md"):
             continue
         if rel.parts[0] == "envs" and len(rel.parts) == 2:
             continue

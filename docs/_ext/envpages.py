@@ -1,4 +1,5 @@
-"""Write one page per environment and per benchmark task (``docs/envs/``, ``docs/tasks/``).
+"""Write one page per environment and per benchmark task (``docs/envs/``, ``docs/tasks/``),
+and the command-line reference (``docs/cli.md``).
 
 Each page is generated from the code at build time, in Gymnasium's env-page layout, so it
 cannot drift from what ``gymnasium.make`` gives:
@@ -266,6 +267,7 @@ def write_pages(docs: Path) -> None:
     import batch_env
     from batch_env import tasks
 
+    _write(docs / "cli.md", cli_page())
     envs_dir, tasks_dir = docs / "envs", docs / "tasks"
     envs_dir.mkdir(exist_ok=True)
     tasks_dir.mkdir(exist_ok=True)
@@ -328,6 +330,31 @@ def write_pages(docs: Path) -> None:
             ]
         ),
     )
+
+
+def cli_page() -> str:
+    """The command-line reference: ``batch-env --help`` and every subcommand's, as the
+    parser prints them (so the page is what a user's terminal shows)."""
+    import argparse
+
+    from experiments.cli import build_parser
+
+    parser = build_parser()
+    lines = [
+        "# Command line",
+        "",
+        "Every subcommand of `batch-env`, with the help its `--help` prints "
+        "(generated from the parser, `experiments/cli.py`).",
+        "",
+        "```text",
+        parser.format_help().rstrip(),
+        "```",
+        "",
+    ]
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in subs.choices.items():
+        lines += [f"## `batch-env {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+    return "\n".join(lines)
 
 
 def _write(path: Path, text: str) -> None:
