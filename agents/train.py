@@ -166,7 +166,7 @@ class TrainArgs:
     run_dir: str | None = None
     """output folder (default runs/<algo>-s<seed>-<time>); with resume, the run to continue."""
     centering_gain: str | None = None
-    """g of average-reward centring: greedy, smdp, online, greedy-by-load, lazy-by-load (node-level), smdp-by-load (a gain per load, on envs that draw their load) or a number (cost per second) [greedy]."""
+    """g of average-reward centring: greedy, smdp, online, greedy-by-load, lazy-by-load (node-level), smdp-by-load (a gain per load, on envs that draw their load), smdp-by-rate (the SMDP gain at the observed rate, as if Poisson: traces, bursts) or a number (cost per second) [greedy]."""
     device: str | None = None
     """torch device: auto, cpu or cuda [auto]."""
     threads: int | None = None

@@ -36,12 +36,23 @@ from batch_env.wrappers import AverageRewardCentering, check_gain_curve
 #: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
 DEFAULT_CENTERING_GAIN = "greedy"
 #: the gain modes besides a number
-GAIN_MODES = ("greedy", "smdp", "online", "greedy-by-load", "smdp-by-load", "lazy-by-load")
+GAIN_MODES = (
+    "greedy",
+    "smdp",
+    "online",
+    "greedy-by-load",
+    "smdp-by-load",
+    "lazy-by-load",
+    "smdp-by-rate",
+)
 #: the modes that resolve to a gain per load (a curve), on envs that draw their load:
 #: the SMDP optimum, or a baseline's measured cost (``lazy``: LazyBatching, node-level
 #: envs only; on NodeAnyLoad-v0 greedy costs 3-9x more than the best policy at the low
 #: and middle loads, far from any good policy's cost rate)
-CURVE_MODES = ("greedy-by-load", "smdp-by-load", "lazy-by-load")
+CURVE_MODES = ("greedy-by-load", "smdp-by-load", "lazy-by-load", "smdp-by-rate")
+#: the loads (rate over max throughput) of ``smdp-by-rate``'s curve: where the rate
+#: estimate of a trace or of bursts moves, for a workload whose load is not drawn
+RATE_CURVE_LOADS = (0.05, 1.0)
 #: loads a gain curve is measured at: the midpoints of this many equal cells of the range
 CURVE_POINTS = 10
 #: seed of the reference episodes that measure greedy's rate (``batch-env train`` adds its seed)
@@ -84,8 +95,11 @@ def resolve_gain(
     :data:`CURVE_POINTS` loads over the range (greedy's or LazyBatching's cost measured in
     one episode at each, seed ``seed + GAIN_SEED + k``; the SMDP optimum at each, where it
     is exact), for
-    :class:`~batch_env.wrappers.AverageRewardCentering`'s ``gain_curve``. Cached per
-    (mode, env, kwargs, seed).
+    :class:`~batch_env.wrappers.AverageRewardCentering`'s ``gain_curve``. On any
+    ``DynamicBatching-v0`` workload (a trace, bursts), ``smdp-by-rate`` gives the SMDP
+    optimum's gain as if the arrivals were Poisson at each load of
+    :data:`RATE_CURVE_LOADS`: an approximation, for centring at the rate the policy
+    observes where the rate moves within an episode. Cached per (mode, env, kwargs, seed).
 
     :raises ValueError: naming ``centering_gain`` for any other value, or a curve mode on
         an env that does not draw its load.
@@ -128,6 +142,8 @@ def _gain_curve(mode: str, env: gym.Env, seed: int) -> list[list[float]]:
     from batch_env import evaluate
     from batch_env.tasks import load_grid
 
+    if mode == "smdp-by-rate":
+        return _rate_curve(env)
     rng = getattr(getattr(env.unwrapped, "workload", None), "load_range", None)
     if rng is None or not hasattr(env.unwrapped.config, "max_batch_size"):
         raise ValueError(
@@ -160,6 +176,29 @@ def _gain_curve(mode: str, env: gym.Env, seed: int) -> list[list[float]]:
             options=[{"load": x} for x in loads],
         )
         gains = [-float(ep["reward_rate_per_s"]) for ep in res.episodes]
+    return [[float(x), float(g)] for x, g in zip(loads, gains, strict=True)]
+
+
+def _rate_curve(env: gym.Env) -> list[list[float]]:
+    """``smdp-by-rate``'s curve: the SMDP optimum at each load of :data:`RATE_CURVE_LOADS`
+    (:data:`CURVE_POINTS` cell midpoints) for the env's own profile, batch limit, queue,
+    ticks and weights, with Poisson arrivals at ``load x max throughput``."""
+    from baselines.smdp import SMDPProblem, solve
+    from batch_env.envs import DynamicBatchingEnv
+    from batch_env.tasks import load_grid
+
+    core = env.unwrapped
+    if not isinstance(core, DynamicBatchingEnv):
+        raise ValueError(
+            "centering_gain='smdp-by-rate' needs a DynamicBatching-v0 env (the SMDP of "
+            "whole-model batching): give greedy, online or a number"
+        )
+    mu = float(core.max_throughput_rps)
+    loads = list(load_grid(RATE_CURVE_LOADS[0], RATE_CURVE_LOADS[1], CURVE_POINTS, 1))
+    try:
+        gains = [solve(SMDPProblem.from_env(env, rate_per_s=x * mu)).gain for x in loads]
+    except ValueError as exc:
+        raise ValueError(f"centering_gain='smdp-by-rate': {exc}") from None
     return [[float(x), float(g)] for x, g in zip(loads, gains, strict=True)]
 
 

@@ -1326,7 +1326,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"number; on an env that draws its load per episode (batch_env/AnyLoad-v0, "
         f"NodeAnyLoad-v0) also greedy-by-load, lazy-by-load (node-level) or smdp-by-load, a "
         f"gain per load read at the "
-        f"policy's load estimate each step; default {DEFAULT_CENTERING_GAIN}, or the gain the "
+        f"policy's load estimate each step; on any DynamicBatching workload (traces, bursts) "
+        f"smdp-by-rate, the SMDP gain at the observed rate as if Poisson; "
+        f"default {DEFAULT_CENTERING_GAIN}, or the gain the "
         f"hyperparameter file gives agents.wrappers.CenteredReward{kept}",
     )
     p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")

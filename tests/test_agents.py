@@ -137,6 +137,32 @@ def test_gain_curve_modes_resolve_per_load():
     assert info["centering_gain"] == pytest.approx(float(np.interp(obs[2], xs, gs)))
 
 
+def test_smdp_by_rate_centres_a_trace_at_the_observed_rate():
+    """smdp-by-rate on a workload whose load is not drawn (the Azure trace): a curve of
+    the SMDP optimum at Poisson loads 0.05-1.0 of the env's own configuration,
+    increasing with the load, applied at the observation's rate estimate; an env without
+    an SMDP is refused, naming the mode."""
+    from agents.wrappers import RATE_CURVE_LOADS, CenteredReward, resolve_gain
+    from baselines.smdp import SMDPProblem, solve
+
+    kw = {"horizon_requests": 500}
+    curve = resolve_gain("smdp-by-rate", "batch_env/Trace-v0", kw)
+    assert isinstance(curve, list) and len(curve) == 10
+    xs, gs = zip(*curve, strict=True)
+    assert RATE_CURVE_LOADS[0] < xs[0] < xs[-1] < RATE_CURVE_LOADS[1]
+    assert all(b > a for a, b in zip(gs, gs[1:]))
+    env = gym.make("batch_env/Trace-v0", **kw)
+    mu = env.unwrapped.max_throughput_rps
+    want = solve(SMDPProblem.from_env(env, rate_per_s=xs[4] * mu)).gain
+    assert gs[4] == pytest.approx(want)
+    wrapped = CenteredReward(gym.make("batch_env/Trace-v0", **kw), gain="smdp-by-rate")
+    obs, _ = wrapped.reset(seed=0)
+    info = wrapped.step(1)[-1]
+    assert info["centering_gain"] == pytest.approx(float(np.interp(obs[2], xs, gs)))
+    with pytest.raises(ValueError, match="smdp-by-rate"):
+        resolve_gain("smdp-by-rate", "batch_env/NodeBatching-v0", kw)
+
+
 def test_arrival_features_follow_the_arrivals():
     """Load estimates over short windows follow the env's own estimator from the arrivals
     in ``info["arrived_total"]``, starting at the env's estimate; the time since the last
