@@ -150,7 +150,7 @@ def test_smdp_by_rate_centres_a_trace_at_the_observed_rate():
     assert isinstance(curve, list) and len(curve) == 10
     xs, gs = zip(*curve, strict=True)
     assert RATE_CURVE_LOADS[0] < xs[0] < xs[-1] < RATE_CURVE_LOADS[1]
-    assert all(b > a for a, b in zip(gs, gs[1:]))
+    assert all(b > a for a, b in zip(gs, gs[1:], strict=False))
     env = gym.make("batch_env/Trace-v0", **kw)
     mu = env.unwrapped.max_throughput_rps
     want = solve(SMDPProblem.from_env(env, rate_per_s=xs[4] * mu)).gain
