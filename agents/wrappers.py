@@ -30,7 +30,7 @@ from typing import Any, SupportsFloat, cast
 import gymnasium as gym
 import numpy as np
 
-from batch_env.wrappers import AverageRewardCentering, check_gain_curve
+from batch_env.wrappers import AverageRewardCentering, StatefulFeatures, check_gain_curve
 
 #: The default centring gain of every training path (``batch-env train``, the shipped
 #: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
@@ -365,7 +365,7 @@ class ServingSummary(gym.Wrapper, gym.utils.RecordConstructorArgs):
         super().close()
 
 
-class PhaseBelief(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class PhaseBelief(StatefulFeatures, gym.utils.RecordConstructorArgs):
     """Append the posterior probability of each phase of the env's MMPP workload.
 
     The filter (:class:`baselines.smdp_mmpp.PhaseFilter`, as ``smdp-belief`` runs it)
@@ -385,7 +385,7 @@ class PhaseBelief(gym.Wrapper, gym.utils.RecordConstructorArgs):
         from baselines.smdp_mmpp import PhaseFilter
 
         gym.utils.RecordConstructorArgs.__init__(self)
-        gym.Wrapper.__init__(self, env)
+        StatefulFeatures.__init__(self, env)
         self.filter = PhaseFilter(env)
         base = cast(gym.spaces.Box, env.observation_space)
         k = self.filter.phases
@@ -394,16 +394,6 @@ class PhaseBelief(gym.Wrapper, gym.utils.RecordConstructorArgs):
             high=np.concatenate([base.high, np.ones(k)]).astype(np.float32),
             dtype=np.float32,
         )
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """Reset; the belief starts from the chain's stationary distribution."""
-        obs, info = self.env.reset(**kwargs)
-        return self.observe_reset(obs, info), info
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step and append the belief."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self.observe_step(obs, info), reward, terminated, truncated, info
 
     def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
         """The features of an episode's first observation: what :meth:`reset` returns."""

@@ -278,7 +278,32 @@ def _arrival_space(base: spaces.Box, k: int) -> spaces.Box:
 _CLIP_RATE = 100.0
 
 
-class ArrivalFeatures(gym.Wrapper, gym.utils.RecordConstructorArgs):
+class StatefulFeatures(gym.Wrapper):
+    """An observation wrapper whose features keep state from step to step, written as
+    :meth:`observe_reset` / :meth:`observe_step` from ``(obs, info)`` alone, so that a
+    policy acting on another env (``agents.load_policy``) replays them exactly.
+    Subclasses implement those two; ``reset`` and ``step`` call them."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset, and the features of the episode's first observation."""
+        obs, info = self.env.reset(**kwargs)
+        return self.observe_reset(obs, info), info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step, and the features after it."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.observe_step(obs, info), reward, terminated, truncated, info
+
+    def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features of an episode's first observation (restarting the state)."""
+        raise NotImplementedError
+
+    def observe_step(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """The features after a step, from its ``info``."""
+        raise NotImplementedError
+
+
+class ArrivalFeatures(StatefulFeatures, gym.utils.RecordConstructorArgs):
     """Append what the arrivals show beyond the env's one rate estimate: load estimates
     over shorter windows, and the time since the last arrival (the burst state, issue 21).
 
@@ -315,16 +340,6 @@ class ArrivalFeatures(gym.Wrapper, gym.utils.RecordConstructorArgs):
         since = math.log1p(self._since * self._mu) / math.log1p(_SINCE_MAX_S * self._mu)
         extra = np.concatenate([np.minimum(self._r / self._mu, _CLIP_RATE), [min(since, 1.0)]])
         return np.concatenate([obs, extra.astype(np.float32)]).astype(np.float32)
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        """Reset; the estimates start at the env's own."""
-        obs, info = self.env.reset(**kwargs)
-        return self.observe_reset(obs, info), info
-
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step and append the arrival features."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self.observe_step(obs, info), reward, terminated, truncated, info
 
     def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
         """The features of an episode's first observation (restarting the estimates at

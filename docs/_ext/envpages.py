@@ -29,6 +29,9 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
+# scripts/render_frames.py's PNG writer draws the task pages' frames
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
 #: frame file per env id (docs/img/)
 FRAMES = {
     "batch_env/DynamicBatching-v0": "render_dynamic.png",
@@ -159,8 +162,6 @@ def task_frame(task_id: str, out: Path, steps: int = 300) -> str:
     return the file's name."""
     import gymnasium as gym
     import numpy as np
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     from render_frames import write_png
 
     from batch_env import tasks
@@ -282,25 +283,14 @@ def write_pages(docs: Path) -> None:
     ]
     _write(
         envs_dir / "index.md",
-        "\n".join(
-            [
-                "# Environments",
-                "",
-                "Importing `batch_env` registers these ids with Gymnasium. Each page follows "
-                "Gymnasium's layout; the benchmark tasks ([Tasks](../tasks/index.md)) are "
-                "fixed configurations of them.",
-                "",
-                "| env | what it decides |",
-                "|---|---|",
-                *env_rows,
-                "",
-                "```{toctree}",
-                ":hidden:",
-                "",
-                *[slug(e) for e in batch_env.ENV_IDS],
-                "```",
-                "",
-            ]
+        _index_page(
+            "Environments",
+            "Importing `batch_env` registers these ids with Gymnasium. Each page follows "
+            "Gymnasium's layout; the benchmark tasks ([Tasks](../tasks/index.md)) are "
+            "fixed configurations of them.",
+            ["env", "what it decides"],
+            env_rows,
+            [slug(e) for e in batch_env.ENV_IDS],
         ),
     )
     task_rows = [
@@ -309,26 +299,39 @@ def write_pages(docs: Path) -> None:
     ]
     _write(
         tasks_dir / "index.md",
-        "\n".join(
-            [
-                "# Benchmark tasks",
-                "",
-                "Named, registered configurations with a fixed evaluation protocol, exact "
-                "bounds where the theory gives one, and normalized scores "
-                "([the benchmark](../benchmark.md)).",
-                "",
-                "| task | env | what it is |",
-                "|---|---|---|",
-                *task_rows,
-                "",
-                "```{toctree}",
-                ":hidden:",
-                "",
-                *[slug(t) for t in tasks.TASKS],
-                "```",
-                "",
-            ]
+        _index_page(
+            "Benchmark tasks",
+            "Named, registered configurations with a fixed evaluation protocol, exact "
+            "bounds where the theory gives one, and normalized scores "
+            "([the benchmark](../benchmark.md)).",
+            ["task", "env", "what it is"],
+            task_rows,
+            [slug(t) for t in tasks.TASKS],
         ),
+    )
+
+
+def _index_page(
+    title: str, intro: str, columns: list[str], rows: list[str], pages: list[str]
+) -> str:
+    """An index page: a table of its pages and a hidden table of contents of them."""
+    return "\n".join(
+        [
+            f"# {title}",
+            "",
+            intro,
+            "",
+            "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns),
+            *rows,
+            "",
+            "```{toctree}",
+            ":hidden:",
+            "",
+            *pages,
+            "```",
+            "",
+        ]
     )
 
 
