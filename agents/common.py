@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.resources
+import math
 import pickle
 from pathlib import Path
 from typing import Any
@@ -193,14 +194,66 @@ def _check_zoo_values(hp: dict[str, Any], where: str) -> None:
                 )
 
 
+#: keys that may take rl-zoo3's linear schedule ``"lin_<x>"`` (``x`` at the start, 0 at the end)
+SCHEDULE_KEYS = ("learning_rate", "clip_range")
+
+
+class LinearSchedule:
+    """rl-zoo3's ``"lin_<x>"``: ``x`` times the progress remaining (1 at the start of
+    training, 0 at the end), as SB3 calls a schedule.
+
+    :param initial: the value at the start (> 0).
+    """
+
+    def __init__(self, initial: float) -> None:
+        self.initial = float(initial)
+
+    def __call__(self, progress_remaining: float) -> float:
+        """The value with ``progress_remaining`` of training left."""
+        return progress_remaining * self.initial
+
+    def __repr__(self) -> str:
+        return f"lin_{self.initial:g}"
+
+
+def parse_schedule(key: str, value: Any, where: str) -> Any:
+    """``value``, or a :class:`LinearSchedule` for a ``"lin_<x>"`` string of a
+    :data:`SCHEDULE_KEYS` key (``x`` a number > 0); ``ValueError`` naming ``where``, the
+    key and the value for any other string there."""
+    if key not in SCHEDULE_KEYS or not isinstance(value, str):
+        return value
+    x = math.nan
+    if value.startswith("lin_"):
+        try:
+            x = float(value[4:])
+        except ValueError:
+            pass
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(
+            f"{where}: {key}={value!r} is invalid: expected a number or 'lin_<x>' with x > 0 "
+            "(rl-zoo3's linear schedule)"
+        )
+    return LinearSchedule(x)
+
+
+def algo_kwargs(hp: dict[str, Any], where: str = "hyperparameters") -> dict[str, Any]:
+    """The algorithm's keyword arguments of a checked hyperparameter entry, schedules
+    (``"lin_<x>"``) as :class:`LinearSchedule`."""
+    return {k: parse_schedule(k, v, where) for k, v in hp.items() if k not in ZOO_KEYS}
+
+
 def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
     """The algorithm's own keyword arguments: a value must have the type of the
-    constructor's default where that is a boolean, an integer or a float."""
+    constructor's default where that is a boolean, an integer or a float (a
+    :data:`SCHEDULE_KEYS` key may also be ``"lin_<x>"``)."""
     import inspect
 
     params = inspect.signature(algo_class(algo).__init__).parameters
     for key, value in hp.items():
         if key in ZOO_KEYS or key not in params:
+            continue
+        if key in SCHEDULE_KEYS and isinstance(value, str):
+            parse_schedule(key, value, where)
             continue
         default = params[key].default
         if isinstance(default, bool):
@@ -524,7 +577,16 @@ class AgentPolicy:
             if isinstance(w, gym.ActionWrapper)
         ]
         self._maskable = type(model).__name__ == "MaskablePPO"
-        self._binary = any(type(w).__name__ == "BinaryAction" for w in chain)
+        # an action wrapper whose actions are all valid (BinaryAction, AdmitFraction): the
+        # model's mask is all ones, of its action space's size, not the env's info mask
+        self._all_valid = next(
+            (
+                int(w.action_space.n)
+                for w in reversed(chain)
+                if isinstance(w, gym.ActionWrapper) and getattr(type(w), "always_valid", False)
+            ),
+            None,
+        )
         self._norm = _obs_scaling(obs_normalizer)
         self._actor = NumpyActor.of(model) if deterministic else None
 
@@ -540,7 +602,11 @@ class AgentPolicy:
         o = self.observe(obs, info)
         mask = None
         if self._maskable:
-            mask = np.ones(2, dtype=bool) if self._binary else info["action_mask"]
+            mask = (
+                np.ones(self._all_valid, dtype=bool)
+                if self._all_valid is not None
+                else info["action_mask"]
+            )
         if self._actor is not None:
             a = self._actor.action(o, mask)
         elif self._recurrent:  # the LSTM state carries over from step to step

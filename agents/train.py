@@ -51,6 +51,7 @@ from .common import (
     PICKLE_ERRORS,
     ZOO_KEYS,
     algo_class,
+    algo_kwargs,
     check_device,
     check_int,
     literal,
@@ -558,7 +559,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
                 seed=cfg["seed"],
                 device=st["device"],
                 verbose=args.verbose,
-                **dict(cfg["algo_kwargs"]),
+                **algo_kwargs(cfg["algo_kwargs"], where),
             )
         except (
             TypeError,

@@ -32,7 +32,12 @@ RL (Tijms; Das, Gosavi et al. 1999, "SMART"):
   what a policy needs to see a burst start or end, where the env's estimate averages over
   200 arrivals.
 
-All four preserve ``info`` (including ``info["serving"]``) and the action masks; with a
+* :class:`AdmitFraction` makes the action a fraction of what can be admitted (none, a
+  quarter, ..., all) and, on ``NodeBatching-v0``, which group runs next: "all" is one
+  action whatever the queue, where the env's ``Discrete(2 (B + 1))`` needs the exact
+  ``k``. Graph batching without a window is the constant action "all, most advanced".
+
+All five preserve ``info`` (including ``info["serving"]``) and the action masks; with a
 gain curve the centring reads the load estimate at feature 2, which the others leave in
 place (they append).
 
@@ -208,6 +213,9 @@ class BinaryAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     :param serve_full: serve a full batch whenever one waits, whatever the action.
     """
 
+    #: every action is valid (a maskable policy acting on the raw env masks nothing)
+    always_valid = True
+
     if TYPE_CHECKING:  # for type checkers only: the env under the wrappers is a batch_env env
 
         @property
@@ -231,6 +239,105 @@ class BinaryAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     def action_masks(self) -> np.ndarray:
         """Both actions are always valid (every epoch has a waiting request)."""
         return np.ones(2, dtype=bool)
+
+
+#: :class:`AdmitFraction`'s default levels: none, a quarter, half, three quarters, all
+ADMIT_LEVELS: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+
+
+def check_levels(levels: Any, field: str = "levels") -> tuple[float, ...]:
+    """``levels`` as a tuple of distinct fractions in ``[0, 1]``, increasing; else
+    ``ValueError`` naming ``field``, the value and what is allowed."""
+    try:
+        out = tuple(float(x) for x in levels)
+    except (TypeError, ValueError):
+        out = ()
+    if (
+        len(out) < 2
+        or not all(math.isfinite(x) and 0.0 <= x <= 1.0 for x in out)
+        or any(b <= a for a, b in zip(out, out[1:], strict=False))
+    ):
+        raise ValueError(
+            f"{field}={levels!r} is invalid: expected at least two increasing fractions in [0, 1]"
+        )
+    return out
+
+
+def fraction_to_action(action: Any, levels: tuple[float, ...], mask: np.ndarray, B: int) -> int:
+    """The env action for an :class:`AdmitFraction` action, from the env's action mask.
+
+    ``action = d * len(levels) + i`` admits ``ceil(levels[i] * kmax)`` of the ``kmax``
+    requests that can be admitted now (the largest valid ``k`` of ``mask``); ``d`` is
+    NodeBatching-v0's group choice (0: least advanced, 1: most advanced) and falls back
+    to ``0`` where ``d = 1`` is not valid for that ``k``. In DynamicBatching-v0
+    (``len(mask) == B + 1``) only ``d = 0`` exists and ``k = 0`` waits.
+    """
+    L = len(levels)
+    n = L if len(mask) == B + 1 else 2 * L
+    a = action.item() if isinstance(action, np.generic | np.ndarray) else action
+    if isinstance(a, bool) or not isinstance(a, int | np.integer) or not 0 <= a < n:
+        raise ValueError(f"action={action!r} is out of range: expected an integer in 0..{n - 1}")
+    d, i = divmod(int(a), L)
+    valid = np.flatnonzero(mask[: B + 1])
+    kmax = int(valid[-1]) if len(valid) else 0
+    k = math.ceil(levels[i] * kmax - 1e-9)
+    if d == 1 and mask[B + 1 + k]:
+        return B + 1 + k
+    return k
+
+
+class AdmitFraction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
+    """Actions as fractions of what can be admitted: ``a = d * len(levels) + i`` admits
+    ``ceil(levels[i] x kmax)`` requests, ``kmax`` being what the env allows now (the
+    waiting requests, up to ``max_batch_size`` less those in flight).
+
+    On ``NodeBatching-v0`` the action space is ``Discrete(2 * len(levels))`` and ``d``
+    picks the group that then runs a node (0: least advanced, 1: most advanced; ``d = 1``
+    runs as 0 where it is not valid). On ``DynamicBatching-v0`` it is
+    ``Discrete(len(levels))`` and level 0 waits. "All" and "none" are one action each
+    whatever the queue holds: graph batching without a window (all when idle, none while
+    a group is in flight) and LazyBatching's throughput mode (all, always) are two fixed
+    choices, where the env's own ``Discrete(2 (B + 1))`` needs the exact ``k`` for each
+    queue length. Every action is valid (:meth:`action_masks`).
+
+    :param env: a ``NodeBatching-v0`` or ``DynamicBatching-v0`` env.
+    :param levels: increasing fractions in ``[0, 1]`` (default :data:`ADMIT_LEVELS`).
+    """
+
+    if TYPE_CHECKING:
+
+        @property
+        def unwrapped(self) -> ServingCore: ...
+
+    #: every action is valid (a maskable policy acting on the raw env masks nothing)
+    always_valid = True
+
+    def __init__(self, env: gym.Env, levels: Any = ADMIT_LEVELS) -> None:
+        self.levels = check_levels(levels)
+        gym.utils.RecordConstructorArgs.__init__(self, levels=list(self.levels))
+        gym.ActionWrapper.__init__(self, env)
+        core: Any = env.unwrapped
+        if not hasattr(core, "action_masks") or not hasattr(core.config, "max_batch_size"):
+            raise ValueError(
+                f"env={env!r}: AdmitFraction needs a DynamicBatching-v0 or NodeBatching-v0 env"
+            )
+        self._B = int(core.config.max_batch_size)
+        n = int(env.action_space.n)  # type: ignore[attr-defined]
+        self._n = len(self.levels) * (n // (self._B + 1))
+        self.action_space = spaces.Discrete(self._n)
+
+    def action(self, action: Any) -> int:
+        """Map a fraction action to the env's action (from the env's current mask)."""
+        mask = cast("Any", self.unwrapped).action_masks()
+        return fraction_to_action(action, self.levels, mask, self._B)
+
+    def action_from_info(self, action: Any, info: dict[str, Any]) -> int:
+        """The same mapping for a policy acting on another env, from its ``info``."""
+        return fraction_to_action(action, self.levels, info["action_mask"], self._B)
+
+    def action_masks(self) -> np.ndarray:
+        """Every action is valid."""
+        return np.ones(self._n, dtype=bool)
 
 
 class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):

@@ -283,14 +283,15 @@ def _ppo_setup() -> tuple[str, dict[str, Any], list, dict[str, Any], dict[str, A
     keyword arguments and the policy keyword arguments."""
     import torch
 
-    from agents.common import ZOO_KEYS, literal, load_hyperparams, wrapper_specs
+    from agents.common import algo_kwargs as algo_kwargs_of
+    from agents.common import literal, load_hyperparams, wrapper_specs
     from agents.wrappers import run_specs
 
     torch.set_num_threads(1)
     env_id = "batch_env/DynamicBatching-v0"
     hp = load_hyperparams("ppo", env_id)
     specs = run_specs(wrapper_specs(hp["env_wrapper"]), 100.0)
-    algo_kwargs = {k: v for k, v in hp.items() if k not in ZOO_KEYS}
+    algo_kwargs = algo_kwargs_of(hp)
     policy_kwargs = dict(literal(hp["policy_kwargs"], "policy_kwargs"))
     return env_id, hp, specs, algo_kwargs, policy_kwargs
 

@@ -612,6 +612,15 @@ def test_an_edited_algo_in_config_yaml_is_named(tmp_path, capsys):
         ({"normalize": "[1]"}, "normalize='\\[1\\]' is invalid"),
         ({"n_timesteps": "lots"}, "n_timesteps='lots' is invalid"),
         ({"policy": 3}, "policy=3 is invalid"),
+        (
+            {"learning_rate": "lin_x"},
+            "learning_rate='lin_x' is invalid: expected a number or 'lin_<x>'",
+        ),
+        (
+            {"clip_range": "lin_-0.2"},
+            "clip_range='lin_-0.2' is invalid: expected a number or 'lin_<x>'",
+        ),
+        ({"gamma": "lin_0.9"}, "gamma='lin_0.9' is invalid: expected a number"),
     ],
 )
 def test_bad_hyperparameter_files_are_named(tmp_path, entry, message):
@@ -619,6 +628,28 @@ def test_bad_hyperparameter_files_are_named(tmp_path, entry, message):
     path.write_text(yaml.safe_dump({ENV_ID: {**TINY_PPO[ENV_ID], **entry}}))
     with pytest.raises(ValueError, match=f"hp.yml.*{message}"):
         load_hyperparams("ppo", ENV_ID, path)
+
+
+def test_linear_schedules_decay_to_zero(tmp_path):
+    """rl-zoo3's ``lin_<x>`` learning rate and clip range: the run's config keeps the
+    string, the model's schedules start at ``x`` and reach 0 at the end of training, and
+    the optimizer's learning rate after the last update is below the first's."""
+    from agents.common import LinearSchedule
+
+    entry = {**TINY_PPO[ENV_ID], "learning_rate": "lin_1e-3", "clip_range": "lin_0.2"}
+    path = tmp_path / "lin.yml"
+    path.write_text(yaml.safe_dump({ENV_ID: entry}))
+    run = train(tiny_args(tmp_path, hyperparams=str(path), n_timesteps=256))
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["algo_kwargs"]["learning_rate"] == "lin_1e-3"
+    model = load_policy(run).model
+    assert isinstance(model.learning_rate, LinearSchedule)
+    assert model.lr_schedule(1.0) == pytest.approx(1e-3)
+    assert model.lr_schedule(0.0) == 0.0
+    assert model.clip_range(1.0) == pytest.approx(0.2) and model.clip_range(0.25) == pytest.approx(
+        0.05
+    )
+    assert model.policy.optimizer.param_groups[0]["lr"] == 0.0  # a constant 1e-3 would stay
 
 
 @pytest.mark.parametrize("algo", ["ppo", "a2c", "dqn", "ppo_mask"])

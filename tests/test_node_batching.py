@@ -357,3 +357,105 @@ def test_node_table_validation_errors():
     lin["nodes"] = _resnet_dict()["nodes"]
     with pytest.raises(ValueError, match="nodes"):
         load_profile(lin)
+
+
+# -- AdmitFraction: fractions of what can be admitted ------------------------------------
+
+
+@pytest.mark.parametrize("env_id", [NODE, DYN])
+def test_admit_fraction_maps_to_valid_actions(env_id):
+    """Every fraction action maps to a valid env action: ``ceil(f x kmax)`` admitted,
+    ``kmax`` the largest valid ``k``; ``d = 1`` kept only where the env allows it."""
+    import math
+
+    from batch_env.wrappers import ADMIT_LEVELS, AdmitFraction
+
+    B = 8
+    env = AdmitFraction(
+        gym.make(
+            env_id,
+            max_batch_size=B,
+            workload={"kind": "poisson", "load": 0.8},
+            horizon_requests=1500,
+            decision_interval_ms=0.5,
+        )
+    )
+    L = len(ADMIT_LEVELS)
+    assert env.action_space.n == (2 * L if env_id == NODE else L)
+    core = env.unwrapped
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=4)
+    kinds = set()
+    for _ in range(4000):
+        mask = core.action_masks()
+        kmax = int(np.flatnonzero(mask[: B + 1])[-1])
+        a = int(rng.integers(env.action_space.n))
+        d, i = divmod(a, L)
+        env_a = env.action(a)
+        assert mask[env_a]
+        assert env_a % (B + 1) == math.ceil(ADMIT_LEVELS[i] * kmax - 1e-9)
+        assert env_a // (B + 1) == (d if mask[(B + 1) * d + env_a % (B + 1)] else 0)
+        kinds.add((d, env_a // (B + 1)))
+        assert env.action_from_info(a, info) == env_a
+        _, _, _, trunc, info = env.step(a)
+        assert not info["clipped_action"]
+        if trunc:
+            _, info = env.reset(seed=int(rng.integers(1000)))
+    if env_id == NODE:  # both choices of d, and d = 1 falling back to 0, were exercised
+        assert kinds == {(0, 0), (1, 1), (1, 0)}
+    assert env.action_masks().all() and len(env.action_masks()) == env.action_space.n
+
+
+def test_admit_fraction_all_then_most_advanced_is_graph_batching_without_window():
+    """ "Admit all, advance the most advanced group", one fixed action, runs exactly the
+    schedule of graph batching with no window (the same latency for every request)."""
+    from batch_env.wrappers import ADMIT_LEVELS, AdmitFraction
+
+    L = len(ADMIT_LEVELS)
+
+    class AllMostAdvanced:
+        name = "all-d1"
+
+        def reset(self):
+            pass
+
+        def act(self, obs, info):
+            return wrapper.action_from_info(2 * L - 1, info)
+
+    kw = dict(
+        workload={"kind": "poisson", "load": 0.7}, horizon_requests=3000, decision_interval_ms=0.5
+    )
+    env = make(**kw)
+    wrapper = AdmitFraction(make(**kw))
+    graph0 = baselines.make("graph", env=env, window_ms=0)
+    a = evaluate(AllMostAdvanced(), env, n_episodes=2, seed=11).episodes
+    b = evaluate(graph0, env, n_episodes=2, seed=11).episodes
+    for x, y in zip(a, b, strict=True):  # every measured request's latency is the same
+        for key in ("latency_mean_ms", "latency_p50_ms", "latency_p99_ms", "sla_attainment"):
+            assert x[key] == pytest.approx(y[key], rel=1e-12), key
+        # the episode ends at the first decision epoch after its last measured completion;
+        # admitting during a run makes epochs the graph policy does not have, so the
+        # clock stops up to a node's time apart (energy, cost rate: within 0.1%)
+        for key in ("energy_per_request_j", "reward_rate_per_s"):
+            assert x[key] == pytest.approx(y[key], rel=1e-3), key
+
+
+def test_admit_fraction_errors():
+    from batch_env.wrappers import AdmitFraction
+
+    for bad in ([0.5], [0, 1.5], [0.5, 0.2], "ab", [0, float("nan")]):
+        with pytest.raises(
+            ValueError, match="levels=.* is invalid: expected at least two increasing"
+        ):
+            AdmitFraction(make(), levels=bad)
+    env = AdmitFraction(make())
+    env.reset(seed=0)
+    for bad in (10, -1, 1.5, True):
+        with pytest.raises(
+            ValueError, match=r"action=.* is out of range: expected an integer in 0\.\.9"
+        ):
+            env.step(bad)
+    with pytest.raises(
+        ValueError, match="AdmitFraction needs a DynamicBatching-v0 or NodeBatching-v0"
+    ):
+        AdmitFraction(gym.make("CartPole-v1"))
