@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import warnings
 
 import numpy as np
@@ -73,10 +72,13 @@ def test_interface(ex):
 
 
 def test_latency_grows_with_batch_size(ex):
-    def median(b):
-        return statistics.median(ex.run(b)[0] for _ in range(9))
+    # the fastest of 9 runs: contention only ever slows a run down, and under a loaded
+    # machine (seen: other jobs on both cores) the median of a batch of 1 rose to 83% of a
+    # batch of 16's
+    def fastest(b):
+        return min(ex.run(b)[0] for _ in range(9))
 
-    small, large = median(1), median(16)
+    small, large = fastest(1), fastest(16)
     assert large > 1.5 * small, (small, large)
 
 
