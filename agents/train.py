@@ -437,7 +437,7 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
     specs = wrapper_specs(hp.get("env_wrapper"))
     make_env(
-        st["env_id"], st["env_kwargs"], run_specs(specs, 0.0)
+        st["env_id"], st["env_kwargs"], run_specs(specs, 1.0)
     ).close()  # refuse bad env kwargs first
     gain = _centering_gain(args, st, specs)
     specs = run_specs(specs, gain)

@@ -336,10 +336,12 @@ def _arrival_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
 def _centering_twin(env: VectorEnv, wrapper: Any) -> VectorWrapper:
     if wrapper.curve is not None:
         curve = np.column_stack(wrapper.curve).tolist()
-        return VectorAverageRewardCentering(env, gain_curve=curve, curve_index=wrapper.curve_index)
+        return VectorAverageRewardCentering(
+            env, gain_curve=curve, curve_index=wrapper.curve_index, relative=wrapper.relative
+        )
     if wrapper.online:  # its gain is the resolved initial_gain
         return VectorAverageRewardCentering(env, gain=None, initial_gain=wrapper.gain)
-    return VectorAverageRewardCentering(env, gain=wrapper.gain)
+    return VectorAverageRewardCentering(env, gain=wrapper.gain, relative=wrapper.relative)
 
 
 #: scalar wrapper (dotted path, as in hyperparameter files) -> (twin class, builder from

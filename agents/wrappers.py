@@ -30,7 +30,12 @@ from typing import Any, SupportsFloat, cast
 import gymnasium as gym
 import numpy as np
 
-from batch_env.wrappers import AverageRewardCentering, StatefulFeatures, check_gain_curve
+from batch_env.wrappers import (
+    AverageRewardCentering,
+    StatefulFeatures,
+    check_gain_curve,
+    check_relative,
+)
 
 #: The default centring gain of every training path (``batch-env train``, the shipped
 #: hyperparameter files under rl-zoo3): greedy's measured cost rate per second.
@@ -124,13 +129,18 @@ def run_specs(
     a list of ``[load, gain]`` pairs: its ``gain_curve``), which has a vector twin and
     needs nothing resolved when the run is loaded again."""
 
-    def centring() -> dict[str, Any]:  # a fresh copy each (a config file without aliases)
+    def centring(kw: dict[str, Any]) -> dict[str, Any]:  # a fresh copy each (no aliases)
+        out: dict[str, Any]
         if isinstance(gain, list):
-            return {"gain": None, "gain_curve": [list(pair) for pair in gain]}
-        return {"gain": gain}
+            out = {"gain": None, "gain_curve": [list(pair) for pair in gain]}
+        else:
+            out = {"gain": gain}
+        if kw.get("relative"):
+            out["relative"] = True
+        return out
 
     return [
-        (CENTERING_WRAPPERS[0], centring()) if p in CENTERING_WRAPPERS else (p, dict(kw))
+        (CENTERING_WRAPPERS[0], centring(kw)) if p in CENTERING_WRAPPERS else (p, dict(kw))
         for p, kw in specs
         if p not in DISPLAY_WRAPPERS
     ]
@@ -244,16 +254,32 @@ class CenteredReward(AverageRewardCentering):
         ``lazy-by-load`` or ``smdp-by-load`` (a gain curve over the loads of an env that
         draws its load) or a number (cost per second); default :data:`DEFAULT_CENTERING_GAIN`.
     :param seed: offset of the reference episodes' seeds (:func:`resolve_gain`).
+    :param relative: rewards relative to the gain
+        (:class:`~batch_env.wrappers.AverageRewardCentering`'s ``relative``).
     """
 
-    def __init__(self, env: gym.Env, gain: Any = DEFAULT_CENTERING_GAIN, seed: int = 0) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        gain: Any = DEFAULT_CENTERING_GAIN,
+        seed: int = 0,
+        relative: bool = False,
+    ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
-            self, gain=gain, seed=seed
+            self, gain=gain, seed=seed, relative=relative
         )  # first: the mode, not the number
         check_gain_mode(gain, "gain")
         online = gain is None or gain == "online"
         number = None if online or str(gain) in GAIN_MODES else float(gain)
+        if not isinstance(relative, bool):
+            raise ValueError(f"relative={relative!r} is invalid: expected true or false")
+        if relative and online:
+            raise ValueError(
+                "relative=True divides by the gain: give a gain mode or a number, not online"
+            )
         super().__init__(env, gain=number)  # a curve or mode: resolved at the first step
+        self._relative_asked = relative  # checked against the gain once it is resolved
+        self.relative = check_relative(relative, number, None) if number is not None else False
         self.mode = "online" if online else str(gain)
         self.seed = int(seed)
         self._resolved = online or number is not None
@@ -268,8 +294,10 @@ class CenteredReward(AverageRewardCentering):
                 self.curve = check_gain_curve(got)
                 self.curve_index = 2  # the load estimate (rate / max throughput)
                 self.online = False
+                self.relative = check_relative(self._relative_asked, None, got)
             else:
                 self.gain = float(cast("float", got))
+                self.relative = check_relative(self._relative_asked, self.gain, None)
             self._resolved = True
         return None if self.online or self.curve is not None else self.gain
 

@@ -115,6 +115,25 @@ def _centring_args(
     return check_gain_curve(gain_curve), int(curve_index)
 
 
+def check_relative(relative: Any, gain: Any, gain_curve: Any) -> bool:
+    """``relative`` as a bool; ``ValueError`` unless it is one, or where it divides by a
+    gain that is not positive (a fixed one, any point of a curve) or not known (online)."""
+    if not isinstance(relative, bool | np.bool_):
+        raise ValueError(f"relative={relative!r} is invalid: expected true or false")
+    if not relative:
+        return False
+    if gain is None and gain_curve is None:
+        raise ValueError(
+            "relative=True divides by the gain: give a gain or a gain_curve, not the online estimate"
+        )
+    values = [gain] if gain is not None else [g for _, g in gain_curve]
+    if min(float(v) for v in values) <= 0.0:
+        raise ValueError(
+            f"relative=True divides by the gain: every gain must be > 0, got {values!r}"
+        )
+    return True
+
+
 class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Add ``gain x info["dt_s"]`` to each reward (average-reward centring for an SMDP).
 
@@ -134,6 +153,12 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
         for all loads would reward long steps at low load and short ones at high load
         (docs/decisions.md). Excludes ``gain``.
     :param curve_index: the observation feature the curve is read at.
+    :param relative: divide each centred reward by the step's gain: the cost relative
+        to the reference's, in seconds. Where the load is drawn per episode, the gain (a
+        curve's, at the load the policy sees) is nearly constant within an episode, so
+        each episode's best policy is unchanged, but every load then weighs alike in
+        training, where raw costs let the dearest loads' returns drown the cheapest
+        loads' (docs/decisions.md). Needs a positive gain.
 
     ``info["centering_gain"]`` gives the value used at each step.
     """
@@ -145,6 +170,7 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
         initial_gain: float | None = None,
         gain_curve: Any = None,
         curve_index: int = 2,
+        relative: bool = False,
     ) -> None:
         gym.utils.RecordConstructorArgs.__init__(
             self,
@@ -152,11 +178,13 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
             initial_gain=initial_gain,
             gain_curve=gain_curve,
             curve_index=curve_index,
+            relative=relative,
         )
         gym.Wrapper.__init__(self, env)
         self.curve, self.curve_index = _centring_args(
             gain, initial_gain, gain_curve, curve_index, env.observation_space
         )
+        self.relative = check_relative(relative, gain, gain_curve)
         self.online = gain is None and self.curve is None
         self.gain = float(gain if gain is not None else (initial_gain or 0.0))
         self._cost = 0.0
@@ -189,7 +217,10 @@ class AverageRewardCentering(gym.Wrapper, gym.utils.RecordConstructorArgs):
             if self._time > 0.0:
                 self.gain = self._cost / self._time
         info["centering_gain"] = self.gain
-        return obs, float(reward) + self.gain * dt, terminated, truncated, info
+        centred = float(reward) + self.gain * dt
+        if self.relative:
+            centred /= self.gain
+        return obs, centred, terminated, truncated, info
 
 
 def binary_to_batch(action: Any, queue_len: int, max_batch_size: int, serve_full: bool) -> int:
@@ -781,6 +812,7 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
     :param gain_curve: a gain per load, read per lane at the observation feature
         ``curve_index`` of the state its action was chosen in (as the scalar wrapper).
     :param curve_index: the observation feature the curve is read at.
+    :param relative: divide each centred reward by its lane's gain (as the scalar wrapper).
     """
 
     needs_step_info = True
@@ -792,11 +824,13 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         initial_gain: float | None = None,
         gain_curve: Any = None,
         curve_index: int = 2,
+        relative: bool = False,
     ) -> None:
         super().__init__(env)
         self.curve, self.curve_index = _centring_args(
             gain, initial_gain, gain_curve, curve_index, env.single_observation_space
         )
+        self.relative = check_relative(relative, gain, gain_curve)
         self.online = gain is None and self.curve is None
         self.gain = np.full(
             env.num_envs, float(gain if gain is not None else (initial_gain or 0.0))
@@ -871,9 +905,12 @@ class VectorAverageRewardCentering(_BatchingVectorWrapper):
         if same_step and ended.any():
             final["centering_gain"] = np.where(ended, self.gain, 0.0)
             final["_centering_gain"] = ended.copy()
+        centred = rewards + self.gain * dt
+        if self.relative:
+            centred = centred / self.gain
         return (
             obs,
-            np.where(stepped, rewards + self.gain * dt, rewards),
+            np.where(stepped, centred, rewards),
             terminated,
             truncated,
             info,

@@ -104,6 +104,44 @@ def test_centering_by_load_reads_the_curve_at_the_load_estimate():
         AverageRewardCentering(gym.make(ENV_ID), gain_curve=curve, curve_index=9)
 
 
+def test_relative_centring_divides_by_the_gain():
+    """``relative=True``: each reward is ``(r + g dt) / g`` with the step's gain (a fixed
+    one, or a curve's at the load the policy sees); it needs a positive, known gain."""
+    from agents.wrappers import CenteredReward
+
+    curve = [[0.3, 40.0], [0.6, 90.0], [0.9, 200.0]]
+    for ck in ({"gain": 50.0}, {"gain_curve": curve}):
+        env = AverageRewardCentering(gym.make(ENV_ID), relative=True, **ck)
+        plain = AverageRewardCentering(gym.make(ENV_ID), **ck)
+        env.reset(seed=1)
+        plain.reset(seed=1)
+        for a in (0, 3, 0, 5, 1, 2):
+            _, r, *_, info = env.step(a)
+            _, r0, *_, info0 = plain.step(a)
+            g = info["centering_gain"]
+            assert g == info0["centering_gain"] > 0
+            assert r == pytest.approx(r0 / g, rel=1e-12)
+    with pytest.raises(ValueError, match="relative=True divides by the gain: give a gain"):
+        AverageRewardCentering(gym.make(ENV_ID), relative=True)
+    with pytest.raises(ValueError, match=r"every gain must be > 0, got \[0.0\]"):
+        AverageRewardCentering(gym.make(ENV_ID), gain=0.0, relative=True)
+    with pytest.raises(ValueError, match="every gain must be > 0"):
+        AverageRewardCentering(
+            gym.make(ENV_ID), gain_curve=[[0.1, -1.0], [0.9, 5.0]], relative=True
+        )
+    with pytest.raises(ValueError, match="relative='yes' is invalid: expected true or false"):
+        AverageRewardCentering(gym.make(ENV_ID), gain=5.0, relative="yes")
+    with pytest.raises(ValueError, match="not online"):
+        CenteredReward(gym.make(ENV_ID), gain="online", relative=True)
+    with pytest.raises(ValueError, match="relative=1 is invalid"):
+        CenteredReward(gym.make(ENV_ID), gain=5.0, relative=1)
+    # a mode resolves at the first step, and the sign of its gain is checked then
+    mode = CenteredReward(gym.make(ENV_ID, horizon_requests=50), gain="greedy", relative=True)
+    mode.reset(seed=0)
+    _, r, *_, info = mode.step(1)
+    assert mode.relative and info["centering_gain"] > 0
+
+
 def test_gain_curve_modes_resolve_per_load():
     """``smdp-by-load`` is the SMDP optimum at 10 loads over the range (exact there);
     ``greedy-by-load`` greedy's measured cost there; both refuse an env without a drawn

@@ -175,17 +175,19 @@ def _scalar_chain(kw, arrivals=False, **centring):
 CURVE = [[0.3, 40.0], [0.6, 90.0], [0.9, 200.0]]
 
 
-@pytest.mark.parametrize("centring", ["online", "curve+arrivals"])
+@pytest.mark.parametrize("centring", ["online", "curve+arrivals", "relative"])
 @pytest.mark.parametrize("base", ["native", "sync"])
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 def test_vector_twins_equal_scalar_wrappers_in_every_autoreset_mode(mode, base, centring):
     """BinaryAction, QueueFeatures, (ArrivalFeatures) and AverageRewardCentering (innermost
     first; online, or a gain curve over the load estimate) on each lane of a vector env
     equal the scalar wrappers on the scalar env, in lockstep: observations, centred
-    rewards and gains, through ``RecordEpisodeStatistics``."""
+    rewards (relative to the gain, too) and gains, through ``RecordEpisodeStatistics``."""
     n, seed = 3, 11
-    curve = centring == "curve+arrivals"
-    ck = {"gain_curve": CURVE} if curve else {}
+    curve = centring != "online"
+    ck: dict = {"gain_curve": CURVE} if curve else {}
+    if centring == "relative":
+        ck["relative"] = True
     env = (_native if base == "native" else _sync)(n, mode)
     inner = VectorQueueFeatures(VectorBinaryAction(env))
     venv = RecordEpisodeStatistics(
