@@ -142,6 +142,19 @@ def test_relative_centring_divides_by_the_gain():
     assert mode.relative and info["centering_gain"] > 0
 
 
+def test_run_specs_keep_relative_centring():
+    """A hyperparameter file's ``CenteredReward: {relative: true}`` reaches the run's
+    ``AverageRewardCentering`` (with a number or a curve), and nothing else gains it."""
+    from agents.wrappers import run_specs
+
+    curve = [[0.1, 5.0], [0.9, 9.0]]
+    for gain in (7.0, curve):
+        rel = run_specs([("agents.wrappers.CenteredReward", {"relative": True})], gain)
+        plain = run_specs([("agents.wrappers.CenteredReward", {})], gain)
+        assert rel[0][0] == "batch_env.wrappers.AverageRewardCentering"
+        assert rel[0][1]["relative"] is True and "relative" not in plain[0][1]
+
+
 def test_gain_curve_modes_resolve_per_load():
     """``smdp-by-load`` is the SMDP optimum at 10 loads over the range (exact there);
     ``greedy-by-load`` greedy's measured cost there; both refuse an env without a drawn
