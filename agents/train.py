@@ -57,10 +57,18 @@ from .common import (
     literal,
     load_hyperparams,
     make_env,
+    make_raw_env,
     model_file_info,
     wrapper_specs,
 )
 from .files import atomic_save, atomic_write_text, set_aside
+from .warm_start import (
+    TEACHER_VIEW,
+    WARM_START_ALGOS,
+    check_teacher,
+    check_warm_start,
+    warm_start,
+)
 from .wrappers import (
     CENTERING_WRAPPERS,
     DEFAULT_CENTERING_GAIN,
@@ -94,6 +102,7 @@ RUN_SETTINGS = (
     "eval_freq",
     "eval_episodes",
     "eval_seed",
+    "warm_start",
 )
 #: a new run's settings when not given (None: from the hyperparameter file)
 DEFAULTS: dict[str, Any] = {
@@ -113,12 +122,13 @@ DEFAULTS: dict[str, Any] = {
     "eval_freq": 50_000,
     "eval_episodes": 3,
     "eval_seed": 100_000,
+    "warm_start": None,
 }
 #: the settings a resumed run may change: n_timesteps, to extend the run
 RESUME_OVERRIDES = ("n_timesteps",)
 #: counts among the settings and their least allowed value
 _COUNTS = {
-    "n_timesteps": 1,
+    "n_timesteps": 0,
     "seed": 0,
     "num_envs": 1,
     "threads": 1,
@@ -140,8 +150,9 @@ class TrainArgs:
     The run's settings (:data:`RUN_SETTINGS`, every field but ``run_dir``, ``resume``,
     ``progress`` and ``verbose``) default to None, "not given": a new run takes
     :data:`DEFAULTS` (the value in brackets below), a resumed run the value saved in its
-    ``config.yaml``. Counts must be integers: ``n_timesteps``, ``num_envs``, ``threads``,
-    ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``, ``eval_seed``, ``eval_freq`` >= 0.
+    ``config.yaml``. Counts must be integers: ``n_timesteps`` (0 only with ``warm_start``),
+    ``num_envs``, ``threads``, ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``,
+    ``eval_seed``, ``eval_freq`` >= 0.
     """
 
     algo: str | None = None
@@ -180,6 +191,9 @@ class TrainArgs:
     """episodes per periodic evaluation [3]."""
     eval_seed: int | None = None
     """first seed of the evaluation episodes, held out from training [100000]."""
+    warm_start: dict[str, Any] | None = None
+    """behaviour cloning from a baseline before RL (:mod:`agents.warm_start`):
+    ``{policy: <baseline>, params: {...}, steps: 100000, epochs: 10}`` [None: none]."""
     resume: bool = False
     """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
     progress: bool = True
@@ -208,6 +222,24 @@ def check_settings(given: dict[str, Any]) -> None:
         check_gain_mode(given["centering_gain"])
     if given.get("device") is not None:
         check_device("device", given["device"])
+    if given.get("n_timesteps") == 0 and given.get("warm_start") is None:
+        raise ValueError(
+            "n_timesteps=0 trains nothing: give an integer >= 1 (0 only with warm_start, "
+            "to keep the cloned policy as it is)"
+        )
+    if given.get("warm_start") is not None:
+        check_warm_start(given["warm_start"])
+        algo = given.get("algo", DEFAULTS["algo"])
+        if algo not in WARM_START_ALGOS:
+            raise ValueError(
+                f"warm_start is given with algo={algo!r}: behaviour cloning needs an "
+                f"actor-critic with a distribution over actions, one of {list(WARM_START_ALGOS)}"
+            )
+        if given.get("vectorized"):
+            raise ValueError(
+                "warm_start is given with vectorized=True: the teacher reads each training "
+                "env's raw state, which SB3's DummyVecEnv gives; leave vectorized out"
+            )
 
 
 def given_settings(args: TrainArgs) -> dict[str, Any]:
@@ -217,6 +249,8 @@ def given_settings(args: TrainArgs) -> dict[str, Any]:
     check_settings(given)
     if "centering_gain" in given:
         given["centering_gain"] = str(given["centering_gain"])
+    if "warm_start" in given:  # with its defaults, as config.yaml keeps it
+        given["warm_start"] = check_warm_start(given["warm_start"])
     return given
 
 
@@ -439,6 +473,8 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     make_env(
         st["env_id"], st["env_kwargs"], run_specs(specs, 1.0)
     ).close()  # refuse bad env kwargs first
+    if st["warm_start"] is not None:  # the teacher's parameters, on a throwaway env
+        check_teacher(st["warm_start"], make_raw_env(st["env_id"], st["env_kwargs"]))
     gain = _centering_gain(args, st, specs)
     specs = run_specs(specs, gain)
     normalize = literal(hp.get("normalize", False), "normalize")
@@ -461,6 +497,7 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         "algo_kwargs": {k: v for k, v in hp.items() if k not in ZOO_KEYS},
         "centering_gain": gain,
         "centering_mode": str(st["centering_gain"]),
+        "warm_start": st["warm_start"],
         "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
         "score_reference": score_reference(st["env_id"], st["env_kwargs"]),
         "seed": st["seed"],
@@ -516,8 +553,12 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
 
     # 2. vectorized, wrapped, optionally normalized training envs
+    # a warm start's teacher reads the raw env through an innermost TeacherView
+    teach = st["warm_start"] if not args.resume else None
+    lane_specs = ([(TEACHER_VIEW, {})] if teach is not None else []) + specs
+
     def env_fn() -> Any:
-        return make_env(cfg["env_id"], cfg["env_kwargs"], specs)
+        return make_env(cfg["env_id"], cfg["env_kwargs"], lane_specs)
 
     if cfg.get("vectorized", False):
         venv = make_lane_vec_env(
@@ -574,6 +615,8 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
             ) from None
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
+        if teach is not None:
+            warm_start(model, venv, teach, run, gamma)
 
     # 4. callbacks: checkpoints, serving metrics, periodic evaluation
     checkpoints = Checkpoints(max(st["checkpoint_freq"] // cfg["n_envs"], 1), run / "checkpoints")

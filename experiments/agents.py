@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ import batch_env
 from agents.common import check_int
 from batch_env.evaluate import ci95_half_width
 
+from .backends import process_pool
 from .compare import check_mapping, check_name, read_yaml_config
 
 _KEYS = {
@@ -228,7 +228,7 @@ def _run_settings(
     jobs = [
         (cfg, s, seed, str(root / f"{s}-s{seed}")) for s in names for seed in cfg["train_seeds"]
     ]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         list(pool.map(_train_job, jobs))
 
     from agents import load_policy

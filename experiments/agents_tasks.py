@@ -42,7 +42,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +53,7 @@ import batch_env
 from agents.common import check_int
 from batch_env.evaluate import ci95_half_width
 
+from .backends import process_pool
 from .compare import check_mapping
 
 ENTRY_KEYS = {
@@ -66,6 +66,7 @@ ENTRY_KEYS = {
     "hyperparams",
     "protocol",
     "check",
+    "warm_start",
 }
 CHECK_KEYS = {"loads", "seeds", "horizon_requests", "env_kwargs", "baselines"}
 #: the summary metrics a check keeps per episode (those an episode's summary has)
@@ -103,7 +104,8 @@ def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
             f"{where}: task={entry['task']!r} is not a benchmark task: {', '.join(tasks.TASKS)}"
         )
     if "n_timesteps" in entry:
-        check_int(f"{where}: n_timesteps", entry["n_timesteps"], 1)
+        # 0: a warm start's cloned policy, before any RL
+        check_int(f"{where}: n_timesteps", entry["n_timesteps"], 0 if "warm_start" in entry else 1)
     if "train_seeds" in entry:
         check_seeds(f"{where}: train_seeds", entry["train_seeds"])
     if not isinstance(entry.get("train_env_kwargs", {}), dict):
@@ -122,6 +124,10 @@ def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
         except ValueError:
             pass
         entry["hyperparams"] = str(path)
+    if "warm_start" in entry:
+        from agents.warm_start import check_warm_start
+
+        entry["warm_start"] = check_warm_start(entry["warm_start"], f"{where}: warm_start")
     if "check" in entry:
         entry["check"] = _check_check(f"{where}: check", entry["check"], entry["task"])
     if not entry.get("protocol", True) and "check" not in entry:
@@ -209,6 +215,7 @@ def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
         run_dir=run_dir,
         centering_gain=str(e.get("centering_gain", cfg.get("centering_gain", "greedy"))),
         eval_freq=n // 3,
+        warm_start=e.get("warm_start"),
         progress=False,
     )
 
@@ -332,7 +339,7 @@ def run_entries(
         for n in names
         for seed in cfg["tasks"][n].get("train_seeds", cfg["train_seeds"])
     ]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         list(pool.map(_train_job, jobs))
     evals: list[tuple[str, str, Any, dict[str, Any] | None, str]] = []
     base_dir = root / "_baselines"
@@ -356,7 +363,7 @@ def run_entries(
                     evals.append(("baseline", e["task"], b, check, cache_of(e, b)))
     # the longest first, so that the pool's last minutes are not one long job alone
     order = sorted(range(len(evals)), key=lambda i: evals[i][0] != "protocol")
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:
         done_sorted = list(pool.map(_eval_job, [evals[i] for i in order]))
     done: list[Any] = [None] * len(evals)
     for i, r in zip(order, done_sorted, strict=True):
@@ -520,6 +527,21 @@ def _pm(m: float, h: float, digits: int = 2) -> str:
     return f"{m:.{digits}f} ± {h:.{digits}f}" if np.isfinite(h) else f"{m:.{digits}f}"
 
 
+def _warm_note(entry: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """The sentence naming an entry's warm start (its teacher and RL steps), or ''."""
+    ws = entry.get("warm_start")
+    if not ws:
+        return ""
+    params = ", ".join(f"{k}={v}" for k, v in ws["params"].items())
+    rl = int(entry.get("n_timesteps", cfg.get("n_timesteps", 0)))
+    after = f"then {rl:,} steps of RL" if rl else "no RL after (the clone alone)"
+    return (
+        f"Warm start: a clone of `{ws['policy']}`"
+        + (f" ({params})" if params else "")
+        + f" on {ws['steps']:,} env steps, {ws['epochs']} epochs; {after}. "
+    )
+
+
 def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     """The tasks' tables: the protocol figures, then each check."""
     if not rows:
@@ -568,7 +590,8 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
             + (f", env {c['env_kwargs']}" if c["env_kwargs"] else "")
             + ")",
             "",
-            "Cost per second (lower is better); the agent's ± is over training runs, a "
+            _warm_note(cfg["tasks"].get(n, {}), cfg)
+            + "Cost per second (lower is better); the agent's ± is over training runs, a "
             "baseline's over seeds; 'agent - it' is paired per seed.",
             "",
             "| load | policy | cost per s | gap to the optimum | latency mean ms | p99 ms "

@@ -30,6 +30,24 @@ BACKENDS = ("local", "ray")
 INSTALL_HINT = "pip install 'batch-env[ray]'"
 
 
+def process_pool(workers: int) -> Any:
+    """A ``ProcessPoolExecutor`` of ``workers`` processes started from a fresh
+    interpreter (``forkserver`` where the platform has it, else ``spawn``), never forked
+    from this one: a child forked after this process ran PyTorch on several threads can
+    hang in its first parallel kernel (a fork keeps the OpenMP pool's locks but not its
+    threads; seen in network initialisation, ``torch.nn.init.orthogonal_``). The jobs
+    must be module-level functions with picklable arguments, and the workers do not see
+    this process's later changes to modules (a test's monkeypatch). Used where workers
+    train or load agents (``batch-env agents``); ``experiments.benchmark``'s reference
+    runs (baselines only, no PyTorch) keep the platform's default pool."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    methods = multiprocessing.get_all_start_methods()
+    ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+
+
 class RayUnavailableError(ImportError):
     """``--backend ray`` was asked for but Ray is not installed (the message says how to install it)."""
 

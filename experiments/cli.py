@@ -798,6 +798,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         checkpoint_freq=args.checkpoint_freq,
         eval_freq=args.eval_freq,
         eval_episodes=args.eval_episodes,
+        warm_start=_parse_mapping(args.warm_start, "--warm-start"),
         resume=args.resume,
         progress=not args.no_progress and not args.json,
     )
@@ -854,6 +855,7 @@ _SET_BY_SWEEP = (
     ("--run-dir", "run_dir", "name (with --runs-dir)"),
     ("--centering-gain", "centering_gain", "centering_gain"),
     ("--eval-episodes", "eval_episodes", "eval_episodes"),
+    ("--warm-start", "warm_start", "(trials start from scratch)"),
     ("--resume", "resume", "(a rerun resumes)"),
     ("--device", "device", "(trials train on the CPU)"),
     ("--threads", "threads", "(one thread per trial)"),
@@ -1293,10 +1295,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--n-timesteps",
-        type=_count(1),
+        type=_count(0),
         default=None,
         help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
-        "larger value to extend it)",
+        "larger value to extend it; 0 only with --warm-start: the cloned policy, no RL)",
     )
     p.add_argument("--seed", type=_count(0), default=None, help=f"seed (default 0{kept})")
     p.add_argument(
@@ -1352,6 +1354,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_count(1),
         default=None,
         help=f"episodes per evaluation (default 3{kept})",
+    )
+    p.add_argument(
+        "--warm-start",
+        default=None,
+        metavar="YAML",
+        help="clone a baseline before RL (agents.warm_start): '{policy: <baseline>, params: "
+        "{...}, steps: 100000, epochs: 10}' runs the baseline on the training envs for steps "
+        "env steps and fits the actor to its actions and the critic to its discounted "
+        f"rewards for epochs passes; writes warm_start.json in the run (default none{kept})",
     )
     p.add_argument(
         "--resume",

@@ -241,6 +241,23 @@ def test_a_config_needs_settings_or_tasks(tmp_path):
         load_agents_config(path)
 
 
+def test_entry_warm_starts_are_checked(tmp_path):
+    """An entry's warm_start gets its defaults or a named error; n_timesteps 0 (the cloned
+    policy alone) only with a warm start."""
+    from experiments.agents_tasks import check_entry, train_args
+
+    base = {"task": "batch_env/Bursty-v0", "check": {"seeds": [1]}}
+    e = check_entry("e", {**base, "n_timesteps": 0, "warm_start": {"policy": "greedy"}}, tmp_path)
+    assert e["warm_start"] == {"policy": "greedy", "params": {}, "steps": 100000, "epochs": 10}
+    cfg = {"algo": "ppo", "n_timesteps": 5, "tasks": {"e": e}}
+    args = train_args(cfg, "e", 0, str(tmp_path / "r"))
+    assert args.warm_start == e["warm_start"] and args.n_timesteps == 0
+    with pytest.raises(ValueError, match="e: n_timesteps"):
+        check_entry("e", {**base, "n_timesteps": 0}, tmp_path)
+    with pytest.raises(ValueError, match=r"e: warm_start: unknown key\(s\) \['teacher'\]"):
+        check_entry("e", {**base, "warm_start": {"policy": "greedy", "teacher": 1}}, tmp_path)
+
+
 def test_check_loads_follow_whether_the_task_draws_its_load(tmp_path):
     """A check sets loads on a task that draws its load per episode, and only there."""
     from experiments.agents_tasks import check_entry

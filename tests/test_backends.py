@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +123,32 @@ def test_bench_backends_is_skipped_without_ray(no_ray):
 
     r = bench_backends()
     assert set(r) == {"skipped"} and "pip install 'batch-env[ray]'" in r["skipped"]
+
+
+def test_process_pools_do_not_fork_a_process_that_ran_torch(tmp_path):
+    """Experiment workers start from a fresh interpreter: forked from a process that ran
+    PyTorch on two threads, a worker hangs in its first parallel kernel (reproduced with
+    a fork context: this script then times out)."""
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import torch\n"
+        "from experiments.backends import process_pool\n"
+        "def job(i):\n"
+        "    return float(torch.nn.init.orthogonal_(torch.empty(256, 256)).sum())\n"
+        "if __name__ == '__main__':\n"
+        "    torch.set_num_threads(2)\n"
+        "    torch.nn.init.orthogonal_(torch.empty(256, 256))\n"
+        "    with process_pool(2) as pool:\n"
+        "        print(len(list(pool.map(job, range(4)))))\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "4"

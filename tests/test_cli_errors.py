@@ -191,8 +191,16 @@ CASES = [
     (["evaluate", "--env-id", "nope"], ["--env-id", "'nope'"]),
     (["evaluate", "--profile", "nope", "--episodes", "1"], ["nope"]),
     # train: nonsense numbers
-    (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'", ">= 1"]),
-    (["train", "--n-timesteps", "0"], ["--n-timesteps", "'0'", ">= 1"]),
+    (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'", ">= 0"]),
+    (["train", "--n-timesteps", "0"], ["n_timesteps=0", ">= 1", "warm_start"]),
+    (["train", "--warm-start", "{policy: [unclosed"], ["--warm-start", "not valid YAML"]),
+    (["train", "--warm-start", "graph"], ["--warm-start", "must be a mapping"]),
+    (["train", "--warm-start", "{policy: nope}"], ["warm_start", "'nope'", "not a baseline"]),
+    (["train", "--warm-start", "{policy: greedy, epochs: 0}"], ["warm_start: epochs", "0"]),
+    (
+        ["train", "--warm-start", "{policy: static, params: {bogus: 1}}"],
+        ["warm_start", "refuses params", "bogus"],
+    ),
     (["train", "--checkpoint-freq", "0"], ["--checkpoint-freq", "'0'", ">= 1"]),
     (["train", "--eval-freq", "-1"], ["--eval-freq", "'-1'", ">= 0"]),
     (["train", "--eval-episodes", "0"], ["--eval-episodes", "'0'", ">= 1"]),

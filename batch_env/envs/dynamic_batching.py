@@ -269,6 +269,14 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self.render()
         return self._obs(), self._info(q, 0.0, comps)
 
+    def effective_action(self, action: int) -> int:
+        """What ``step(action)`` would do now, as an action: a batch larger than the
+        queue runs the queue (the clip ``info["clipped_action"]`` flags). Two actions do
+        the same thing exactly when their effective actions are equal."""
+        a = int(action)
+        q = len(self._arr) - self._ns
+        return q if a > q else a
+
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Apply ``action`` at the current epoch and run to the next one.
 

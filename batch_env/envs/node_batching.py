@@ -226,6 +226,14 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         room = self._B - (self._ns - self._nk)
         return q if q < room else room
 
+    def effective_action(self, action: int) -> int:
+        """What ``step(action)`` would do now, as an action: admitting more than can be
+        admitted admits what can (the clip ``info["clipped_action"]`` flags). Two actions
+        do the same thing exactly when their effective actions are equal."""
+        d, k = divmod(int(action), self._B + 1)
+        kmax = self._kmax()
+        return d * (self._B + 1) + (kmax if k > kmax else k)
+
     def _mask(self) -> np.ndarray:
         B = self._B
         kmax = self._kmax()

@@ -1,0 +1,293 @@
+"""Warm start: behaviour cloning from a baseline before reinforcement learning.
+
+``batch-env train --warm-start '{policy: graph, params: {window_ms: 0}}'`` (or
+``warm_start:`` in an entry of ``experiments/configs/agents.yml``) runs the named baseline
+(:func:`baselines.make`, the teacher) on the run's own training envs for ``steps`` env
+steps, then fits the fresh model to it for ``epochs`` passes before PPO starts:
+
+* the actor by maximum likelihood of the teacher's actions, each mapped into the agent's
+  action space (through the wrappers' ``action_from_info``: the agent action that the
+  wrappers turn into the teacher's env action; where none does, the one whose env action
+  is nearest, counted in ``labels_exact``);
+* the critic by regression on the discounted sums of the (centred, normalized) rewards
+  the teacher earned, leaving out the last ``3 / (1 - gamma)`` steps before each episode
+  end and the end of the data, where the sum is cut short.
+
+The teacher acts on the raw env's observation and ``info`` (a transparent innermost
+wrapper, :class:`TeacherView`, keeps them), so any baseline can teach any agent whatever
+its observation wrappers: a phase-aware baseline that reads the workload's model can teach
+an agent that sees arrival statistics only (a privileged teacher). The teacher's steps
+also set the observation and reward normalization statistics; they are not counted in
+``n_timesteps`` (the RL steps). The run directory gets ``warm_start.json``: the teacher,
+the share of exact labels, the cloned policy's agreement with the teacher on its own data,
+and the losses per epoch.
+
+This is "kickstarting" an RL agent from a hand-written policy: the agent starts where the
+teacher is and RL moves it from there; ``docs/decisions.md`` ("Warm starts") says when we
+use it and how results are reported (the teacher, the cloned policy before RL and the
+final agent side by side).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from .common import check_int
+
+#: the keys of a warm-start setting and what each means
+WARM_START_KEYS = {
+    "policy": "the teacher: a baseline name (batch-env baselines --help lists them)",
+    "params": "the teacher's parameters, a mapping [{}]",
+    "steps": "env steps of teacher data [100000]",
+    "epochs": "passes of behaviour cloning over the data [10]",
+}
+#: defaults of the optional keys
+WARM_START_DEFAULTS: dict[str, Any] = {"params": {}, "steps": 100_000, "epochs": 10}
+#: algorithms whose policies clone (an actor-critic with a distribution over actions)
+WARM_START_ALGOS = ("ppo", "a2c", "ppo_mask")
+#: the dotted path of :class:`TeacherView` (the innermost wrapper of a warm-started run)
+TEACHER_VIEW = "agents.warm_start.TeacherView"
+#: minibatch and learning rate of the cloning (Adam)
+BATCH_SIZE = 256
+LEARNING_RATE = 1e-3
+#: the critic's targets leave out this many effective horizons 1 / (1 - gamma) before a cut
+VALUE_CUT_HORIZONS = 3.0
+
+
+def check_warm_start(value: Any, field: str = "warm_start") -> dict[str, Any] | None:
+    """``value`` with the defaults filled in (None stays None); else ``ValueError``
+    naming ``field``, the value and what is allowed."""
+    import baselines
+
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{field}={value!r} must be a mapping, e.g. {{policy: graph, params: {{window_ms: 0}}}}"
+        )
+    unknown = sorted(str(k) for k in value if k not in WARM_START_KEYS)
+    if unknown:
+        raise ValueError(
+            f"{field}: unknown key(s) {unknown}: allowed are "
+            + "; ".join(f"{k} ({v})" for k, v in WARM_START_KEYS.items())
+        )
+    out = {**WARM_START_DEFAULTS, **value}
+    if "policy" not in value:
+        raise ValueError(f"{field}={value!r} needs policy: {WARM_START_KEYS['policy']}")
+    if out["policy"] not in baselines.available():
+        raise ValueError(
+            f"{field}: policy={out['policy']!r} is not a baseline: allowed are {baselines.available()}"
+        )
+    if not isinstance(out["params"], dict):
+        raise ValueError(
+            f"{field}: params={out['params']!r} must be a mapping of the teacher's parameters"
+        )
+    check_int(f"{field}: steps", out["steps"], 1)
+    check_int(f"{field}: epochs", out["epochs"], 1)
+    out["params"] = dict(out["params"])
+    return out
+
+
+def check_teacher(spec: dict[str, Any], env: gym.Env, field: str = "warm_start") -> None:
+    """Build the teacher of ``spec`` (checked) on ``env`` (closed after), so that a
+    parameter it refuses, or an env whose actions are not discrete, is a ``ValueError``
+    naming ``field`` before a run starts."""
+    import baselines
+
+    try:
+        if not isinstance(env.action_space, gym.spaces.Discrete):
+            raise ValueError(
+                f"{field}: the env's actions are {env.action_space}: behaviour cloning "
+                "here needs discrete actions"
+            )
+        try:
+            baselines.make(spec["policy"], env, **spec["params"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{field}: the teacher policy={spec['policy']!r} refuses params="
+                f"{spec['params']!r} on this env: {' '.join(str(exc).split())}"
+            ) from None
+    finally:
+        env.close()
+
+
+class TeacherView(gym.Wrapper):
+    """Keeps the raw env's latest observation and ``info`` for a teacher policy; changes
+    nothing (the innermost wrapper of a warm-started run's training envs)."""
+
+    obs: Any = None
+    info: dict[str, Any] = {}
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset the env and keep what it returned."""
+        self.obs, self.info = self.env.reset(**kwargs)
+        return self.obs, self.info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the env and keep the observation and ``info``."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.obs, self.info = obs, info
+        return obs, reward, terminated, truncated, info
+
+
+def _chain(env: gym.Env) -> tuple[TeacherView, list[Any]]:
+    """The lane's :class:`TeacherView` and its action wrappers (outermost first)."""
+    mappers: list[Any] = []
+    e: Any = env
+    while True:
+        if isinstance(e, TeacherView):
+            return e, mappers
+        if hasattr(e, "action_from_info") and isinstance(e, gym.ActionWrapper):
+            mappers.append(e)
+        if not hasattr(e, "env"):
+            raise ValueError("warm start: the training env has no TeacherView wrapper")
+        e = e.env
+
+
+def label(
+    n_actions: int,
+    mappers: list[Any],
+    env_action: int,
+    info: dict[str, Any],
+    effective: Any = None,
+) -> tuple[int, bool]:
+    """The agent action (of ``n_actions``) that ``mappers`` (action wrappers, outermost
+    first) turn into an env action doing what ``env_action`` does, and True; where none
+    does, the one whose env action is nearest (the lowest on ties), and False.
+    ``effective(a)`` (the env's ``effective_action``, identity when None) says what an env
+    action does in the current state: serving 32 from a queue of 10 serves 10."""
+    eff = effective if effective is not None else int
+    want = int(eff(env_action))
+    best, best_d = 0, math.inf
+    for a in range(n_actions):
+        x: Any = a
+        for m in mappers:
+            x = m.action_from_info(x, info)
+        d = abs(int(eff(x)) - want)
+        if d == 0:
+            return a, True
+        if d < best_d:
+            best, best_d = a, d
+    return best, False
+
+
+def discounted_targets(
+    rewards: np.ndarray, cuts: np.ndarray, gamma: float, skip: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Discounted sums of ``rewards`` (steps x lanes) cut after every step where ``cuts``
+    is True and at the end, and a mask leaving out the ``skip`` steps before each cut
+    (where the sum misses what would have followed)."""
+    T, n = rewards.shape
+    g = np.zeros((T, n))
+    valid = np.ones((T, n), dtype=bool)
+    acc = np.zeros(n)
+    since = np.zeros(n, dtype=int)  # steps from here to the next cut (the end counts)
+    for t in range(T - 1, -1, -1):
+        cut = cuts[t] | (t == T - 1)
+        acc = np.where(cut, 0.0, acc)
+        since = np.where(cut, 0, since + 1)
+        acc = rewards[t] + gamma * acc
+        g[t] = acc
+        valid[t] = since >= skip
+    return g, valid
+
+
+def warm_start(
+    model: Any, venv: Any, spec: dict[str, Any], run: Path, gamma: float
+) -> dict[str, Any]:
+    """Collect ``spec['steps']`` env steps of the teacher on ``venv`` (a ``DummyVecEnv``,
+    optionally under ``VecNormalize``, whose lanes have a :class:`TeacherView`), clone it
+    into ``model``'s policy, write ``warm_start.json`` in ``run`` and return its record."""
+    import torch
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    import baselines
+
+    norm = venv if isinstance(venv, VecNormalize) else None
+    lanes = (norm.venv if norm is not None else venv).envs
+    n_actions = int(venv.action_space.n)
+    views, mappers = zip(*(_chain(lane) for lane in lanes), strict=True)
+    teachers = [baselines.make(spec["policy"], lane, **spec["params"]) for lane in lanes]
+    effective = [getattr(lane.unwrapped, "effective_action", None) for lane in lanes]
+    n = len(lanes)
+    T = max(spec["steps"] // n, 1)
+    o = venv.reset()
+    for t in teachers:
+        t.reset()
+    obs_raw: list[np.ndarray] = []
+    acts = np.zeros((T, n), dtype=np.int64)
+    rews = np.zeros((T, n))
+    cuts = np.zeros((T, n), dtype=bool)
+    exact = 0
+    for step in range(T):
+        for i in range(n):
+            env_action = int(teachers[i].act(views[i].obs, views[i].info))
+            acts[step, i], ok = label(
+                n_actions, mappers[i], env_action, views[i].info, effective[i]
+            )
+            exact += ok
+        obs_raw.append(np.array(norm.get_original_obs() if norm is not None else o))
+        o, rew, dones, _ = venv.step(acts[step])
+        rews[step] = norm.get_original_reward() if norm is not None else rew
+        cuts[step] = dones
+        for i in np.flatnonzero(dones):
+            teachers[i].reset()
+    raw = np.stack(obs_raw)  # steps x lanes x features
+    obs = norm.normalize_obs(raw) if norm is not None else raw
+    r = norm.normalize_reward(rews) if norm is not None else rews
+    skip = int(math.ceil(VALUE_CUT_HORIZONS / max(1.0 - gamma, 1e-9)))
+    targets, valid = discounted_targets(r, cuts, gamma, skip)
+
+    policy = model.policy
+    device = policy.device
+    x = torch.as_tensor(obs.reshape(T * n, -1), dtype=torch.float32, device=device)
+    y = torch.as_tensor(acts.reshape(-1), device=device)
+    v = torch.as_tensor(targets.reshape(-1), dtype=torch.float32, device=device)
+    m = torch.as_tensor(valid.reshape(-1), device=device)
+    opt = torch.optim.Adam(policy.parameters(), lr=LEARNING_RATE)
+    gen = torch.Generator().manual_seed(int(model.seed or 0))
+    history = []
+    policy.set_training_mode(True)
+    for _ in range(spec["epochs"]):
+        order = torch.randperm(len(y), generator=gen).to(device)
+        pi_sum, v_sum, batches = 0.0, 0.0, 0
+        for lo in range(0, len(y), BATCH_SIZE):
+            idx = order[lo : lo + BATCH_SIZE]
+            dist = policy.get_distribution(x[idx])
+            loss_pi = -dist.log_prob(y[idx]).mean()
+            sel = idx[m[idx]]
+            loss_v = (
+                ((policy.predict_values(x[sel]).flatten() - v[sel]) ** 2).mean()
+                if len(sel)
+                else torch.zeros((), device=device)
+            )
+            loss = loss_pi + 0.5 * loss_v
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+            opt.step()
+            pi_sum, v_sum, batches = pi_sum + loss_pi.item(), v_sum + loss_v.item(), batches + 1
+        history.append({"policy_loss": pi_sum / batches, "value_loss": v_sum / batches})
+    policy.set_training_mode(False)
+    with torch.no_grad():
+        same = sum(
+            int((policy.get_distribution(x[lo : lo + 4096]).mode() == y[lo : lo + 4096]).sum())
+            for lo in range(0, len(y), 4096)
+        )
+    agree = same / len(y)
+    record = {
+        **{k: spec[k] for k in WARM_START_KEYS},
+        "samples": int(T * n),
+        "labels_exact": exact / (T * n),
+        "agreement": agree,
+        "value_samples": int(valid.sum()),
+        "epochs_log": history,
+    }
+    (run / "warm_start.json").write_text(json.dumps(record, indent=1))
+    return record
