@@ -20,7 +20,7 @@ an agent that sees arrival statistics only (a privileged teacher). The teacher's
 also set the observation and reward normalization statistics; they are not counted in
 ``n_timesteps`` (the RL steps). The run directory gets ``warm_start.json``: the teacher,
 the share of exact labels, the cloned policy's agreement with the teacher on its own data,
-and the losses per epoch.
+and the losses per epoch; TensorBoard gets them under ``tb/warm_start`` (``warm_start/*``).
 
 This is "kickstarting" an RL agent from a hand-written policy: the agent starts where the
 teacher is and RL moves it from there; ``docs/decisions.md`` ("Warm starts") says when we
@@ -290,4 +290,21 @@ def warm_start(
         "epochs_log": history,
     }
     (run / "warm_start.json").write_text(json.dumps(record, indent=1))
+    _log(run, record)
     return record
+
+
+def _log(run: Path, record: dict[str, Any]) -> None:
+    """The losses per epoch (step = epoch) and the agreement to TensorBoard, under
+    ``run/tb/warm_start`` (tags ``warm_start/...``)."""
+    from stable_baselines3.common.logger import configure
+
+    logger = configure(str(run / "tb" / "warm_start"), ["tensorboard"])
+    for epoch, losses in enumerate(record["epochs_log"], start=1):
+        for key, value in losses.items():
+            logger.record(f"warm_start/{key}", value)
+        if epoch == len(record["epochs_log"]):
+            logger.record("warm_start/agreement", record["agreement"])
+            logger.record("warm_start/labels_exact", record["labels_exact"])
+        logger.dump(step=epoch)
+    logger.close()

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import yaml
+from conftest import tensorboard_scalars
 from helpers import SMALL_ENV, TINY_PPO
 
 import baselines
@@ -130,6 +131,9 @@ def test_warm_start_clones_the_teacher(tmp_path):
     assert rec["value_samples"] > 0
     assert len(rec["epochs_log"]) == 20
     assert rec["epochs_log"][-1]["policy_loss"] < rec["epochs_log"][0]["policy_loss"]
+    tags = tensorboard_scalars(run)
+    assert [s for s, _ in tags["warm_start/policy_loss"]] == list(range(1, 21))
+    assert tags["warm_start/agreement"] == [(20, pytest.approx(rec["agreement"]))]
     cfg = yaml.safe_load((run / "config.yaml").read_text())
     assert cfg["warm_start"]["policy"] == "smdp" and cfg["args"]["warm_start"]["steps"] == 3000
     assert not any("TeacherView" in w["class"] for w in cfg["wrappers"])  # training only
