@@ -14,6 +14,7 @@ import importlib
 import importlib.resources
 import math
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -420,6 +421,19 @@ def make_env(
     return env
 
 
+def action_mappers(env: gym.Env) -> list[Callable[[Any, dict[str, Any]], Any]]:
+    """The action wrappers of ``env``'s chain, outermost first, as functions
+    ``(action, info) -> the wrapped env's action``: a wrapper's ``action_from_info``
+    where it has one (the mapping from another env's ``info``), else its ``action``."""
+    out: list[Callable[[Any, dict[str, Any]], Any]] = []
+    e: Any = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, gym.ActionWrapper):
+            out.append(getattr(e, "action_from_info", None) or (lambda a, info, w=e: w.action(a)))
+        e = e.env
+    return out
+
+
 class NumpyActor:
     """The deterministic action of an SB3 MLP policy, computed in NumPy.
 
@@ -571,11 +585,7 @@ class AgentPolicy:
         self._episode_start = True
         self._state: Any = None
         # action wrappers that need the state map from the acting env's info instead
-        self._act_fns = [
-            getattr(w, "action_from_info", None) or (lambda a, info, w=w: w.action(a))
-            for w in reversed(chain)
-            if isinstance(w, gym.ActionWrapper)
-        ]
+        self._act_fns = action_mappers(template)
         self._maskable = type(model).__name__ == "MaskablePPO"
         # an action wrapper whose actions are all valid (BinaryAction, AdmitFraction): the
         # model's mask is all ones, of its action space's size, not the env's info mask

@@ -6,7 +6,7 @@
 steps, then fits the fresh model to it for ``epochs`` passes before PPO starts:
 
 * the actor by maximum likelihood of the teacher's actions, each mapped into the agent's
-  action space (through the wrappers' ``action_from_info``: the agent action that the
+  action space (through the action wrappers' mappings, ``action_mappers``: the agent action that the
   wrappers turn into the teacher's env action; where none does, the one whose env action
   is nearest, counted in ``labels_exact``);
 * the critic by regression on the discounted sums of the (centred, normalized) rewards
@@ -38,7 +38,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from .common import check_int
+from .common import action_mappers, check_int
 
 #: the keys of a warm-start setting and what each means
 WARM_START_KEYS = {
@@ -136,18 +136,14 @@ class TeacherView(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def _chain(env: gym.Env) -> tuple[TeacherView, list[Any]]:
-    """The lane's :class:`TeacherView` and its action wrappers (outermost first)."""
-    mappers: list[Any] = []
+def _view(env: gym.Env) -> TeacherView:
+    """The lane's :class:`TeacherView`."""
     e: Any = env
-    while True:
-        if isinstance(e, TeacherView):
-            return e, mappers
-        if hasattr(e, "action_from_info") and isinstance(e, gym.ActionWrapper):
-            mappers.append(e)
-        if not hasattr(e, "env"):
+    while not isinstance(e, TeacherView):
+        if not isinstance(e, gym.Wrapper):
             raise ValueError("warm start: the training env has no TeacherView wrapper")
         e = e.env
+    return e
 
 
 def label(
@@ -157,8 +153,9 @@ def label(
     info: dict[str, Any],
     effective: Any = None,
 ) -> tuple[int, bool]:
-    """The agent action (of ``n_actions``) that ``mappers`` (action wrappers, outermost
-    first) turn into an env action doing what ``env_action`` does, and True; where none
+    """The agent action (of ``n_actions``) that ``mappers`` (the action wrappers'
+    mappings, outermost first: :func:`agents.common.action_mappers`) turn into an env
+    action doing what ``env_action`` does, and True; where none
     does, the one whose env action is nearest (the lowest on ties), and False.
     ``effective(a)`` (the env's ``effective_action``, identity when None) says what an env
     action does in the current state: serving 32 from a queue of 10 serves 10."""
@@ -168,7 +165,7 @@ def label(
     for a in range(n_actions):
         x: Any = a
         for m in mappers:
-            x = m.action_from_info(x, info)
+            x = m(x, info)
         d = abs(int(eff(x)) - want)
         if d == 0:
             return a, True
@@ -212,7 +209,8 @@ def warm_start(
     norm = venv if isinstance(venv, VecNormalize) else None
     lanes = (norm.venv if norm is not None else venv).envs
     n_actions = int(venv.action_space.n)
-    views, mappers = zip(*(_chain(lane) for lane in lanes), strict=True)
+    views = [_view(lane) for lane in lanes]
+    mappers = [action_mappers(lane) for lane in lanes]
     teachers = [baselines.make(spec["policy"], lane, **spec["params"]) for lane in lanes]
     effective = [getattr(lane.unwrapped, "effective_action", None) for lane in lanes]
     n = len(lanes)

@@ -95,19 +95,19 @@ def test_label_maps_a_teacher_action_to_the_agent_action_doing_the_same():
     q = core.queue_len
     info = {"queue_len": q}
     # serving the whole queue is "serve" (the wrapper asks for B, the env runs q)
-    assert label(2, [env], q, info, core.effective_action) == (1, True)
-    assert label(2, [env], 0, info, core.effective_action) == (0, True)
+    assert label(2, [env.action_from_info], q, info, core.effective_action) == (1, True)
+    assert label(2, [env.action_from_info], 0, info, core.effective_action) == (0, True)
     # without the env's clip, B and q look different: the nearest is taken and flagged
-    assert label(2, [env], q, info)[1] is (q == 32)
+    assert label(2, [env.action_from_info], q, info)[1] is (q == 32)
     # a partial batch no agent action runs: the nearest, not exact
     if q >= 3:
-        a, exact = label(2, [env], 1, info, core.effective_action)
+        a, exact = label(2, [env.action_from_info], 1, info, core.effective_action)
         assert (a, exact) == (0, False)
     node = AdmitFraction(gym.make("batch_env/NodeBatching-v0"))
     _, ninfo = node.reset(seed=0)
     n = node.unwrapped
     B = n.config.max_batch_size
-    a, exact = label(node.action_space.n, [node], B, ninfo, n.effective_action)
+    a, exact = label(node.action_space.n, [node.action_from_info], B, ninfo, n.effective_action)
     assert exact and node.action_from_info(a, ninfo) in (B, n._kmax())
 
 
