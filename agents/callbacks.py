@@ -187,6 +187,14 @@ class PeriodicEvaluation(BaseCallback):
     With ``stop_when``, training stops at the first evaluation whose record it accepts
     (``stopped`` is then True): the callback returns False, which ends SB3's ``learn()``.
 
+    With ``keep_best`` (a folder), the model is also evaluated when training starts (after
+    a warm start: the cloned policy is a candidate), and the model and its observation
+    statistics of the best evaluation so far (:func:`eval_score`: the deterministic
+    policy's mean reward rate, or return on an env without a serving summary; a later
+    one wins only when strictly better) are saved there with ``best.json``
+    (``timesteps``, ``score``), which a resumed run reads back. ``train`` then keeps
+    that model (``agents.train``'s ``keep_best`` setting).
+
     :param env_id: env id.
     :param env_kwargs: env kwargs of the evaluation env (the training ones).
     :param specs: the run's wrapper specs.
@@ -196,6 +204,7 @@ class PeriodicEvaluation(BaseCallback):
     :param run_dir: where ``evaluations.json`` goes.
     :param smdp_gain: SMDP optimum's cost rate, for the gap.
     :param stop_when: called with each periodic evaluation's record; True stops training.
+    :param keep_best: folder for the best evaluation's model (None: not kept).
     """
 
     def __init__(
@@ -209,6 +218,7 @@ class PeriodicEvaluation(BaseCallback):
         run_dir: Path,
         smdp_gain: float | None = None,
         stop_when: Callable[[dict[str, Any]], bool] | None = None,
+        keep_best: Path | None = None,
     ) -> None:
         super().__init__()
         import gymnasium as gym
@@ -234,10 +244,24 @@ class PeriodicEvaluation(BaseCallback):
         self.stopped = False
         self._t0 = time.perf_counter()
         self._eval_s = 0.0  # seconds spent in evaluations since training started
+        self.keep_best = None if keep_best is None else Path(keep_best)
+        #: ``{"timesteps", "score"}`` of the kept model (None: none kept yet)
+        self.best: dict[str, Any] | None = None
+        if self.keep_best is not None and (self.keep_best / "best.json").exists():
+            self.best = read_json(self.keep_best / "best.json", "keeping a new best", _check_best)
+            if self.best is not None and not any(
+                r["timesteps"] == self.best["timesteps"] and eval_score(r) == self.best["score"]
+                for r in self.history
+            ):  # its record is gone with a damaged history: choose anew
+                self.best = None
 
     def _on_training_start(self) -> None:
         self._t0 = time.perf_counter()
         self._eval_s = 0.0
+        if self.keep_best is not None and not any(
+            r["timesteps"] == self.num_timesteps for r in self.history
+        ):
+            self.evaluate_now()  # the starting model (a warm start's clone) is a candidate
 
     def _policy(self, deterministic: bool) -> AgentPolicy:
         vn = self.model.get_vec_normalize_env()
@@ -279,7 +303,22 @@ class PeriodicEvaluation(BaseCallback):
         self._eval_s += record["eval_s"]
         self.history.append(record)
         atomic_write_text(self.path, json.dumps(self.history, indent=1))
+        if self.keep_best is not None and (
+            self.best is None or eval_score(record) > self.best["score"]
+        ):
+            self._save_best(record)
         return record
+
+    def _save_best(self, record: dict[str, Any]) -> None:
+        """Save the current model (statistics first) and ``best.json`` in ``keep_best``."""
+        assert self.keep_best is not None
+        self.keep_best.mkdir(parents=True, exist_ok=True)
+        vn = self.model.get_vec_normalize_env()
+        if vn is not None:
+            atomic_save(self.keep_best / "vecnormalize.pkl", lambda tmp: vn.save(str(tmp)))
+        atomic_save(self.keep_best / "model.zip", self.model.save)
+        self.best = {"timesteps": int(record["timesteps"]), "score": eval_score(record)}
+        atomic_write_text(self.keep_best / "best.json", json.dumps(self.best))
 
     def _on_step(self) -> bool:
         if self._next is None:
@@ -291,6 +330,22 @@ class PeriodicEvaluation(BaseCallback):
                 self.stopped = True
                 return False
         return True
+
+
+def eval_score(record: dict[str, Any]) -> float:
+    """What ``keep_best`` maximises in an evaluation record: the deterministic policy's
+    mean reward rate per second (its mean return on an env without a serving summary)."""
+    det = record["deterministic"]
+    return float(det["reward_rate_per_s"][0] if "reward_rate_per_s" in det else det["return"][0])
+
+
+def _check_best(value: Any) -> None:
+    if not (
+        isinstance(value, dict)
+        and isinstance(value.get("timesteps"), int)
+        and isinstance(value.get("score"), (int, float))
+    ):
+        raise ValueError("expected a JSON object with integer timesteps and numeric score")
 
 
 def _check_history(value: Any) -> None:

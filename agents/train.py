@@ -103,6 +103,7 @@ RUN_SETTINGS = (
     "eval_episodes",
     "eval_seed",
     "warm_start",
+    "keep_best",
 )
 #: a new run's settings when not given (None: from the hyperparameter file)
 DEFAULTS: dict[str, Any] = {
@@ -123,6 +124,7 @@ DEFAULTS: dict[str, Any] = {
     "eval_episodes": 3,
     "eval_seed": 100_000,
     "warm_start": None,
+    "keep_best": False,
 }
 #: the settings a resumed run may change: n_timesteps, to extend the run
 RESUME_OVERRIDES = ("n_timesteps",)
@@ -194,6 +196,11 @@ class TrainArgs:
     warm_start: dict[str, Any] | None = None
     """behaviour cloning from a baseline before RL (:mod:`agents.warm_start`):
     ``{policy: <baseline>, params: {...}, steps: 100000, epochs: 10}`` [None: none]."""
+    keep_best: bool | None = None
+    """end with the model of the best periodic evaluation (the deterministic policy's mean
+    reward rate on the evaluation seeds, held out from training; the model at the start,
+    a warm start's clone, included) instead of the last one; needs eval_freq > 0. The
+    choice is recorded in final_evaluation.json's ``kept_best`` [False]."""
     resume: bool = False
     """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
     progress: bool = True
@@ -216,8 +223,13 @@ def check_settings(given: dict[str, Any]) -> None:
         raise ValueError(
             f"env_kwargs={given['env_kwargs']!r} is invalid: expected a mapping of env kwargs"
         )
-    if given.get("vectorized") is not None and not isinstance(given["vectorized"], bool):
-        raise ValueError(f"vectorized={given['vectorized']!r} is invalid: expected True or False")
+    for key in ("vectorized", "keep_best"):
+        if given.get(key) is not None and not isinstance(given[key], bool):
+            raise ValueError(f"{key}={given[key]!r} is invalid: expected True or False")
+    if given.get("keep_best") and given.get("eval_freq", DEFAULTS["eval_freq"]) == 0:
+        raise ValueError(
+            "keep_best=True needs periodic evaluations to choose from: give eval_freq > 0"
+        )
     if given.get("centering_gain") is not None:
         check_gain_mode(given["centering_gain"])
     if given.get("device") is not None:
@@ -647,6 +659,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
             run,
             smdp_gain=cfg["smdp_gain"],
             stop_when=stop_when,
+            keep_best=run / "best" if st["keep_best"] else None,
         )
         callbacks.append(evaluator)
 
@@ -668,11 +681,52 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     atomic_save(run / "model.zip", model.save)
     atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
     if evaluator is not None:
-        # stopped at a target: the model is the one that evaluation saw
+        # stopped at a target: the model is the one that evaluation saw (a periodic
+        # evaluation at the last step ran before that rollout's update: evaluate again)
         final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now()
+        if st["keep_best"]:
+            final = _keep_best(run, evaluator, final, bool(norm))
         atomic_write_text(run / "final_evaluation.json", json.dumps(final, indent=1))
     venv.close()
     return run
+
+
+def _keep_best(
+    run: Path, evaluator: Any, final: dict[str, Any], normalized: bool
+) -> dict[str, Any]:
+    """The final evaluation record of a ``keep_best`` run: when an earlier evaluation was
+    strictly better than the last, its saved model (and statistics) replace ``model.zip``
+    (and ``vecnormalize.pkl``) and its record is returned; either way with ``kept_best``
+    saying which evaluation was kept, out of how many, at which score."""
+    from .callbacks import eval_score
+
+    best = evaluator.best
+    # by score, not step: a periodic evaluation at the last step saw the model before
+    # that rollout's update, so the final one may share its step and not its model
+    if best is not None and best["score"] > eval_score(final):
+        src = run / "best"
+        if normalized:
+            atomic_save(
+                run / "vecnormalize.pkl", lambda tmp: shutil.copyfile(src / "vecnormalize.pkl", tmp)
+            )
+        atomic_save(run / "model.zip", lambda tmp: shutil.copyfile(src / "model.zip", tmp))
+        kept = next(
+            r
+            for r in evaluator.history
+            if r["timesteps"] == best["timesteps"] and eval_score(r) == best["score"]
+        )
+    else:
+        kept = final
+    return {
+        **kept,
+        "kept_best": {
+            "timesteps": int(kept["timesteps"]),
+            "final_timesteps": int(final["timesteps"]),
+            "evaluations": len(evaluator.history),
+            "score": eval_score(kept),
+            "final_score": eval_score(final),
+        },
+    }
 
 
 def train_or_reuse(args: TrainArgs) -> Path:

@@ -15,7 +15,10 @@ Each entry of an agents config's ``tasks`` mapping names a registered benchmark 
           seeds: [3000, 3001, 3002, 3003]
           horizon_requests: 100000
           env_kwargs: {}                      # e.g. a wider load_range
-          baselines: [smdp-adaptive, {graph-0: {policy: graph, window_ms: 0}}]
+          baselines: [smdp-adaptive, {graph-0: {policy: graph, window_ms: 0}},
+                      {triton: {policy: timeout, max_queue_delay_ms: 32,
+                                env_kwargs: {decision_interval_ms: 0.5}}}]
+          gap: {from: [smdp-adaptive, triton], to: smdp-oracle}   # optional
 
 Every training seed's run is trained once (``<runs_dir>/<config name>/<entry>-s<seed>``;
 finished runs are reused, interrupted ones resumed) and evaluated deterministically:
@@ -34,7 +37,12 @@ finished runs are reused, interrupted ones resumed) and evaluated deterministica
   only one whose env shows the hidden phase), with the exact SMDP optimum at each load
   where the task's bound is per load (``smdp-per-seed``). The agent's per-load figure
   is the mean over runs of each run's mean over the seeds, against each baseline paired
-  per seed.
+  per seed. A baseline's own ``env_kwargs`` are added to its env only (e.g. ticks, so
+  that a timeout can fire on a task without them; the arrivals and service times do not
+  depend on the decision epochs, so the episodes stay paired per seed). With ``gap``,
+  each load also gets the share of the gap between the cheapest of the ``from``
+  baselines and the ``to`` baseline (a bound) that each run closes, in percent
+  (``gap_closed``: 100 = at ``to``, 0 = no better than the best of ``from``).
 """
 
 from __future__ import annotations
@@ -67,8 +75,14 @@ ENTRY_KEYS = {
     "protocol",
     "check",
     "warm_start",
+    "keep_best",
+    "eval_freq",
+    "eval_episodes",
 }
-CHECK_KEYS = {"loads", "seeds", "horizon_requests", "env_kwargs", "baselines"}
+CHECK_KEYS = {"loads", "seeds", "horizon_requests", "env_kwargs", "baselines", "gap"}
+#: the check keys that say which episodes run (the rest, baselines and gap, only what is
+#: compared): an agent's or a baseline's cached episodes depend on these alone
+EPISODE_KEYS = ("loads", "seeds", "horizon_requests", "env_kwargs")
 #: the summary metrics a check keeps per episode (those an episode's summary has)
 CHECK_METRICS = (
     "reward_rate_per_s",
@@ -124,6 +138,11 @@ def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
         except ValueError:
             pass
         entry["hyperparams"] = str(path)
+    for key in ("eval_freq", "eval_episodes"):
+        if key in entry:
+            check_int(f"{where}: {key}", entry[key], 1)
+    if not isinstance(entry.get("keep_best", False), bool):
+        raise ValueError(f"{where}: keep_best={entry['keep_best']!r} must be true or false")
     if "warm_start" in entry:
         from agents.warm_start import check_warm_start
 
@@ -168,6 +187,23 @@ def _check_check(where: str, check: Any, task_id: str) -> dict[str, Any]:
     check["baselines"] = [
         _baseline_spec(f"{where}: baselines", b, task_id) for b in check.get("baselines", [])
     ]
+    if "gap" in check:
+        labels = [b["label"] for b in check["baselines"]]
+        gap = check["gap"]
+        ok = (
+            isinstance(gap, dict)
+            and set(gap) == {"from", "to"}
+            and isinstance(gap["from"], list)
+            and gap["from"]
+            and all(x in labels for x in gap["from"])
+            and gap["to"] in labels
+            and gap["to"] not in gap["from"]
+        )
+        if not ok:
+            raise ValueError(
+                f"{where}: gap={gap!r} must be {{from: [<baseline label>, ...], to: <another "
+                f"baseline label>}}, labels among the check's baselines {labels}"
+            )
     return check
 
 
@@ -190,11 +226,19 @@ def _baseline_spec(where: str, spec: Any, task_id: str) -> dict[str, Any]:
     if isinstance(spec, dict) and len(spec) == 1:
         ((label, body),) = spec.items()
         if isinstance(body, dict) and body.get("policy") in baselines.available():
-            params = {k: v for k, v in body.items() if k != "policy"}
-            return {"label": str(label), "policy": body["policy"], "params": params}
+            params = {k: v for k, v in body.items() if k not in ("policy", "env_kwargs")}
+            out = {"label": str(label), "policy": body["policy"], "params": params}
+            if "env_kwargs" in body:
+                if not isinstance(body["env_kwargs"], dict):
+                    raise ValueError(
+                        f"{where}: {label}: env_kwargs={body['env_kwargs']!r} must be a mapping "
+                        "of env kwargs added to this baseline's env"
+                    )
+                out["env_kwargs"] = dict(body["env_kwargs"])
+            return out
     raise ValueError(
         f"{where}: {spec!r} must be a baseline name, a reference label, or "
-        "{label: {policy: <baseline>, <parameter>: <value>, ...}}"
+        "{label: {policy: <baseline>, <parameter>: <value>, ..., env_kwargs: {...}}}"
     )
 
 
@@ -214,7 +258,9 @@ def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
         seed=seed,
         run_dir=run_dir,
         centering_gain=str(e.get("centering_gain", cfg.get("centering_gain", "greedy"))),
-        eval_freq=n // 3,
+        eval_freq=int(e.get("eval_freq", n // 3)),
+        eval_episodes=e.get("eval_episodes"),
+        keep_best=e.get("keep_best"),
         warm_start=e.get("warm_start"),
         progress=False,
     )
@@ -252,14 +298,19 @@ def _cached(path: Path, key: str, compute: Any) -> Any:
 
 
 def check_episodes(
-    make_policy: Any, task_id: str, check: dict[str, Any], oracle: bool = False
+    make_policy: Any,
+    task_id: str,
+    check: dict[str, Any],
+    oracle: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load
-    (``oracle``: the env shows what the task hides, for an oracle baseline only)."""
+    (``oracle``: the env shows what the task hides, for an oracle baseline only;
+    ``env_kwargs``: added to the check's, for one baseline's env)."""
     env = gym.make(
         task_id,
         horizon_requests=int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
-        **check.get("env_kwargs", {}),
+        **{**check.get("env_kwargs", {}), **(env_kwargs or {})},
         **({"oracle_info": True} if oracle else {}),
     )
     try:
@@ -279,6 +330,11 @@ def check_episodes(
         env.close()
 
 
+def _episodes_part(check: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a check that says which episodes run (:data:`EPISODE_KEYS`)."""
+    return {k: check[k] for k in EPISODE_KEYS if k in (check or {})}
+
+
 def _model_digest(run: Path) -> str:
     return _digest((run / "model.zip").read_bytes())
 
@@ -293,7 +349,7 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     kind, task_id, arg, check, cache = job
     kwargs = dict(tasks.get(task_id).kwargs)
     if kind == "baseline":
-        key = _digest(task_id, kwargs, arg, check)
+        key = _digest(task_id, kwargs, arg, _episodes_part(check))
         return _cached(
             Path(cache),
             key,
@@ -302,6 +358,7 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
                 task_id,
                 check,
                 oracle=arg["policy"] in ORACLE_POLICIES,
+                env_kwargs=arg.get("env_kwargs"),
             ),
         )
     from agents import load_policy
@@ -315,7 +372,7 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
             key,
             lambda: run_protocol(task_id, lambda env: load_policy(run)),
         )
-    key = _digest(task_id, kwargs, check, _model_digest(run))
+    key = _digest(task_id, kwargs, _episodes_part(check), _model_digest(run))
     return _cached(
         run / "check.json",
         key,
@@ -347,7 +404,8 @@ def run_entries(
 
     def cache_of(e: dict[str, Any], b: dict[str, Any]) -> str:
         return str(
-            base_dir / f"{e['task'].split('/')[-1]}-{b['label']}-{_digest(b, e['check'])}.json"
+            base_dir
+            / f"{e['task'].split('/')[-1]}-{b['label']}-{_digest(b, _episodes_part(e['check']))}.json"
         )
 
     for n in names:
@@ -514,12 +572,36 @@ def _summarize_check(
             if bounds is not None:
                 b["gap_percent"] = float(100 * (b["cost_per_s"]["mean"] / bounds[i] - 1))
             row["baselines"][label] = b
+        if "gap" in check:
+            row["gap_closed"] = gap_closed(row, check["gap"])
         rows.append(row)
     return {
         "seeds": check["seeds"],
         "horizon_requests": int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
         "env_kwargs": check.get("env_kwargs", {}),
+        **({"gap": check["gap"]} if "gap" in check else {}),
         "loads": rows,
+    }
+
+
+def gap_closed(row: dict[str, Any], gap: dict[str, Any]) -> dict[str, Any]:
+    """The share (percent) of the gap between the cheapest of ``gap["from"]`` and
+    ``gap["to"]`` (mean costs over the seeds) that each run closes, with its mean and CI
+    over runs: ``100 * (from_cost - run_cost) / (from_cost - to_cost)``."""
+    cost = {label: row["baselines"][label]["cost_per_s"]["mean"] for label in row["baselines"]}
+    best = min(gap["from"], key=lambda label: cost[label])
+    width = cost[best] - cost[gap["to"]]
+    per_run = [
+        100 * (cost[best] - c) / width if width != 0 else float("nan")
+        for c in row["agent"]["cost_per_s"]["per_run"]
+    ]
+    return {
+        "from": best,
+        "from_cost_per_s": cost[best],
+        "to": gap["to"],
+        "to_cost_per_s": cost[gap["to"]],
+        **mean_ci(per_run),
+        "per_run": per_run,
     }
 
 
@@ -618,6 +700,18 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
                     f"| {gap} | {b['latency_mean_ms']['mean']:.3f} | {b['latency_p99_ms']['mean']:.3f} "
                     f"| {b['sla_attainment']['mean']:.4f} | {_pm(d['mean'], d['ci95'])} |"
                 )
+        for lr in c["loads"]:
+            gc = lr.get("gap_closed")
+            if gc:
+                at = "" if lr["load"] is None else f" at load {lr['load']:g}"
+                runs = ", ".join(f"{x:.0f}%" for x in gc["per_run"])
+                lines += [
+                    "",
+                    f"Gap closed{at}: {_pm(gc['mean'], gc['ci95'], 0)}% (runs {runs}) of the gap "
+                    f"between `{gc['from']}` ({gc['from_cost_per_s']:.3f} per s, the cheapest "
+                    f"of {', '.join(f'`{x}`' for x in c['gap']['from'])}) and "
+                    f"`{gc['to']}` ({gc['to_cost_per_s']:.3f} per s).",
+                ]
     return lines
 
 

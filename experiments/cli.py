@@ -799,6 +799,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         eval_freq=args.eval_freq,
         eval_episodes=args.eval_episodes,
         warm_start=_parse_mapping(args.warm_start, "--warm-start"),
+        keep_best=True if args.keep_best else None,
         resume=args.resume,
         progress=not args.no_progress and not args.json,
     )
@@ -828,6 +829,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                 )
             else:
                 print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
+            kb = ev.get("kept_best")
+            if kb:
+                print(
+                    f"kept the model of the evaluation at step {kb['timesteps']} (best of "
+                    f"{kb['evaluations']}; the last, at step {kb['final_timesteps']}, scored "
+                    f"{kb['final_score']:.4g} per second)"
+                )
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
     return 0
@@ -856,6 +864,7 @@ _SET_BY_SWEEP = (
     ("--centering-gain", "centering_gain", "centering_gain"),
     ("--eval-episodes", "eval_episodes", "eval_episodes"),
     ("--warm-start", "warm_start", "(trials start from scratch)"),
+    ("--keep-best", "keep_best", "(a trial keeps its last model)"),
     ("--resume", "resume", "(a rerun resumes)"),
     ("--device", "device", "(trials train on the CPU)"),
     ("--threads", "threads", "(one thread per trial)"),
@@ -1363,6 +1372,14 @@ def build_parser() -> argparse.ArgumentParser:
         "{...}, steps: 100000, epochs: 10}' runs the baseline on the training envs for steps "
         "env steps and fits the actor to its actions and the critic to its discounted "
         f"rewards for epochs passes; writes warm_start.json in the run (default none{kept})",
+    )
+    p.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="end with the model of the best periodic evaluation (deterministic reward rate on "
+        "the held-out evaluation seeds; the starting model, e.g. a --warm-start clone, included) "
+        "instead of the last; needs --eval-freq > 0; final_evaluation.json's kept_best says "
+        f"which was kept (default off{kept})",
     )
     p.add_argument(
         "--resume",

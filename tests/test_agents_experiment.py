@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import yaml
 
+import baselines
 from experiments.agents import load_agents_config, run_agents_experiment
 
 TINY = {
@@ -270,3 +272,89 @@ def test_check_loads_follow_whether_the_task_draws_its_load(tmp_path):
         )
     with pytest.raises(ValueError, match="draws its load per episode: give loads"):
         check_entry("e", {"task": "batch_env/AnyLoad-v0", "check": {"seeds": [1]}}, tmp_path)
+
+
+def test_entry_evaluation_settings_reach_the_run(tmp_path):
+    """keep_best, eval_freq and eval_episodes of an entry are checked and reach TrainArgs."""
+    from experiments.agents_tasks import check_entry, train_args
+
+    base = {"task": "batch_env/Bursty-v0", "check": {"seeds": [1]}}
+    e = check_entry("e", {**base, "keep_best": True, "eval_freq": 7, "eval_episodes": 2}, tmp_path)
+    args = train_args({"algo": "ppo", "n_timesteps": 30, "tasks": {"e": e}}, "e", 0, "r")
+    assert (args.keep_best, args.eval_freq, args.eval_episodes) == (True, 7, 2)
+    plain = train_args({"algo": "ppo", "n_timesteps": 30, "tasks": {"e": base}}, "e", 0, "r")
+    assert (plain.keep_best, plain.eval_freq, plain.eval_episodes) == (None, 10, None)
+    for bad, match in [
+        ({"keep_best": "yes"}, "e: keep_best='yes' must be true or false"),
+        ({"eval_freq": 0}, "e: eval_freq"),
+        ({"eval_episodes": 1.5}, "e: eval_episodes"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            check_entry("e", {**base, **bad}, tmp_path)
+
+
+def test_check_baseline_envs_and_the_gap_closed(tmp_path):
+    """A check baseline's own env_kwargs reach its env only (greedy's episodes are the
+    same with ticks: the arrivals stay paired; a timeout fires only with them), and the
+    gap closed is measured from the cheapest 'from' baseline to the 'to' one."""
+    from experiments.agents_tasks import check_entry, check_episodes, gap_closed
+
+    ticks = {"decision_interval_ms": 0.5}
+    check = {
+        "seeds": [5, 6],
+        "horizon_requests": 2000,
+        "baselines": [
+            "greedy",
+            {"tick": {"policy": "timeout", "max_queue_delay_ms": 8, "env_kwargs": ticks}},
+            "smdp-oracle",
+        ],
+        "gap": {"from": ["greedy", "tick"], "to": "smdp-oracle"},
+    }
+    e = check_entry("e", {"task": "batch_env/Bursty-v0", "check": check}, tmp_path)
+    tick = e["check"]["baselines"][1]
+    assert tick == {
+        "label": "tick",
+        "policy": "timeout",
+        "params": {"max_queue_delay_ms": 8},
+        "env_kwargs": ticks,
+    }
+    c = e["check"]
+
+    def run(name, env_kwargs=None, **params):
+        res = check_episodes(
+            lambda env: baselines.make(name, env=env, **params),
+            "batch_env/Bursty-v0",
+            c,
+            env_kwargs=env_kwargs,
+        )
+        return res["None"]["reward_rate_per_s"]
+
+    assert run("greedy") == run("greedy", ticks)
+    with pytest.raises(ValueError, match="needs decision epochs between arrivals"):
+        run("timeout", None, max_queue_delay_ms=8)  # the check's own env has no ticks
+    assert all(np.isfinite(run("timeout", ticks, max_queue_delay_ms=8)))
+    row = {
+        "agent": {"cost_per_s": {"per_run": [27.5, 28.0, 26.0]}},
+        "baselines": {
+            k: {"cost_per_s": {"mean": v}}
+            for k, v in {"greedy": 30.0, "tick": 28.0, "smdp-oracle": 27.0}.items()
+        },
+    }
+    gc = gap_closed(row, c["gap"])
+    assert gc["from"] == "tick" and gc["to"] == "smdp-oracle"
+    assert gc["per_run"] == pytest.approx([50.0, 0.0, 200.0])
+    assert gc["mean"] == pytest.approx(250 / 3)
+    for bad in (
+        {"from": ["greedy"], "to": "nope"},
+        {"from": [], "to": "smdp-oracle"},
+        {"from": ["greedy", "smdp-oracle"], "to": "smdp-oracle"},
+        ["greedy"],
+    ):
+        with pytest.raises(ValueError, match="gap=.* must be"):
+            check_entry(
+                "e", {"task": "batch_env/Bursty-v0", "check": {**check, "gap": bad}}, tmp_path
+            )
+    bad_env = {**check, "baselines": [{"t": {"policy": "greedy", "env_kwargs": [1]}}]}
+    bad_env.pop("gap")
+    with pytest.raises(ValueError, match=r"t: env_kwargs=\[1\] must be a mapping"):
+        check_entry("e", {"task": "batch_env/Bursty-v0", "check": bad_env}, tmp_path)

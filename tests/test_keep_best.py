@@ -1,0 +1,103 @@
+"""keep_best: a run ends with the model of its best periodic evaluation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import yaml
+from helpers import SMALL_ENV, TINY_PPO
+
+import batch_env  # noqa: F401
+from agents import load_policy
+from agents.callbacks import eval_score
+from agents.train import TrainArgs, train
+from batch_env import evaluate
+
+ENV_ID = "batch_env/DynamicBatching-v0"
+
+
+def _args(tmp_path: Path, **kw) -> TrainArgs:
+    path = tmp_path / "wreck.yml"
+    # RL that wrecks the clone of smdp: a large step and an entropy bonus that pushes the
+    # policy towards coin flips, so that the best evaluation is an early one
+    hp = {**TINY_PPO[ENV_ID], "gamma": 0.9, "learning_rate": 0.05, "ent_coef": 5.0, "n_epochs": 10}
+    path.write_text(yaml.safe_dump({ENV_ID: hp}))
+    return TrainArgs(
+        **{
+            "algo": "ppo",
+            "env_kwargs": SMALL_ENV,
+            "hyperparams": str(path),
+            "n_timesteps": 256,
+            "run_dir": str(tmp_path / "run"),
+            "centering_gain": "100",
+            "eval_freq": 64,
+            "eval_episodes": 2,
+            "keep_best": True,
+            "progress": False,
+            "warm_start": {"policy": "smdp", "steps": 3000, "epochs": 20},
+            **kw,
+        }
+    )
+
+
+def _direct_score(run: Path) -> float:
+    """The saved run's deterministic reward rate on the evaluation seeds, evaluated anew."""
+    env = gym.make(ENV_ID, **SMALL_ENV)
+    res = evaluate(load_policy(run), env, n_episodes=2, seed=100_000)
+    return res.mean("reward_rate_per_s")
+
+
+def test_keep_best_ends_with_the_best_evaluations_model(tmp_path):
+    """The saved model is the best evaluation's (the clone here, evaluated at step 0),
+    not the last one's: reloaded and evaluated anew it scores the kept record's figure
+    (checked to fail when the restore is skipped: the wrecked last model scores lower)."""
+    run = train(_args(tmp_path))
+    history = json.loads((run / "evaluations.json").read_text())
+    final = json.loads((run / "final_evaluation.json").read_text())
+    kb = final["kept_best"]
+    assert history[0]["timesteps"] == 0  # the clone was a candidate
+    scores = [eval_score(r) for r in history]
+    assert kb["evaluations"] == len(history)
+    assert kb["score"] == max(scores) == eval_score(final)
+    assert kb["timesteps"] == history[scores.index(max(scores))]["timesteps"]
+    assert kb["timesteps"] < kb["final_timesteps"] and kb["final_score"] < kb["score"]
+    assert _direct_score(run) == pytest.approx(kb["score"], rel=1e-9)
+    from stable_baselines3 import PPO
+
+    assert PPO.load(run / "model.zip").num_timesteps == kb["timesteps"]
+    # the last model is still there to resume from
+    newest = max((run / "checkpoints").glob("*.zip"), key=lambda p: p.stat().st_mtime)
+    assert PPO.load(newest).num_timesteps == kb["final_timesteps"]
+
+
+def test_keep_best_survives_a_resume(tmp_path):
+    """A resumed run reads the kept best back: the final choice is over both parts."""
+    first = json.loads((train(_args(tmp_path)) / "final_evaluation.json").read_text())
+    run = train(_args(tmp_path, n_timesteps=384, resume=True))
+    again = json.loads((run / "final_evaluation.json").read_text())["kept_best"]
+    assert again["score"] >= first["kept_best"]["score"]
+    assert again["final_timesteps"] >= 384
+    assert _direct_score(run) == pytest.approx(again["score"], rel=1e-9)
+
+
+def test_without_keep_best_the_last_model_stays(tmp_path):
+    run = train(_args(tmp_path, keep_best=None))
+    final = json.loads((run / "final_evaluation.json").read_text())
+    assert "kept_best" not in final and not (run / "best").exists()
+    assert _direct_score(run) == pytest.approx(eval_score(final), rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"eval_freq": 0}, "keep_best=True needs periodic evaluations"),
+        ({"keep_best": "yes"}, "keep_best='yes' is invalid: expected True or False"),
+    ],
+)
+def test_refused_keep_best_writes_nothing(tmp_path, kw, match):
+    with pytest.raises(ValueError, match=match):
+        train(_args(tmp_path, **kw))
+    assert not (tmp_path / "run").exists()
