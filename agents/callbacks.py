@@ -249,10 +249,7 @@ class PeriodicEvaluation(BaseCallback):
         self.best: dict[str, Any] | None = None
         if self.keep_best is not None and (self.keep_best / "best.json").exists():
             self.best = read_json(self.keep_best / "best.json", "keeping a new best", _check_best)
-            if self.best is not None and not any(
-                r["timesteps"] == self.best["timesteps"] and eval_score(r) == self.best["score"]
-                for r in self.history
-            ):  # its record is gone with a damaged history: choose anew
+            if self.best_record() is None:  # gone with a damaged history: choose anew
                 self.best = None
 
     def _on_training_start(self) -> None:
@@ -308,6 +305,19 @@ class PeriodicEvaluation(BaseCallback):
         ):
             self._save_best(record)
         return record
+
+    def best_record(self) -> dict[str, Any] | None:
+        """The evaluation record of the kept model (None: none kept, or its record gone)."""
+        if self.best is None:
+            return None
+        return next(
+            (
+                r
+                for r in self.history
+                if r["timesteps"] == self.best["timesteps"] and eval_score(r) == self.best["score"]
+            ),
+            None,
+        )
 
     def _save_best(self, record: dict[str, Any]) -> None:
         """Save the current model (statistics first) and ``best.json`` in ``keep_best``."""

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -76,6 +76,9 @@ from .wrappers import (
     resolve_gain,
     run_specs,
 )
+
+if TYPE_CHECKING:
+    from .callbacks import PeriodicEvaluation
 
 CENTERING = CENTERING_WRAPPERS[0]
 #: per-step info keys that ServingMetricsCallback reads (a vectorized run copies them to
@@ -692,7 +695,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
 
 
 def _keep_best(
-    run: Path, evaluator: Any, final: dict[str, Any], normalized: bool
+    run: Path, evaluator: PeriodicEvaluation, final: dict[str, Any], normalized: bool
 ) -> dict[str, Any]:
     """The final evaluation record of a ``keep_best`` run: when an earlier evaluation was
     strictly better than the last, its saved model (and statistics) replace ``model.zip``
@@ -710,11 +713,8 @@ def _keep_best(
                 run / "vecnormalize.pkl", lambda tmp: shutil.copyfile(src / "vecnormalize.pkl", tmp)
             )
         atomic_save(run / "model.zip", lambda tmp: shutil.copyfile(src / "model.zip", tmp))
-        kept = next(
-            r
-            for r in evaluator.history
-            if r["timesteps"] == best["timesteps"] and eval_score(r) == best["score"]
-        )
+        kept = evaluator.best_record()
+        assert kept is not None  # saved in this run, or checked against the history on resume
     else:
         kept = final
     return {
