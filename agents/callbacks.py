@@ -5,6 +5,12 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
 * ``serving/<key>``: every numeric key of ``info["serving"]`` of the training episodes
   that ended since the last dump (mean), e.g. ``serving/latency_p99_ms``,
   ``serving/power_mean_w``, ``serving/sla_attainment``, ``serving/reward_rate_per_s``.
+* ``rollout/ep_reward_rate_per_s`` beside SB3's ``rollout/ep_rew_mean``: the mean reward
+  rate per second (minus the serving cost per second, the figure every result reports)
+  of the last 100 training episodes, the same window as ``ep_rew_mean``, whose rewards
+  are the shaped ones the algorithm learns from (centred: ``r + g dt``; see
+  ``batch_env.wrappers.AverageRewardCentering``); on a benchmark task also
+  ``rollout/ep_normalized_score``.
 * ``reward_components/<latency|energy|sla|drop>``: mean raw component per step.
 * ``train/centering_gain``: the g of average-reward centring in use.
 * ``optimality/smdp_gain`` and ``optimality/gap`` (percent above the bound's cost rate)
@@ -30,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,13 +45,16 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam
 
-from batch_env import evaluate
+from batch_env import evaluate, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
 from .files import atomic_save, atomic_write_text, read_json
 
 EVAL_KEYS = HEADLINE_KEYS
+#: training episodes the ``rollout/`` serving figures average over (SB3's
+#: ``stats_window_size`` default, the window of ``rollout/ep_rew_mean``)
+ROLLOUT_WINDOW = 100
 #: what an evaluation records on an env without a serving summary (e.g. CartPole-v1)
 OTHER_ENV_KEYS = ("return", "steps")
 COMPONENTS = ("latency", "energy", "sla", "drop")
@@ -75,6 +85,8 @@ class ServingMetricsCallback(BaseCallback):
         self.score_reference = None if score_reference is None else tuple(score_reference)
         self.hparams = hparams or {}
         self.episodes = 0
+        #: the reward rates of the last :data:`ROLLOUT_WINDOW` training episodes
+        self.rates: deque[float] = deque(maxlen=ROLLOUT_WINDOW)
 
     def _on_training_start(self) -> None:
         flat = {
@@ -99,6 +111,8 @@ class ServingMetricsCallback(BaseCallback):
             serving = info.get("serving")
             if serving:
                 self.episodes += 1
+                if math.isfinite(serving.get("reward_rate_per_s", math.nan)):
+                    self.rates.append(float(serving["reward_rate_per_s"]))
                 for k, v in serving.items():
                     if isinstance(v, (int, float)) and math.isfinite(v):
                         self.logger.record_mean(f"serving/{k}", float(v))
@@ -112,6 +126,17 @@ class ServingMetricsCallback(BaseCallback):
                     score = (serving["reward_rate_per_s"] - low) / (top - low)
                     self.logger.record_mean("optimality/normalized_score", score)
         return True
+
+    def _on_rollout_end(self) -> None:
+        """Record ``rollout/ep_reward_rate_per_s`` (and the normalized score) for the
+        dump that follows, beside SB3's ``rollout/ep_rew_mean``."""
+        if not self.rates:
+            return
+        rate = float(np.mean(self.rates))
+        self.logger.record("rollout/ep_reward_rate_per_s", rate)
+        if self.score_reference is not None:
+            low, top = self.score_reference
+            self.logger.record("rollout/ep_normalized_score", (rate - low) / (top - low))
 
 
 def checkpoint_paths(folder: Path, steps: int) -> tuple[Path, Path]:
@@ -235,6 +260,8 @@ class PeriodicEvaluation(BaseCallback):
             # the bound at the very loads evaluated: the gap is then the protocol's
             self.smdp_gain = float(np.mean(gains_at_loads(self.env, self.loads)))
         self.history: list[dict[str, Any]] = []
+        #: the last evaluation's results per mode (``deterministic``, ``stochastic``)
+        self._last: dict[str, Any] = {}
         if self.path.exists():  # a resumed run: keep its history unless the file is damaged
             self.history = (
                 read_json(self.path, "starting a new evaluation history", _check_history) or []
@@ -281,7 +308,7 @@ class PeriodicEvaluation(BaseCallback):
             **({} if self.loads is None else {"loads": self.loads}),
         }
         for mode, det in (("deterministic", True), ("stochastic", False)):
-            res = evaluate(
+            res = self._last[mode] = evaluate(
                 self._policy(det),
                 self.env,
                 n_episodes=self.n_episodes,
@@ -305,6 +332,44 @@ class PeriodicEvaluation(BaseCallback):
         ):
             self._save_best(record)
         return record
+
+    def compare_with_reference(self, score_reference: Any = None) -> dict[str, Any] | None:
+        """The last evaluation's deterministic agent against the env's reference baseline
+        on the same episodes (seeds and loads): greedy, or on an LLM env the static cap
+        at ``max_num_seqs`` (vLLM's default), the policies the default centring gain and
+        a task's normalized score start from. Returns ``{"policy", "reward_rate_per_s":
+        [mean, ci95], "difference": [mean, ci95]}`` (agent minus reference, paired per
+        seed; higher is better), with ``"normalized_score"`` when ``score_reference``
+        (a task's ``(greedy, top)`` rates) is given: the paired difference over the
+        task's span from greedy to its bound or best reference, an estimate of the
+        score on these episodes (the protocol's figure: ``batch-env benchmark``); None
+        on an env without a serving summary, or before any evaluation."""
+        import baselines
+
+        agent = self._last.get("deterministic")
+        if agent is None or "reward_rate_per_s" not in agent.episodes[0]:
+            return None
+        name = "greedy" if hasattr(self.env.unwrapped.config, "max_batch_size") else "static-cap"
+        ref = evaluate(
+            baselines.make(name, env=self.env),
+            self.env,
+            n_episodes=self.n_episodes,
+            seed=self.seed,
+            options=None if self.loads is None else [{"load": x} for x in self.loads],
+        )
+        key = "reward_rate_per_s"
+        diff = paired_difference(agent, ref, key)
+        out: dict[str, Any] = {
+            "policy": name,
+            key: [ref.mean(key), ref.ci95(key)],
+            "difference": list(diff),
+        }
+        self.logger.record(f"eval/{name}/{key}", ref.mean(key))
+        if score_reference is not None:
+            low, top = score_reference
+            out["normalized_score"] = diff[0] / (top - low)
+            out["normalized_score_ci95"] = diff[1] / (top - low)
+        return out
 
     def best_record(self) -> dict[str, Any] | None:
         """The evaluation record of the kept model (None: none kept, or its record gone)."""

@@ -27,7 +27,8 @@ import yaml
 HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
 ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
-#: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it)
+#: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it;
+#: ``env_kwargs``, rl-zoo3's too, are the training env's kwargs, under those a run gives)
 ZOO_KEYS = (
     "n_envs",
     "n_timesteps",
@@ -36,7 +37,12 @@ ZOO_KEYS = (
     "env_wrapper",
     "policy_kwargs",
     "callback",
+    "env_kwargs",
 )
+#: the most actions DQN is given: it learns one Q-value per action and explores them
+#: uniformly, without action masks (a product space such as LLMBatching-v1's caps x
+#: token budgets grows past what it can explore)
+DQN_MAX_ACTIONS = 256
 
 
 def algo_class(algo: str) -> Any:
@@ -118,9 +124,11 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
         raise ValueError(f"algo={algo!r} is unknown: allowed values are {list(ALGO_NAMES)}")
     file = Path(path) if path is not None else HYPERPARAMS_DIR / f"{algo}.yml"
     if not file.is_file():
+        shipped = ", ".join(sorted(p.stem for p in HYPERPARAMS_DIR.glob("*.yml")))
         raise FileNotFoundError(
             f"hyperparameter file {str(file)!r} not found"
             + (" (it is a folder)" if file.is_dir() else "")
+            + f": give a YAML file (the shipped ones, per algo: {shipped})"
         )
     where = f"hyperparameter file {str(file)!r}"
     try:
@@ -149,6 +157,43 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
         )
     check_hyperparams(algo, entry, where)
     return dict(entry)
+
+
+#: the action spaces each algorithm takes (as SB3 and sb3-contrib check them)
+_ACTION_SPACES: dict[str, tuple[type, ...]] = {
+    "dqn": (gym.spaces.Discrete,),
+    "ppo_mask": (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary),
+}
+_ANY_ACTIONS = (
+    gym.spaces.Box,
+    gym.spaces.Discrete,
+    gym.spaces.MultiDiscrete,
+    gym.spaces.MultiBinary,
+)
+
+
+def algo_misfit(algo: str, env: gym.Env) -> str | None:
+    """Why ``algo`` cannot train on ``env`` (wrapped as the run wraps it), in a few words;
+    None when it fits. DQN needs a ``Discrete`` space of at most :data:`DQN_MAX_ACTIONS`
+    actions (it cannot mask), MaskablePPO an env that gives ``action_masks()``; PPO, A2C
+    and RecurrentPPO take any of SB3's action spaces (every action of a batch-env env is
+    playable: an invalid one is clipped to what can be done, ``info["clipped_action"]``)."""
+    space = env.action_space
+    allowed = _ACTION_SPACES.get(algo, _ANY_ACTIONS)
+    if not isinstance(space, allowed):
+        names = ", ".join(c.__name__ for c in allowed)
+        return f"its action space is {space} and {algo} takes {names}"
+    if algo == "dqn" and isinstance(space, gym.spaces.Discrete) and int(space.n) > DQN_MAX_ACTIONS:
+        return (
+            f"its {space} has more than DQN's {DQN_MAX_ACTIONS} actions (DQN learns one "
+            "Q-value per action and explores them uniformly, without action masks)"
+        )
+    if algo == "ppo_mask":
+        try:
+            env.get_wrapper_attr("action_masks")
+        except AttributeError:
+            return "it gives no action masks (action_masks()), which MaskablePPO needs"
+    return None
 
 
 def check_hyperparams(algo: str, hp: dict[str, Any], where: str) -> None:
@@ -180,7 +225,7 @@ def _check_zoo_values(hp: dict[str, Any], where: str) -> None:
             raise ValueError(
                 f"{where}: {key}={hp[key]!r} is invalid: expected a policy name such as 'MlpPolicy'"
             )
-    for key in ("policy_kwargs", "normalize"):
+    for key in ("policy_kwargs", "normalize", "env_kwargs"):
         if key in hp:
             value = literal(hp[key], f"{where}: {key}")
             ok = (

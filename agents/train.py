@@ -52,6 +52,7 @@ from .common import (
     ZOO_KEYS,
     algo_class,
     algo_kwargs,
+    algo_misfit,
     check_device,
     check_int,
     literal,
@@ -359,20 +360,20 @@ def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
 
 
 def score_reference(env_id: str, env_kwargs: dict[str, Any]) -> list[float] | None:
-    """``[greedy's reward rate, the bound's]`` stored for a benchmark task made with its
-    own settings (``batch_env.tasks.references``), for ``optimality/normalized_score``;
-    None for other envs or changed settings. The episode length (``horizon_requests``,
-    ``warmup_requests``) may differ: training usually runs shorter episodes than the
-    protocol, and a reward rate per second stays comparable."""
+    """``[greedy's reward rate, the bound's]`` stored for the benchmark task whose problem
+    ``env_id`` with ``env_kwargs`` is (``batch_env.tasks.task_of``: the task's id, or its
+    base id with the task's kwargs; the episode length may differ: training usually runs
+    shorter episodes than the protocol, and a reward rate per second stays comparable),
+    for ``optimality/normalized_score``; None for other problems, or a task whose score
+    is undefined."""
     from batch_env import tasks
 
-    if env_id not in tasks.TASKS or set(env_kwargs) - {"horizon_requests", "warmup_requests"}:
-        return None
-    ref = tasks.references().get(env_id)
-    if ref is None:
+    found = tasks.task_of(env_id, env_kwargs)
+    ref = tasks.references().get(found[0]) if found is not None else None
+    if found is None or ref is None:
         return None
     try:
-        return list(tasks.score_span(ref, env_id))
+        return list(tasks.score_span(ref, found[0]))
     except ValueError:  # no bound and nothing above greedy: no score to log
         return None
 
@@ -483,11 +484,15 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         raise FileExistsError(
             f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir"
         )
-    hp = load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
+    hp = _hyperparams_that_fit(st)
     specs = wrapper_specs(hp.get("env_wrapper"))
-    make_env(
-        st["env_id"], st["env_kwargs"], run_specs(specs, 1.0)
-    ).close()  # refuse bad env kwargs first
+    # the entry's env kwargs (rl-zoo3's key: e.g. a task's training episodes), the run's over them
+    st["env_kwargs"] = {**(literal(hp.get("env_kwargs"), "env_kwargs") or {}), **st["env_kwargs"]}
+    env = make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 1.0))  # bad kwargs first
+    misfit = algo_misfit(st["algo"], env)
+    env.close()
+    if misfit is not None:
+        raise ValueError(_misfit_message(st, misfit))
     if st["warm_start"] is not None:  # the teacher's parameters, on a throwaway env
         check_teacher(st["warm_start"], make_raw_env(st["env_id"], st["env_kwargs"]))
     gain = _centering_gain(args, st, specs)
@@ -522,6 +527,81 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         "versions": _versions(),
     }
     return run, st, cfg
+
+
+def describe_run(cfg: dict[str, Any]) -> str:
+    """What a new run trains on, in two lines: the env and its episodes, the wrappers
+    (which change the actions, the observation and the rewards the algorithm sees), and
+    which figure means what (``batch-env train`` prints it before training)."""
+    kw = cfg["env_kwargs"]
+    names = []
+    for w in cfg["wrappers"]:
+        name = w["class"].rsplit(".", 1)[-1]
+        if w["class"] == CENTERING and cfg.get("centering_gain") is not None:
+            g = cfg["centering_gain"]
+            name += (
+                f"(g = {g:.4g} per s, {cfg['centering_mode']})"
+                if isinstance(g, float)
+                else (f"(a gain per load, {cfg['centering_mode']})")
+            )
+        names.append(name)
+    return (
+        f"training {cfg['algo']} on {cfg['env_id']}"
+        + (f" with {kw}" if kw else "")
+        + f" for {cfg['n_timesteps']:,} steps, through {', '.join(names) or 'no wrapper'}.\n"
+        "The rewards it learns from (rollout/ep_rew_mean) are shaped (centred: r + g dt"
+        + ("; normalized" if _normalizes_rewards(cfg) else "")
+        + "): they rank policies but are not the serving cost. The figure results "
+        "report is the reward rate per second (minus the cost per second): "
+        "rollout/ep_reward_rate_per_s, serving/ and eval/ in TensorBoard, and the final "
+        "evaluation against greedy."
+    )
+
+
+def _normalizes_rewards(cfg: dict[str, Any]) -> bool:
+    norm = cfg.get("normalize")
+    return bool(norm.get("norm_reward", True)) if isinstance(norm, dict) else bool(norm)
+
+
+def _hyperparams_that_fit(st: dict[str, Any]) -> dict[str, Any]:
+    """The run's hyperparameter entry (:func:`agents.common.load_hyperparams`); where the
+    shipped file of the algorithm has no entry for the env, because the algorithm does
+    not fit it, the refusal says why and names the algorithms that fit."""
+    try:
+        return load_hyperparams(st["algo"], st["env_id"], st["hyperparams"])
+    except ValueError as exc:
+        if st["hyperparams"] is not None or "has no entry" not in str(exc):
+            raise
+        misfit = algo_misfit(st["algo"], make_raw_env(st["env_id"], st["env_kwargs"]))
+        if misfit is None:
+            raise
+        raise ValueError(_misfit_message(st, misfit)) from None
+
+
+def fitting_algos(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """The algorithms whose shipped hyperparameters have an entry for ``env_id`` and fit
+    the env it makes with ``env_kwargs`` (:func:`agents.common.algo_misfit`)."""
+    fits = []
+    for algo in ALGO_NAMES:
+        try:
+            hp = load_hyperparams(algo, env_id)
+            kwargs = {**(literal(hp.get("env_kwargs"), "env_kwargs") or {}), **env_kwargs}
+            env = make_env(env_id, kwargs, run_specs(wrapper_specs(hp.get("env_wrapper")), 1.0))
+        except ValueError:
+            continue
+        if algo_misfit(algo, env) is None:
+            fits.append(algo)
+        env.close()
+    return fits
+
+
+def _misfit_message(st: dict[str, Any], why: str) -> str:
+    fits = fitting_algos(st["env_id"], st["env_kwargs"])
+    return (
+        f"algo={st['algo']!r} does not fit {st['env_id']}"
+        + (" with these env kwargs" if st["env_kwargs"] else "")
+        + f": {why}; the algos that fit it are {', '.join(fits) if fits else 'none'}"
+    )
 
 
 def _centering_gain(
@@ -566,6 +646,8 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     cfg["args"] = {k: st[k] for k in RUN_SETTINGS}
     torch.set_num_threads(st["threads"])
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
+    if args.progress and not args.resume:
+        print(describe_run(cfg), flush=True)
 
     # 2. vectorized, wrapped, optionally normalized training envs
     # a warm start's teacher reads the raw env through an innermost TeacherView
@@ -684,14 +766,34 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     atomic_save(run / "model.zip", model.save)
     atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
     if evaluator is not None:
-        # stopped at a target: the model is the one that evaluation saw (a periodic
-        # evaluation at the last step ran before that rollout's update: evaluate again)
-        final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now()
-        if st["keep_best"]:
-            final = _keep_best(run, evaluator, final, bool(norm))
+        final = _final_evaluation(run, evaluator, cfg, bool(st["keep_best"]), bool(norm))
         atomic_write_text(run / "final_evaluation.json", json.dumps(final, indent=1))
     venv.close()
     return run
+
+
+def _final_evaluation(
+    run: Path, evaluator: PeriodicEvaluation, cfg: dict[str, Any], keep_best: bool, norm: bool
+) -> dict[str, Any]:
+    """The run's final evaluation record: the saved model on the evaluation seeds, set
+    against greedy on the same episodes (``reference``, with the normalized score on a
+    benchmark task's problem); with ``keep_best`` the best evaluation's model."""
+    # stopped at a target: the model is the one that evaluation saw (a periodic
+    # evaluation at the last step ran before that rollout's update: evaluate again)
+    final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now()
+    if keep_best:
+        final = _keep_best(run, evaluator, final, norm)
+    kb = final.get("kept_best")
+    if kb is None or (kb["timesteps"], kb["score"]) == (kb["final_timesteps"], kb["final_score"]):
+        # the model evaluated last is the one saved: set it against greedy
+        reference = evaluator.compare_with_reference(cfg.get("score_reference"))
+        if reference is not None:
+            if "normalized_score" in reference:
+                from batch_env.tasks import task_of
+
+                reference["task"] = (task_of(cfg["env_id"], cfg["env_kwargs"]) or ("",))[0]
+            final = {**final, "reference": reference}
+    return final
 
 
 def _keep_best(

@@ -62,6 +62,11 @@ RATE_CURVE_LOADS = (0.05, 1.0)
 CURVE_POINTS = 10
 #: seed of the reference episodes that measure greedy's rate (``batch-env train`` adds its seed)
 GAIN_SEED = 50_000
+#: summary requests of each episode that measures a gain, at most (the env's own
+#: ``horizon_requests`` when shorter): a gain is a centring reference, and measuring it
+#: must not cost a protocol-length episode before training starts (an LLM task's
+#: episode is about 2 million steps)
+GAIN_HORIZON_REQUESTS = 2000
 
 #: dotted paths of the centring wrappers a hyperparameter file may name
 CENTERING_WRAPPERS = ("batch_env.wrappers.AverageRewardCentering", "agents.wrappers.CenteredReward")
@@ -91,9 +96,10 @@ def resolve_gain(
     mode: Any, env_id: str, env_kwargs: dict[str, Any], seed: int = 0
 ) -> float | list[list[float]] | None:
     """The centring gain g (cost per second) for ``mode``: ``greedy`` = the greedy
-    baseline's measured cost rate (3 episodes, seeds ``seed + GAIN_SEED`` on; on
-    LLMBatching-v0, which has no batch size to fill, the static cap at ``max_num_seqs``,
-    vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
+    baseline's cost rate (on a benchmark task's problem the figure stored with its
+    references, :func:`stored_greedy_gain`; elsewhere measured in 3 episodes, seeds
+    ``seed + GAIN_SEED`` on; on LLMBatching-v0, which has no batch size to fill, the
+    static cap at ``max_num_seqs``, vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
     (estimated while training), a number = itself. On an env that draws its load per
     episode (a ``load_range`` workload) ``greedy-by-load``, ``lazy-by-load`` (node-level
     envs) and ``smdp-by-load`` give a gain curve instead, ``[[load, g], ...]`` at
@@ -104,7 +110,9 @@ def resolve_gain(
     ``DynamicBatching-v0`` workload (a trace, bursts), ``smdp-by-rate`` gives the SMDP
     optimum's gain as if the arrivals were Poisson at each load of
     :data:`RATE_CURVE_LOADS`: an approximation, for centring at the rate the policy
-    observes where the rate moves within an episode. Cached per (mode, env, kwargs, seed).
+    observes where the rate moves within an episode. Every measuring episode holds at
+    most :data:`GAIN_HORIZON_REQUESTS` summary requests. Cached per (mode, env, kwargs,
+    seed).
 
     :raises ValueError: naming ``centering_gain`` for any other value, or a curve mode on
         an env that does not draw its load.
@@ -212,13 +220,35 @@ def _rate_curve(env: gym.Env) -> list[list[float]]:
     return [[float(x), float(g)] for x, g in zip(loads, gains, strict=True)]
 
 
+def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
+    """Greedy's cost rate per second on a benchmark task's protocol, as stored with the
+    task's references (``batch_env.tasks.references``), when ``env_id`` with
+    ``env_kwargs`` is that task's problem (its episodes may be shorter: a rate per second
+    does not depend on them); None otherwise."""
+    from batch_env import tasks
+
+    found = tasks.task_of(env_id, env_kwargs)
+    ref = tasks.references().get(found[0]) if found is not None else None
+    if ref is None:
+        return None
+    return -float(ref["policies"]["greedy"]["reward_rate_per_s"])
+
+
 def _measure_gain(
     mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int
 ) -> float | list[list[float]]:
     import baselines
     from batch_env import evaluate
 
+    if mode == "greedy":
+        stored = stored_greedy_gain(env_id, env_kwargs)
+        if stored is not None:
+            return stored
     env = gym.make(env_id, **env_kwargs)
+    horizon = int(env.unwrapped.config.horizon_requests)
+    if horizon > GAIN_HORIZON_REQUESTS:  # shorter episodes of the same problem
+        env.close()
+        env = gym.make(env_id, **{**env_kwargs, "horizon_requests": GAIN_HORIZON_REQUESTS})
     try:
         if mode in CURVE_MODES:
             return _gain_curve(mode, env, seed)

@@ -102,7 +102,8 @@ class StaticCapPolicy(_CapPolicy):
     """A fixed cap on running requests (vLLM's ``max_num_seqs``).
 
     :param env: the LLMBatching-v0 env.
-    :param cap: the cap (default: the env's ``max_num_seqs``, 256 by default as in vLLM).
+    :param cap: the cap (default: the env's ``max_num_seqs``, 256 by default as in vLLM),
+        one of the env's ``grid`` (else ``ValueError``: the actions could not set it).
     """
 
     name = "static-cap"
@@ -111,6 +112,12 @@ class StaticCapPolicy(_CapPolicy):
         super().__init__(env, 1, None)
         self.cap = self.b_max if cap is None else cap
         check_number("cap", self.cap, low=1, high=self.b_max, integer=True)
+        if int(self.cap) not in self.grid:  # a fixed cap that the actions cannot set
+            raise ValueError(
+                f"policy 'static-cap': cap={self.cap!r} is not a cap the env's actions can "
+                f"set: its grid is {list(self.grid)}; give a cap of the grid, or make the env "
+                "with a grid that holds it"
+            )
         self._action = self.action_for(int(self.cap))
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
@@ -317,7 +324,8 @@ class SarathiBudgetPolicy(_CapPolicy):
     applying the rule at every iteration, to the batch at hand, is this project's
     reading (docs/decisions.md, "Chunked prefill").
 
-    :param env: an LLMBatching env with the chunked scheduler and a ``budget_grid``.
+    :param env: an LLMBatching env with the chunked scheduler and a ``budget_grid`` of at
+        least two budgets (else ``ValueError``: with one budget it could not adapt).
     :param headroom: fraction of the TPOT SLA an iteration may take (1.0).
     """
 
@@ -326,6 +334,20 @@ class SarathiBudgetPolicy(_CapPolicy):
     def __init__(self, env: gym.Env | None = None, headroom: float = 1.0) -> None:
         super().__init__(env, 1, None)
         _need_chunked(env, self.name)
+        if len(self.budgets) < 2:  # one budget: sarathi would be a static budget
+            has = getattr(env_config(env), "budget_grid", None)
+            one = (
+                f"budget_grid={list(has)}"
+                if has
+                else f"no budget_grid, so max_num_batched_tokens={self.budgets[0]}"
+            )
+            raise ValueError(
+                f"policy 'sarathi' chooses each iteration's token budget from the env's "
+                f"budget_grid, but this env offers one budget ({one}): it would run as the "
+                f"static budget {self.budgets[0]} and miss its TPOT SLA where that budget is "
+                "too large; make the env with budget_grid=[256, 512, 1024, 2048, ...] (or use "
+                "static-budget for one budget)"
+            )
         check_number("headroom", headroom, low=0.0, low_inclusive=False)
         self.profile = env.unwrapped.profile  # type: ignore[union-attr]
         self.limit_s = float(headroom) * self.tpot_sla_ms / 1000.0

@@ -77,7 +77,9 @@ def register_tasks() -> None:
             register(
                 id=task.id,
                 entry_point=_ENTRY_POINTS[task.base],
-                kwargs=copy.deepcopy(dict(task.kwargs)),
+                # task=<id>: the env refuses any kwarg that would change the task's
+                # problem (batch_env.tasks.check_task_kwargs)
+                kwargs={**copy.deepcopy(dict(task.kwargs)), "task": task.id},
                 # a safety net as for the base ids, scaled for tasks with long episodes
                 max_episode_steps=max(MAX_EPISODE_STEPS, task.safety_steps),
             )

@@ -111,9 +111,36 @@ class ServingCore(gym.Env):
     #: What executes the batches (built in ``__init__``); each env narrows the type.
     executor: Executor | LLMExecutor
 
+    #: The workload's mean load (mean arrival rate / max throughput; None on an LLM server,
+    #: where load is not defined). On a workload that draws its load per episode (a
+    #: ``load_range``) it is the range's midpoint, not an episode's load: that one is hidden
+    #: from policies, and shown only to oracles, as ``info["oracle"]["load"]`` with
+    #: ``oracle_info=True``.
+    mean_load: float | None = None
+
+    @property
+    def load(self) -> float | None:
+        """The workload's mean load: :attr:`mean_load` (the old name). On a workload that
+        draws its load per episode it warns that it is not the episode's load."""
+        if getattr(self.workload, "load_range", None) is not None:
+            warnings.warn(
+                f"{type(self).__name__}.load is the workload's mean load ({self.mean_load:.4g}, "
+                "the midpoint of its load_range), not the load this episode drew: read "
+                "mean_load for the mean; an episode's drawn load is info['oracle']['load'] on an "
+                "env made with oracle_info=True (hidden from policies)",
+                stacklevel=2,
+            )
+        return self.mean_load
+
+    #: The benchmark task this env was made as (its id; None: not a task). A task's
+    #: registration passes ``task=<id>`` with its fixed kwargs (:mod:`batch_env.tasks`).
+    task: str | None = None
+
     def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
         """Refuse unknown keyword arguments, listing the allowed ones (Python's own
-        ``TypeError`` names only the first bad key)."""
+        ``TypeError`` names only the first bad key), and, with ``task=<id>``, any kwarg
+        that would change that task's problem
+        (:func:`batch_env.tasks.check_task_kwargs`)."""
         env_cls: type = cls
         unknown = sorted(set(kwargs) - init_arguments(env_cls))
         if unknown:
@@ -121,6 +148,10 @@ class ServingCore(gym.Env):
                 f"{cls.__name__}: unknown argument(s) {unknown}: allowed arguments are "
                 f"{sorted(init_arguments(env_cls))}"
             )
+        if kwargs.get("task") is not None:
+            from .tasks import check_task_kwargs
+
+            check_task_kwargs(kwargs["task"], kwargs, cls.__name__)
         return super().__new__(cls)
 
     def _refuse(self, call: str) -> None:
@@ -152,7 +183,7 @@ class ServingCore(gym.Env):
             workload = dict(DEFAULT_WORKLOAD)
         wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
         self._setup_core(prof, wl, config)
-        self.load = self.mean_rate_per_s / self.max_throughput_rps
+        self.mean_load = self.mean_rate_per_s / self.max_throughput_rps
         self._B = config.max_batch_size
         self._check_drop_weight()
         return prof
@@ -279,7 +310,7 @@ class ServingCore(gym.Env):
             "workload": self.workload.to_dict(),
             **self.config.to_dict(),
             "horizon_s": self.horizon_s,
-            "load": self.load,
+            "load": self.mean_load,
             **getattr(self, "_executor_spec", {}),
         }
 

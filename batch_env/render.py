@@ -27,10 +27,13 @@ env's ANSI text and warns once.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 import warnings
+import zlib
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -694,6 +697,34 @@ class CompletionTimeline(Timeline):
 
 
 # -- human mode --------------------------------------------------------------------------------
+def write_png(path: str | Path, image: np.ndarray) -> None:
+    """Write an ``H x W x 3`` uint8 image (an ``rgb_array`` frame) as an 8-bit RGB PNG,
+    with the standard library's ``zlib`` only (no imaging package needed).
+
+    :raises ValueError: for another shape or dtype.
+    """
+    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+        raise ValueError(
+            f"image of shape {image.shape} and dtype {image.dtype}: expected H x W x 3 uint8"
+        )
+    h, w, _ = image.shape
+    raw = np.hstack([np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]).tobytes()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        """One PNG chunk: length, type, data, CRC."""
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)  # 8-bit RGB, filter 0 per row
+    Path(path).write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
 def display_available() -> bool:
     """Whether a window can be opened: on Linux and other X11/Wayland systems, ``DISPLAY``
     or ``WAYLAND_DISPLAY`` must be set; macOS and Windows always have a display."""

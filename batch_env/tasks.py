@@ -25,15 +25,34 @@ from types import MappingProxyType
 from typing import Any
 
 __all__ = [
+    "DISPLAY_KWARGS",
+    "EPISODE_KWARGS",
+    "FREE_KWARGS",
     "TASKS",
     "Task",
+    "TaskOverrideError",
     "bound_or_best",
+    "check_task_kwargs",
     "get",
     "load_grid",
     "normalized_score",
     "references",
     "score_span",
+    "make_args",
+    "task_of",
+    "variant",
 ]
+
+#: kwargs a task id lets a caller give besides its own: they change what the env shows,
+#: not the decision process (a frame, or ``info["oracle"]`` for oracle policies)
+DISPLAY_KWARGS = ("render_mode", "oracle_info")
+#: kwargs that set how much work an episode holds (episodes end on a budget of work, so
+#: the per-step law and reward stay the task's, and so does the figure reported, a
+#: reward rate per second); ``batch-env benchmark`` always runs the protocol's length and
+#: states a run's training length when it differs
+EPISODE_KWARGS = ("horizon_requests", "warmup_requests", "horizon_s")
+#: every kwarg a task id accepts beyond its fixed ones at their fixed values
+FREE_KWARGS = DISPLAY_KWARGS + EPISODE_KWARGS
 
 #: Max throughput of the tasks' profile (resnet50-v100) at B = 32, requests per second:
 #: 32 / latency(32); the tasks' rates are fractions of it (tests check the figure).
@@ -335,6 +354,112 @@ TASKS: dict[str, Task] = {
         ),
     )
 }
+
+
+class TaskOverrideError(ValueError):
+    """A kwarg given to a task id would change its problem (:func:`check_task_kwargs`)."""
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain JSON data (tuples as lists, mappings as dicts), for comparing
+    a given kwarg with a fixed one; non-JSON values (a Workload object) stay as they are."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return value
+
+
+def check_task_kwargs(
+    task_id: str, kwargs: Mapping[str, Any], env_class: str | None = None
+) -> None:
+    """Refuse kwargs that would change the problem of the task ``task_id``: every fixed
+    kwarg of the task must be given at its value (``gymnasium.make`` merges them in), and
+    nothing else may be given but :data:`FREE_KWARGS` (display and episode length).
+    The envs call it when made with ``task=<id>``, which every task's registration
+    passes; so it holds for ``gymnasium.make``, ``make_vec``, rl-zoo3 and the CLI alike.
+
+    :param task_id: a task id.
+    :param kwargs: the env's keyword arguments (``task`` itself is ignored).
+    :param env_class: the class name of the env being made, checked against the task's
+        base env.
+    :raises TaskOverrideError: naming the task and the kwarg, and saying how to make the
+        changed problem instead (the base id with the task's kwargs).
+    """
+    t = get(task_id)
+    if env_class is not None:
+        from gymnasium.envs.registration import registry
+
+        base_cls = str(registry[t.base].entry_point).rsplit(":", 1)[-1]
+        if env_class != base_cls:
+            raise TaskOverrideError(
+                f"task={task_id!r} is a task on {t.base} ({base_cls}), not on {env_class}"
+            )
+    fixed = {k: _plain(v) for k, v in t.kwargs.items()}
+    for key, value in kwargs.items():
+        if key == "task" or key in FREE_KWARGS or (key in fixed and _plain(value) == fixed[key]):
+            continue
+        was = (
+            f"fixes {key}={fixed[key]!r}" if key in fixed else f"keeps {key} at {t.base}'s default"
+        )
+        raise TaskOverrideError(_override_message(t, key, value, was))
+    for key, value in fixed.items():
+        if key not in kwargs:
+            raise TaskOverrideError(
+                _override_message(t, key, "<not given>", f"fixes {key}={value!r}")
+            )
+
+
+def _override_message(t: Task, key: str, value: Any, was: str) -> str:
+    return (
+        f"{t.id} {was}: {key}={value!r} would change the task's problem, which its id pins "
+        f"(so that results on it compare). Make the base id with the task's kwargs "
+        f"instead: gymnasium.make({t.base!r}, **batch_env.tasks.variant({t.id!r}, {key}=...)) "
+        f"(batch-env train: --env-id {t.base} --env-config {t.id} --env-kwargs ...). "
+        f"Besides its own kwargs a task id takes only {', '.join(DISPLAY_KWARGS)} (display) "
+        f"and {', '.join(EPISODE_KWARGS)} (episode length)"
+    )
+
+
+def variant(task_id: str, **overrides: Any) -> dict[str, Any]:
+    """The kwargs of the task ``task_id``'s base env with ``overrides`` applied: what
+    ``gymnasium.make(get(task_id).base, **variant(task_id, workload=...))`` needs to make
+    a changed problem on purpose (it is then not the task, and no longer says so)."""
+    import copy
+
+    return {**copy.deepcopy(dict(get(task_id).kwargs)), **overrides}
+
+
+def make_args(task_id: str, **overrides: Any) -> tuple[str, dict[str, Any]]:
+    """``(env id, kwargs)`` that ``gymnasium.make`` needs for the task ``task_id`` with
+    ``overrides``: the task's own id when every override is one of :data:`FREE_KWARGS`
+    (it is then still the task), else its base id with the task's kwargs and the
+    overrides (:func:`variant`: a changed problem, made on purpose, e.g. by an experiment
+    that checks an agent beyond the task's load range)."""
+    if set(overrides) <= set(FREE_KWARGS):
+        return task_id, dict(overrides)
+    return get(task_id).base, variant(task_id, **overrides)
+
+
+def task_of(env_id: str, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``(task id, the kwargs that differ from the task's)`` when ``env_id`` made with
+    ``kwargs`` is a benchmark task's problem: the task's own id (its kwargs may then
+    differ only in :data:`FREE_KWARGS`), or its base id made with every fixed kwarg of
+    the task (and nothing else but :data:`FREE_KWARGS`); ``None`` otherwise. What
+    ``batch-env benchmark`` and training's normalized score use to tell which task a run
+    was trained on, and how its episodes differ."""
+    plain = {k: _plain(v) for k, v in kwargs.items() if k != "task"}
+    for t in TASKS.values():
+        if env_id != t.id and not (env_id == t.base and kwargs.get("task", t.id) == t.id):
+            continue
+        fixed = {k: _plain(v) for k, v in t.kwargs.items()}
+        merged = {**(fixed if env_id == t.id else {}), **plain}
+        same = all(merged.get(k, _MISSING) == v for k, v in fixed.items() if k not in FREE_KWARGS)
+        if same and set(merged) <= set(fixed) | set(FREE_KWARGS):
+            return t.id, {k: v for k, v in merged.items() if fixed.get(k, _MISSING) != v}
+    return None
+
+
+_MISSING = object()
 
 
 def get(task_id: str) -> Task:

@@ -246,13 +246,16 @@ def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
     """The training run of entry ``name`` and ``seed`` (the entry's keys override the
     config's ``algo``, ``n_timesteps`` and ``centering_gain``)."""
     from agents.train import TrainArgs
+    from batch_env import tasks
 
     e = cfg["tasks"][name]
     n = int(e.get("n_timesteps", cfg["n_timesteps"]))
+    # the task's own id, or its base id where the entry changes the problem on purpose
+    env_id, env_kwargs = tasks.make_args(e["task"], **e.get("train_env_kwargs", {}))
     return TrainArgs(
         algo=e.get("algo", cfg["algo"]),
-        env_id=e["task"],
-        env_kwargs=dict(e.get("train_env_kwargs", {})),
+        env_id=env_id,
+        env_kwargs=env_kwargs,
         hyperparams=e.get("hyperparams"),
         n_timesteps=n,
         seed=seed,
@@ -307,12 +310,15 @@ def check_episodes(
     """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load
     (``oracle``: the env shows what the task hides, for an oracle baseline only;
     ``env_kwargs``: added to the check's, for one baseline's env)."""
-    env = gym.make(
+    from batch_env import tasks
+
+    env_id, kw = tasks.make_args(
         task_id,
         horizon_requests=int(check.get("horizon_requests", DEFAULT_CHECK_HORIZON)),
         **{**check.get("env_kwargs", {}), **(env_kwargs or {})},
         **({"oracle_info": True} if oracle else {}),
     )
+    env = gym.make(env_id, **kw)
     try:
         policy = make_policy(env)
         out: dict[str, Any] = {}
@@ -528,7 +534,8 @@ def _summarize_check(
     if task.bound == "smdp-per-seed":
         from baselines.smdp import gains_at_loads
 
-        env = gym.make(tid, **check.get("env_kwargs", {}))
+        env_id, kw = tasks.make_args(tid, **check.get("env_kwargs", {}))
+        env = gym.make(env_id, **kw)
         try:
             bounds = gains_at_loads(env, [float(x) for x in check["loads"]])
         finally:

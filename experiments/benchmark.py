@@ -253,6 +253,7 @@ def run_protocol(
     horizon_requests: int | None = None,
     params: dict[str, Any] | None = None,
     cache: Path | str | None = None,
+    tick: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -268,6 +269,7 @@ def run_protocol(
         instead of run (the policy is still reset, so that a policy's per-episode streams
         stay as in an uninterrupted run), and each episode run is appended as it ends. A
         long protocol (``--references``) resumes where it stopped.
+    :param tick: called with ``(episodes done, episodes)`` after each episode.
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
         ``wall_s`` (the episodes' own seconds, cached ones included).
     """
@@ -306,6 +308,8 @@ def run_protocol(
                 pol.reset()  # as the skipped episode would have
                 rates.append(stored[key]["reward_rate_per_s"])
                 wall += stored[key]["wall_s"]
+                if tick is not None:
+                    tick(i + 1, len(seeds))
                 continue
             if s >= tasks.EXTRA_SEED_BASE and hasattr(pol, "key_next_episode"):
                 pol.key_next_episode(s)  # its own stream, whatever the batch
@@ -324,6 +328,8 @@ def run_protocol(
             wall += dt
             if cache is not None:
                 _append_episode(cache, key, rate, dt)
+            if tick is not None:
+                tick(i + 1, len(seeds))
     finally:
         env.close()
     out = summarize_rates(rates, loads)
@@ -685,9 +691,10 @@ def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
     ``<algo>:<run_dir>`` (as ``batch-env evaluate --policy`` takes them)."""
     if ":" in spec:
         from agents import load_policy
-        from agents.policy import parse_policy_spec
+        from agents.policy import parse_policy_spec, read_run_config
 
         _, run_dir = parse_policy_spec(spec)
+        read_run_config(run_dir)  # a missing or broken run is refused before anything runs
         return spec, lambda env: load_policy(run_dir, name=spec)
     labels = sorted({k for refs in REFERENCE_POLICIES.values() for k in refs} - {"random"})
     if spec != "random" and spec not in baselines.available() and spec not in labels:
@@ -717,8 +724,44 @@ def _task_policy(tid: str, spec: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
+def trained_on(spec: str, task_id: str) -> dict[str, Any] | None:
+    """How the env a trained agent ``<algo>:<run_dir>`` was trained on differs from the
+    task ``task_id``'s (its ``config.yaml``): ``{"env_id", "kwargs": {key: [the run's,
+    the task's]}, "same_problem"}``, where ``same_problem`` says that only the episode
+    length or display differ (:data:`batch_env.tasks.FREE_KWARGS`: the task's problem
+    in shorter episodes, say); None when the run was trained on the task as registered.
+    The agent is scored on the task's protocol either way; this says what it learned on."""
+    from agents.policy import parse_policy_spec, read_run_config
+
+    _, run_dir = parse_policy_spec(spec)
+    cfg = read_run_config(run_dir)
+    env_id, kw = str(cfg["env_id"]), dict(cfg["env_kwargs"])
+    task = tasks.get(task_id)
+    base, full = env_id, kw
+    if env_id in tasks.TASKS:  # a task id: its fixed kwargs under the run's
+        base, full = tasks.TASKS[env_id].base, {**tasks.TASKS[env_id].kwargs, **kw}
+    ignore = {"task", "render_mode"}
+    keys = (set(full) | set(task.kwargs)) - ignore
+    diff = {
+        k: [full.get(k), task.kwargs.get(k)]
+        for k in sorted(keys)
+        if _plain(full.get(k)) != _plain(task.kwargs.get(k))
+    }
+    if base == task.base and not diff:
+        return None
+    same = base == task.base and set(diff) <= set(tasks.FREE_KWARGS)
+    return {"env_id": env_id, "kwargs": diff, "same_problem": same}
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=repr))
+
+
 def run_benchmark(
-    policy: str, task_ids: list[str] | None = None, horizon_requests: int | None = None
+    policy: str,
+    task_ids: list[str] | None = None,
+    horizon_requests: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
     """The protocol of each task for one policy, with its normalized score (None where
     the task has no stored references). On the protocol's seeds the score's 95%
@@ -726,18 +769,31 @@ def run_benchmark(
     differs per seed also gets the mean ratio to it (:func:`ratio_to_bound`).
     ``horizon_requests`` shortens the episodes (the rows then say they are not the
     protocol, and carry no paired figures). A policy that does not apply to a task's
-    env (a node-level policy on a whole-model task) gives a row with ``"error"``."""
+    env (a node-level policy on a whole-model task) gives a row with ``"error"``. A
+    trained agent's row says how the env it was trained on differs from the task's
+    (``trained_on``, :func:`trained_on`). ``progress`` receives the plan (which tasks,
+    how many episodes, about how long) and a line per episode with the time left."""
     label, factory = policy_factory(policy)
-    rows = []
-    for tid in task_ids or list(tasks.TASKS):
+    ids = task_ids or list(tasks.TASKS)
+    for tid in ids:
         tasks.get(tid)
+    if progress is not None:
+        progress(benchmark_plan(ids, horizon_requests, agent=":" in policy))
+    rows = []
+    for k, tid in enumerate(ids):
         row: dict[str, Any] = {"task": tid, "policy": label, "normalized_score": None}
+        ticker = None if progress is None else _Ticker(progress, f"[{k + 1}/{len(ids)}] {tid}")
         try:
             if ":" in policy:  # a trained agent
-                res = run_protocol(tid, factory, horizon_requests=horizon_requests)
+                res = run_protocol(tid, factory, horizon_requests=horizon_requests, tick=ticker)
+                diff = trained_on(policy, tid)
+                if diff is not None:
+                    row["trained_on"] = diff
             else:  # a baseline by name (so an oracle gets its info)
                 name, params = _task_policy(tid, policy)
-                res = run_protocol(tid, name, horizon_requests=horizon_requests, params=params)
+                res = run_protocol(
+                    tid, name, horizon_requests=horizon_requests, params=params, tick=ticker
+                )
                 if params:
                     row["params"] = params
         except ValueError as e:
@@ -769,8 +825,62 @@ def _score_cell(r: dict[str, Any]) -> str:
     return cell
 
 
+def benchmark_plan(task_ids: list[str], horizon_requests: int | None, agent: bool) -> str:
+    """What ``batch-env benchmark`` is about to run, said before it starts: each task's
+    episodes and how long greedy's protocol took where the references were computed
+    (their ``wall_s``; a shortened protocol scales it by its length; an agent takes
+    longer, one network call per decision)."""
+    ref = tasks.references()
+    parts, total = [], 0.0
+    for tid in task_ids:
+        t = tasks.get(tid)
+        h = horizon_requests or t.horizon_requests
+        g = ref.get(tid, {}).get("policies", {}).get("greedy", {})
+        wall = float(g.get("wall_s", math.nan)) * h / t.horizon_requests
+        total += wall if math.isfinite(wall) else 0.0
+        took = f", greedy ~{_duration(wall)}" if math.isfinite(wall) else ""
+        parts.append(f"{tid} ({t.episodes} x {h:,} requests{took})")
+    slower = " (an agent takes longer: a network call per decision)" if agent else ""
+    return (
+        f"benchmark: {len(task_ids)} task(s): {'; '.join(parts)}. In all ~{_duration(total)} for "
+        f"greedy on the machine that computed the references{slower}; --tasks runs fewer."
+    )
+
+
+def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+class _Ticker:
+    """Per-episode progress of one task's protocol: a line after the first episode, after
+    each tenth of them and at the end, with the episodes done, the time spent and the
+    time left (the mean episode since the first, which also built the policy, times the
+    episodes left)."""
+
+    def __init__(self, out: Callable[[str], None], label: str) -> None:
+        self.out, self.label = out, label
+        self.t0 = time.perf_counter()
+        self.t1: float | None = None  # when the first episode ended
+
+    def __call__(self, done: int, total: int) -> None:
+        """Report ``done`` of ``total`` episodes finished."""
+        now = time.perf_counter()
+        if self.t1 is None:
+            self.t1 = now
+        if done not in (1, total) and done % max(1, total // 10):
+            return
+        per = (now - self.t1) / (done - 1) if done > 1 else now - self.t0
+        eta = f", ~{_duration(per * (total - done))} left" if done < total else ", done"
+        self.out(f"{self.label}: episode {done}/{total}, {_duration(now - self.t0)}{eta}")
+
+
 def format_benchmark(rows: list[dict[str, Any]]) -> str:
-    """A markdown table of :func:`run_benchmark`'s rows."""
+    """A markdown table of :func:`run_benchmark`'s rows, and below it, for a trained
+    agent, how the env it was trained on differs from each task's."""
     lines = [
         "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) | episodes |",
         "| --- | --- | --- | --- | --- |",
@@ -786,7 +896,24 @@ def format_benchmark(rows: list[dict[str, Any]]) -> str:
             f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} "
             f"| {_score_cell(r)} | {eps} |"
         )
+    notes = [_trained_on_note(r) for r in rows if r.get("trained_on")]
+    if notes:
+        lines += ["", "Trained on another env than the task's (scored on the task's protocol):"]
+        lines += notes
     return "\n".join(lines)
+
+
+def _trained_on_note(r: dict[str, Any]) -> str:
+    t = r["trained_on"]
+    diffs = ", ".join(
+        f"{k}={run!r} (the task's: {task!r})" for k, (run, task) in t["kwargs"].items()
+    )
+    what = (
+        "the task's problem, other episodes"
+        if t["same_problem"]
+        else "another problem than the task's"
+    )
+    return f"- {r['task']}: trained on {t['env_id']} with {diffs or 'its defaults'}: {what}"
 
 
 #: where ``batch-env benchmark --references`` (and ``--report``) writes the table and plot

@@ -559,7 +559,12 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
         raise ValueError(
             "--policy is required (a baseline, 'random' or <algo>:<run_dir>), or --references"
         )
-    rows = run_benchmark(args.policy, ids, horizon_requests=args.horizon_requests)
+    rows = run_benchmark(
+        args.policy,
+        ids,
+        horizon_requests=args.horizon_requests,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(dumps(rows, indent=1) if args.json else format_benchmark(rows))
     return 2 if all("error" in r for r in rows) else 0
 
@@ -774,7 +779,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     env_kwargs: dict[str, Any] | None = None
     if args.env_config is not None:
-        env_kwargs = _load_yaml_mapping(args.env_config, "--env-config")
+        env_kwargs = _env_config(args.env_config)
     if args.env_kwargs is not None:
         env_kwargs = {
             **(env_kwargs or {}),
@@ -786,7 +791,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         algo=args.algo,
         env_id=args.env_id,
         env_kwargs=env_kwargs,
-        hyperparams=args.hyperparams,
+        hyperparams=hyperparams_file(args.hyperparams),
         n_timesteps=args.n_timesteps,
         seed=args.seed,
         vectorized=True if args.vectorized else None,
@@ -812,33 +817,64 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(result, indent=2))
     else:
-        ev = result["final_evaluation"]
-        if ev:
-            det = ev["deterministic"]
-            m, h = det["reward_rate_per_s"]
-            gap = (
-                f", {det['gap_percent']:.2f}% above the SMDP optimum"
-                if "gap_percent" in det
-                else ""
-            )
-            if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
-                at = ", ".join(f"{x:g}" for x in ev["loads"])
-                print(
-                    f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per "
-                    f"second{gap.replace('the SMDP optimum', 'the optimum at those loads')}"
-                )
-            else:
-                print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second{gap}")
-            kb = ev.get("kept_best")
-            if kb:
-                print(
-                    f"kept the model of the evaluation at step {kb['timesteps']} (best of "
-                    f"{kb['evaluations']}; the last, at step {kb['final_timesteps']}, scored "
-                    f"{kb['final_score']:.4g} per second)"
-                )
+        if result["final_evaluation"]:
+            _print_final_evaluation(result["final_evaluation"], run)
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
     return 0
+
+
+def _read_algo(run: Any) -> str:
+    """The algorithm a ``batch-env train`` run was trained with (its config.yaml)."""
+    from agents.policy import read_run_config
+
+    return str(read_run_config(run)["algo"])
+
+
+def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
+    """``train``'s lines on its final evaluation: the real reward rate per second (not the
+    shaped rewards the algorithm learned from), against greedy on the same held-out
+    episodes, and the normalized score on a benchmark task."""
+    det = ev["deterministic"]
+    m, h = det["reward_rate_per_s"]
+    gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
+    what = "(minus the serving cost per second, not the shaped rewards training sees)"
+    if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
+        at = ", ".join(f"{x:g}" for x in ev["loads"])
+        gap = gap.replace("the SMDP optimum", "the optimum at those loads")
+        print(
+            f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per second {what}{gap}"
+        )
+    else:
+        print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
+    ref = ev.get("reference")
+    if ref:
+        d, dh = ref["difference"]
+        verdict = "better than" if d - dh > 0 else "worse than" if d + dh < 0 else "level with"
+        print(
+            f"{ref['policy']} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
+            f"second; the agent is {verdict} {ref['policy']} ({d:+.4g} ± {dh:.2g} per second, paired)"
+            + (
+                "; train longer (--n-timesteps) or see docs/tutorials/train.md"
+                if d + dh < 0
+                else ""
+            )
+        )
+        if "normalized_score" in ref:
+            algo = _read_algo(run)
+            print(
+                f"normalized score on {ref['task']} ≈ {ref['normalized_score']:.3g} ± "
+                f"{ref['normalized_score_ci95']:.2g} (0 = greedy, 1 = the task's bound or best "
+                f"reference; paired with greedy on these episodes; the protocol's figure: "
+                f"batch-env benchmark --policy {algo}:{run} --tasks {ref['task']})"
+            )
+    kb = ev.get("kept_best")
+    if kb:
+        print(
+            f"kept the model of the evaluation at step {kb['timesteps']} (best of "
+            f"{kb['evaluations']}; the last, at step {kb['final_timesteps']}, scored "
+            f"{kb['final_score']:.4g} per second)"
+        )
 
 
 #: train options that only a sweep uses: (option, dest, default)
@@ -901,6 +937,58 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         for f in summary["failed"]:
             print(f"trial {f['trial']} failed: {f['error']}", file=sys.stderr)
     return 1 if summary["failed"] else 0
+
+
+def hyperparams_file(value: str | None) -> str | None:
+    """``--hyperparams``: a YAML file, or the name of a shipped hyperparameter file (with
+    or without ``.yml``): one of ``experiments/configs`` (``ppo-node-fraction``, ...) or
+    of ``agents/hyperparams`` (``ppo``, ``a2c``, ...), found in the installed package.
+
+    :raises FileNotFoundError: naming the value and listing the shipped names."""
+    from pathlib import Path
+
+    if value is None or Path(value).is_file():
+        return value
+    shipped = shipped_hyperparams()
+    name = value.removesuffix(".yml").removesuffix(".yaml")
+    if name in shipped and not Path(value).is_dir():
+        return str(shipped[name])
+    raise FileNotFoundError(
+        f"hyperparameter file {value!r} not found"
+        + (" (it is a folder)" if Path(value).is_dir() else "")
+        + f": give a YAML file, or a shipped name: {', '.join(sorted(shipped))}"
+    )
+
+
+def shipped_hyperparams() -> dict[str, Any]:
+    """The shipped hyperparameter files by name: ``agents/hyperparams/<algo>.yml`` and the
+    files of ``experiments/configs`` that map env ids to hyperparameters (rl-zoo3 format;
+    the other configs there are experiments')."""
+    from importlib import resources
+    from pathlib import Path
+
+    from agents.common import HYPERPARAMS_DIR
+
+    found: dict[str, Any] = {p.stem: p for p in HYPERPARAMS_DIR.glob("*.yml")}
+    configs = Path(str(resources.files("experiments") / "configs"))
+    for p in sorted(configs.glob("*.y*ml")):
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, OSError):
+            continue
+        if isinstance(data, dict) and data and all("/" in str(k) for k in data):
+            found.setdefault(p.stem, p)
+    return found
+
+
+def _env_config(value: str) -> dict[str, Any]:
+    """``--env-config``: the env kwargs in a YAML file, or a benchmark task's id for its
+    kwargs (to change some of them with --env-kwargs on the task's base id, --env-id)."""
+    from batch_env import tasks
+
+    if value in tasks.TASKS:
+        return tasks.variant(value)
+    return _load_yaml_mapping(value, "--env-config")
 
 
 def _load_yaml_mapping(path: str, field: str) -> dict[str, Any]:
@@ -1119,7 +1207,7 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
     env = make_raw_env("batch_env/DynamicBatching-v0", kw, "env options")
     sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
     out = sol.to_dict()
-    out["load"] = env.unwrapped.load
+    out["load"] = env.unwrapped.mean_load
     if args.json:
         print(dumps(out, indent=2))
         return 0
@@ -1166,6 +1254,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Dynamic batching for ML inference serving as RL environments.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    from experiments import record
+
+    record.add_parser(sub, _count, _parse_mapping)
 
     p = sub.add_parser(
         "demo",
@@ -1295,12 +1386,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})",
     )
     p.add_argument(
-        "--env-config", default=None, help="YAML file of env kwargs (--env-kwargs override it)"
+        "--env-config",
+        default=None,
+        help="YAML file of env kwargs, or a benchmark task's id for its kwargs (--env-kwargs "
+        "override it): a changed task is its base id with them, e.g. --env-id "
+        "batch_env/DynamicBatching-v0 --env-config batch_env/LowLoadEnergy-v0 --env-kwargs "
+        "'{workload: {kind: poisson, load: 0.9}}' (a task id refuses the change)",
     )
     p.add_argument(
         "--hyperparams",
         default=None,
-        help=f"rl-zoo3 style YAML (default agents/hyperparams/<algo>.yml{kept})",
+        help="rl-zoo3 style YAML, or the name of a shipped one (ppo-node-fraction, ... of "
+        f"experiments/configs; ppo, a2c, ... of agents/hyperparams; default "
+        f"agents/hyperparams/<algo>.yml{kept})",
     )
     p.add_argument(
         "--n-timesteps",

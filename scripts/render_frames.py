@@ -3,15 +3,13 @@
 Run ``python scripts/render_frames.py`` from the repository root. Each env runs a fixed,
 seeded policy to a state that shows its panels (a queue with requests past the SLA, a
 batch or groups in service, a timeline of batches), then its frame is written as
-``docs/img/render_{dynamic,node,llm,llm_v1}.png``. The PNG encoder is the standard library's
-``zlib`` (no imaging package needed); the same seeds give the same files.
+``docs/img/render_{dynamic,node,llm,llm_v1}.png`` (:func:`batch_env.render.write_png`: the
+standard library's ``zlib``, no imaging package needed); the same seeds give the same files.
 """
 
 from __future__ import annotations
 
-import struct
 import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,32 +22,7 @@ from batch_env.envs import (  # noqa: E402
     LLMBatchingV1Env,
     NodeBatchingEnv,
 )
-
-
-def write_png(path: Path, image: np.ndarray) -> None:
-    """Write an ``H x W x 3`` uint8 image as an 8-bit RGB PNG."""
-    if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
-        raise ValueError(
-            f"image of shape {image.shape} and dtype {image.dtype}: expected H x W x 3 uint8"
-        )
-    h, w, _ = image.shape
-    raw = np.hstack(
-        [np.zeros((h, 1), dtype=np.uint8), image.reshape(h, w * 3)]
-    ).tobytes()  # filter 0
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        """One PNG chunk: length, type, data, CRC."""
-        return (
-            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-        )
-
-    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    path.write_bytes(
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(raw, 9))
-        + chunk(b"IEND", b"")
-    )
+from batch_env.render import write_png  # noqa: E402
 
 
 def dynamic_frame() -> np.ndarray:

@@ -359,3 +359,42 @@ def test_extend_to_precision_adds_protocol_episodes_on_extra_seeds():
         / (ref["best_reward_rate_per_s"] - ref["policies"]["greedy"]["reward_rate_per_s"])
     )
     assert "normalized_score_ci95" in score
+
+
+def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
+    """A run is scored on each task's protocol whatever it trained on; the row and the
+    table say how its env differs from the task's (another problem, or the task's
+    problem in other episodes), and the progress callback gets the plan and episodes."""
+    from agents.train import TrainArgs, train
+    from experiments.benchmark import format_benchmark, run_benchmark, trained_on
+
+    low = "batch_env/LowLoadEnergy-v0"
+    run = train(
+        TrainArgs(
+            env_id=low,
+            env_kwargs={"horizon_requests": 30},
+            n_timesteps=64,
+            num_envs=1,
+            eval_freq=0,
+            run_dir=str(tmp_path / "run"),
+            progress=False,
+        )
+    )
+    spec = f"ppo:{run}"
+    same = trained_on(spec, low)
+    assert same == {
+        "env_id": low,
+        "kwargs": {"horizon_requests": [30, 20000]},
+        "same_problem": True,
+    }
+    other = trained_on(spec, "batch_env/AnyLoad-v0")
+    assert not other["same_problem"] and "workload" in other["kwargs"]
+    lines: list[str] = []
+    rows = run_benchmark(spec, [low], horizon_requests=40, progress=lines.append)
+    assert rows[0]["trained_on"] == same
+    assert lines[0].startswith("benchmark: 1 task(s): batch_env/LowLoadEnergy-v0 (10 x 40 requests")
+    assert lines[1].startswith("[1/1] batch_env/LowLoadEnergy-v0: episode 1/10")
+    assert lines[-1].endswith("done") and "episode 10/10" in lines[-1]
+    table = format_benchmark(rows)
+    assert "trained on batch_env/LowLoadEnergy-v0 with horizon_requests=30" in table
+    assert "the task's problem, other episodes" in table

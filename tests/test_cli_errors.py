@@ -190,6 +190,45 @@ CASES = [
     (["evaluate", "--policy", "ppo", "--episodes", "1"], ["'ppo'", "available"]),
     (["evaluate", "--env-id", "nope"], ["--env-id", "'nope'"]),
     (["evaluate", "--profile", "nope", "--episodes", "1"], ["nope"]),
+    # record
+    (["record", "nope"], ["'nope'", "neither a run folder", "greedy"]),
+    (["record", "run_empty"], ["run_empty", "config.yaml"]),
+    (["record", "greedy", "--episodes", "0"], ["--episodes", "'0'", ">= 1"]),
+    (["record", "greedy", "--max-frames", "x"], ["--max-frames", "'x'"]),
+    (["record", "greedy", "--env-kwargs", "[1]"], ["--env-kwargs", "mapping"]),
+    (["record", "greedy", "--env-id", "nope"], ["nope"]),
+    (["record", "greedy", "--env-kwargs", "{bogus_key: 1}"], ["--env-kwargs", "bogus_key"]),
+    # a task id pins its problem; an algorithm that does not fit; a hyperparameter name
+    (
+        [
+            "train",
+            "--env-id",
+            "batch_env/LowLoadEnergy-v0",
+            "--env-kwargs",
+            "{workload: {kind: poisson, load: 0.9}}",
+            "--run-dir",
+            "r",
+        ],
+        ["LowLoadEnergy-v0", "fixes workload", "tasks.variant", "--env-config"],
+    ),
+    (
+        [
+            "train",
+            "--algo",
+            "dqn",
+            "--env-id",
+            "batch_env/LLMBatching-v1",
+            "--env-kwargs",
+            "{budget_grid: [256, 512, 1024, 2048]}",
+            "--run-dir",
+            "r",
+        ],
+        ["algo='dqn' does not fit", "Discrete(1024)", "ppo, a2c, ppo_mask, ppo_lstm"],
+    ),
+    (
+        ["train", "--hyperparams", "ppo-nope", "--run-dir", "r"],
+        ["ppo-nope", "ppo-node-fraction", "ppo_mask"],
+    ),
     # train: nonsense numbers
     (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'", ">= 0"]),
     (["train", "--n-timesteps", "0"], ["n_timesteps=0", ">= 1", "warm_start"]),

@@ -285,6 +285,26 @@ def test_budget_baselines_and_the_tpot_tail():
         baselines.make("sarathi", v0)
 
 
+def test_a_policy_that_cannot_do_what_its_name_says_on_an_env_refuses_it():
+    """Sarathi adapts its token budget: on an env without a budget_grid it would be a
+    static budget (issue 37 reports TPOT p99 63 ms over its 50 ms SLA on llama-2-7b-h100, bursty
+    arrivals, 3,000-token prompts), so it is refused naming what the env lacks; a static
+    cap the env's grid cannot set is refused too (it would run another cap)."""
+    import baselines
+
+    plain = gym.make("batch_env/LLMBatching-v1", profile="llama-2-7b-h100")
+    with pytest.raises(ValueError, match=r"'sarathi'.*no budget_grid.*static budget 2048"):
+        baselines.make("sarathi", plain)
+    one = gym.make("batch_env/LLMBatching-v1", budget_grid=[1024])
+    with pytest.raises(ValueError, match=r"'sarathi'.*static budget 1024"):
+        baselines.make("sarathi", one)
+    coarse = gym.make("batch_env/LLMBatching-v0", grid=[32, 64, 128, 256])
+    with pytest.raises(ValueError, match=r"cap=100 is not a cap.*\[32, 64, 128, 256\]"):
+        baselines.make("static-cap", coarse, cap=100)
+    assert baselines.make("static-cap", coarse, cap=64).act(None, {}) == 1
+    assert baselines.make("static-cap", coarse).cap == 256
+
+
 @pytest.mark.parametrize(
     "setting",
     [

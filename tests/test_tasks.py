@@ -21,7 +21,7 @@ def test_the_throughput_constant_is_the_profiles():
 def test_every_task_is_a_registered_id_with_its_kwargs(task_id):
     task = tasks.get(task_id)
     spec = gym.spec(task_id)
-    assert spec.kwargs == dict(task.kwargs)
+    assert spec.kwargs == {**task.kwargs, "task": task_id}  # the env checks them against it
     env = gym.make(task_id)
     try:
         cfg = env.unwrapped.get_config()
@@ -290,3 +290,62 @@ def test_training_on_a_task_logs_the_normalized_score(tmp_path):
     rows = run_benchmark(f"ppo:{run}", ["batch_env/LowLoadEnergy-v0"], horizon_requests=200)
     assert rows[0]["protocol"] is False and np.isfinite(rows[0]["normalized_score"])
     assert "not the protocol" in format_benchmark(rows)
+
+
+def _changed_kwargs(task_id):
+    """Every kwarg that would change the task's problem, each with a changed value: its
+    fixed kwargs, and one kwarg it leaves at the base env's default."""
+    from batch_env.checks import init_arguments
+
+    t = tasks.get(task_id)
+    cls = gym.envs.registration.load_env_creator(gym.spec(t.base).entry_point)
+    left = sorted(init_arguments(cls) - set(t.kwargs) - set(tasks.FREE_KWARGS) - {"task"})
+    return [k for k in t.kwargs if k not in tasks.FREE_KWARGS] + left[:1]
+
+
+@pytest.mark.parametrize("task_id", sorted(tasks.TASKS))
+def test_a_task_id_refuses_every_change_of_its_problem(task_id):
+    """gymnasium.make, make_vec and the env class itself refuse a changed problem, naming
+    the task and the kwarg; the task's own values, display and episode-length kwargs pass."""
+    import re
+
+    t = tasks.get(task_id)
+    cls = gym.envs.registration.load_env_creator(gym.spec(t.base).entry_point)
+    for key in _changed_kwargs(task_id):
+        pattern = rf"{re.escape(task_id)} (fixes|keeps) {key}.*{key}='changed'.*tasks\.variant"
+        with pytest.raises(tasks.TaskOverrideError, match=pattern):
+            gym.make(task_id, **{key: "changed"})
+        with pytest.raises(tasks.TaskOverrideError, match=pattern):  # without gymnasium.make
+            cls(**{**gym.spec(task_id).kwargs, key: "changed"})
+    with pytest.raises(tasks.TaskOverrideError, match="workload"):
+        gym.make_vec(task_id, num_envs=2, vectorization_mode="sync", workload={"kind": "poisson"})
+    # a task's env made without its fixed kwargs is not that task either
+    with pytest.raises(tasks.TaskOverrideError, match="<not given>"):
+        gym.make(t.base, task=task_id)
+    env = gym.make(task_id, **{**t.kwargs, "render_mode": "ansi", "horizon_requests": 7})
+    assert env.unwrapped.task == task_id and env.unwrapped.config.horizon_requests == 7
+    assert gym.make(env.spec).unwrapped.task == task_id  # the spec round trip stays the task
+    env.close()
+    # the changed problem, on purpose: the base id with the task's kwargs
+    key = _changed_kwargs(task_id)[0]
+    env_id, kw = tasks.make_args(task_id, horizon_requests=5)
+    assert (env_id, kw) == (task_id, {"horizon_requests": 5})
+    change = {"ttft_sla_ms": 900.0} if "LLM" in t.base else {"sla_ms": 12.5}
+    env_id, kw = tasks.make_args(task_id, **change)
+    assert env_id == t.base and kw == {**t.kwargs, **change}
+    env = gym.make(env_id, **kw)
+    assert env.unwrapped.task is None and tasks.task_of(env_id, kw) is None
+    env.close()
+    assert tasks.task_of(task_id, {"horizon_requests": 5}) == (task_id, {"horizon_requests": 5})
+    assert tasks.task_of(t.base, tasks.variant(task_id)) == (task_id, {})
+    assert tasks.task_of(task_id, {key: "changed"}) is None
+
+
+def test_the_drawn_load_has_a_home_and_the_mean_its_name():
+    env = gym.make("batch_env/AnyLoad-v0", oracle_info=True)
+    _, info = env.reset(seed=3)
+    assert env.unwrapped.mean_load == pytest.approx(0.525)
+    assert info["oracle"]["load"] != pytest.approx(0.525)  # the drawn one, for oracles
+    with pytest.warns(UserWarning, match="mean_load"):
+        assert env.unwrapped.load == env.unwrapped.mean_load
+    env.close()

@@ -698,7 +698,9 @@ def test_the_env_hides_the_drawn_load_except_from_an_oracle() -> None:
             assert r == r2 and info["oracle"]["load"] == first  # one load per episode
         loads.add(first)
     assert len(loads) == 5
-    assert env.unwrapped.load == pytest.approx(0.5)  # the configured mean
+    assert env.unwrapped.mean_load == pytest.approx(0.5)  # the configured mean
+    with pytest.warns(UserWarning, match="not the load this episode drew"):
+        assert env.unwrapped.load == pytest.approx(0.5)  # the old name, which says so
 
 
 def test_the_vector_env_draws_each_lanes_load_as_the_scalar_env() -> None:

@@ -164,8 +164,10 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         model: str | None = None,
         torch_device: str = "auto",
         executor_options: dict | None = None,
+        task: str | None = None,
     ) -> None:
         config = ServingConfig.from_arguments(locals())
+        self.task = task
         self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
         self._oracle = bool(oracle_info)

@@ -307,7 +307,7 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         self.workload = env.workload
         self.max_throughput_rps = env.max_throughput_rps
         self.horizon_s = env.horizon_s
-        self.load = env.load
+        self.mean_load = env.mean_load
         ex = env.executor
         assert isinstance(ex, ProfileExecutor)  # executor="profile" was checked above
         self._latency_table = np.asarray(ex.latency_s, dtype=np.float64)

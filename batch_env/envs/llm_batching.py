@@ -291,8 +291,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         model: str | None = None,
         torch_device: str = "auto",
         executor_options: dict | None = None,
+        task: str | None = None,
     ) -> None:
         config = self._config_class.from_arguments(locals())
+        self.task = task
         self._set_render_mode(render_mode)
         # the iterations' timeline of the frame modes (None otherwise: nothing per step)
         self._iterations = Timeline() if render_mode in ("rgb_array", "human") else None
@@ -326,7 +328,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         wl = make_workload(workload)
         # ServingCore reads only what LLMProfile and LLMConfig share with Profile and ServingConfig
         self._setup_core(prof, wl, config)  # type: ignore[arg-type]
-        self.load = None  # type: ignore[assignment]  # not defined for an LLM server (a float elsewhere)
+        self.mean_load = None  # not defined for an LLM server
 
         # lengths: the trace's own token columns, or a distribution
         lens: RequestLengths | None = config.lengths
@@ -1248,6 +1250,7 @@ class LLMBatchingV1Env(LLMBatchingEnv):
         model: str | None = None,
         torch_device: str = "auto",
         executor_options: dict | None = None,
+        task: str | None = None,
     ) -> None:
         args = dict(locals())
         args.pop("self")

@@ -174,8 +174,10 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         model: str | None = None,
         torch_device: str = "auto",
         executor_options: dict | None = None,
+        task: str | None = None,
     ) -> None:
         config = ServingConfig.from_arguments(locals())
+        self.task = task
         prof = self._init_env(profile, workload, config, render_mode)
         B = config.max_batch_size
         self._init_executor(executor, model, torch_device, executor_options)
