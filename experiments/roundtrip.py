@@ -8,6 +8,20 @@ clock) and in profile mode (``ProfileExecutor`` with the profile just measured),
 DynamicBatching-v0 under ``greedy`` and NodeBatching-v0 under ``lazy``, at a moderate
 load (0.5 of the measured max throughput).
 
+The clock (:data:`CLOCK`)
+    Both the profile and the real-mode calls are timed with ``clock="thread_cpu"``: the
+    CPU time of the calling thread (``time.thread_time_ns``; the model runs on that one
+    thread), so other processes on the machine do not inflate a measurement by taking the
+    core away (a contended CPU does not slow every cycle alike, so one speed-matching
+    scalar cannot absorb it: with the wall clock and two other busy processes, one run's
+    cycles had speed ratios from 0.78 to 1.34). They still slow the thread's own work
+    somewhat, through shared caches, memory and cores (in one measurement about +30% at
+    batch 1 and 16 alike with two ``yes`` processes on this 2-core VM): what is uniform,
+    the speed-matching absorbs; what varies while other jobs come and go, the median of
+    the cycles is for. In real mode the env's clock then advances by the CPU time of each
+    model call; arrivals still come from the workload. ``clock="wall"`` measures elapsed
+    time instead, as serving would see it on that machine at that moment.
+
 Two sources of disagreement, reported apart
     1. *The profile against the serving run* (``speed_ratio``). Every model call of the
        real-mode episodes is recorded with what the profile predicts for that call (its
@@ -15,8 +29,10 @@ Two sources of disagreement, reported apart
        sum of predicted ones. Back-to-back profiling (warm caches, one shape at a time)
        and serving (shapes change every batch, the env's own code runs in between) are
        not the same conditions, and a shared machine's speed drifts between the
-       profiling window and the episodes: here single cycles ranged from 0.9 to 1.1, and
-       a CI machine once ran its episodes 1.3x slower than it had profiled.
+       profiling window and the episodes: on the thread-CPU clock, single cycles ranged
+       from 1.02 to 1.17 here on a quiet machine, and from 0.7 to 1.5 with two ``yes``
+       processes running while other jobs came and went (on the wall clock a CI machine
+       once ran its episodes 1.3x slower than it had profiled).
     2. *The simulator given the right speed* (``*_matched``). Profile mode is run a
        second time with every latency of the profile multiplied by that one scalar, so
        the shape across batch sizes and nodes, the variability, the queueing and the
@@ -57,6 +73,8 @@ SMALL_MODEL = ModelSpec(
 )
 #: ``measure_profile``'s warm-up runs per batch size before its window (its default)
 PROFILE_WARMUP = 3
+#: What times the model calls, in the profile and in real mode (module docstring: The clock)
+CLOCK = "thread_cpu"
 ENV_POLICIES = (("batch_env/DynamicBatching-v0", "greedy"), ("batch_env/NodeBatching-v0", "lazy"))
 DIFFS = (
     "latency_rel_diff",
@@ -67,12 +85,13 @@ DIFFS = (
 )
 
 
-def _model_text() -> str:
-    """:data:`SMALL_MODEL` in words, for the markdown."""
+def _model_text(clock: str) -> str:
+    """:data:`SMALL_MODEL` and the clock in words, for the markdown."""
     m, size = SMALL_MODEL, SMALL_MODEL.model_kwargs["image_size"]
+    timer = "thread CPU time" if clock == "thread_cpu" else "wall time"
     return (
         f"ResNet-50 width {m.width}, depth {m.depth}, {size}x{size}, {m.torch_device.upper()}, "
-        f"{m.threads} thread{'s' if m.threads != 1 else ''}"
+        f"{m.threads} thread{'s' if m.threads != 1 else ''}, timed by {timer} (clock={clock!r})"
     )
 
 
@@ -84,16 +103,19 @@ def run_roundtrip(
     batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16),
     min_time_s: float = 1.0,
     repeats: int = 3,
+    clock: str = CLOCK,
 ) -> dict[str, Any]:
     """Measure, then compare profile mode with real mode, ``repeats`` times; see the module docstring.
 
+    :param clock: what times the model calls, in the profile and in real mode: ``"thread_cpu"``
+        (the default, :data:`CLOCK`) or ``"wall"``.
     :returns: the last cycle's result, with ``cycles`` (each cycle's figures per env) and,
         in each row, the ``*_median`` of every figure in :data:`DIFFS` over the cycles.
     """
     import numpy as np
 
     cycles = [
-        _cycle(Path(out), load, horizon_requests, episodes, batch_sizes, min_time_s)
+        _cycle(Path(out), load, horizon_requests, episodes, batch_sizes, min_time_s, clock)
         for _ in range(repeats)
     ]
     result = cycles[-1]
@@ -130,7 +152,7 @@ def _summary_markdown(
     lines = [
         "# Round trip: profile mode vs real mode (same workload and seeds)",
         "",
-        f"Model: {_model_text()}; "
+        f"Model: {_model_text(result['clock'])}; "
         f"a profile measured in each cycle ({min_time_s:g} s per batch size), then {episodes} episodes x "
         f"{horizon_requests} requests per mode at load {load}; {repeats} cycles. Diff = profile / real - 1; "
         "median (per cycle).",
@@ -255,6 +277,7 @@ def _cycle(
     episodes: int,
     batch_sizes: tuple[int, ...],
     min_time_s: float,
+    clock: str,
 ) -> dict[str, Any]:
     """One measure-and-compare cycle."""
     from batch_env.profiles.batch_profile import Profile
@@ -273,12 +296,13 @@ def _cycle(
             batch_sizes=batch_sizes,
             min_time_s=min_time_s,
             nodes=True,
+            clock=clock,
             **measured.keywords(),
         )
     measure_s = time.perf_counter() - t0
     write_profile(prof, out / "profile.json")
     B = batch_sizes[-1]
-    opts = SMALL_MODEL.executor_options()
+    opts = {**SMALL_MODEL.executor_options(), "clock": clock}
     lat1 = prof["latency_ms"][0]
     # absolute rate, SLA and tick, so the speed-matched profile sees the same arrivals in seconds
     rate = load * Profile(prof).max_throughput_rps(B)
@@ -326,6 +350,7 @@ def _cycle(
         )
     result = {
         "model": SMALL_MODEL.to_dict(),
+        "clock": clock,
         "load": load,
         "horizon_requests": horizon_requests,
         "episodes": episodes,
@@ -337,7 +362,7 @@ def _cycle(
     lines = [
         "# Round trip: profile mode vs real mode (same workload and seeds)",
         "",
-        f"Model: {_model_text()}; "
+        f"Model: {_model_text(clock)}; "
         f"profile measured in the same run (latency ms per batch {[round(x, 3) for x in prof['latency_ms']]}); "
         f"load {load}, {episodes} episodes x {horizon_requests} requests.",
         "",

@@ -324,7 +324,8 @@ def test_torch_executor_keeps_its_spec_and_metadata():
         spec = ModelSpec("resnet50", torch_device="cpu", threads=1, warmup=1, seed=2, **TINY_RESNET)
         assert ex.spec == spec
         md = ex.metadata()
-        assert set(md) == TORCH_KEYS | {"model_spec"}  # every key of before, one more
+        # every key of before, the spec and the clock (docs/real.md: Clocks) more
+        assert set(md) == TORCH_KEYS | {"model_spec", "clock", "clock_source"}
         d = spec.to_dict()
         assert md["model_spec"] == d
         # the model fields of before, as they were, agree with the spec
@@ -396,6 +397,7 @@ def test_llm_executor_keeps_its_spec_and_metadata():
             md["width"] == d["width"] and md["depth"] == d["depth"] == 1 and md["n_positions"] == 64
         )
         assert md["model_config"]["seed"] == d["seed"] and md["threads"] == 1
+        assert (md["clock"], md["clock_source"]) == ("wall", "perf_counter_ns")
         json.dumps(md)
         _same_weights(ex.model, spec.build("cpu"))
     finally:
@@ -424,7 +426,8 @@ def test_profile_metadata_from_the_spec():
         **spec.keywords(),
     )
     md = d["_metadata"]
-    assert set(md) == PROFILE_MD_KEYS | {"model_spec"}
+    assert set(md) == PROFILE_MD_KEYS | {"model_spec", "clock", "clock_source"}
+    assert (md["clock"], md["clock_source"]) == ("wall", "perf_counter_ns")
     assert md["model_spec"] == spec.to_dict()
     assert md["model"] == "resnet50" and md["warmup"] == 1 and md["threads"] == 1
     assert md["model_config"]["depth"] == [1, 1, 1, 1] and md["model_config"]["image_size"] == 32

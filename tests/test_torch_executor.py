@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import numpy as np
@@ -12,6 +13,7 @@ from batch_env.profiles import batch_profile as P
 from batch_env.real.energy import EnergyMeter, ModelMeter
 from batch_env.real.models import build_model
 from batch_env.real.torch_executor import (
+    DeviceClock,
     NodeGroup,
     TorchExecutor,
     overhead_benchmark,
@@ -40,7 +42,9 @@ def restore_threads():
 
 @pytest.fixture(scope="module")
 def ex():
-    e = executor(16)
+    """Timed by the thread's CPU clock: the tests on it are about the model's own duration,
+    which other processes on the machine would inflate on the wall clock."""
+    e = executor(16, clock="thread_cpu")
     e.reset(np.random.default_rng(0))
     return e
 
@@ -72,14 +76,15 @@ def test_interface(ex):
 
 
 def test_latency_grows_with_batch_size(ex):
-    # the fastest of 9 runs: contention only ever slows a run down, and under a loaded
-    # machine (seen: other jobs on both cores) the median of a batch of 1 rose to 83% of a
-    # batch of 16's
+    # thread CPU time (ex's clock), so preemption by other processes does not count (on the
+    # wall clock, under other jobs on both cores, the median of a batch of 1 rose to 83% of
+    # a batch of 16's); the fastest of 5, for what contention still does through shared
+    # caches and cores, which only ever slows a run down. Here about 0.9 ms against 3 ms.
     def fastest(b):
-        return min(ex.run(b)[0] for _ in range(9))
+        return min(ex.run(b)[0] for _ in range(5))
 
     small, large = fastest(1), fastest(16)
-    assert large > 1.5 * small, (small, large)
+    assert large > 2 * small, (small, large)
 
 
 def test_profile_energy_is_busy_power_times_measured_duration(ex):
@@ -150,6 +155,8 @@ def test_metadata(ex):
     assert md["torch_version"] == torch.__version__
     assert md["model"] == "resnet50" and md["width"] == 0.125 and md["depth"] == [1, 1, 1, 1]
     assert md["cuda_graphs"] is False
+    assert (md["clock"], md["clock_source"]) == ("thread_cpu", "thread_time_ns")
+    assert ex.clock == "thread_cpu" and "clock='thread_cpu'" in repr(ex)
     assert md["energy_source"] == "profile" and md["energy_reason"] == ex.energy_reason
     assert md["profile"] == "resnet50-v100-linear" and "driver" in md
 
@@ -158,6 +165,8 @@ def test_counter_and_power_rule():
     meter = FakeMeter(period=1e-9)  # every batch is long enough for the counter
     e = executor(2, meter=meter, profile=None)
     assert e.energy_source == "rapl" and e.energy_reason == "fake rapl"
+    md = e.metadata()  # the default clock
+    assert (e.clock, md["clock"], md["clock_source"]) == ("wall", "wall", "perf_counter_ns")
     assert e.run(1)[1] == pytest.approx(2.0)  # one counter read before, one after
     e.close()
     assert meter.closed
@@ -231,6 +240,57 @@ def test_bad_arguments():
         executor(2, model="vgg16")
 
 
+def test_thread_cpu_clock_counts_cpu_time_not_wall_time():
+    """A sleeping call takes wall time but no CPU time; a busy one takes both."""
+
+    def sleep(_x):
+        time.sleep(0.05)
+
+    def spin(_x):
+        end = time.thread_time_ns() + 30_000_000
+        while time.thread_time_ns() < end:
+            pass
+
+    cpu, wall = DeviceClock(torch.device("cpu"), "thread_cpu", 1), DeviceClock(torch.device("cpu"))
+    assert (cpu.metadata(), wall.metadata()) == (
+        {"clock": "thread_cpu", "clock_source": "thread_time_ns"},
+        {"clock": "wall", "clock_source": "perf_counter_ns"},
+    )
+    assert wall.time(sleep, None)[0] >= 0.05 > 0.02 > cpu.time(sleep, None)[0]
+    assert cpu.time(spin, None)[0] >= 0.03 and wall.time(spin, None)[0] >= 0.03
+    ts, _ = cpu.time_chain([sleep, spin], None)
+    assert ts[0] < 0.02 and ts[1] >= 0.03
+    assert cpu.time_consume(sleep, [None])[0] < 0.02
+
+
+def test_clock_errors_name_the_option():
+    with pytest.raises(
+        ValueError, match=r"clock='cpu' is invalid: allowed values are \['wall', 'thread_cpu'\]"
+    ):
+        executor(2, clock="cpu")
+    with pytest.raises(
+        ValueError, match=r"threads=2 is invalid with clock='thread_cpu'.*allowed: threads=1"
+    ):
+        executor(2, threads=2, clock="thread_cpu")
+    with pytest.raises(
+        ValueError, match=r"clock='thread_cpu' is invalid on cuda:0.*allowed there: clock='wall'"
+    ):
+        DeviceClock(torch.device("cuda", 0), "thread_cpu")  # refused before any CUDA call
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with pytest.raises(ValueError, match=r"threads=None \(2 in force\) is invalid with clock"):
+            DeviceClock(torch.device("cpu"), "thread_cpu")
+        e = executor(2, clock="thread_cpu")  # sets threads=1
+        torch.set_num_threads(2)  # process-wide, behind the executor's back
+        with pytest.raises(
+            RuntimeError, match="clock='thread_cpu' times one thread, but torch now runs 2"
+        ):
+            e.run(1)
+    finally:
+        torch.set_num_threads(n)
+
+
 def test_default_meter_on_this_machine_is_reported():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -244,7 +304,8 @@ def test_default_meter_on_this_machine_is_reported():
 
 def test_overhead_benchmark_reports_fractions(ex):
     r = overhead_benchmark(ex, [1, 8], repeats=3)
-    assert r["batch_sizes"] == [1, 8] and set(r["run"]) == set(r["nodes"]) == {"1", "8"}
+    assert r["clock"] == "thread_cpu" and r["batch_sizes"] == [1, 8]
+    assert set(r["run"]) == set(r["nodes"]) == {"1", "8"}
     for kind in ("run", "nodes"):
         row = r[kind]["8"]
         assert row["wall_ms"] >= row["duration_ms"] > 0

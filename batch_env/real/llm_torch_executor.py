@@ -176,6 +176,7 @@ class LLMTorchExecutor:
         warmup: int = 2,
         seed: int = 0,
         model_kwargs: Mapping[str, Any] | None = None,
+        clock: str = "wall",
         meter: EnergyMeter | None = None,
     ) -> None:
         if model not in LLM_MODELS:
@@ -200,6 +201,9 @@ class LLMTorchExecutor:
         )
         spec = self.spec
         self.device = resolve_device(spec.torch_device)
+        # the clock is checked against the threads before they are set (process-wide)
+        self._clock = DeviceClock(self.device, clock, spec.threads)
+        self.clock = self._clock.clock
         self.threads = set_threads(spec.threads)
         self.max_num_seqs = int(max_num_seqs)
         self.max_model_len = int(max_model_len)
@@ -217,7 +221,6 @@ class LLMTorchExecutor:
                 f"max_model_len to <= {n_pos} or pass executor_options={{'model_kwargs': "
                 f"{{'n_positions': {self.max_model_len}}}}}"
             )
-        self._clock = DeviceClock(self.device)
         self.meter = meter if meter is not None else open_meter(str(self.device))
         try:
             self._rule = EnergyRule(
@@ -569,6 +572,7 @@ class LLMTorchExecutor:
                 "warmup": spec["warmup"],
                 "warmup_rule": "up front: warmup rounds of a prefill of max_num_seqs prompts, then "
                 "decodes at batch sizes max_num_seqs, max_num_seqs // 2, ..., 1",
+                **self._clock.metadata(),
                 "energy_source": self.energy_source,
                 "energy_reason": self.energy_reason,
                 "driver": self.meter.driver,

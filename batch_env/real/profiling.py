@@ -6,10 +6,13 @@ NodeBatching; :func:`write_profile` validates and saves it as JSON.
 
 What is measured, and how
     * Latency: for each listed batch size, after ``warmup`` runs, the batch is run back to
-      back (each call timed alone: CUDA events on a GPU, ``perf_counter_ns`` on a CPU)
-      until at least ``min_time_s`` have passed and at least ``min_repeats`` runs were
-      made. ``latency_ms`` is the mean; p50 / p95 / p99, the per-size coefficient of
-      variation, the number of runs and the window go to ``_latency_stats``.
+      back (each call timed alone by the executors' clock,
+      :class:`~batch_env.real.torch_executor.DeviceClock`: CUDA events on a GPU; on a CPU
+      ``perf_counter_ns`` with ``clock="wall"``, the calling thread's CPU time,
+      ``thread_time_ns``, with ``clock="thread_cpu"``) until at least ``min_time_s`` of
+      wall time have passed and at least ``min_repeats`` runs were made. ``latency_ms``
+      is the mean; p50 / p95 / p99, the per-size coefficient of variation, the number of
+      runs and the window go to ``_latency_stats``.
       ``latency_cv`` (one number, as the profile format has it) is the mean of the
       per-size CVs.
     * Power: the energy meter's counter delta over each repetition window divided by the
@@ -31,7 +34,8 @@ What is measured, and how
       to ``_nodes_rejected`` with a warning and a note.
 
 The profile records the device, driver, library versions, thread count and date in
-``source`` and ``_metadata``.
+``source`` and ``_metadata``, and the clock in ``_metadata["clock"]`` / ``["clock_source"]``
+and ``notes["method"]`` (a profile without them was timed by the wall clock).
 """
 
 from __future__ import annotations
@@ -345,14 +349,15 @@ def _method_notes(
     meter: Any,
     meter_md: Any,
     measures: bool,
+    clock_text: str,
 ) -> dict[str, Any]:
     """The profile's ``notes``: how it was measured, where the power came from, the meter."""
     notes = {
         "method": (
             f"each batch size run back to back for >= {min_time_s:g} s and >= {min_repeats} runs "
-            f"after {warmup} warm-up runs; latency_ms = mean, latency_cv = mean of the per-size "
-            "coefficients of variation; percentiles in _latency_stats"
-            + ("; end-to-end runs are CUDA graph replays" if cuda_graphs else "")
+            f"after {warmup} warm-up runs, each call timed by {clock_text}; latency_ms = mean, "
+            "latency_cv = mean of the per-size coefficients of variation; percentiles in "
+            "_latency_stats" + ("; end-to-end runs are CUDA graph replays" if cuda_graphs else "")
         ),
         "power": power_cite,
         "energy_meter": meter_md,
@@ -424,6 +429,7 @@ def measure_profile(
     cuda_graphs: bool = False,
     seed: int = 0,
     model_kwargs: Mapping[str, Any] | None = None,
+    clock: str = "wall",
     fallback_profile: Any = None,
     idle_time_s: float | None = None,
     name: str | None = None,
@@ -447,6 +453,9 @@ def measure_profile(
         node tables stay eager).
     :param seed: seed of the random weights and inputs.
     :param model_kwargs: extra model arguments (``image_size``, ``seq_len``, ``dtype``...).
+    :param clock: what times a call, as for the executors: ``"wall"`` or ``"thread_cpu"``
+        (CPU with ``threads=1`` only; see :class:`~batch_env.real.torch_executor.DeviceClock`).
+        A profile meant for real mode under ``clock="thread_cpu"`` is measured with it too.
     :param fallback_profile: a profile (name, path, dict or Profile) whose power figures
         are used where no meter measures power.
     :param idle_time_s: idle-power window (default: ``min_time_s``).
@@ -494,6 +503,7 @@ def measure_profile(
             f"to {device}; pass cuda_graphs=False"
         )
     fallback = None if fallback_profile is None else profile_mod.load(fallback_profile)
+    timer = DeviceClock(device, clock, spec.threads)  # checked before threads are set
     n_threads = set_threads(spec.threads)
     say = progress or (lambda _line: None)
 
@@ -501,7 +511,7 @@ def measure_profile(
     own_meter = meter is None
     meter = open_meter(str(device)) if own_meter else meter
     measures = meter.source != "model"
-    bench = _Bench(torch, device, meter, measures, DeviceClock(device), min_repeats, min_time_s)
+    bench = _Bench(torch, device, meter, measures, timer, min_repeats, min_time_s)
     full = net.make_input(bs[-1], device, seed=spec.seed)
     inputs = {b: slice_activation(full, b) for b in bs}
     node_fns = list(net.nodes)
@@ -568,7 +578,15 @@ def measure_profile(
             "idle_power_w": idle_source,
         },
         "notes": _method_notes(
-            min_time_s, min_repeats, spec.warmup, cuda_graphs, power_cite, meter, meter_md, measures
+            min_time_s,
+            min_repeats,
+            spec.warmup,
+            cuda_graphs,
+            power_cite,
+            meter,
+            meter_md,
+            measures,
+            timer.describe(),
         ),
         "_latency_stats": {
             "p50_ms": runs.p50,
@@ -589,6 +607,7 @@ def measure_profile(
             "min_time_s": min_time_s,
             "min_repeats": int(min_repeats),
             "cuda_graphs": bool(cuda_graphs),
+            **timer.metadata(),
             "energy_source": meter.source,
             "energy_reason": meter.reason,
         },

@@ -22,10 +22,19 @@ Inputs and warm-up
     warm-up and replayed by :meth:`TorchExecutor.run` (node runs stay eager: a group's
     activations are new tensors each time).
 
-Timing
-    GPU: CUDA events recorded on the current stream around the call, then the end event is
-    synchronised (so kernel launch gaps count, host bookkeeping does not). CPU:
-    ``time.perf_counter_ns`` around the call. Every call returns with the device idle.
+Timing (``clock``, one :class:`DeviceClock` for every real executor and the profiler)
+    GPU (``clock="wall"``, the only one there): CUDA events recorded on the current stream
+    around the call, then the end event is synchronised (so kernel launch gaps count, host
+    bookkeeping does not). CPU, ``clock="wall"`` (the default): ``time.perf_counter_ns``
+    around the call, the elapsed wall time, which includes any time the OS gave the core to
+    another process. CPU, ``clock="thread_cpu"``: ``time.thread_time_ns`` around the call,
+    the CPU time of the calling thread (``CLOCK_THREAD_CPUTIME_ID``), which other processes
+    do not inflate by preempting it (they still can through shared caches and cores). It
+    counts the calling thread only, so it needs one torch thread (``threads=1``, checked at
+    construction and before every call); a GPU call is refused (its work is not the host
+    thread's). :meth:`TorchExecutor.metadata` records ``clock`` and ``clock_source``
+    (``"cuda_events"``, ``"perf_counter_ns"`` or ``"thread_time_ns"``). Every call returns
+    with the device idle.
 
 Energy
     Of a batch (or a node run) of measured duration ``d`` (the rule, in order; one
@@ -71,6 +80,8 @@ from .models import Activation, NodeChainModel, cat_activations, slice_activatio
 from .spec import ModelSpec
 
 __all__ = [
+    "CLOCKS",
+    "DeviceClock",
     "EnergyRule",
     "NodeGroup",
     "TorchExecutor",
@@ -83,6 +94,8 @@ __all__ = [
 ]
 
 _COUNTER_PERIODS = 10.0  # a counter delta is trusted over >= this many update periods
+#: The clocks a call can be timed with (``clock=``; module docstring: Timing).
+CLOCKS = ("wall", "thread_cpu")
 
 
 # --------------------------------------------------------------------- helpers
@@ -163,14 +176,79 @@ def environment_metadata(device: torch.device, threads: int) -> dict[str, Any]:
     }
 
 
-class DeviceClock:
-    """Times one call on the executor's device (CUDA events, or perf_counter_ns on CPU)."""
+def _check_clock(clock: Any, device: torch.device, threads: int | None) -> str:
+    """``clock`` if it can time calls on ``device`` with ``threads`` torch threads (``None``:
+    the count in force); ``ValueError`` naming the field, the value and what is allowed."""
+    if not isinstance(clock, str) or clock not in CLOCKS:
+        raise ValueError(f"clock={clock!r} is invalid: allowed values are {list(CLOCKS)}")
+    if clock == "wall":
+        return clock
+    if device.type == "cuda":
+        raise ValueError(
+            f"clock={clock!r} is invalid on {device}: a GPU call is timed with CUDA events "
+            "(clock='wall'), its work is not the host thread's CPU time; allowed there: "
+            "clock='wall'"
+        )
+    n = torch.get_num_threads() if threads is None else threads
+    if n != 1:
+        given = f"threads={threads!r}" if threads is not None else f"threads=None ({n} in force)"
+        raise ValueError(
+            f"{given} is invalid with clock={clock!r}: the calling thread's CPU clock does not "
+            "count other threads' work; allowed: threads=1 (or clock='wall')"
+        )
+    return clock
 
-    def __init__(self, device: torch.device) -> None:
+
+class DeviceClock:
+    """Times one call on the executor's device (module docstring: Timing).
+
+    :param device: where the calls run.
+    :param clock: ``"wall"`` (CUDA events on a GPU, ``time.perf_counter_ns`` on a CPU) or
+        ``"thread_cpu"`` (CPU only: ``time.thread_time_ns``, the calling thread's CPU time).
+    :param threads: the torch threads the calls will run with (``None``: the count in
+        force); ``"thread_cpu"`` needs exactly one.
+    :raises ValueError: for another clock, ``"thread_cpu"`` on a GPU or with threads != 1.
+
+    Attributes: ``clock``, ``source`` (``"cuda_events"``, ``"perf_counter_ns"`` or
+    ``"thread_time_ns"``), ``cuda``, ``now`` (the host timer in ns that times CPU calls).
+    """
+
+    def __init__(self, device: torch.device, clock: str = "wall", threads: int | None = None):
+        self.clock = _check_clock(clock, device, threads)
         self.cuda = device.type == "cuda"
+        self._one_thread = self.clock == "thread_cpu"
+        self.now: Callable[[], int] = (
+            time.thread_time_ns if self._one_thread else time.perf_counter_ns
+        )
         if self.cuda:
+            self.source = "cuda_events"
             self._start = torch.cuda.Event(enable_timing=True)
             self._end = torch.cuda.Event(enable_timing=True)
+        else:
+            self.source = "thread_time_ns" if self._one_thread else "perf_counter_ns"
+
+    def metadata(self) -> dict[str, str]:
+        """``{"clock": ..., "clock_source": ...}``: what timed the calls."""
+        return {"clock": self.clock, "clock_source": self.source}
+
+    def describe(self) -> str:
+        """What timed the calls, in words (for notes and reports)."""
+        return {
+            "cuda_events": "CUDA events (device time)",
+            "perf_counter_ns": "time.perf_counter_ns (wall time)",
+            "thread_time_ns": "time.thread_time_ns (the calling thread's CPU time)",
+        }[self.source] + f", clock={self.clock!r}"
+
+    def _t0(self) -> int:
+        """The CPU timer's start; with ``thread_cpu``, first checks that torch still runs one
+        thread (threads are process-wide: something may have changed them since)."""
+        if self._one_thread and torch.get_num_threads() != 1:
+            raise RuntimeError(
+                f"clock='thread_cpu' times one thread, but torch now runs "
+                f"{torch.get_num_threads()} (torch.set_num_threads was called since): the "
+                "calling thread's CPU time would miss the others' work; set it back to 1"
+            )
+        return self.now()
 
     def time(self, fn: Callable[[Any], Any], x: Any) -> tuple[float, Any]:
         """``(seconds, fn(x))``; the device is idle when this returns."""
@@ -180,9 +258,9 @@ class DeviceClock:
             self._end.record()
             self._end.synchronize()
             return self._start.elapsed_time(self._end) * 1e-3, y
-        t0 = time.perf_counter_ns()
+        t0 = self._t0()
         y = fn(x)
-        return (time.perf_counter_ns() - t0) * 1e-9, y
+        return (self.now() - t0) * 1e-9, y
 
     def time_consume(self, fn: Callable[[Any], Any], holder: list[Any]) -> tuple[float, Any]:
         """Like :meth:`time`, on ``holder.pop()``: no reference to the input outlives the
@@ -193,9 +271,9 @@ class DeviceClock:
             self._end.record()
             self._end.synchronize()
             return self._start.elapsed_time(self._end) * 1e-3, y
-        t0 = time.perf_counter_ns()
+        t0 = self._t0()
         y = fn(holder.pop())
-        return (time.perf_counter_ns() - t0) * 1e-9, y
+        return (self.now() - t0) * 1e-9, y
 
     def time_chain(self, fns: Sequence[Callable[[Any], Any]], x: Any) -> tuple[list[float], Any]:
         """Run ``fns`` in order on ``x``, timing each: ``([seconds per fn], output)``.
@@ -212,11 +290,11 @@ class DeviceClock:
             events[-1].synchronize()
             return [a.elapsed_time(b) * 1e-3 for a, b in zip(events, events[1:], strict=False)], x
         out = []
-        pc = time.perf_counter_ns
+        now = self.now
         for fn in fns:
-            t0 = pc()
+            t0 = self._t0()
             x = fn(x)
-            out.append((pc() - t0) * 1e-9)
+            out.append((now() - t0) * 1e-9)
         return out, x
 
 
@@ -328,6 +406,9 @@ class TorchExecutor:
     :param cuda_graphs: capture one CUDA graph per batch size for :meth:`run` (GPU only).
     :param seed: seed of the random weights and inputs.
     :param model_kwargs: extra model arguments (``image_size``, ``seq_len``, ``dtype``...).
+    :param clock: what times a call (module docstring: Timing): ``"wall"`` (CUDA events on
+        a GPU, elapsed wall time on a CPU) or ``"thread_cpu"`` (CPU with ``threads=1``
+        only: the calling thread's CPU time, which other processes do not inflate).
     :param meter: an energy meter to use instead of :func:`batch_env.real.energy.open_meter`'s
         (tests inject fakes); the executor closes it in :meth:`close`.
     :raises ValueError: for a bad argument, a CUDA device that is not there, or no
@@ -339,9 +420,9 @@ class TorchExecutor:
     model; :meth:`metadata` records it under ``model_spec``. From a spec:
     ``TorchExecutor(spec.model, max_batch_size, **spec.keywords())``.
 
-    Attributes: ``spec``, ``energy_source`` (``"nvml"``, ``"rapl"`` or ``"profile"``),
-    ``energy_reason``, ``node_names``, ``n_nodes``, ``max_batch_size``, ``device``,
-    ``model``, ``meter``, ``profile`` (or ``None``).
+    Attributes: ``spec``, ``clock`` (``"wall"`` or ``"thread_cpu"``), ``energy_source``
+    (``"nvml"``, ``"rapl"`` or ``"profile"``), ``energy_reason``, ``node_names``, ``n_nodes``,
+    ``max_batch_size``, ``device``, ``model``, ``meter``, ``profile`` (or ``None``).
     """
 
     energy_source: str
@@ -363,6 +444,7 @@ class TorchExecutor:
         cuda_graphs: bool = False,
         seed: int = 0,
         model_kwargs: Mapping[str, Any] | None = None,
+        clock: str = "wall",
         meter: EnergyMeter | None = None,
     ) -> None:
         check_number("max_batch_size", max_batch_size, low=1, integer=True)
@@ -386,6 +468,9 @@ class TorchExecutor:
                 f"resolved to {self.device}; pass cuda_graphs=False"
             )
         self.max_batch_size = int(max_batch_size)
+        # the clock is checked against the threads before they are set (process-wide)
+        self._clock = DeviceClock(self.device, clock, spec.threads)
+        self.clock = self._clock.clock
         self.threads = set_threads(spec.threads)
         self.cuda_graphs = bool(cuda_graphs)
         self.warmup = spec.warmup
@@ -397,7 +482,6 @@ class TorchExecutor:
         self.node_names = self.model.node_names
         self.n_nodes = len(self.node_names)
         self._nodes = list(self.model.nodes)
-        self._clock = DeviceClock(self.device)
 
         self.meter = meter if meter is not None else open_meter(str(self.device))
         try:
@@ -587,6 +671,7 @@ class TorchExecutor:
                 "warmup": spec["warmup"],
                 "warmup_rule": "up front: warmup runs at every batch size 1..max_batch_size",
                 "cuda_graphs": self.cuda_graphs,
+                **self._clock.metadata(),
                 "energy_source": self.energy_source,
                 "energy_reason": self.energy_reason,
                 "driver": self.meter.driver,
@@ -603,7 +688,8 @@ class TorchExecutor:
     def __repr__(self) -> str:
         return (
             f"TorchExecutor(model={self.model_name!r}, device={str(self.device)!r}, "
-            f"max_batch_size={self.max_batch_size}, energy_source={self.energy_source!r})"
+            f"max_batch_size={self.max_batch_size}, clock={self.clock!r}, "
+            f"energy_source={self.energy_source!r})"
         )
 
 
@@ -686,24 +772,27 @@ def overhead_benchmark(
 ) -> dict[str, Any]:
     """What the executor costs outside the timed model call, as a fraction of the batch time.
 
-    For each batch size, ``repeats`` calls of :meth:`TorchExecutor.run` are timed by the
-    wall clock around the call; overhead = wall time - the duration ``run`` reports (the
-    argument check, inference mode, energy bookkeeping, the return). With ``nodes``, the
-    same for a whole node-by-node pass (``new_group`` + ``run_node`` for every node),
-    against the sum of the node durations. Medians over the repeats.
+    For each batch size, ``repeats`` calls of :meth:`TorchExecutor.run` are timed around
+    the call by the executor's host timer (the wall clock, or with ``clock="thread_cpu"``
+    the calling thread's CPU time, so that both figures are on one clock); overhead = that
+    time (``wall_ms``) - the duration ``run`` reports (the argument check, inference mode,
+    energy bookkeeping, the return). With ``nodes``, the same for a whole node-by-node pass
+    (``new_group`` + ``run_node`` for every node), against the sum of the node durations.
+    Medians over the repeats.
 
     :param executor: a constructed (warm) executor.
     :param batch_sizes: the sizes to measure, each in 1..max_batch_size.
     :param repeats: calls per batch size (>= 1).
     :param nodes: also measure the node path.
-    :returns: ``{"device", "batch_sizes", "run": {b: {...}}, "nodes": {b: {...}},
+    :returns: ``{"clock", "device", "batch_sizes", "run": {b: {...}}, "nodes": {b: {...}},
         "max_overhead_frac_run_b_ge_8", "max_overhead_frac_nodes_b_ge_8"}``, where each
         ``{...}`` holds ``duration_ms``, ``wall_ms``, ``overhead_ms`` and ``overhead_frac``
         (= overhead / duration) and the keys b are strings (JSON-ready).
     """
     check_number("repeats", repeats, low=1, integer=True)
-    pc = time.perf_counter_ns
+    pc = executor._clock.now
     out: dict[str, Any] = {
+        "clock": executor.clock,
         "device": str(executor.device),
         "device_name": device_name(executor.device),
         "model": executor.model_name,
