@@ -8,14 +8,19 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch goes in first where no CUDA is present, pinned to a CPU build available here, so
+# torch goes in first where no CUDA is present, pinned to a CPU build (TORCH_VERSION), so
 # that the loose `torch>=2.2` of the extras is already satisfied and pip never pulls a
-# multi-GB CUDA build onto a CPU-only machine. With CUDA, the extras resolve torch.
+# multi-GB CUDA build onto a CPU-only machine. TORCH_INDEX_URL (empty: pip's own
+# configuration, whose index serves the CPU build on this project's machines) takes torch
+# from another index, e.g. `make setup TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu`
+# where the default index serves CUDA builds. With CUDA, the extras resolve torch.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX_URL ?=
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	if ! $(PY) -c "import torch" 2>/dev/null && ! command -v nvidia-smi >/dev/null 2>&1; then \
-		$(PY) -m pip install -q torch==2.13.0; fi
+		$(PY) -m pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL),); fi
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 

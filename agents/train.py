@@ -154,7 +154,7 @@ class TrainArgs:
     """Arguments of a training run (each is a ``batch-env train`` option).
 
     The run's settings (:data:`RUN_SETTINGS`, every field but ``run_dir``, ``resume``,
-    ``progress`` and ``verbose``) default to None, "not given": a new run takes
+    ``progress``, ``announce`` and ``verbose``) default to None, "not given": a new run takes
     :data:`DEFAULTS` (the value in brackets below), a resumed run the value saved in its
     ``config.yaml``. Counts must be integers: ``n_timesteps`` (0 only with ``warm_start``),
     ``num_envs``, ``threads``, ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``,
@@ -209,6 +209,9 @@ class TrainArgs:
     """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
     progress: bool = True
     """show a progress bar."""
+    announce: bool = False
+    """print, before training, what the run trains on and through which wrappers, and which
+    figure means what (``batch-env train`` does, except with ``--json``)."""
     verbose: int = 0
     """SB3 verbosity."""
 
@@ -646,7 +649,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     cfg["args"] = {k: st[k] for k in RUN_SETTINGS}
     torch.set_num_threads(st["threads"])
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
-    if args.progress and not args.resume:
+    if args.announce and not args.resume:
         print(describe_run(cfg), flush=True)
 
     # 2. vectorized, wrapped, optionally normalized training envs

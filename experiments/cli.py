@@ -807,6 +807,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         keep_best=True if args.keep_best else None,
         resume=args.resume,
         progress=not args.no_progress and not args.json,
+        announce=not args.json,
     )
     run = train(targs)
     final = run / "final_evaluation.json"

@@ -135,3 +135,48 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
     assert (work / "run" / "model.zip").exists()
     out = sh([cli, "evaluate", "--policy", "ppo:run", "greedy", "--episodes", "1"], work, env)
     assert "ppo:run" in out and "greedy" in out
+    # every registered id trains with the shipped defaults from the wheel (a few hundred
+    # steps and short episodes; tests/test_train_registry.py covers every algorithm), and
+    # a shipped hyperparameter file is found by its name
+    script = (
+        "import gymnasium as gym, batch_env\n"
+        "from agents.train import TrainArgs, train\n"
+        "ids = sorted(i for i in gym.registry if i.startswith('batch_env/'))\n"
+        "for i in ids:\n"
+        "    train(TrainArgs(env_id=i, env_kwargs={'horizon_requests': 10, 'warmup_requests': 0},"
+        " n_timesteps=200, num_envs=1, eval_episodes=1, run_dir='r-' + i.split('/')[1],"
+        " progress=False))\n"
+        "print(len(ids))\n"
+    )
+    assert int(sh([str(py), "-c", script], work, env).split()[-1]) >= 10
+    assert all((work / f"r-{i.split('/')[1]}" / "final_evaluation.json").exists() for i in _ids())
+    sh(
+        [
+            cli,
+            "train",
+            "--env-id",
+            "batch_env/NodeBatching-v0",
+            "--hyperparams",
+            "ppo-node-fraction",
+            "--n-timesteps",
+            "64",
+            "--env-kwargs",
+            "{horizon_requests: 20}",
+            "--eval-freq",
+            "0",
+            "--run-dir",
+            "named",
+            "--no-progress",
+        ],
+        work,
+        env,
+    )
+    assert "ppo-node-fraction.yml" in (work / "named" / "config.yaml").read_text()
+
+
+def _ids() -> list[str]:
+    import gymnasium as gym
+
+    import batch_env  # noqa: F401
+
+    return sorted(i for i in gym.registry if i.startswith("batch_env/"))
