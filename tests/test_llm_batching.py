@@ -232,10 +232,15 @@ def test_cap_below_running_stops_admission_without_eviction():
 def test_coarse_grid_and_policy_mapping():
     env = small(grid=[8, 16, 32, 64])
     assert env.action_space.n == 4
-    p = baselines.make("static-cap", env=env, cap=20)
-    assert p.act(None, {}) == 1  # 16 is the largest grid value <= 20
-    p = baselines.make("static-cap", env=env, cap=4)
-    assert p.act(None, {}) == 0
+    # a static cap the grid cannot set is refused: it would silently run another cap
+    for cap in (20, 4):
+        with pytest.raises(ValueError, match=rf"cap={cap} is not a cap the env's actions can set"):
+            baselines.make("static-cap", env=env, cap=cap)
+    assert baselines.make("static-cap", env=env, cap=16).act(None, {}) == 1
+    # an adaptive policy's computed cap maps to the largest grid value <= it (the smallest
+    # if below the grid)
+    p = baselines.make("memory-aware", env=env)
+    assert p.action_for(20) == 1 and p.action_for(4) == 0
 
 
 def test_memory_aware_formula():
