@@ -10,8 +10,15 @@ module). :func:`normalized_score` maps a reward rate to 0 at greedy and 1 at the
 says so). ``docs/benchmark.md`` says what makes each task hard and how its bound is
 obtained.
 
-This module imports nothing beyond :mod:`batch_env`'s own leaves: the bounds are solved
-by :mod:`baselines` and stored with the references, not computed here.
+A task id pins its problem: its registration passes ``task=<id>`` with its kwargs, and
+the env refuses any other kwarg than :data:`FREE_KWARGS` (display and episode length)
+unless it keeps the task's value (:func:`check_task_kwargs`, :class:`TaskOverrideError`).
+A changed problem is made on purpose from the base id with :func:`variant`;
+:func:`make_args` and :func:`task_of` map between the two.
+
+This module imports nothing beyond :mod:`batch_env`'s own leaves (and Gymnasium's
+registry): the bounds are solved by :mod:`baselines` and stored with the references, not
+computed here.
 """
 
 from __future__ import annotations

@@ -851,15 +851,18 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
     ref = ev.get("reference")
     if ref:
         d, dh = ref["difference"]
-        verdict = "better than" if d - dh > 0 else "worse than" if d + dh < 0 else "level with"
+        name = ref["policy"]
+        verdict = (
+            f"better than {name}"
+            if d - dh > 0
+            else f"worse than {name}"
+            if d + dh < 0
+            else f"not distinguishable from {name} on these episodes"
+        )
+        hint = "; train longer (--n-timesteps) or see docs/tutorials/train.md" if d < 0 else ""
         print(
-            f"{ref['policy']} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
-            f"second; the agent is {verdict} {ref['policy']} ({d:+.4g} ± {dh:.2g} per second, paired)"
-            + (
-                "; train longer (--n-timesteps) or see docs/tutorials/train.md"
-                if d + dh < 0
-                else ""
-            )
+            f"{name} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
+            f"second; the agent is {verdict} ({d:+.4g} ± {dh:.2g} per second, paired){hint}"
         )
         if "normalized_score" in ref:
             algo = _read_algo(run)

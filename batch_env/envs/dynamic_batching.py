@@ -108,6 +108,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       ``queue_capacity`` (2000), ``horizon_requests`` (2000), ``warmup_requests`` (0),
       ``horizon_s``, ``decision_interval_ms`` (ticks; off), ``idle_power_w`` (override),
       ``rate_window_s``: see :class:`batch_env.config.ServingConfig`.
+    * ``task``: set by a benchmark task's registration (its id, e.g. ``batch_env/Bursty-v0``);
+      the other kwargs must then keep the task's values, except ``render_mode``, ``oracle_info``
+      and the episode length (:func:`batch_env.tasks.check_task_kwargs`).
     * ``oracle_info`` (``False``): put what the workload hides in ``info["oracle"]``, for
       oracle policies and bounds: an MMPP's current phase (``"phase"``,
       :mod:`baselines.smdp_mmpp`), a ``load_range`` workload's drawn load and rate

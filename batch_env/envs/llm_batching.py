@@ -177,6 +177,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``rate_window_s``, ``recent_iterations``, ``scheduler``, ``decode_first``,
     ``split_prompts``, ``budget_grid``).
 
+    * ``task``: set by a benchmark task's registration (its id, e.g. ``batch_env/LLMMemoryPressure-v0``);
+      the other kwargs must then keep the task's values, except ``render_mode``
+      and the episode length (:func:`batch_env.tasks.check_task_kwargs`).
     * ``executor``: ``"profile"`` (default: iteration times and power from the profile) or
       ``"torch"``: every prefill and decode step runs a real GPT-style decoder
       (:class:`batch_env.real.models.GPTSmall`) with a real KV cache per running request, on

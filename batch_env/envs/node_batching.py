@@ -145,6 +145,10 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     the queue, the groups at their node positions and a timeline of group completions
     (``docs/render.md``); ``"human"`` shows it in a window (text without a display).
 
+    * ``task``: set by a benchmark task's registration (its id, e.g. ``batch_env/NodeAnyLoad-v0``);
+      the other kwargs must then keep the task's values, except ``render_mode``
+      and the episode length (:func:`batch_env.tasks.check_task_kwargs`).
+
     ## Version History
 
     * v0: initial version.
