@@ -365,6 +365,7 @@ class PeriodicEvaluation(BaseCallback):
             "difference": list(diff),
         }
         self.logger.record(f"eval/{name}/{key}", ref.mean(key))
+        self.logger.dump(self.num_timesteps)  # after learn(): nothing else writes it out
         if score_reference is not None:
             low, top = score_reference
             out["normalized_score"] = diff[0] / (top - low)

@@ -808,6 +808,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress and not args.json,
         announce=not args.json,
+        verbose=args.verbose,
     )
     run = train(targs)
     final = run / "final_evaluation.json"
@@ -1490,6 +1491,14 @@ def build_parser() -> argparse.ArgumentParser:
         "given again must equal the saved value, except a larger --n-timesteps (extends the run)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        type=_count(0),
+        default=0,
+        help="SB3's verbosity: 1 prints its console table after each rollout, where "
+        "rollout/ep_reward_rate_per_s (the real reward rate per second) sits beside the "
+        "shaped rollout/ep_rew_mean, with serving/ and eval/ (default 0)",
+    )
     p.add_argument(
         "--sweep",
         default=None,

@@ -15,6 +15,7 @@ import yaml
 from conftest import tensorboard_scalars
 from helpers import SMALL_ENV, TINY_ENV, TINY_PPO
 
+import baselines
 import batch_env  # noqa: F401
 from agents import load_policy, parse_policy_spec
 from agents.common import literal, load_hyperparams, wrapper_specs
@@ -342,6 +343,8 @@ def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
         "optimality/smdp_gain",
         "eval/deterministic/reward_rate_per_s",
         "eval/stochastic/latency_mean_ms",
+        "rollout/ep_reward_rate_per_s",  # the real figure, beside SB3's shaped ep_rew_mean
+        "eval/greedy/reward_rate_per_s",  # the final evaluation's reference
     ):
         assert tag in tags, tag
     cfg = yaml.safe_load((run / "config.yaml").read_text())
@@ -354,6 +357,15 @@ def test_short_run_writes_serving_tags_and_reloads(algo, steps, tmp_path):
     policy = load_policy(run)
     res = evaluate(policy, env, n_episodes=2, seed=100_000)
     assert res.mean("reward_rate_per_s") == final["deterministic"]["reward_rate_per_s"][0]
+    # greedy on the same two episodes, and the paired difference from it
+    greedy = evaluate(baselines.make("greedy", env=env), env, n_episodes=2, seed=100_000)
+    ref = final["reference"]
+    assert ref["policy"] == "greedy" and ref["reward_rate_per_s"][0] == greedy.mean(
+        "reward_rate_per_s"
+    )
+    assert ref["difference"][0] == pytest.approx(
+        res.mean("reward_rate_per_s") - greedy.mean("reward_rate_per_s")
+    )
     # a recurrent policy acts through predict with its LSTM state, the others in NumPy
     assert (policy._actor is None) == (algo == "ppo_lstm")
 

@@ -230,6 +230,7 @@ CASES = [
         ["ppo-nope", "ppo-node-fraction", "ppo_mask"],
     ),
     # train: nonsense numbers
+    (["train", "--verbose", "-1"], ["--verbose", "'-1'", ">= 0"]),
     (["train", "--n-timesteps", "-5"], ["--n-timesteps", "'-5'", ">= 0"]),
     (["train", "--n-timesteps", "0"], ["n_timesteps=0", ">= 1", "warm_start"]),
     (["train", "--warm-start", "{policy: [unclosed"], ["--warm-start", "not valid YAML"]),
