@@ -376,6 +376,15 @@ def _plain(value: Any) -> Any:
         return value
 
 
+def _same(value: Any, fixed: Any) -> bool:
+    """Whether a given kwarg equals a task's fixed one (as plain data; an array or an
+    object that does not compare to plain data is not the same)."""
+    try:
+        return bool(_plain(value) == fixed)
+    except (TypeError, ValueError):
+        return False
+
+
 def check_task_kwargs(
     task_id: str, kwargs: Mapping[str, Any], env_class: str | None = None
 ) -> None:
@@ -403,7 +412,7 @@ def check_task_kwargs(
             )
     fixed = {k: _plain(v) for k, v in t.kwargs.items()}
     for key, value in kwargs.items():
-        if key == "task" or key in FREE_KWARGS or (key in fixed and _plain(value) == fixed[key]):
+        if key == "task" or key in FREE_KWARGS or (key in fixed and _same(value, fixed[key])):
             continue
         was = (
             f"fixes {key}={fixed[key]!r}" if key in fixed else f"keeps {key} at {t.base}'s default"
