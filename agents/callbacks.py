@@ -50,6 +50,7 @@ from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
 from .files import atomic_save, atomic_write_text, read_json
+from .wrappers import reference_baseline
 
 EVAL_KEYS = HEADLINE_KEYS
 #: training episodes the ``rollout/`` serving figures average over (SB3's
@@ -349,7 +350,7 @@ class PeriodicEvaluation(BaseCallback):
         agent = self._last.get("deterministic")
         if agent is None or "reward_rate_per_s" not in agent.episodes[0]:
             return None
-        name = "greedy" if hasattr(self.env.unwrapped.config, "max_batch_size") else "static-cap"
+        name = reference_baseline(self.env)
         ref = evaluate(
             baselines.make(name, env=self.env),
             self.env,

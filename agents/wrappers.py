@@ -220,6 +220,12 @@ def _rate_curve(env: gym.Env) -> list[list[float]]:
     return [[float(x), float(g)] for x, g in zip(loads, gains, strict=True)]
 
 
+def reference_baseline(env: gym.Env) -> str:
+    """The baseline a run is centred on and set against by default: ``greedy``, or on an
+    LLM env (no batch size to fill) ``static-cap`` at ``max_num_seqs``, vLLM's default."""
+    return "greedy" if hasattr(env.unwrapped.config, "max_batch_size") else "static-cap"
+
+
 def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
     """Greedy's cost rate per second on a benchmark task's protocol, as stored with the
     task's references (``batch_env.tasks.references``), when ``env_id`` with
@@ -256,8 +262,12 @@ def _measure_gain(
             from baselines.smdp import SMDPProblem, solve
 
             return float(solve(SMDPProblem.from_env(env)).gain)
-        reference = "greedy" if hasattr(env.unwrapped.config, "max_batch_size") else "static-cap"
-        res = evaluate(baselines.make(reference, env=env), env, n_episodes=3, seed=seed + GAIN_SEED)
+        res = evaluate(
+            baselines.make(reference_baseline(env), env=env),
+            env,
+            n_episodes=3,
+            seed=seed + GAIN_SEED,
+        )
         return -res.mean("reward_rate_per_s")
     finally:
         env.close()

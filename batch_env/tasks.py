@@ -40,6 +40,7 @@ __all__ = [
     "TaskOverrideError",
     "bound_or_best",
     "check_task_kwargs",
+    "differences",
     "get",
     "load_grid",
     "normalized_score",
@@ -385,6 +386,38 @@ def _same(value: Any, fixed: Any) -> bool:
         return False
 
 
+class _NotGiven:
+    def __repr__(self) -> str:
+        return "<not given>"
+
+
+#: a kwarg's side in :func:`differences` where it is not given
+NOT_GIVEN: Any = _NotGiven()
+
+
+def differences(
+    task_id: str, env_id: str, kwargs: Mapping[str, Any]
+) -> tuple[str, dict[str, tuple[Any, Any]]]:
+    """How the env ``env_id`` made with ``kwargs`` differs from the task ``task_id``'s:
+    ``(its base env id, {key: (its value, the task's)})``, with :data:`NOT_GIVEN` on the
+    side that lacks the key. A task's id stands for its base env with its fixed kwargs
+    under ``kwargs``; ``task`` itself is left aside. The one comparison behind
+    :func:`check_task_kwargs`, :func:`task_of` and ``batch-env benchmark``'s notes on what
+    a run was trained on."""
+    t = get(task_id)
+    base, given = env_id, {k: v for k, v in kwargs.items() if k != "task"}
+    if env_id in TASKS:
+        base, given = TASKS[env_id].base, {**TASKS[env_id].kwargs, **given}
+    fixed = {k: _plain(v) for k, v in t.kwargs.items()}
+    diff = {
+        k: (v, fixed.get(k, NOT_GIVEN))
+        for k, v in given.items()
+        if not (k in fixed and _same(v, fixed[k]))
+    }
+    diff.update({k: (NOT_GIVEN, v) for k, v in fixed.items() if k not in given})
+    return base, diff
+
+
 def check_task_kwargs(
     task_id: str, kwargs: Mapping[str, Any], env_class: str | None = None
 ) -> None:
@@ -410,19 +443,15 @@ def check_task_kwargs(
             raise TaskOverrideError(
                 f"task={task_id!r} is a task on {t.base} ({base_cls}), not on {env_class}"
             )
-    fixed = {k: _plain(v) for k, v in t.kwargs.items()}
-    for key, value in kwargs.items():
-        if key == "task" or key in FREE_KWARGS or (key in fixed and _same(value, fixed[key])):
+    for key, (value, fixed) in differences(task_id, t.base, kwargs)[1].items():
+        if key in FREE_KWARGS and value is not NOT_GIVEN:
             continue
         was = (
-            f"fixes {key}={fixed[key]!r}" if key in fixed else f"keeps {key} at {t.base}'s default"
+            f"fixes {key}={fixed!r}"
+            if fixed is not NOT_GIVEN
+            else f"keeps {key} at {t.base}'s default"
         )
         raise TaskOverrideError(_override_message(t, key, value, was))
-    for key, value in fixed.items():
-        if key not in kwargs:
-            raise TaskOverrideError(
-                _override_message(t, key, "<not given>", f"fixes {key}={value!r}")
-            )
 
 
 def _override_message(t: Task, key: str, value: Any, was: str) -> str:
@@ -463,19 +492,13 @@ def task_of(env_id: str, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]
     the task (and nothing else but :data:`FREE_KWARGS`); ``None`` otherwise. What
     ``batch-env benchmark`` and training's normalized score use to tell which task a run
     was trained on, and how its episodes differ."""
-    plain = {k: _plain(v) for k, v in kwargs.items() if k != "task"}
     for t in TASKS.values():
         if env_id != t.id and not (env_id == t.base and kwargs.get("task", t.id) == t.id):
             continue
-        fixed = {k: _plain(v) for k, v in t.kwargs.items()}
-        merged = {**(fixed if env_id == t.id else {}), **plain}
-        same = all(merged.get(k, _MISSING) == v for k, v in fixed.items() if k not in FREE_KWARGS)
-        if same and set(merged) <= set(fixed) | set(FREE_KWARGS):
-            return t.id, {k: v for k, v in merged.items() if fixed.get(k, _MISSING) != v}
+        diff = differences(t.id, env_id, kwargs)[1]
+        if set(diff) <= set(FREE_KWARGS):
+            return t.id, {k: v for k, (v, _) in diff.items() if v is not NOT_GIVEN}
     return None
-
-
-_MISSING = object()
 
 
 def get(task_id: str) -> Task:

@@ -736,25 +736,16 @@ def trained_on(spec: str, task_id: str) -> dict[str, Any] | None:
     _, run_dir = parse_policy_spec(spec)
     cfg = read_run_config(run_dir)
     env_id, kw = str(cfg["env_id"]), dict(cfg["env_kwargs"])
-    task = tasks.get(task_id)
-    base, full = env_id, kw
-    if env_id in tasks.TASKS:  # a task id: its fixed kwargs under the run's
-        base, full = tasks.TASKS[env_id].base, {**tasks.TASKS[env_id].kwargs, **kw}
-    ignore = {"task", "render_mode"}
-    keys = (set(full) | set(task.kwargs)) - ignore
-    diff = {
-        k: [full.get(k), task.kwargs.get(k)]
-        for k in sorted(keys)
-        if _plain(full.get(k)) != _plain(task.kwargs.get(k))
-    }
-    if base == task.base and not diff:
+    base, found = tasks.differences(task_id, env_id, kw)
+    diff = {}
+    for k, pair in sorted(found.items()):
+        run, task = (None if v is tasks.NOT_GIVEN else v for v in pair)
+        if k != "render_mode" and run != task:
+            diff[k] = [run, task]
+    if base == tasks.get(task_id).base and not diff:
         return None
-    same = base == task.base and set(diff) <= set(tasks.FREE_KWARGS)
+    same = base == tasks.get(task_id).base and set(diff) <= set(tasks.FREE_KWARGS)
     return {"env_id": env_id, "kwargs": diff, "same_problem": same}
-
-
-def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
 
 
 def run_benchmark(
