@@ -34,8 +34,12 @@ def test_the_registry_is_all_here():
 def test_every_algo_fits_or_says_why(env_id):
     """Each algorithm either has a shipped entry that fits the id, or does not fit its
     action space at all (then refused): never left out for want of an entry."""
+    from agents import hyperparams
+
     fits = fitting_algos(env_id, {})
     assert fits, f"no shipped hyperparameters fit {env_id}: add its entries to agents/hyperparams"
+    for algo in fits:  # rl-zoo3 looks an id up by name: a task needs its own entry
+        assert env_id in hyperparams.read(algo), f"agents/hyperparams/{algo}.yml lacks {env_id}"
     for algo in ALGO_NAMES:
         if algo not in fits:
             assert algo_misfit(algo, make_raw_env(env_id, {})) is not None, (
