@@ -1174,9 +1174,11 @@ def cmd_roundtrip(args: argparse.Namespace) -> int:
     """Measure a small model's profile, then compare profile mode with real mode on the same seeds.
 
     Reports, per env, the speed ratio (model time measured in the real-mode episodes over
-    what the profile predicts for the same calls), the as-measured differences, and the
+    what the profile predicts for the same calls), the as-measured differences, the
     speed-matched ones (the profile scaled by that ratio: the simulator given the
-    machine's speed), each as the median over the cycles.
+    machine's mean speed) and the speed-tracked ones (each call scaled by the real run's
+    speed at that moment: the simulator given the machine's speed over time), each as the
+    median over the cycles.
     """
     from experiments.roundtrip import run_roundtrip
 

@@ -150,4 +150,26 @@ def test_node_tables_too_far_off_are_kept_aside(monkeypatch):
         d = measure()
     assert "nodes" not in d and d["_nodes_rejected"]["names"][0] == "stem"
     assert "_nodes_rejected" in d["notes"]["nodes"]
+    # every size was measured again before its tables were set aside
+    assert d["_latency_stats"]["attempts"] == [prof_mod.NODE_ATTEMPTS] * len(BS)
     P.load(d)
+
+
+def test_a_disturbed_node_window_is_measured_again(monkeypatch):
+    """A size whose node sums disagree once is measured again, and its second windows kept."""
+    import batch_env.real.profiling as prof_mod
+
+    calls = {"n": 0}
+    real = prof_mod._measure_nodes
+
+    def disturbed_once(bench, node_fns, x):
+        per, wall, de = real(bench, node_fns, x)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the second size's first node window: every node 10x slower
+            per = [[10 * t for t in lst] for lst in per]
+        return per, wall, de
+
+    monkeypatch.setattr(prof_mod, "_measure_nodes", disturbed_once)
+    d = measure()
+    assert d["_latency_stats"]["attempts"] == [1, 2] + [1] * (len(BS) - 2)
+    assert "nodes" in d and d["nodes"]["tolerance"] < 1.0

