@@ -66,9 +66,12 @@ def llm_frame(cls: type[LLMBatchingEnv] = LLMBatchingEnv) -> np.ndarray:
     )
     env.reset(seed=1)
     for i in range(3000):
-        if env.step(len(env.grid) - 1)[3]:
+        *_, truncated, info = env.step(len(env.grid) - 1)
+        if truncated:
             break
-        if i > 800 and env._used > 0.95 * env._total and any(env._G[e] > 0 for e in env._W):
+        # the cache nearly full, and requests just preempted: they wait at the queue's head
+        full = info["kv_blocks_used"] > 0.95 * info["kv_blocks_total"]
+        if i > 800 and full and info["preempted"] > 0:
             break
     return env.render()
 

@@ -45,20 +45,27 @@ def pressure(**kw):
 def check_invariants(env: LLMBatchingEnv) -> None:
     """Conservation of requests and tokens; KV accounting."""
     u = env
-    running, waiting = len(u._R), len(u._W)
+    running, waiting = len(u._server.running), len(u._server.waiting)
     assert len(u._arr) == u._n_done + running + waiting
     assert u._n_sys == running + waiting
-    assert u._used == sum(u._blk)
-    assert 0 <= u._used <= u._total
-    assert sum(u._G) == u._tokens
-    for e in u._R:
-        assert u._blk[e] * u._bs >= u._P[e] + u._G[e] - 1  # every token in the KV has a slot
-        assert 1 <= u._G[e] < u._O[e]
-    for e in u._W:
-        assert u._blk[e] == 0
-    assert len(set(u._R) | set(u._W)) == running + waiting
-    assert u._ctx == sum(u._P[e] + u._G[e] for e in u._R)
-    assert u._wtok == sum(u._P[e] + u._G[e] for e in u._W)
+    assert u._server.kv_used == sum(u._server.kv_blocks)
+    assert 0 <= u._server.kv_used <= u._server.kv_total
+    assert sum(u._server.generated) == u._server.tokens_out
+    for e in u._server.running:
+        assert (
+            u._server.kv_blocks[e] * u._server.block_size
+            >= u._server.prompt[e] + u._server.generated[e] - 1
+        )  # every token in the KV has a slot
+        assert 1 <= u._server.generated[e] < u._server.output[e]
+    for e in u._server.waiting:
+        assert u._server.kv_blocks[e] == 0
+    assert len(set(u._server.running) | set(u._server.waiting)) == running + waiting
+    assert u._server.decode_context == sum(
+        u._server.prompt[e] + u._server.generated[e] for e in u._server.running
+    )
+    assert u._server.waiting_tokens == sum(
+        u._server.prompt[e] + u._server.generated[e] for e in u._server.waiting
+    )
 
 
 def run(env, policy=None, seed=0, check_every=1, max_steps=10**6):
@@ -125,7 +132,7 @@ def test_invariants_and_summary_with_random_caps():
         )
     )
     # latency integral over the episode = total time in system of every request
-    fin = [f if f is not None else env._now for f in env._fin]
+    fin = [f if f is not None else env._now for f in env._finished_at]
     assert comps["latency"] == pytest.approx(
         sum(f - a for f, a in zip(fin, env._arr, strict=True)), rel=1e-9
     )
@@ -134,12 +141,14 @@ def test_invariants_and_summary_with_random_caps():
 def test_ttft_below_e2e_and_first_tokens_in_arrival_order():
     env = pressure()
     run(env, baselines.make("static-cap", env=env), seed=2, check_every=50)
-    first = env._first
+    first = env._first_token_at
     assert all(b >= a for a, b in zip(first, first[1:], strict=False))
-    for e, f in enumerate(env._fin):
+    for e, f in enumerate(env._finished_at):
         if f is not None:
             assert env._arr[e] <= first[e] <= f
-            assert env._G[e] == env._O[e]  # a completed request has all its tokens
+            assert (
+                env._server.generated[e] == env._server.output[e]
+            )  # a completed request has all its tokens
 
 
 def test_preempted_requests_complete_with_all_their_tokens():
@@ -149,7 +158,10 @@ def test_preempted_requests_complete_with_all_their_tokens():
     assert s["preemptions"] > 0
     assert s["completed"] == 300  # every summary request completed, preempted ones included
     lo = env._window.entry
-    assert all(env._fin[e] is not None and env._G[e] == env._O[e] for e in range(lo, lo + 300))
+    assert all(
+        env._finished_at[e] is not None and env._server.generated[e] == env._server.output[e]
+        for e in range(lo, lo + 300)
+    )
 
 
 def test_memory_aware_preempts_at_most_a_fifth_of_static_256():
@@ -168,7 +180,7 @@ def test_sla_misses_counted_once_per_request():
         ttft_sla_ms=150.0, tpot_sla_ms=25.0, workload={"kind": "poisson", "rate_per_s": 40.0}
     )
     _, comps, info = run(env, baselines.make("static-cap", env=env), seed=5, check_every=0)
-    arr, first, fin, out = env._arr, env._first, env._fin, env._O
+    arr, first, fin, out = env._arr, env._first_token_at, env._finished_at, env._server.output
     ttft, tpot = env._sla, env._tpot
     now = env._now
     expected = 0
@@ -196,8 +208,8 @@ def test_rejected_and_clipped_are_counted():
     s = info["serving"]
     assert s["rejected"] > 0 and s["clipped"] > 0
     assert info["rejected_total"] >= s["rejected"]
-    assert max(p + o for p, o in zip(env._P, env._O, strict=True)) <= 512
-    assert min(env._P) + 1 <= 512
+    assert max(p + o for p, o in zip(env._server.prompt, env._server.output, strict=True)) <= 512
+    assert min(env._server.prompt) + 1 <= 512
 
 
 def test_info_never_shows_output_lengths():
@@ -350,5 +362,5 @@ def test_azure_trace_lengths_come_from_the_trace():
         for r in rows
         if int(r["ContextTokens"]) + 1 <= 4096
     ]
-    assert env._P[:50] == [p for p, _ in fits[:50]]
+    assert env._server.prompt[:50] == [p for p, _ in fits[:50]]
     assert info["serving"]["completed"] == 100

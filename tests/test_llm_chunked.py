@@ -100,36 +100,44 @@ def _same_info(ia, ib, skip):
 
 
 class _Recorder(LLMBatchingEnv):
-    """The env, recording each iteration's chunks and decodes and the running state."""
+    """The env, recording each iteration's chunks and decodes and the running state (its
+    scheduler's ``run`` and ``_run_mixed`` wrapped on the instance, at the first reset)."""
+
+    def _wrap_scheduler(self):
+        sch = self._scheduler
+        run, run_mixed = sch.run, sch._run_mixed
+
+        def recorded_run(plan):
+            srv = self._server
+            ready = [e for e in srv.running if not srv.prefill_left[e]]
+            before = (list(ready), list(srv.running), srv.preemptions)
+            self._pending = {"budget": self._budget_now, "cap": self._cap_now, "before": before}
+            for v in plan.victims:  # newest first, as they are preempted
+                self.log.append({"preempted": v})
+            self._victims = list(plan.victims)
+            return run(plan)
+
+        def recorded_mixed(chunks, dec):
+            srv = self._server
+            rec = dict(self._pending)
+            rec.update(
+                chunks=[(e, c, x) for e, c, x, _nb in chunks],
+                dec=list(dec),
+                prompt={e: srv.prompt[e] + srv.generated[e] for e, _, x, _nb in chunks if x == 0},
+                used=srv.kv_used,
+                victims=list(self._victims),
+            )
+            self.log.append(rec)
+            return run_mixed(chunks, dec)
+
+        sch.run, sch._run_mixed = recorded_run, recorded_mixed
+        self._wrapped = True
 
     def reset(self, *args, **kwargs):
+        if not getattr(self, "_wrapped", False):
+            self._wrap_scheduler()
         self.log = []
         return super().reset(*args, **kwargs)
-
-    def _run_chunked(self, cap, budget):
-        ready = [e for e in self._R if not self._todo[e]]
-        before = (list(ready), list(self._R), self._preempt)
-        self._pending = {"budget": budget, "cap": cap, "before": before}
-        self._victims = []
-        return super()._run_chunked(cap, budget)
-
-    def _run_mixed(self, chunks, dec):
-        rec = dict(self._pending)
-        rec.update(
-            chunks=list(chunks),
-            dec=list(dec),
-            prompt={e: self._P[e] + self._G[e] for e, _, x in chunks if x == 0},
-            used=self._used,
-            victims=list(self._victims),
-        )
-        self.log.append(rec)
-        return super()._run_mixed(chunks, dec)
-
-    def _preempt_newest(self, victims):
-        v = super()._preempt_newest(victims)
-        self.log.append({"preempted": v})
-        self._victims.append(v)
-        return v
 
 
 def _run_recorded(kw, seed, actions_of):
@@ -197,9 +205,11 @@ def test_conservation_and_invariants(setting):
             produced[e] += 1
         mixed += bool(rec["chunks"]) and bool(rec["dec"])
     u = env.unwrapped
-    for e, fin in enumerate(u._fin):
+    for e, fin in enumerate(u._finished_at):
         if fin is not None:
-            assert produced[e] == u._O[e], e  # each output token once (recompute included)
+            assert produced[e] == u._server.output[e], (
+                e
+            )  # each output token once (recompute included)
     assert max(s["kv_blocks_used"] for s in steps) <= u.kv_blocks_total
     assert mixed > 0 and split > 0  # the run exercised mixed iterations and split prompts
     if "gpu_memory_utilization" in setting:
@@ -326,11 +336,19 @@ def test_block_phase_buckets_are_the_decodes_whose_blocks_are_full(setting):
     rng = np.random.default_rng(2)
     checked = needs = 0
     for _ in range(100_000):
-        n = len(u._R) - u._npart
-        decoding = u._R[:n]
-        full = {e for e in decoding if u._P[e] + u._G[e] > u._blk[e] * u._bs}
-        assert set().union(*u._phase) == set(decoding) and sum(map(len, u._phase)) == n
-        assert u._phase[(1 - u._K) % u._bs] == full
+        n = len(u._server.running) - u._server.prefilling
+        decoding = u._server.running[:n]
+        full = {
+            e
+            for e in decoding
+            if u._server.prompt[e] + u._server.generated[e]
+            > u._server.kv_blocks[e] * u._server.block_size
+        }
+        assert (
+            set().union(*u._server.block_phase) == set(decoding)
+            and sum(map(len, u._server.block_phase)) == n
+        )
+        assert u._server.block_phase[(1 - u._server.decode_steps) % u._server.block_size] == full
         checked += 1
         needs += len(full)
         *_, trunc, info = env.step(int(rng.integers(env.action_space.n)))

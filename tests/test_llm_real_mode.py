@@ -113,8 +113,13 @@ def test_episode_runs_real_iterations_with_one_cache_per_running_request():
             assert info["now_s"] >= now + info["iteration_time_s"] - 1e-12
         # exactly the running requests hold a cache, each with its prompt + generated tokens
         # but the last one (which the next decode writes)
-        assert ex.live_sequences == set(u._R) and len(ex.live_sequences) == info["running"]
-        assert ex.context_lengths() == {e: u._P[e] + u._G[e] - 1 for e in u._R}
+        assert (
+            ex.live_sequences == set(u._server.running)
+            and len(ex.live_sequences) == info["running"]
+        )
+        assert ex.context_lengths() == {
+            e: u._server.prompt[e] + u._server.generated[e] - 1 for e in u._server.running
+        }
         if trunc:
             break
     s = info["serving"]
@@ -123,8 +128,8 @@ def test_episode_runs_real_iterations_with_one_cache_per_running_request():
     assert s["latency_mean_ms"] > 0 and s["power_mean_w"] > 0 and s["output_tokens_per_s"] > 0
     assert kinds["prefill"] > 0 and kinds["decode"] > 0
     # no cache for a finished or a preempted (waiting) request
-    assert all(u._fin[e] is None for e in ex.live_sequences)
-    assert not ex.live_sequences & set(u._W)
+    assert all(u._finished_at[e] is None for e in ex.live_sequences)
+    assert not ex.live_sequences & set(u._server.waiting)
     assert info["energy_source"] == ex.energy_source in ("nvml", "rapl", "profile")
     env.reset(seed=1)  # a new episode starts with no cache
     assert not ex.live_sequences and ex.cache_nbytes == 0
@@ -323,7 +328,7 @@ def test_cuda_episode():
     env.reset(seed=0)
     for _ in range(10_000):
         _, _, _, trunc, info = env.step(7)
-        assert u.executor.live_sequences == set(u._R)
+        assert u.executor.live_sequences == set(u._server.running)
         if trunc:
             break
     assert info["serving"]["completed"] == 40 and info["serving"]["preemptions"] > 0
@@ -354,13 +359,20 @@ def test_chunked_scheduler_runs_real_mixed_batches():
         kinds[info["iteration"]] += 1
         if info["iteration"] != "idle" and info["iteration_time_s"] > 0:
             assert info["iteration_time_s"] == log[-1][1] > 0
-        assert ex.live_sequences == set(u._R)
-        want = {e: (u._done[e] if u._todo[e] else u._P[e] + u._G[e] - 1) for e in u._R}
+        assert ex.live_sequences == set(u._server.running)
+        want = {
+            e: (
+                u._server.prefill_done[e]
+                if u._server.prefill_left[e]
+                else u._server.prompt[e] + u._server.generated[e] - 1
+            )
+            for e in u._server.running
+        }
         assert ex.context_lengths() == want
         if trunc:
             break
     s = info["serving"]
     assert s["completed"] == 40 and s["preemptions"] > 0
     assert kinds["mixed"] > 0 and kinds["prefill"] > 0 and kinds["decode"] > 0
-    assert not ex.live_sequences & set(u._W)
+    assert not ex.live_sequences & set(u._server.waiting)
     env.close()

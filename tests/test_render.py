@@ -158,7 +158,7 @@ def test_empty_queue_frames():
     env.reset(seed=0)
     for _ in range(50):
         env.step(len(env.grid) - 1)
-        if not env._W and env._R:
+        if not env._server.waiting and env._server.running:
             frame = env.render()
             assert not _drawn(_queue_bars(frame)).any()
             break
@@ -217,16 +217,16 @@ def test_llm_kv_nearly_full_and_preemptions():
         env.step(len(env.grid) - 1)
         frame = env.render()
         assert frame.shape == SHAPE
-        used, total = env._used, env._total
+        used, total = env._server.kv_used, env._server.kv_total
         filled = np.any(
             frame[kv_row, x0 + 2 : x1 - 2] != np.array(R.GRID, dtype=np.uint8), axis=-1
         ).sum()
         assert abs(filled / (x1 - x0 - 4) - used / total) < 0.02
-        if total - used <= env._wm:
+        if total - used <= env._server.kv_watermark:
             assert np.all(frame[kv_row, x0 + 2] == RED)
             seen_full = True
-        waiting = list(env._W)[: R.QUEUE_BARS]
-        preempted = np.array([env._G[e] > 0 for e in waiting], dtype=bool)
+        waiting = list(env._server.waiting)[: R.QUEUE_BARS]
+        preempted = np.array([env._server.generated[e] > 0 for e in waiting], dtype=bool)
         if preempted.any():
             bars = _queue_bars(frame)[: len(waiting)]
             assert np.all(bars[preempted] == np.array(R.PURPLE, dtype=np.uint8))

@@ -4,10 +4,12 @@ node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching
 - :mod:`.dynamic_batching`: :class:`DynamicBatchingEnv`;
 - :mod:`.dynamic_batching_vector`: :class:`DynamicBatchingVectorEnv` (``gymnasium.make_vec``);
 - :mod:`.node_batching`: :class:`NodeBatchingEnv`;
-- :mod:`.llm_batching`: :class:`LLMBatchingEnv` and :class:`LLMBatchingV1Env` (chunked).
+- :mod:`.llm_batching`: :class:`LLMBatchingEnv` and :class:`LLMBatchingV1Env` (chunked):
+  the MDP (spaces, epochs, reward, observation, SLA bookkeeping, summary) over the LLM
+  server of :mod:`batch_env.llm` (its state and its schedulers).
 
 Imports: the core of ``batch_env`` (``core``, ``config``, ``checks``, ``metrics``,
-``render``, ``seeding``, ``executor``, ``workload``, ``profiles``); never ``batch_env.real``
+``render``, ``seeding``, ``executor``, ``workload``, ``profiles``, ``llm``); never ``batch_env.real``
 at module level (the executor imports it when real execution is asked for). The core
 never imports ``envs``.
 """

@@ -1,4 +1,13 @@
-"""``batch_env/LLMBatching-v0``: iteration-level (continuous) batching of an LLM with a paged KV cache."""
+"""``batch_env/LLMBatching-v0`` and ``-v1``: iteration-level (continuous) batching of an LLM
+with a paged KV cache.
+
+This module is the MDP: spaces, decision epochs, reward, observation, the SLA bookkeeping
+(first tokens, completions, TTFT and TPOT misses) and the summary. The server it drives,
+its requests, queues and KV cache (:class:`batch_env.llm.LLMServerState`) and the
+iteration scheduler chosen by name (``scheduler=``; :func:`batch_env.llm.make_scheduler`),
+live in :mod:`batch_env.llm`; the scheduler reports first tokens, completions and the
+clock's moves back to the env (:class:`_EnvHost`).
+"""
 
 from __future__ import annotations
 
@@ -17,6 +26,7 @@ from gymnasium import spaces
 from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1
 from ..core import ServingCore
 from ..executor import LLMExecutor, make_llm_executor
+from ..llm import Iteration, LLMServerState, make_scheduler
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
@@ -218,48 +228,29 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _title = "LLMBATCHING-V0"  # the frame's heading
 
     # Per-episode state, (re)bound by reset() (declared here for type checkers, which
-    # otherwise meet some of it in methods above reset() before its type is known).
+    # otherwise meet some of it in methods above reset() before its type is known). The
+    # server itself (requests, queues, KV cache) is ``_server``, an LLMServerState.
     _bp: list[int]  # the buffered arrivals' prompt tokens, output tokens and clipped flags
     _bo: list[int]
     _bclip: list[bool]
     _rej_times: list[float]  # arrival times of the rejected prompts
-    _P: list[int]  # per entry: prompt tokens, output tokens, generated tokens, KV blocks held
-    _O: list[int]
-    _G: list[int]
-    _blk: list[int]
-    _fin: list[float | None]  # per entry: completion time (None while in the system)
-    _first: list[float]  # first-token times, in arrival order
-    _met: list[int]  # prefix counts of the first tokens within the TTFT SLA
-    _W: deque[int]  # the waiting entries (FCFS)
-    _wtok: int
-    _R: list[int]  # the running entries
-    _used: int  # KV blocks in use
-    _ctx: int  # context tokens of the running requests
-    _kvI: float  # integral of the KV blocks in use (block-seconds)
-    _tokens: int
-    _preempt: int
+    _finished_at: list[float | None]  # per entry: completion time (None while in the system)
+    _first_token_at: list[float]  # first-token times, in arrival order
+    _ttft_met: list[int]  # prefix counts of the first tokens within the TTFT SLA
+    _kv_integral: float  # integral of the KV blocks in use (block-seconds)
     _clipped: int
     _n_iter: int
     _n_prefill: int
     _tpot_missed: int
-    _dptr: int
+    _done_ptr: int  # entries before it are all finished (for _summary_done)
     _w0: tuple[int, int, float, int, int, int] | None  # the counters when the window opened
     _rd: deque[float]  # recent decode iterations' times and batch sizes
     _rb: deque[int]
     _rd_sum: float  # their sums, kept when they change (read by every step's obs and info)
     _rb_sum: int
-    # chunked: the decoding entries by block phase, ``(P + G - K) % block_size`` with ``K``
-    # the decode iterations so far; invariant while an entry decodes (each decode
-    # iteration adds one token to every decoding entry), so the entries whose blocks are
-    # full this iteration are one bucket (``_grow_decodes``)
-    _phase: list[set[int]]
-    _K: int
     _cap_now: int
     _budget_now: int
     _last_chunk: int
-    _done: list[int]  # per entry (chunked): its current prefill's tokens computed, and to do
-    _todo: list[int]
-    _npart: int  # running entries whose prefill is in progress (chunked)
     _last_preempted: int
     _last_kind: float
 
@@ -365,17 +356,17 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
         # the KV cache
         bs = config.block_size
-        self._bs = bs
-        self._total = prof.kv_blocks_total(bs, config.gpu_memory_utilization)
-        self._wm = int(config.watermark * self._total)
+        total = prof.kv_blocks_total(bs, config.gpu_memory_utilization)
+        watermark = int(config.watermark * total)
         need = -(-config.max_model_len // bs)
-        if self._total - self._wm < need:
+        if total - watermark < need:
             raise ValueError(
                 f"max_model_len={config.max_model_len} needs {need} KV blocks of {bs} tokens but "
-                f"profile '{prof.name}' has {self._total} ({self._wm} kept free by the watermark) "
+                f"profile '{prof.name}' has {total} ({watermark} kept free by the watermark) "
                 "at this gpu_memory_utilization: lower max_model_len"
             )
-        self.kv_blocks_total = self._total
+        self.kv_blocks_total = total
+        self._server = LLMServerState(bs, total, watermark)
         assert config.grid is not None  # LLMConfig.__post_init__ fills the default
         self._grid = config.grid
         self._N = config.max_num_seqs
@@ -384,9 +375,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._recent_n = config.recent_iterations
         self._check_llm_drop_weight()
 
-        self._chunked = config.scheduler == "chunked"
-        self._decode_first = config.decode_first
-        self._split = config.split_prompts
         self._budgets = config.budget_grid if config.budget_grid is not None else (budget,)
         n = len(self._grid) * len(self._budgets)
         self.action_space = spaces.Discrete(n)
@@ -409,7 +397,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             torch_device=torch_device,
             options=executor_options,
         )
-        self._seqs = self.executor.needs_sequences  # tell the executor which requests run
+        options = (
+            {"decode_first": config.decode_first, "split_prompts": config.split_prompts}
+            if config.scheduler == "chunked"
+            else {}
+        )
+        self._scheduler = make_scheduler(
+            config.scheduler, self._server, _EnvHost(self), self.executor, **options
+        )
         self._executor_spec: dict[str, Any] = {"executor": executor}
         if executor != "profile":
             self._executor_spec.update(
@@ -507,25 +502,17 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """The core's admission, plus the new entries' lengths and the KV-use integral."""
         i = self._i
         n0 = len(self._arr)
-        self._kvI += self._used * (t_end - self._now)
+        self._kv_integral += self._server.kv_used * (t_end - self._now)
         super()._absorb(t_end, j, power_w)
         adm = len(self._arr) - n0
         if adm:
-            self._P += self._bp[i : i + adm]
-            self._O += self._bo[i : i + adm]
+            self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm])
             self._clipped += sum(self._bclip[i : i + adm])
-            self._G += [0] * adm
-            self._blk += [0] * adm
-            self._fin += [None] * adm
-            if self._chunked:
-                self._done += [0] * adm
-                self._todo += [0] * adm
-            self._W.extend(range(n0, n0 + adm))
-            self._wtok += sum(self._bp[i : i + adm])
+            self._finished_at += [None] * adm
 
     def _in_service_count(self) -> int:
         """The running requests."""
-        return len(self._R)
+        return len(self._server.running)
 
     def _rejected_count(self) -> int:
         """Prompts rejected by now (they never fit ``max_model_len``)."""
@@ -535,19 +522,25 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         first = self._window is None
         super()._on_mark()
         if first:
-            self._w0 = (
-                self._tokens,
-                self._preempt,
-                self._kvI,
-                self._n_iter,
-                self._n_prefill,
-                self._clipped,
-            )
+            self._w0 = self._window_counters()
+
+    def _window_counters(self) -> tuple[int, int, float, int, int, int]:
+        """The counters the summary window takes differences of: output tokens,
+        preemptions, the KV-use integral, iterations, prefill iterations, clipped outputs."""
+        srv = self._server
+        return (
+            srv.tokens_out,
+            srv.preemptions,
+            self._kv_integral,
+            self._n_iter,
+            self._n_prefill,
+            self._clipped,
+        )
 
     # -- SLA bookkeeping (TTFT deadlines in arrival order, TPOT at completion) -----------
     def _misses(self) -> int:
         k = self._deadline_prefix(self._now)
-        return k - self._met[min(k, len(self._first))] + self._tpot_missed
+        return k - self._ttft_met[min(k, len(self._first_token_at))] + self._tpot_missed
 
     def _misses_exact(self, t: float) -> int:
         k = bisect_right(self._arr, t - self._sla)
@@ -555,144 +548,56 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             k += 1
         while k > 0 and not t - self._arr[k - 1] > self._sla:
             k -= 1
-        return k - self._met[min(k, len(self._first))] + self._tpot_missed
+        return k - self._ttft_met[min(k, len(self._first_token_at))] + self._tpot_missed
 
     def _summary_done(self) -> bool:
         if self._entry_hi is None:
             return False
-        fin, d = self._fin, self._dptr
+        fin, d = self._finished_at, self._done_ptr
         n = len(fin)
         while d < n and fin[d] is not None:
             d += 1
-        self._dptr = d
+        self._done_ptr = d
         return d >= self._entry_hi
 
-    # -- the scheduler --------------------------------------------------------------------
-    def _prefill_set(self, cap: int) -> tuple[int, int, float]:
-        """How many waiting requests (from the head) the next prefill admits, their tokens
-        and the sum of their squared prompt lengths (FCFS: stop at the first that fails)."""
-        W, P, G, bs = self._W, self._P, self._G, self._bs
-        room = cap - len(self._R)
-        free = self._total - self._used - self._wm
-        budget = self._budget
-        k = tokens = 0
-        sq = 0.0
-        for e in W:
-            if k >= room:
-                break
-            p = P[e] + G[e]
-            if tokens + p > budget:
-                break
-            nb = -(-p // bs)
-            if nb > free:
-                break
-            free -= nb
-            tokens += p
-            sq += p * p
-            k += 1
-        return k, tokens, sq
+    # -- what the scheduler reports (batch_env.llm.scheduler.Host, through _EnvHost) -----
+    def _first_token(self, e: int, t: float) -> None:
+        """Entry ``e``'s first token at ``t``: first tokens come in arrival order."""
+        self._first_token_at.append(t)
+        met = self._ttft_met
+        met.append(met[-1] + (1 if t - self._arr[e] <= self._sla else 0))
 
-    def _finish(self, e: int, c: float) -> None:
-        self._fin[e] = c
+    def _advance_iteration(self, t: float, power_w: float) -> None:
+        """The clock to an iteration's end, the queue as the scheduler left it."""
+        self._ns = len(self._arr) - len(self._server.waiting)
+        self._advance(t, power_w)
+
+    def _finish(self, e: int, t: float) -> None:
+        """Entry ``e`` completed at ``t``; a TPOT miss is counted now (TTFT met)."""
+        self._finished_at[e] = t
         self._n_sys -= 1
         self._n_done += 1
-        self._used -= self._blk[e]
-        self._blk[e] = 0
-        first = self._first[e]
-        a = self._arr[e]
-        out = self._O[e]
-        if first - a <= self._sla and out >= 2 and (c - first) / (out - 1) > self._tpot:
+        first = self._first_token_at[e]
+        out = self._server.output[e]
+        if first - self._arr[e] <= self._sla and out >= 2 and (t - first) / (out - 1) > self._tpot:
             self._tpot_missed += 1
 
-    def _run_prefill(self, k: int, tokens: int, sq: float) -> float:
-        W, P, G, R, blk, bs = self._W, self._P, self._G, self._R, self._blk, self._bs
-        sel = [W.popleft() for _ in range(k)]
-        d, energy = self.executor.prefill(
-            tokens, sq, sel, [P[e] + G[e] for e in sel] if self._seqs else None
-        )
-        c = self._now + d
-        arr, first, met, sla = self._arr, self._first, self._met, self._sla
-        for e in sel:
-            nb = -(-(P[e] + G[e]) // bs)
-            blk[e] = nb
-            self._used += nb
-            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
-                first.append(c)
-                met.append(met[-1] + (1 if c - arr[e] <= sla else 0))
-            self._wtok -= P[e] + G[e]
-            G[e] += 1
-            self._ctx += P[e] + G[e]
-        self._ns = len(arr) - len(W)
-        self._tokens += k
-        self._advance(c, energy / d if d > 0.0 else 0.0)
-        for e in sel:
-            if G[e] >= self._O[e]:
-                self._ctx -= P[e] + G[e]
-                self._finish(e, c)
-            else:
-                R.append(e)
-        if self._seqs:  # one-token requests finish in their prefill
-            done = [e for e in sel if self._fin[e] is not None]
-            if done:
-                self.executor.release(done)
-        self._n_prefill += 1
-        self._last_kind = 1.0
-        return d
-
-    def _run_decode(self) -> float:
-        R, P, G, blk, bs = self._R, self._P, self._G, self._blk, self._bs
-        victims: list[int] = []
-        i = 0
-        while i < len(R):
-            e = R[i]
-            if P[e] + G[e] > blk[e] * bs:  # the token fed this step needs a new block
-                while self._used >= self._total:
-                    v = R.pop()
-                    victims.append(v)
-                    self._used -= blk[v]
-                    blk[v] = 0
-                    self._ctx -= P[v] + G[v]
-                    if v == e:
-                        break
-                if victims and victims[-1] == e:
-                    break
-                blk[e] += 1
-                self._used += 1
-            i += 1
-        if victims:
-            if self._seqs:
-                self.executor.release(victims)  # recompute: the KV cache is dropped
-            self._W.extendleft(victims)  # the oldest victim ends up at the head
-            self._wtok += sum(P[v] + G[v] for v in victims)
-            self._preempt += len(victims)
-            self._ns = len(self._arr) - len(self._W)
-        self._last_preempted = len(victims)
-        b = len(R)
-        if b == 0:
-            return 0.0
-        d, energy = self.executor.decode(b, self._ctx, R)
-        c = self._now + d
-        self._advance(c, energy / d if d > 0.0 else 0.0)
-        out = self._O
-        keep = []
-        for e in R:
-            g = G[e] + 1
-            G[e] = g
-            if g >= out[e]:
-                self._ctx -= P[e] + g - 1
-                self._finish(e, c)
-            else:
-                keep.append(e)
-        self._ctx += len(keep)
-        if self._seqs and len(keep) < b:
-            self.executor.release([e for e in R if self._fin[e] is not None])
-        self._R = keep
-        self._tokens += b
-        self._n_batches += 1
-        self._sum_b += b
-        self._recent(d, b)
-        self._last_kind = 0.0
-        return d
+    def _run_iteration(self, cap: int, budget: int) -> Iteration:
+        """One iteration of the scheduler at this setting, and its counters."""
+        sch = self._scheduler
+        it = sch.run(sch.plan(cap, budget))
+        self._ns = len(self._arr) - len(self._server.waiting)
+        d, _kind, prefill, b, self._last_preempted, chunk_tokens, empty = it
+        if not empty:
+            self._last_chunk = chunk_tokens
+            if prefill:
+                self._n_prefill += 1
+            if b:
+                self._n_batches += 1
+                self._sum_b += b
+                self._recent(d, b)
+            self._last_kind = 1.0 if prefill else 0.0
+        return it
 
     def _recent(self, d: float, b: int) -> None:
         """Record a decode iteration's time and batch size in the recent windows (and
@@ -705,231 +610,30 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._rd.append(d)
         self._rd_sum = sum(self._rd)  # floats: summed afresh, as the observation always was
 
-    # -- the chunked scheduler (vLLM v1 / Sarathi-Serve) ---------------------------------
-    def _preempt_newest(self, victims: list[int]) -> int:
-        """Preempt the newest running entry (recompute): its blocks freed, back to the
-        head of the queue later (the caller puts the victims there); returns it."""
-        R, P, G, blk = self._R, self._P, self._G, self._blk
-        v = R.pop()
-        victims.append(v)
-        self._used -= blk[v]
-        blk[v] = 0
-        if self._todo[v]:  # a prefill in progress: its computed tokens are lost
-            self._npart -= 1
-            self._wtok += self._done[v]
-        else:
-            self._phase[(P[v] + G[v] - self._K) % self._bs].discard(v)
-            self._ctx -= P[v] + G[v]
-            self._wtok += P[v] + G[v]
-        self._done[v] = self._todo[v] = 0
-        return v
-
-    def _grow_decodes(self, victims: list[int]) -> list[int]:
-        """The running entries that decode this iteration (prefill complete), each with a
-        KV block for the token it feeds; as v0's decode, a missing block preempts the
-        newest running entry (a prefill in progress or not), the entry itself last."""
-        R, P, G, blk, bs = self._R, self._P, self._G, self._blk, self._bs
-        # the decoding entries are the leading run of R (FCFS chunks complete in
-        # admission order, admissions append, preemption pops the newest)
-        i, n = 0, len(R) - self._npart
-        # an entry's blocks hold exactly its P + G - 1 tokens, so the token it feeds needs
-        # a block when P + G = 1 (mod block size): the phase bucket of 1 - K
-        need = self._phase[(1 - self._K) % bs]
-        if len(need) <= self._total - self._used:  # blocks for all: no preemption
-            for e in need:
-                blk[e] += 1
-            self._used += len(need)
-            return R[:n]
-        while i < n:
-            e = R[i]
-            if P[e] + G[e] > blk[e] * bs:
-                while self._used >= self._total:
-                    if self._preempt_newest(victims) == e:
-                        break
-                n = min(n, len(R))
-                if victims and victims[-1] == e:
-                    break
-                blk[e] += 1
-                self._used += 1
-            i += 1
-        return R[: len(R) - self._npart]
-
-    def _plan_chunks(self, cap: int, left: int, admit: bool) -> list[tuple[int, int, int]]:
-        """``(entry, chunk tokens, tokens already computed)`` of this iteration's prompt
-        chunks, FCFS: the prefills in progress (in admission order), then (``admit``) the
-        queue's head while the cap allows, within ``left`` tokens and the KV blocks free
-        above the watermark (blocks are allocated here, per chunk). A prompt that cannot
-        progress stops the scan (FCFS); with ``split_prompts=False`` only whole prompts
-        are scheduled."""
-        if not self._npart and not (admit and self._W):  # nothing to prefill (most decodes)
-            return []
-        P, G, blk, bs, todo, done = self._P, self._G, self._blk, self._bs, self._todo, self._done
-        free = self._total - self._used - self._wm
-        out: list[tuple[int, int, int]] = []
-        R = self._R
-        cands = R[len(R) - self._npart :]  # prefills in progress: R's tail, in admission order
-        room = cap - len(self._R)
-        if admit and room > 0:
-            cands += islice(self._W, room)  # waiting entries have nothing computed
-        for e in cands:
-            if left <= 0:
-                break
-            new = not todo[e]
-            x = 0 if new else done[e]
-            need = P[e] + G[e] if new else todo[e]
-            c = min(need, left)
-            if not self._split and c < need:
-                break
-            nb = -(-(x + c) // bs) - blk[e]
-            if nb > free:
-                if not self._split:
-                    break
-                c = min(c, (blk[e] + free) * bs - x)
-                if c <= 0:
-                    break
-                nb = -(-(x + c) // bs) - blk[e]
-            free -= nb
-            blk[e] += nb
-            self._used += nb
-            left -= c
-            out.append((e, c, x))
-            if c < need:
-                break  # the budget or the memory ends inside this prompt
-        return out
-
-    def _run_chunked(self, cap: int, budget: int) -> tuple[float, str]:
-        """One iteration of the chunked scheduler: ``(duration, kind)``, kind ``"decode"``,
-        ``"prefill"`` (chunks only) or ``"mixed"``."""
-        victims: list[int] = []
-        for _ in range(len(self._R) + 2):  # each retry preempts one entry: bounded
-            if self._decode_first:
-                dec = self._grow_decodes(victims)
-                chunks = self._plan_chunks(cap, budget - len(dec), admit=not victims)
-            else:
-                chunks = self._plan_chunks(cap, budget, admit=True)
-                dec = [] if chunks else self._grow_decodes(victims)
-            if dec or chunks or victims:
-                break
-            if not self._R:  # cannot happen: an empty cache fits the head's first chunk
-                raise RuntimeError("LLMBatching: requests wait, none runs, none admissible")
-            # prefills in progress hold the blocks the next chunk needs: free the newest
-            self._preempt_newest(victims)
-        if victims:
-            if self._seqs:
-                self.executor.release(victims)  # recompute: the KV cache is dropped
-            self._W.extendleft(victims)  # the oldest victim ends up at the head
-            self._preempt += len(victims)
-            self._ns = len(self._arr) - len(self._W)
-        self._last_preempted = len(victims)
-        if not dec and not chunks:  # every decoder was preempted: an empty iteration (as v0)
-            return 0.0, "decode"
-        return self._run_mixed(chunks, dec), (
-            "mixed" if chunks and dec else "prefill" if chunks else "decode"
-        )
-
-    def _run_mixed(self, chunks: list[tuple[int, int, int]], dec: list[int]) -> float:
-        """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
-        W, P, G, R, out = self._W, self._P, self._G, self._R, self._O
-        todo, done = self._todo, self._done
-        n = 0
-        att = 0.0
-        for _e, c, x in chunks:
-            n += c
-            att += c * c + 2 * c * x
-        b = len(dec)
-        if self._seqs:
-            d, energy = self.executor.mixed(
-                n, att, b, self._ctx, [(e, x, c) for e, c, x in chunks], dec
-            )
-        else:
-            d, energy = self.executor.mixed(n, att, b, self._ctx)
-        t = self._now + d
-        arr, first, met, sla = self._arr, self._first, self._met, self._sla
-        ready: list[int] = []  # prefills completed by this iteration
-        for e, c, x in chunks:
-            if x == 0 and not todo[e]:  # admitted now: it joins the running entries
-                W.popleft()  # FCFS: the admitted entries are the queue's head, in order
-                R.append(e)
-                todo[e] = P[e] + G[e]
-                self._npart += 1
-            done[e] = x + c
-            todo[e] -= c
-            self._wtok -= c
-            if not todo[e]:
-                ready.append(e)
-        for e in ready:
-            self._npart -= 1
-            done[e] = 0
-            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
-                first.append(t)
-                met.append(met[-1] + (1 if t - arr[e] <= sla else 0))
-            G[e] += 1
-        self._ns = len(arr) - len(W)
-        self._tokens += len(ready) + b
-        self._last_chunk = n
-        self._advance(t, energy / d if d > 0.0 else 0.0)
-        finished = False
-        ctx = self._ctx + len(dec)  # one token more for each decode, until it finishes
-        phase, bs = self._phase, self._bs
-        if dec:
-            self._K += 1  # every decoding entry gains a token: the phases stay
-        K = self._K
-        for e in dec:
-            g = G[e] + 1
-            G[e] = g
-            if g >= out[e]:
-                ctx -= P[e] + g
-                phase[(P[e] + g - K) % bs].remove(e)
-                self._finish(e, t)
-                finished = True
-        self._ctx = ctx
-        for e in ready:
-            if G[e] >= out[e]:  # a one-token request ends with its prefill
-                self._finish(e, t)
-                finished = True
-            else:
-                self._ctx += P[e] + G[e]
-                phase[(P[e] + G[e] - K) % bs].add(e)  # it decodes from the next iteration
-        if finished:
-            if self._seqs:
-                self.executor.release([e for e in R if self._fin[e] is not None])
-            self._R = [e for e in R if self._fin[e] is None]
-        self._count_iteration(bool(chunks), b, d)
-        return d
-
-    def _count_iteration(self, prefill: bool, b: int, d: float) -> None:
-        """The iteration counters: prefill iterations, decode batches, the recent decode
-        times and sizes, the last kind."""
-        if prefill:
-            self._n_prefill += 1
-        if b:
-            self._n_batches += 1
-            self._sum_b += b
-            self._recent(d, b)
-        self._last_kind = 1.0 if prefill else 0.0
-
     # -- observation / info -------------------------------------------------------------
     def _obs(self) -> np.ndarray:
+        srv = self._server
         N = self._N
-        W = self._W
+        W = srv.waiting
         w = len(W)
-        R = self._R
+        n_run = len(srv.running)
+        n_dec = n_run - srv.prefilling
         sla = self._sla
         if w:
             oldest = min((self._now - self._arr[W[0]]) / sla, _CLIP)
             # the waiting requests without a first token are exactly the entries from
-            # len(_first) on (first tokens come in arrival order), and the entries whose
-            # deadline has passed are the prefix [0, _kd) (the step's _misses() set _kd)
-            past = max(self._kd - len(self._first), 0) / w
-            ptoks: float = self._wtok
+            # len(_first_token_at) on (first tokens come in arrival order), and the entries
+            # whose deadline has passed are the prefix [0, _kd) (the step's _misses() set _kd)
+            past = max(self._kd - len(self._first_token_at), 0) / w
+            ptoks: float = srv.waiting_tokens
         else:
             oldest = past = ptoks = 0.0
         rd = self._rd
         return np.array(
             [
                 min(w / N, _CLIP),
-                len(R) / N,
-                self._used / self._total,
+                n_run / N,
+                srv.kv_used / srv.kv_total,
                 oldest,
                 past,
                 min(ptoks / self._budget, _CLIP),
@@ -937,7 +641,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._rb_sum / len(self._rb) / N if rd else 0.0,
                 min(self._rate / 10.0, _CLIP),
                 self._cap_now / N,
-                self._ctx / (len(R) - self._npart) / self._maxlen if len(R) > self._npart else 0.0,
+                srv.decode_context / n_dec / self._maxlen if n_dec > 0 else 0.0,
                 min(self._last_preempted / 10.0, 1.0),
                 self._last_kind,
             ],
@@ -945,28 +649,30 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         )
 
     def _info(self, dt: float, comps: dict[str, float], kind: str, it: float) -> dict[str, Any]:
+        srv = self._server
         rd = self._rd
+        R = srv.running
         return {
-            "kv_blocks_used": self._used,
-            "kv_blocks_total": self._total,
-            "running": len(self._R),
-            "waiting": len(self._W),
-            "queue_len": len(self._W),
+            "kv_blocks_used": srv.kv_used,
+            "kv_blocks_total": srv.kv_total,
+            "running": len(R),
+            "waiting": len(srv.waiting),
+            "queue_len": len(srv.waiting),
             "decode_latency_recent_ms": 1000.0 * self._rd_sum / len(rd) if rd else 0.0,
             "batch_size_recent": self._rb_sum / len(self._rb) if rd else 0.0,
             "cap": self._cap_now,
             "budget": self._budget_now,
             "chunk_tokens": self._last_chunk,
-            "prefilling": self._npart,
-            "decode_context": self._ctx,
+            "prefilling": srv.prefilling,
+            "decode_context": srv.decode_context,
             # tokens computed of the oldest prefill in progress (the running list's tail)
-            "prefill_head_done": self._done[self._R[len(self._R) - self._npart]]
-            if self._npart
+            "prefill_head_done": srv.prefill_done[R[len(R) - srv.prefilling]]
+            if srv.prefilling
             else 0,
             "iteration": kind,
             "iteration_time_s": it,
             "preempted": self._last_preempted,
-            "preemptions_total": self._preempt,
+            "preemptions_total": srv.preemptions,
             "rejected_total": bisect_right(self._rej_times, self._now) if self._rej_times else 0,
             "clipped_total": self._clipped,
             "dropped_total": self._drops,
@@ -1002,26 +708,16 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._bo = []
         self._bclip = []
         self._rej_times = []
-        self._P = []
-        self._O = []
-        self._G = []
-        self._blk = []
-        self._fin = []
-        self._first = []
-        self._met = [0]
-        self._W = deque()
-        self._wtok = 0  # prompt + generated tokens of the waiting requests
-        self._R = []
-        self._used = 0
-        self._ctx = 0
-        self._kvI = 0.0
-        self._tokens = 0
-        self._preempt = 0
+        self._server.clear()
+        self._finished_at = []
+        self._first_token_at = []
+        self._ttft_met = [0]
+        self._kv_integral = 0.0
         self._clipped = 0
         self._n_iter = 0
         self._n_prefill = 0
         self._tpot_missed = 0
-        self._dptr = 0
+        self._done_ptr = 0
         self._w0 = None
         self._rd = deque(maxlen=self._recent_n)
         self._rb = deque(maxlen=self._recent_n)
@@ -1032,11 +728,6 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_preempted = 0
         self._last_chunk = 0
         self._last_kind = 0.0
-        self._done = []
-        self._todo = []
-        self._npart = 0
-        self._phase = [set() for _ in range(self._bs)]
-        self._K = 0
         self._reset_core(seed, options)
         self._deadline_prefix(self._now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
@@ -1064,23 +755,15 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_chunk = 0
         kind, it = "idle", 0.0
         if self._n_sys:
-            if self._chunked:
-                it, kind = self._run_chunked(cap, self._budget_now)
-                k = int(kind != "decode")
-            else:
-                k, tokens, sq = self._prefill_set(cap) if self._W else (0, 0, 0.0)
-                if k:
-                    it, kind = self._run_prefill(k, tokens, sq), "prefill"
-                elif self._R:
-                    it, kind = self._run_decode(), "decode"
-                else:  # cannot happen: config validation makes the head admissible when idle
-                    raise RuntimeError("LLMBatching-v0: requests wait, none runs, none admissible")
+            iteration = self._run_iteration(cap, self._budget_now)
+            kind, it = iteration.kind, iteration.duration_s
             self._n_iter += 1
             if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
+                tokens = self._server.tokens_out
                 self._iterations.push(
-                    (self._tokens - self._iter_tokens) / self._N, it / self._tpot, 1 if k else 0
+                    (tokens - self._iter_tokens) / self._N, it / self._tpot, int(iteration.prefill)
                 )
-                self._iter_tokens = self._tokens
+                self._iter_tokens = tokens
         while self._n_sys == 0:  # empty system: idle to the next arrival
             if not self._idle_until_arrival():
                 break
@@ -1099,13 +782,15 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         win = self._window
         lo = win.entry if win is not None else len(self._arr)
         hi = self._entry_hi if self._entry_hi is not None else len(self._arr)
-        fin = np.array([_NAN if f is None else f for f in self._fin[lo:hi]], dtype=np.float64)
+        fin = np.array(
+            [_NAN if f is None else f for f in self._finished_at[lo:hi]], dtype=np.float64
+        )
         arr = np.asarray(self._arr[lo:hi], dtype=np.float64)
-        nf = len(self._first)
+        nf = len(self._first_token_at)
         first = np.full(hi - lo, _NAN)
         if nf > lo:
-            first[: min(nf, hi) - lo] = self._first[lo : min(nf, hi)]
-        out = np.asarray(self._O[lo:hi], dtype=np.int64)
+            first[: min(nf, hi) - lo] = self._first_token_at[lo : min(nf, hi)]
+        out = np.asarray(self._server.output[lo:hi], dtype=np.int64)
         done = ~np.isnan(fin)
         drops_summary = self._summary_drops()
         base = summarize(
@@ -1127,18 +812,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             weights=(self._wl, self._we, self._ws, self._wd),
             **self._episode_totals(),
         )
-        w0 = (
-            self._w0
-            if self._w0 is not None
-            else (
-                self._tokens,
-                self._preempt,
-                self._kvI,
-                self._n_iter,
-                self._n_prefill,
-                self._clipped,
-            )
-        )
+        w0 = self._w0 if self._w0 is not None else self._window_counters()
+        srv = self._server
         t0 = win.time_s if win is not None else self._now
         base.update(
             llm_metrics(
@@ -1150,10 +825,12 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 tpot_sla_s=self._tpot,
                 dropped=drops_summary,
                 elapsed_s=base["elapsed_s"],
-                output_tokens=self._tokens - w0[0],
-                preemptions=self._preempt - w0[1],
+                output_tokens=srv.tokens_out - w0[0],
+                preemptions=srv.preemptions - w0[1],
                 kv_utilization_mean=(
-                    (self._kvI - w0[2]) / self._total / (self._now - t0) if self._now > t0 else _NAN
+                    (self._kv_integral - w0[2]) / srv.kv_total / (self._now - t0)
+                    if self._now > t0
+                    else _NAN
                 ),
                 iterations=self._n_iter - w0[3],
                 prefill_iterations=self._n_prefill - w0[4],
@@ -1168,10 +845,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
     def _render_text(self) -> str:
         """Text view of the server (``render_mode="ansi"``)."""
+        srv = self._server
         return (
-            f"t={self._now:10.3f} s  queue={len(self._W):5d}  running={len(self._R):4d} "
-            f"(cap {self._cap_now})  KV {self._used}/{self._total} blocks  "
-            f"preempted={self._preempt}  dropped={self._drops}"
+            f"t={self._now:10.3f} s  queue={len(srv.waiting):5d}  running={len(srv.running):4d} "
+            f"(cap {self._cap_now})  KV {srv.kv_used}/{srv.kv_total} blocks  "
+            f"preempted={srv.preemptions}  dropped={self._drops}"
         )
 
     def _make_view(self) -> ServerView:
@@ -1188,20 +866,23 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue, the running requests,
         the KV cache and the iteration log (kept only in the frame modes)."""
-        arr, now, P, G = self._arr, self._now, self._P, self._G
-        waiting = list(islice(self._W, QUEUE_BARS))
+        srv = self._server
+        arr, now, P, G = self._arr, self._now, srv.prompt, srv.generated
+        waiting = list(islice(srv.waiting, QUEUE_BARS))
         waits = (now - np.array([arr[e] for e in waiting], dtype=np.float64)) / self._sla
         colors = sla_colors(waits)
         colors[np.array([G[e] > 0 for e in waiting], dtype=bool)] = PURPLE  # preempted
-        R = self._R
+        R = srv.running
         ctx = np.array([P[e] + G[e] for e in R[:QUEUE_BARS]], dtype=np.float64) / self._maxlen
         header = (
-            f"T {now:.2f} S  WAIT {len(self._W)}  RUN {len(R)}  PREEMPT {self._preempt}  "
+            f"T {now:.2f} S  WAIT {len(srv.waiting)}  RUN {len(R)}  PREEMPT {srv.preemptions}  "
             f"DROP {self._drops}"
         )
-        panel = llm_panel(ctx, len(R), self._N, self._cap_now, self._used, self._total, self._wm)
+        panel = llm_panel(
+            ctx, len(R), self._N, self._cap_now, srv.kv_used, srv.kv_total, srv.kv_watermark
+        )
         return view.frame(
-            header, waits, len(self._W), self._cap, panel, view.timeline, queue_colors=colors
+            header, waits, len(srv.waiting), self._cap, panel, view.timeline, queue_colors=colors
         )
 
 
@@ -1259,3 +940,20 @@ class LLMBatchingV1Env(LLMBatchingEnv):
         args.pop("self")
         args.pop("__class__", None)
         super().__init__(**args)
+
+
+class _EnvHost:
+    """What the scheduler reports to (:class:`batch_env.llm.scheduler.Host`): the env's
+    clock, first tokens, the clock moving to an iteration's end, completions."""
+
+    __slots__ = ("advance", "env", "finish", "first_token")
+
+    def __init__(self, env: LLMBatchingEnv) -> None:
+        self.env = env
+        self.first_token = env._first_token
+        self.advance = env._advance_iteration
+        self.finish = env._finish
+
+    def now_s(self) -> float:
+        """The env's simulated time."""
+        return self.env._now

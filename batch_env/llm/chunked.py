@@ -1,0 +1,293 @@
+"""``"chunked"``: chunked prefill, as vLLM v1's engine and Sarathi-Serve schedule.
+
+Every iteration first schedules one decode token for each running request whose prefill
+is complete, then fills the rest of the token budget with prompt chunks, FCFS: the
+prefills in progress (in admission order), then the waiting queue's head while the cap
+allows, in one mixed iteration. KV blocks are allocated per chunk (within the blocks free
+above the watermark); a decode whose next token needs a block and finds none preempts the
+newest running request (recompute, as ``vllm-v0``: its blocks are freed and it returns to
+the head of the queue; a prefill in progress loses its computed tokens). A request's first
+token comes when its last chunk completes. Options (``docs/decisions.md``, "Chunked
+prefill"):
+
+* ``decode_first=False``: an iteration with prompt chunks runs no decode (v0's
+  prefill-first rule);
+* ``split_prompts=False``: a prompt is scheduled whole or waits. Both off give v0's
+  scheduler back.
+
+The decoding entries that need a block at the next decode are one bucket of
+``state.block_phase`` (:mod:`batch_env.llm.state`), so a decode-only iteration without
+preemption costs no scan of the running requests.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from .scheduler import Host, Iteration, Plan
+
+if TYPE_CHECKING:
+    from ..executor import LLMExecutor
+    from .state import LLMServerState
+
+
+class ChunkedScheduler:
+    """Chunked prefill (module docstring), behind :class:`~batch_env.llm.scheduler.Scheduler`.
+
+    :param state: the server state.
+    :param host: the env it reports to.
+    :param executor: what runs the iterations.
+    :param decode_first: decodes before prompt chunks (default); ``False``: an iteration
+        with chunks runs no decode.
+    :param split_prompts: a prompt may be split across iterations (default).
+    """
+
+    name = "chunked"
+
+    def __init__(
+        self,
+        state: LLMServerState,
+        host: Host,
+        executor: LLMExecutor,
+        decode_first: bool = True,
+        split_prompts: bool = True,
+    ) -> None:
+        self.state = state
+        self.host = host
+        self.executor = executor
+        self.decode_first = decode_first
+        self.split_prompts = split_prompts
+        self._seqs = executor.needs_sequences  # tell the executor which requests run
+
+    # -- plan: what the next iteration would be, changing nothing --------------------------
+    def plan(self, cap: int, budget: int) -> Plan:
+        """The next iteration with at most ``cap`` running requests and ``budget`` tokens
+        (decode tokens included). Where nothing at all can run (every running request is
+        a prefill in progress and no chunk fits), the newest is preempted to free its
+        blocks, at most once per running request."""
+        s = self.state
+        n_run, npart, used = len(s.running), s.prefilling, s.kv_used
+        victims: list[int] = []
+        grown: Any = ()
+        decodes = 0
+        chunks: tuple[tuple[int, int, int, int], ...] = ()
+        for _ in range(n_run + 2):  # each retry preempts one entry: bounded
+            if self.decode_first:
+                grown, decodes, n_run, npart, used = self._plan_grow(victims, n_run, npart, used)
+                chunks = self._plan_chunks(cap, budget - decodes, not victims, n_run, npart, used)
+            else:
+                chunks = self._plan_chunks(cap, budget, True, n_run, npart, used)
+                if chunks:  # prefill first: no decode in an iteration with chunks
+                    grown, decodes = (), 0
+                else:
+                    grown, decodes, n_run, npart, used = self._plan_grow(
+                        victims, n_run, npart, used
+                    )
+            if decodes or chunks or victims:
+                break
+            if not n_run:  # cannot happen: an empty cache fits the head's first chunk
+                raise RuntimeError("LLMBatching: requests wait, none runs, none admissible")
+            # prefills in progress hold the blocks the next chunk needs: free the newest
+            v = s.running[n_run - 1]
+            n_run -= 1
+            victims.append(v)
+            used -= s.kv_blocks[v]
+            if s.prefill_left[v]:
+                npart -= 1
+        return Plan(tuple(victims), grown, decodes, chunks)
+
+    def _plan_grow(
+        self, victims: list[int], n_run: int, npart: int, used: int
+    ) -> tuple[Any, int, int, int, int]:
+        """The decodes' KV blocks: ``(grown, decodes, running, prefilling, kv used)`` after
+        them, the victims appended to ``victims``. As ``vllm-v0``'s decode, a missing block
+        preempts the newest running entry (a prefill in progress or not), the entry
+        itself last."""
+        s = self.state
+        n = n_run - npart  # the decoding entries are the leading run of running
+        # an entry's blocks hold exactly its prompt + generated - 1 tokens, so the token it
+        # feeds needs a block when prompt + generated = 1 (mod block size)
+        need = s.block_phase[(1 - s.decode_steps) % s.block_size]
+        if len(need) <= s.kv_total - used:  # blocks for all: no preemption
+            return need, n, n_run, npart, used + len(need)
+        R, P, G, blk, bs = s.running, s.prompt, s.generated, s.kv_blocks, s.block_size
+        total, left = s.kv_total, s.prefill_left
+        grown: list[int] = []
+        i = 0
+        while i < n:
+            e = R[i]
+            if P[e] + G[e] > blk[e] * bs:
+                while used >= total:
+                    v = R[n_run - 1]  # the newest (never one grown: those come before e)
+                    n_run -= 1
+                    victims.append(v)
+                    used -= blk[v]
+                    if left[v]:
+                        npart -= 1
+                    if v == e:
+                        break
+                n = min(n, n_run)
+                if victims and victims[-1] == e:
+                    break
+                grown.append(e)
+                used += 1
+            i += 1
+        return grown, n_run - npart, n_run, npart, used
+
+    def _plan_chunks(
+        self, cap: int, left: int, admit: bool, n_run: int, npart: int, used: int
+    ) -> tuple[tuple[int, int, int, int], ...]:
+        """``(entry, chunk tokens, tokens already computed, new blocks)`` of the prompt
+        chunks, FCFS: the prefills in progress (in admission order), then (``admit``) the
+        queue's head while the cap allows, within ``left`` tokens and the KV blocks free
+        above the watermark. A prompt that cannot progress stops the scan; with
+        ``split_prompts=False`` only whole prompts are scheduled."""
+        s = self.state
+        if not npart and not (admit and s.waiting):  # nothing to prefill (most decodes)
+            return ()
+        P, G, blk, bs = s.prompt, s.generated, s.kv_blocks, s.block_size
+        todo, done, split = s.prefill_left, s.prefill_done, self.split_prompts
+        free = s.kv_total - used - s.kv_watermark
+        out: list[tuple[int, int, int, int]] = []
+        cands = s.running[n_run - npart : n_run]  # prefills in progress, in admission order
+        room = cap - n_run
+        if admit and room > 0:
+            cands += islice(s.waiting, room)  # waiting entries have nothing computed
+        for e in cands:
+            if left <= 0:
+                break
+            new = not todo[e]
+            x = 0 if new else done[e]
+            need = P[e] + G[e] if new else todo[e]
+            c = min(need, left)
+            if not split and c < need:
+                break
+            nb = -(-(x + c) // bs) - blk[e]
+            if nb > free:
+                if not split:
+                    break
+                c = min(c, (blk[e] + free) * bs - x)
+                if c <= 0:
+                    break
+                nb = -(-(x + c) // bs) - blk[e]
+            free -= nb
+            left -= c
+            out.append((e, c, x, nb))
+            if c < need:
+                break  # the budget or the memory ends inside this prompt
+        return tuple(out)
+
+    # -- run: carry a plan out -----------------------------------------------------------
+    def run(self, plan: Plan) -> Iteration:
+        """Preempt the plan's victims, allocate its blocks, run its decodes and chunks."""
+        s = self.state
+        victims = plan.victims
+        for v in victims:  # newest first: each is the last running entry when it goes
+            self._preempt(v)
+        blk = s.kv_blocks
+        for e in plan.grown:
+            blk[e] += 1
+        s.kv_used += len(plan.grown)
+        for e, _c, _x, nb in plan.chunks:
+            blk[e] += nb
+            s.kv_used += nb
+        if victims:
+            if self._seqs:
+                self.executor.release(list(victims))  # recompute: the KV cache is dropped
+            s.waiting.extendleft(victims)  # the oldest victim ends up at the head
+            s.preemptions += len(victims)
+        if not plan.decodes and not plan.chunks:  # every decoder preempted: an empty iteration
+            return Iteration(0.0, "decode", False, 0, len(victims), empty=True)
+        dec = s.running[: plan.decodes]
+        d = self._run_mixed(plan.chunks, dec)
+        kind = "mixed" if plan.chunks and dec else "prefill" if plan.chunks else "decode"
+        return Iteration(
+            d, kind, bool(plan.chunks), len(dec), len(victims), sum(c for _, c, _, _ in plan.chunks)
+        )
+
+    def _preempt(self, v: int) -> None:
+        """Preempt running entry ``v``, the newest (recompute): its blocks freed; the caller
+        puts it back at the head of the queue."""
+        s = self.state
+        s.running.pop()
+        s.free_blocks(v)
+        if s.prefill_left[v]:  # a prefill in progress: its computed tokens are lost
+            s.prefilling -= 1
+            s.waiting_tokens += s.prefill_done[v]
+        else:
+            ctx = s.prompt[v] + s.generated[v]
+            s.block_phase[(ctx - s.decode_steps) % s.block_size].discard(v)
+            s.decode_context -= ctx
+            s.waiting_tokens += ctx
+        s.prefill_done[v] = s.prefill_left[v] = 0
+
+    def _finish(self, e: int, t: float) -> None:
+        self.state.free_blocks(e)
+        self.host.finish(e, t)
+
+    def _run_mixed(self, chunks: tuple[tuple[int, int, int, int], ...], dec: list[int]) -> float:
+        """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
+        s, host = self.state, self.host
+        W, P, G, R, out = s.waiting, s.prompt, s.generated, s.running, s.output
+        todo, done = s.prefill_left, s.prefill_done
+        n = 0
+        att = 0.0
+        for _e, c, x, _nb in chunks:
+            n += c
+            att += c * c + 2 * c * x
+        b = len(dec)
+        if self._seqs:
+            d, energy = self.executor.mixed(
+                n, att, b, s.decode_context, [(e, x, c) for e, c, x, _ in chunks], dec
+            )
+        else:
+            d, energy = self.executor.mixed(n, att, b, s.decode_context)
+        t = host.now_s() + d
+        ready: list[int] = []  # prefills completed by this iteration
+        for e, c, x, _nb in chunks:
+            if x == 0 and not todo[e]:  # admitted now: it joins the running entries
+                W.popleft()  # FCFS: the admitted entries are the queue's head, in order
+                R.append(e)
+                todo[e] = P[e] + G[e]
+                s.prefilling += 1
+            done[e] = x + c
+            todo[e] -= c
+            s.waiting_tokens -= c
+            if not todo[e]:
+                ready.append(e)
+        for e in ready:
+            s.prefilling -= 1
+            done[e] = 0
+            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
+                host.first_token(e, t)
+            G[e] += 1
+        s.tokens_out += len(ready) + b
+        host.advance(t, energy / d if d > 0.0 else 0.0)
+        finished: set[int] = set()
+        ctx = s.decode_context + b  # one token more for each decode, until it finishes
+        phase, bs = s.block_phase, s.block_size
+        if dec:
+            s.decode_steps += 1  # every decoding entry gains a token: the phases stay
+        K = s.decode_steps
+        for e in dec:
+            g = G[e] + 1
+            G[e] = g
+            if g >= out[e]:
+                ctx -= P[e] + g
+                phase[(P[e] + g - K) % bs].remove(e)
+                self._finish(e, t)
+                finished.add(e)
+        s.decode_context = ctx
+        for e in ready:
+            if G[e] >= out[e]:  # a one-token request ends with its prefill
+                self._finish(e, t)
+                finished.add(e)
+            else:
+                s.decode_context += P[e] + G[e]
+                phase[(P[e] + G[e] - K) % bs].add(e)  # it decodes from the next iteration
+        if finished:
+            if self._seqs:
+                self.executor.release([e for e in R if e in finished])
+            s.running = [e for e in R if e not in finished]
+        return d

@@ -1,0 +1,130 @@
+"""The LLM server's state between iterations: requests, the two queues and the paged KV cache.
+
+Requests are *entries*, numbered in admission (arrival) order; every per-request column
+below is indexed by entry. The columns and counters are plain lists and integers, read
+and changed by the schedulers in their hot loops.
+
+Invariants (``tests/test_llm_batching.py`` checks them at every step):
+
+* every entry is waiting, running or finished; ``waiting`` and ``running`` are disjoint;
+* ``kv_used == sum(kv_blocks) <= kv_total``; a waiting entry holds no block;
+* a running entry's blocks hold every token of its context but the one it feeds next:
+  ``kv_blocks[e] * block_size >= prompt[e] + generated[e] - 1``;
+* ``waiting_tokens`` is the prompt + generated tokens of the waiting entries (a
+  preempted entry recomputes its generated tokens too);
+* ``decode_context`` is the context (prompt + generated) of the running entries whose
+  prefill is complete;
+* chunked: ``prefilling`` running entries have a prefill in progress, and they are the
+  tail of ``running`` (chunks complete in admission order, admissions append,
+  preemption pops the newest); ``block_phase[(prompt + generated - decode_steps) %
+  block_size]`` holds each decoding entry, so that the entries whose blocks are full at
+  the next decode are one bucket, ``block_phase[(1 - decode_steps) % block_size]``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class LLMServerState:
+    """The requests, queues and KV cache of one LLM server (one episode at a time).
+
+    :param block_size: tokens per KV block.
+    :param kv_total: KV blocks of the cache.
+    :param kv_watermark: blocks kept free when admitting a prompt.
+    """
+
+    __slots__ = (
+        "block_size",
+        "kv_total",
+        "kv_watermark",
+        "prompt",
+        "output",
+        "generated",
+        "kv_blocks",
+        "prefill_done",
+        "prefill_left",
+        "waiting",
+        "waiting_tokens",
+        "running",
+        "kv_used",
+        "decode_context",
+        "prefilling",
+        "block_phase",
+        "decode_steps",
+        "tokens_out",
+        "preemptions",
+    )
+
+    def __init__(self, block_size: int, kv_total: int, kv_watermark: int) -> None:
+        #: tokens per KV block, blocks in the cache, blocks kept free at admission
+        self.block_size = block_size
+        self.kv_total = kv_total
+        self.kv_watermark = kv_watermark
+        self.clear()
+
+    def clear(self) -> None:
+        """An empty server: no request, an empty cache, the counters at 0."""
+        # per entry
+        #: prompt tokens
+        self.prompt: list[int] = []
+        #: true output tokens (the request completes with that many; never shown to policies)
+        self.output: list[int] = []
+        #: output tokens generated so far
+        self.generated: list[int] = []
+        #: KV blocks held
+        self.kv_blocks: list[int] = []
+        #: chunked: tokens of the current prefill computed so far
+        self.prefill_done: list[int] = []
+        #: chunked: tokens of the current prefill still to compute (0: no prefill in progress)
+        self.prefill_left: list[int] = []
+        # the queues
+        #: entries waiting for admission, in admission order (preempted ones at the head)
+        self.waiting: deque[int] = deque()
+        #: prompt + generated tokens of the waiting entries
+        self.waiting_tokens = 0
+        #: entries admitted and not finished, in admission order
+        self.running: list[int] = []
+        # the cache and the decodes
+        #: KV blocks in use
+        self.kv_used = 0
+        #: context tokens (prompt + generated) of the running entries that decode
+        self.decode_context = 0
+        #: chunked: running entries whose prefill is in progress (``running``'s tail)
+        self.prefilling = 0
+        #: chunked: the decoding entries by block phase (module docstring)
+        self.block_phase: list[set[int]] = [set() for _ in range(self.block_size)]
+        #: chunked: decode iterations so far (the phase's origin)
+        self.decode_steps = 0
+        # counters
+        #: output tokens produced (first tokens of prefills and decode tokens)
+        self.tokens_out = 0
+        #: preemptions (recompute)
+        self.preemptions = 0
+
+    def admit(self, prompts: list[int], outputs: list[int]) -> int:
+        """New entries join the waiting queue's tail; returns the first new entry's number."""
+        n0 = len(self.prompt)
+        k = len(prompts)
+        self.prompt += prompts
+        self.output += outputs
+        self.generated += [0] * k
+        self.kv_blocks += [0] * k
+        self.prefill_done += [0] * k
+        self.prefill_left += [0] * k
+        self.waiting.extend(range(n0, n0 + k))
+        self.waiting_tokens += sum(prompts)
+        return n0
+
+    def context(self, e: int) -> int:
+        """Entry ``e``'s context: prompt + generated tokens."""
+        return self.prompt[e] + self.generated[e]
+
+    def free_blocks(self, e: int) -> None:
+        """Entry ``e`` gives its KV blocks back (finished or preempted)."""
+        self.kv_used -= self.kv_blocks[e]
+        self.kv_blocks[e] = 0
+
+    def decoding(self) -> list[int]:
+        """The running entries whose prefill is complete (``running``'s leading run)."""
+        return self.running[: len(self.running) - self.prefilling]

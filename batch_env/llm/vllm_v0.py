@@ -1,0 +1,175 @@
+"""``"vllm-v0"``: vLLM v0's default scheduler (no chunked prefill, no swapping).
+
+An iteration is either a **prefill** or a **decode**:
+
+* a prefill of the longest admissible run of the waiting queue from its head, FCFS:
+  while the running requests stay within the cap, the prompts' tokens within the token
+  budget, and their KV blocks leave the watermark free; a recomputed (preempted) entry's
+  prompt is its prompt + the tokens it had generated. The prefill produces each entry's
+  first token (TTFT ends there);
+* otherwise one decode step of every running request: a request whose next token needs a
+  new KV block and finds none preempts the newest running request (recompute: its blocks
+  are freed and it returns to the head of the queue; a victim that is the request itself
+  is preempted too).
+
+A decode's preemptions do not depend on the setting, so :meth:`VLLMV0Scheduler.plan`
+leaves them to :meth:`~VLLMV0Scheduler.run`: two decode plans are the same iteration.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .scheduler import Host, Iteration, Plan
+
+if TYPE_CHECKING:
+    from ..executor import LLMExecutor
+    from .state import LLMServerState
+
+
+class VLLMV0Scheduler:
+    """vLLM v0's prefill-or-decode scheduler (module docstring), behind
+    :class:`~batch_env.llm.scheduler.Scheduler`.
+
+    :param state: the server state.
+    :param host: the env it reports to.
+    :param executor: what runs the iterations.
+    """
+
+    name = "vllm-v0"
+
+    def __init__(self, state: LLMServerState, host: Host, executor: LLMExecutor) -> None:
+        self.state = state
+        self.host = host
+        self.executor = executor
+        self._seqs = executor.needs_sequences  # tell the executor which requests run
+
+    def plan(self, cap: int, budget: int) -> Plan:
+        """A prefill of the waiting queue's longest admissible head, else a decode."""
+        s = self.state
+        W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
+        if W:
+            room = cap - len(s.running)
+            free = s.kv_total - s.kv_used - s.kv_watermark
+            chunks: list[tuple[int, int, int, int]] = []
+            tokens = 0
+            for e in W:
+                if len(chunks) >= room:
+                    break
+                p = P[e] + G[e]
+                if tokens + p > budget:
+                    break
+                nb = -(-p // bs)
+                if nb > free:
+                    break
+                free -= nb
+                tokens += p
+                chunks.append((e, p, 0, nb))
+            if chunks:
+                return Plan((), (), 0, tuple(chunks), True)
+        if not s.running:  # cannot happen: config validation makes the head admissible when idle
+            raise RuntimeError("LLMBatching: requests wait, none runs, none admissible")
+        return Plan((), (), len(s.running), (), False)
+
+    def run(self, plan: Plan) -> Iteration:
+        """The prefill or the decode of ``plan``."""
+        return self._run_prefill(plan) if plan.prefill else self._run_decode()
+
+    def _finish(self, e: int, t: float) -> None:
+        self.state.free_blocks(e)
+        self.host.finish(e, t)
+
+    def _run_prefill(self, plan: Plan) -> Iteration:
+        s, host = self.state, self.host
+        W, P, G, R, blk = s.waiting, s.prompt, s.generated, s.running, s.kv_blocks
+        sel = [W.popleft() for _ in plan.chunks]
+        tokens = 0
+        sq = 0.0
+        for _e, p, _x, _nb in plan.chunks:
+            tokens += p
+            sq += p * p
+        d, energy = self.executor.prefill(
+            tokens, sq, sel, [P[e] + G[e] for e in sel] if self._seqs else None
+        )
+        c = host.now_s() + d
+        for e, p, _x, nb in plan.chunks:
+            blk[e] = nb
+            s.kv_used += nb
+            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
+                host.first_token(e, c)
+            s.waiting_tokens -= p
+            G[e] += 1
+            s.decode_context += p + 1
+        s.tokens_out += len(sel)
+        host.advance(c, energy / d if d > 0.0 else 0.0)
+        done = []
+        for e in sel:
+            if G[e] >= s.output[e]:
+                s.decode_context -= P[e] + G[e]
+                self._finish(e, c)
+                done.append(e)
+            else:
+                R.append(e)
+        if self._seqs and done:  # one-token requests finish in their prefill
+            self.executor.release(done)
+        return Iteration(d, "prefill", True, 0, 0)  # chunk_tokens: the chunked scheduler's
+
+    def _grow(self) -> list[int]:
+        """A KV block for each running entry whose next token needs one, preempting the
+        newest running entries where none is free; returns the victims, newest first."""
+        s = self.state
+        R, P, G, blk, bs = s.running, s.prompt, s.generated, s.kv_blocks, s.block_size
+        victims: list[int] = []
+        i = 0
+        while i < len(R):
+            e = R[i]
+            if P[e] + G[e] > blk[e] * bs:  # the token fed this step needs a new block
+                while s.kv_used >= s.kv_total:
+                    v = R.pop()
+                    victims.append(v)
+                    s.free_blocks(v)
+                    s.decode_context -= P[v] + G[v]
+                    if v == e:
+                        break
+                if victims and victims[-1] == e:
+                    break
+                blk[e] += 1
+                s.kv_used += 1
+            i += 1
+        return victims
+
+    def _run_decode(self) -> Iteration:
+        s, host = self.state, self.host
+        P, G = s.prompt, s.generated
+        victims = self._grow()
+        if victims:
+            if self._seqs:
+                self.executor.release(victims)  # recompute: the KV cache is dropped
+            s.waiting.extendleft(victims)  # the oldest victim ends up at the head
+            s.waiting_tokens += sum(P[v] + G[v] for v in victims)
+            s.preemptions += len(victims)
+        R = s.running
+        b = len(R)
+        if b == 0:
+            return Iteration(0.0, "decode", False, 0, len(victims), empty=True)
+        d, energy = self.executor.decode(b, s.decode_context, R)
+        c = host.now_s() + d
+        host.advance(c, energy / d if d > 0.0 else 0.0)
+        out = s.output
+        keep = []
+        done = []
+        for e in R:
+            g = G[e] + 1
+            G[e] = g
+            if g >= out[e]:
+                s.decode_context -= P[e] + g - 1
+                self._finish(e, c)
+                done.append(e)
+            else:
+                keep.append(e)
+        s.decode_context += len(keep)
+        if self._seqs and done:
+            self.executor.release(done)
+        s.running = keep
+        s.tokens_out += b
+        return Iteration(d, "decode", False, b, len(victims))
