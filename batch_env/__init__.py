@@ -18,11 +18,15 @@ import warnings
 from gymnasium.envs.registration import register, registry
 
 # LLMBatching-v0 is vLLM v0's prefill-first scheduler, kept beside v1's chunked one as a
-# model of its own (docs/decisions.md, "Chunked prefill: LLMBatching-v1"), not an outdated version:
-# Gymnasium's "is out of date, consider upgrading to v1" notice on every make of it would
-# say otherwise, so it is silenced for that id alone.
+# model of its own (docs/decisions.md, "Chunked prefill: LLMBatching-v1"), not an outdated
+# version; v1 is the same model as v2, asked at every iteration (v2 asks only where the
+# actions differ), and the tasks and results built on it stay. Gymnasium's "is out of date,
+# consider upgrading" notice on every make of them would say otherwise, so it is silenced
+# for those two ids alone.
 warnings.filterwarnings(
-    "ignore", message=r".*batch_env/LLMBatching-v0 is out of date.*", category=DeprecationWarning
+    "ignore",
+    message=r".*batch_env/LLMBatching-v[01] is out of date.*",
+    category=DeprecationWarning,
 )
 
 __version__ = "0.1.0"
@@ -35,6 +39,7 @@ ENV_IDS: tuple[str, ...] = (
     "batch_env/NodeBatching-v0",
     "batch_env/LLMBatching-v0",
     "batch_env/LLMBatching-v1",
+    "batch_env/LLMBatching-v2",
 )
 
 _ENTRY_POINTS = {
@@ -42,6 +47,7 @@ _ENTRY_POINTS = {
     "batch_env/NodeBatching-v0": "batch_env.envs.node_batching:NodeBatchingEnv",
     "batch_env/LLMBatching-v0": "batch_env.envs.llm_batching:LLMBatchingEnv",
     "batch_env/LLMBatching-v1": "batch_env.envs.llm_batching:LLMBatchingV1Env",
+    "batch_env/LLMBatching-v2": "batch_env.envs.llm_batching:LLMBatchingV2Env",
 }
 
 
@@ -93,6 +99,7 @@ from .envs import (  # noqa: E402
     DynamicBatchingVectorEnv,
     LLMBatchingEnv,
     LLMBatchingV1Env,
+    LLMBatchingV2Env,
     NodeBatchingEnv,
 )
 from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
@@ -103,6 +110,7 @@ __all__ = [
     "DynamicBatchingVectorEnv",
     "LLMBatchingEnv",
     "LLMBatchingV1Env",
+    "LLMBatchingV2Env",
     "NodeBatchingEnv",
     "EvaluationResult",
     "evaluate",

@@ -433,3 +433,9 @@ class LLMConfigV1(LLMConfig):
     scheduler by default (vLLM v1's engine)."""
 
     scheduler: str = "chunked"
+
+
+@dataclass(frozen=True)
+class LLMConfigV2(LLMConfigV1):
+    """Configuration of ``batch_env/LLMBatching-v2``: :class:`LLMConfigV1` (the chunked
+    scheduler by default); v2 differs in its decision epochs, not its configuration."""

@@ -415,6 +415,7 @@ class ServingCore(gym.Env):
         self._more()
         self._idle_until_arrival()  # (a finite trace with no admissible arrival: to the end)
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
+        self._rate_base = (self._now, self._arrived)
         self.executor.reset(service)
         self._needs_reset = None
         return service, sizes
@@ -563,6 +564,16 @@ class ServingCore(gym.Env):
         self._base = (L, E, misses, D, now, n)
         dL, dE, dM, dD = L - L0, E - E0, misses - M0, D - D0
         reward = -(self._wl * dL + self._we * dE + self._ws * dM + self._wd * dD)
+        self._update_rate()
+        return reward, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}, now - t0, n - n0
+
+    def _update_rate(self) -> None:
+        """The arrival-rate estimate, brought up to now (at every epoch, from
+        :meth:`_step_accounting`; an env that runs several of its boundaries inside one
+        step may update it at each of them)."""
+        t0, n0 = self._rate_base
+        now, n = self._now, self._arrived
+        self._rate_base = (now, n)
         dt = now - t0
         # time-decayed arrival count: an unbiased rate estimate in steady state
         if dt > 0.0:
@@ -570,7 +581,6 @@ class ServingCore(gym.Env):
             self._rate = self._rate * decay + (n - n0) / self._rate_tau
         elif n > n0:
             self._rate += (n - n0) / self._rate_tau
-        return reward, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}, dt, n - n0
 
     def _episode_over(self) -> bool:
         """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""

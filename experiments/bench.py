@@ -29,7 +29,9 @@ instance with every CPU) in the same run, their ratio, Ray's start-up time, and 
 both gave the same numbers. And the cost of one ``render_mode="rgb_array"`` frame against
 one step of the same env, for each env (target: a frame well under 1 ms). And
 ``LLMBatching-v0`` and ``LLMBatching-v1`` (chunked prefill) steps/s against CartPole-v1's
-(:func:`bench_llm_steps`).
+(:func:`bench_llm_steps`). And ``LLMBatching-v2`` against v1 on the same episodes, steps
+and CPU per completed request, at v1's defaults and on ``LLMMemoryPressure-v0``'s problem
+(:func:`bench_llm_v2`; floors 10x fewer steps, 5x less CPU).
 Results go to ``results/bench/bench.json`` with a description of
 the machine.
 
@@ -430,6 +432,7 @@ RENDER_BENCH_ENVS: tuple[str, ...] = (
     "batch_env/NodeBatching-v0",
     "batch_env/LLMBatching-v0",
     "batch_env/LLMBatching-v1",
+    "batch_env/LLMBatching-v2",
 )
 
 
@@ -947,6 +950,84 @@ def bench_llm_steps(n_steps: int = 50_000, repeats: int = 3, seed: int = 0) -> d
     return out
 
 
+def _llm_episode_cost(env_id: str, env_kwargs: dict[str, Any], seed: int) -> dict[str, float]:
+    """One episode of an LLM env at its largest action (vLLM's default cap and budget):
+    its steps and process CPU seconds, and the requests it completed."""
+    import batch_env  # noqa: F401
+
+    env = gym.make(env_id, **env_kwargs)
+    a = int(env.action_space.n) - 1
+    step = env.step
+    t0 = time.process_time()
+    env.reset(seed=seed)
+    n = 0
+    while True:
+        n += 1
+        _, _, _, truncated, info = step(a)
+        if truncated:
+            break
+    cpu = time.process_time() - t0
+    env.close()
+    return {"steps": n, "cpu_s": cpu, "completed": info["serving"]["completed_total"]}
+
+
+def llm_v2_settings() -> dict[str, dict[str, Any]]:
+    """The settings of :func:`bench_llm_v2`: v1's defaults, and ``LLMMemoryPressure-v0``'s
+    problem (its kwargs but the episode length)."""
+    from batch_env.tasks import TASKS
+
+    task = dict(TASKS["batch_env/LLMMemoryPressure-v0"].kwargs)
+    for k in ("horizon_requests", "warmup_requests"):
+        task.pop(k, None)
+    return {"v1-defaults": {}, "LLMMemoryPressure-v0": task}
+
+
+def bench_llm_v2(horizon_requests: int = 2000, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
+    """LLMBatching-v2 against v1 on the same episodes: steps and CPU per completed request.
+
+    For each setting of :func:`llm_v2_settings`, one episode of ``horizon_requests``
+    requests of each id at the largest action, back to back in each of ``repeats`` rounds
+    (:func:`_rounds`). Steps per completed request are the same in every round; the CPU
+    (process time, so other processes do not count) is the best round's, and the CPU ratio
+    the median of the rounds'. Issue 38's floors: at least 10x fewer steps and 5x less
+    CPU per completed request."""
+    v1, v2 = "batch_env/LLMBatching-v1", "batch_env/LLMBatching-v2"
+    out: dict[str, Any] = {
+        "horizon_requests": horizon_requests,
+        "repeats": repeats,
+        "floor_steps_ratio": 10.0,
+        "floor_cpu_ratio": 5.0,
+        "settings": {},
+    }
+    for name, kw in llm_v2_settings().items():
+        kw = {**kw, "horizon_requests": horizon_requests}
+        runs: dict[str, list[dict[str, float]]] = {v1: [], v2: []}
+
+        def timer(env_id: str, kw: dict[str, Any] = kw, runs: Any = runs) -> float:
+            r = _llm_episode_cost(env_id, kw, seed)
+            runs[env_id].append(r)
+            return r["completed"] / r["cpu_s"]  # completed requests per CPU second
+
+        rates = _rounds({v1: lambda: timer(v1), v2: lambda: timer(v2)}, repeats)
+        row: dict[str, Any] = {"env_kwargs": kw}
+        for env_id in (v1, v2):
+            best = min(runs[env_id], key=lambda r: r["cpu_s"])
+            row[env_id] = {
+                "steps_per_request": best["steps"] / best["completed"],
+                "cpu_us_per_request": 1e6 * best["cpu_s"] / best["completed"],
+                "completed": best["completed"],
+            }
+        row["steps_ratio"] = row[v1]["steps_per_request"] / row[v2]["steps_per_request"]
+        row["cpu_ratio"] = _median_ratio(rates[v2], rates[v1])
+        row["round_cpu_ratios"] = [a / b for a, b in zip(rates[v2], rates[v1], strict=True)]
+        row["meets_floors"] = (
+            row["steps_ratio"] >= out["floor_steps_ratio"]
+            and row["cpu_ratio"] >= out["floor_cpu_ratio"]
+        )
+        out["settings"][name] = row
+    return out
+
+
 def run_bench(
     n_steps: int = 200_000,
     repeats: int = 3,
@@ -1007,6 +1088,7 @@ def run_bench(
         "machine": machine_description(),
     }
     result["llm"] = bench_llm_steps(max(n_steps // 4, 1000), repeats, seed)
+    result["llm_v2"] = bench_llm_v2(max(n_steps // 100, 100), repeats, seed)
     if render:
         result["render"] = bench_render(render_steps or max(n_steps // 40, 50), repeats, seed)
     if vector:

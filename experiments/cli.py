@@ -634,6 +634,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_llm_v2(v2: dict[str, Any] | None) -> None:
+    """``batch-env bench``'s LLMBatching-v2 lines: steps and CPU per request against v1."""
+    for name, row in (v2 or {}).get("settings", {}).items():
+        a, b = (row[f"batch_env/LLMBatching-v{k}"] for k in (1, 2))
+        print(
+            f"LLMBatching-v2 vs v1 ({name}): {row['steps_ratio']:.1f}x fewer steps "
+            f"({b['steps_per_request']:.2f} vs {a['steps_per_request']:.2f} a request), "
+            f"{row['cpu_ratio']:.1f}x less CPU ({b['cpu_us_per_request']:,.0f} vs "
+            f"{a['cpu_us_per_request']:,.0f} us a request; floors: "
+            f"{v2['floor_steps_ratio']:.0f}x, {v2['floor_cpu_ratio']:.0f}x)"  # type: ignore[index]
+        )
+
+
 def _print_bench(result: dict[str, Any]) -> None:
     """The figures of ``batch-env bench``, one line each."""
     print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
@@ -653,6 +666,7 @@ def _print_bench(result: dict[str, Any]) -> None:
                 f"{env_id.split('/')[-1]}: {r['steps_per_s']:,.0f} steps/s, step cost ratio "
                 f"(ours / CartPole, median of rounds): {r['step_cost_ratio_vs_cartpole']:.2f}{floor}"
             )
+    _print_llm_v2(result.get("llm_v2"))
     rn = result.get("render")
     if rn:
         for r in rn["envs"]:

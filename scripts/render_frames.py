@@ -20,6 +20,7 @@ from batch_env.envs import (  # noqa: E402
     DynamicBatchingEnv,
     LLMBatchingEnv,
     LLMBatchingV1Env,
+    LLMBatchingV2Env,
     NodeBatchingEnv,
 )
 from batch_env.render import write_png  # noqa: E402
@@ -77,7 +78,7 @@ def llm_frame(cls: type[LLMBatchingEnv] = LLMBatchingEnv) -> np.ndarray:
 
 
 def main() -> None:
-    """Write the four frames to ``docs/img/``."""
+    """Write the five frames to ``docs/img/``."""
     out = Path(__file__).resolve().parents[1] / "docs" / "img"
     out.mkdir(parents=True, exist_ok=True)
     frames = (
@@ -85,6 +86,7 @@ def main() -> None:
         ("node", node_frame),
         ("llm", llm_frame),
         ("llm_v1", lambda: llm_frame(LLMBatchingV1Env)),
+        ("llm_v2", lambda: llm_frame(LLMBatchingV2Env)),
     )
     for name, make in frames:
         path = out / f"render_{name}.png"

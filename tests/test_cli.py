@@ -129,6 +129,10 @@ def test_bench_reports_ratio(tmp_path):
         assert llm[env_id]["step_cost_ratio_vs_cartpole"] == pytest.approx(
             llm["cartpole_steps_per_s"] / llm[env_id]["steps_per_s"]  # one round
         )
+    v2 = result["llm_v2"]
+    for row in v2["settings"].values():  # steps are counted, not timed: v2 asks far less
+        assert row["steps_ratio"] >= 10, row
+        assert row["cpu_ratio"] == pytest.approx(float(np.median(row["round_cpu_ratios"])))
     path = write_results(result, tmp_path)
     assert json.loads(path.read_text())["machine"]["cpu_count"] >= 1
 

@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import batch_env  # noqa: F401
-from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, NodeBatchingEnv
+from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, LLMBatchingV2Env, NodeBatchingEnv
 
 LONG = os.environ.get("BATCH_ENV_FUZZ") == "long"
 EXAMPLES = int(os.environ.get("BATCH_ENV_FUZZ_EXAMPLES", 1500 if LONG else 25))
@@ -213,6 +213,42 @@ def llm_kwargs(draw) -> dict:
     if draw(st.booleans()):
         kw["horizon_s"] = draw(st.floats(0.1, 200.0))
     return kw
+
+
+@st.composite
+def llm_v2_kwargs(draw) -> dict:
+    """LLMBatching-v2 constructor arguments: v0's, with the chunked scheduler's options."""
+    kw = draw(llm_kwargs())
+    n = kw["max_num_seqs"]
+    if draw(st.booleans()):
+        kw["scheduler"] = "vllm-v0"
+        return kw
+    budget = draw(st.sampled_from([max(n, 64), 512, 2048, 8192]))
+    if kw["max_model_len"] > budget:
+        kw["split_prompts"] = True
+    else:
+        kw["split_prompts"] = draw(st.booleans())
+    kw["max_num_batched_tokens"] = budget
+    kw["decode_first"] = draw(st.booleans())
+    if draw(st.booleans()):
+        lows = sorted(draw(st.sets(st.integers(n, budget), min_size=1, max_size=3)) | {budget})
+        kw["budget_grid"] = lows
+    return kw
+
+
+def _check_llm_server(env) -> None:
+    """The LLM server's books: requests in one place each, tokens and KV blocks conserved."""
+    srv = env._server
+    running, waiting = srv.running, srv.waiting
+    assert len(set(running) | set(waiting)) == len(running) + len(waiting)
+    assert env._n_sys == len(running) + len(waiting)
+    assert srv.kv_used == sum(srv.kv_blocks) <= srv.kv_total
+    assert sum(srv.generated) == srv.tokens_out  # every output token produced once
+    for e, t in enumerate(env._finished_at):
+        if t is not None:
+            assert srv.generated[e] == srv.output[e] and srv.kv_blocks[e] == 0
+    for e in waiting:
+        assert srv.kv_blocks[e] == 0
 
 
 # -- the harness ---------------------------------------------------------------------------
@@ -395,6 +431,8 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
         assert term is False
         _check_step(env, obs, reward, info, t_prev)
         _check_counts(env, f"step {step}")
+        if hasattr(env, "_server"):
+            _check_llm_server(env)
         t_prev = info["now_s"]
         traj.append((a, obs.tobytes(), reward))
         if trunc:
@@ -435,6 +473,12 @@ def test_fuzz_node_batching(kw, seed, kind):
 @given(kw=llm_kwargs(), seed=SEEDS, kind=POLICIES)
 def test_fuzz_llm_batching(kw, seed, kind):
     fuzz_env(LLMBatchingEnv, kw, seed, kind)
+
+
+@FUZZ
+@given(kw=llm_v2_kwargs(), seed=SEEDS, kind=POLICIES)
+def test_fuzz_llm_batching_v2(kw, seed, kind):
+    fuzz_env(LLMBatchingV2Env, kw, seed, kind)
 
 
 @pytest.mark.slow

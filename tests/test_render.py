@@ -13,13 +13,20 @@ from gymnasium.utils.env_checker import check_env
 
 import batch_env
 from batch_env import render as R
-from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, LLMBatchingV1Env, NodeBatchingEnv
+from batch_env.envs import (
+    DynamicBatchingEnv,
+    LLMBatchingEnv,
+    LLMBatchingV1Env,
+    LLMBatchingV2Env,
+    NodeBatchingEnv,
+)
 
 ENVS = {
     "batch_env/DynamicBatching-v0": DynamicBatchingEnv,
     "batch_env/NodeBatching-v0": NodeBatchingEnv,
     "batch_env/LLMBatching-v0": LLMBatchingEnv,
     "batch_env/LLMBatching-v1": LLMBatchingV1Env,
+    "batch_env/LLMBatching-v2": LLMBatchingV2Env,
 }
 SMALL = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 40},
@@ -31,6 +38,11 @@ SMALL = {
     "batch_env/LLMBatching-v1": {
         "horizon_requests": 8,
         "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
+    },
+    "batch_env/LLMBatching-v2": {  # v2 asks only where the caps differ: a queue
+        "horizon_requests": 40,
+        "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
+        "workload": {"kind": "poisson", "rate_per_s": 40.0},
     },
 }
 SHAPE = (R.HEIGHT, R.WIDTH, 3)

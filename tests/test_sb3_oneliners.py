@@ -21,6 +21,7 @@ SHORT = {
     "batch_env/NodeBatching-v0": {"horizon_requests": 20},
     "batch_env/LLMBatching-v0": {"horizon_requests": 10},
     "batch_env/LLMBatching-v1": {"horizon_requests": 10},
+    "batch_env/LLMBatching-v2": {"horizon_requests": 10},
 }
 
 

@@ -4,7 +4,8 @@ node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching
 - :mod:`.dynamic_batching`: :class:`DynamicBatchingEnv`;
 - :mod:`.dynamic_batching_vector`: :class:`DynamicBatchingVectorEnv` (``gymnasium.make_vec``);
 - :mod:`.node_batching`: :class:`NodeBatchingEnv`;
-- :mod:`.llm_batching`: :class:`LLMBatchingEnv` and :class:`LLMBatchingV1Env` (chunked):
+- :mod:`.llm_batching`: :class:`LLMBatchingEnv`, :class:`LLMBatchingV1Env` (chunked) and
+  :class:`LLMBatchingV2Env` (v1 with decision epochs only where the actions differ):
   the MDP (spaces, epochs, reward, observation, SLA bookkeeping, summary) over the LLM
   server of :mod:`batch_env.llm` (its state and its schedulers).
 
@@ -16,7 +17,7 @@ never imports ``envs``.
 
 from .dynamic_batching import DynamicBatchingEnv
 from .dynamic_batching_vector import DynamicBatchingVectorEnv
-from .llm_batching import LLMBatchingEnv, LLMBatchingV1Env
+from .llm_batching import LLMBatchingEnv, LLMBatchingV1Env, LLMBatchingV2Env
 from .node_batching import NodeBatchingEnv
 
 __all__ = [
@@ -24,5 +25,6 @@ __all__ = [
     "DynamicBatchingVectorEnv",
     "LLMBatchingEnv",
     "LLMBatchingV1Env",
+    "LLMBatchingV2Env",
     "NodeBatchingEnv",
 ]

@@ -23,10 +23,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1
+from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2
 from ..core import ServingCore
-from ..executor import LLMExecutor, make_llm_executor
-from ..llm import Iteration, LLMServerState, make_scheduler
+from ..executor import LLMExecutor, LLMProfileExecutor, make_llm_executor
+from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, make_scheduler
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
@@ -219,6 +219,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       unchanged; the ``scheduler`` option (``"chunked"``) added later, the default
       unchanged.
     * v1: :class:`LLMBatchingV1Env`, the chunked scheduler by default.
+    * Both, later: observation feature 4 no longer counts the chunked scheduler's
+      prefills in progress as waiting (it could exceed 1, outside the space, when they
+      were past their TTFT deadline); the dynamics, rewards and summaries are unchanged.
     """
 
     metadata = {"render_modes": ["human", "rgb_array", "ansi"], "render_fps": 10}
@@ -582,11 +585,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         if first - self._arr[e] <= self._sla and out >= 2 and (t - first) / (out - 1) > self._tpot:
             self._tpot_missed += 1
 
-    def _run_iteration(self, cap: int, budget: int) -> Iteration:
-        """One iteration of the scheduler at this setting, and its counters."""
+    def _run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
+        """One iteration of the scheduler at this setting (``plan``: its plan, made at this
+        boundary), its counters, and the frame modes' timeline."""
         sch = self._scheduler
-        it = sch.run(sch.plan(cap, budget))
+        self._last_chunk = 0
+        it = sch.run(sch.plan(cap, budget) if plan is None else plan)
         self._ns = len(self._arr) - len(self._server.waiting)
+        self._n_iter += 1
+        if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
+            tokens = self._server.tokens_out
+            self._iterations.push(
+                (tokens - self._iter_tokens) / self._N, it.duration_s / self._tpot, int(it.prefill)
+            )
+            self._iter_tokens = tokens
         d, _kind, prefill, b, self._last_preempted, chunk_tokens, empty = it
         if not empty:
             self._last_chunk = chunk_tokens
@@ -598,6 +610,38 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._recent(d, b)
             self._last_kind = 1.0 if prefill else 0.0
         return it
+
+    def _forced_plan(self, cap: int, budget: int) -> Plan | None:
+        """The next iteration's plan when every action schedules it alike (this boundary
+        is no decision epoch: ``LLMBatching-v2`` runs it inside the step), else ``None``.
+
+        Exact and cheap (``LLMBatchingV2Env``: Decision epochs): with nothing waiting and
+        no prefill in progress every action runs the same decode; elsewhere the smallest
+        and the largest setting are planned, and admission is monotone in between."""
+        sch, srv = self._scheduler, self._server
+        if self.action_space.n == 1 or not (srv.waiting or srv.prefilling):
+            return sch.plan(cap, budget)  # nothing to admit or to continue: the same decode
+        low = sch.plan(self._grid[0], self._budgets[0])
+        high = sch.plan(self._grid[-1], self._budgets[-1])
+        return high if low.same_iteration(high) else None
+
+    def _recent_many(self, pairs: deque[tuple[float, int]]) -> None:
+        """:meth:`_recent` for each ``(time, batch)`` of ``pairs`` in turn (at most the
+        windows' length of them), its sums taken once at the end: the same sums, since
+        both are sums of the final windows' contents (exact for the integer one)."""
+        rd, rb = self._rd, self._rb
+        for d, b in pairs:
+            rd.append(d)
+            rb.append(b)
+        self._rb_sum = sum(rb)
+        self._rd_sum = sum(rd)
+
+    def _idle_while_empty(self) -> None:
+        """An empty system idles to the next arrival (no decision is needed); a finite
+        trace that has ended moves the clock to the horizon (the episode then ends)."""
+        while self._n_sys == 0:
+            if not self._idle_until_arrival():
+                break
 
     def _recent(self, d: float, b: int) -> None:
         """Record a decode iteration's time and batch size in the recent windows (and
@@ -621,10 +665,13 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         sla = self._sla
         if w:
             oldest = min((self._now - self._arr[W[0]]) / sla, _CLIP)
-            # the waiting requests without a first token are exactly the entries from
-            # len(_first_token_at) on (first tokens come in arrival order), and the entries
-            # whose deadline has passed are the prefix [0, _kd) (the step's _misses() set _kd)
-            past = max(self._kd - len(self._first_token_at), 0) / w
+            # the requests without a first token are exactly the entries from
+            # len(_first_token_at) on (first tokens come in arrival order), the oldest of
+            # them the prefills in progress that have none yet (FCFS admission), the rest
+            # waiting; the entries whose deadline has passed are the prefix [0, _kd) (the
+            # step's _misses() set _kd)
+            no_first = self._kd - len(self._first_token_at) - self._first_prefills()
+            past = min(max(no_first, 0), w) / w
             ptoks: float = srv.waiting_tokens
         else:
             oldest = past = ptoks = 0.0
@@ -647,6 +694,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             ],
             dtype=np.float32,
         )
+
+    def _first_prefills(self) -> int:
+        """Prefills in progress of requests that have no first token yet (chunked)."""
+        srv = self._server
+        if not srv.prefilling:
+            return 0
+        G, R = srv.generated, srv.running
+        return sum(1 for e in R[len(R) - srv.prefilling :] if G[e] == 0)
 
     def _info(self, dt: float, comps: dict[str, float], kind: str, it: float) -> dict[str, Any]:
         srv = self._server
@@ -703,6 +758,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         :param options: ``{"load": x}`` runs this episode at load ``x`` when the workload
             has a ``load_range`` (evaluators fixing their episodes' loads); nothing else.
         """
+        self._start_episode(seed, options)
+        if self.render_mode == "human":
+            self.render()
+        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        return self._obs(), self._info(0.0, comps, "idle", 0.0)
+
+    def _start_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        """The episode's state, its streams seeded, the clock at the first arrival."""
         super().reset(seed=seed)
         self._bp = []
         self._bo = []
@@ -730,13 +793,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_kind = 0.0
         self._reset_core(seed, options)
         self._deadline_prefix(self._now)
-        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
         if self._iterations is not None:
             self._iterations.clear()
             self._iter_tokens = 0
-            if self.render_mode == "human":
-                self.render()
-        return self._obs(), self._info(0.0, comps, "idle", 0.0)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Set the cap to ``grid[action]`` and run one iteration (then idle if the system empties).
@@ -757,16 +816,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         if self._n_sys:
             iteration = self._run_iteration(cap, self._budget_now)
             kind, it = iteration.kind, iteration.duration_s
-            self._n_iter += 1
-            if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
-                tokens = self._server.tokens_out
-                self._iterations.push(
-                    (tokens - self._iter_tokens) / self._N, it / self._tpot, int(iteration.prefill)
-                )
-                self._iter_tokens = tokens
-        while self._n_sys == 0:  # empty system: idle to the next arrival
-            if not self._idle_until_arrival():
-                break
+        self._idle_while_empty()
         reward, comps, dt, _ = self._step_accounting()
         info = self._info(dt, comps, kind, it)
         truncated = self._episode_over()
@@ -940,6 +990,325 @@ class LLMBatchingV1Env(LLMBatchingEnv):
         args.pop("self")
         args.pop("__class__", None)
         super().__init__(**args)
+
+
+#: Iterations one step of ``LLMBatching-v2`` may run at most (a bound, never reached: a
+#: step ends at the next boundary where the actions differ or at the episode's end).
+MAX_ITERATIONS_PER_STEP = 10_000_000
+
+
+class LLMBatchingV2Env(LLMBatchingV1Env):
+    """LLMBatching-v1 asked only where two actions would schedule different iterations.
+
+    ``batch_env/LLMBatching-v2``: :class:`LLMBatchingV1Env` (the chunked scheduler by
+    default), with decision epochs only where the answer matters.
+
+    ## Decision epochs
+
+    A decision epoch is an iteration boundary at which at least two actions would schedule
+    different next iterations (other victims, decodes, or prompt chunks). Between epochs
+    the iterations run inside the step, under the last action's cap and budget (any action
+    would run them alike), and the step's reward covers them all, as DynamicBatching-v0's
+    idle advance does; ``info["iterations"]`` says how many ran and ``info["dt_s"]`` how
+    much time passed. An episode still ends at the first boundary at which the summary
+    requests are done or the horizon is reached, epoch or not.
+
+    The test is cheap and exact. Where nothing waits and no prefill is in progress, every
+    action runs the same decode. Elsewhere the smallest setting (the grid's first cap and
+    budget) and the largest are planned (:meth:`batch_env.llm.scheduler.Scheduler.plan`,
+    which changes nothing); admission is monotone in the cap and the budget
+    (:mod:`batch_env.llm.scheduler`: Monotonicity), so if those two plan the same
+    iteration, every action does. ``tests/test_llm_v2.py`` checks the test against trying
+    every action on many random states, and that a policy acting on v2's epochs has the
+    same trajectory and summary in v1 when it plays its actions there.
+
+    The observation and ``info`` at an epoch are v1's at that boundary; ``preempted``,
+    ``iteration``, ``iteration_time_s`` and ``chunk_tokens`` describe the step's last
+    iteration (the observation's ``preempted_last_step`` too). Real mode
+    (``executor="torch"``) runs every iteration.
+
+    ## Version History
+
+    * v2: decisions only where they matter (v1's scheduler, arguments and observation).
+    """
+
+    _config_class = LLMConfigV2
+    _title = "LLMBATCHING-V2"
+    _decode_runs: bool  # set by reset: whether forced decodes run in one loop
+    _llm_profile: LLMProfile
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Set the cap and budget of ``action``, and run iterations until the next decision
+        epoch or the episode's end.
+
+        :param action: ``budget index * len(grid) + cap index``, as in v1.
+        """
+        if self._needs_reset is not None:
+            self._refuse("step")
+        if type(action) is not int or action < 0 or action >= self.action_space.n:
+            action = self._coerce_action(action)
+        ng = len(self._grid)
+        cap = self._cap_now = self._grid[action % ng]
+        budget = self._budget_now = self._budgets[action // ng]
+        ran, last = self._run_to_epoch(cap, budget, chosen=True)
+        reward, comps, dt, _ = self._step_accounting()
+        info = self._info(dt, comps, *((last.kind, last.duration_s) if last else ("idle", 0.0)))
+        info["iterations"] = ran
+        truncated = self._episode_over()
+        if truncated:
+            info["serving"] = self._serving_summary()
+        if self.render_mode == "human":
+            self.render()
+        return self._obs(), reward, False, truncated, info
+
+    def _run_to_epoch(self, cap: int, budget: int, chosen: bool) -> tuple[int, Iteration | None]:
+        """Run iterations from this boundary until a decision epoch or the episode's end:
+        the first one whatever it is when ``chosen`` (the step's action chose it here),
+        then every one that all actions would run alike. Returns how many ran and the
+        last. The rate estimate is brought up to each boundary passed, as v1's steps do."""
+        ran = 0
+        last: Iteration | None = None
+        while not (self._now >= self.horizon_s or self._summary_done()):
+            plan = None
+            if ran or not chosen:
+                plan = self._forced_plan(cap, budget)
+                if plan is None:
+                    break  # the actions differ here: a decision epoch
+                if ran:
+                    self._update_rate()  # v1 ends a step at this boundary
+            if ran >= MAX_ITERATIONS_PER_STEP:
+                raise RuntimeError(
+                    f"LLMBatching-v2: {ran} iterations in one step without a decision epoch "
+                    "or the episode's end (bound MAX_ITERATIONS_PER_STEP)"
+                )
+            if (
+                plan is not None
+                and self._decode_runs
+                and not plan.chunks
+                and not plan.victims
+                and not self._server.prefilling
+            ):
+                k, it = self._run_decodes()
+                if k:
+                    ran += k
+                    last = it
+                    self._idle_while_empty()  # the last requests may have completed
+                    continue
+            self._last_preempted = 0
+            last = self._run_iteration(cap, budget, plan)
+            ran += 1
+            self._idle_while_empty()
+        return ran, last
+
+    def _run_decodes(self) -> tuple[int, Iteration | None]:
+        """Run the coming decode-only iterations in one loop: those before the next
+        arrival, while no decode needs a KV block that is not free, and until the episode
+        ends (or, when requests wait, the first completion). Returns how many ran and the
+        last.
+
+        Called at a boundary where no prefill is in progress and every action runs the
+        same decode (nothing waits, or no action admits anything), with the profile
+        executor. Each iteration is the
+        chunked scheduler's decode to the bit: the same time, energy, latency and KV-use
+        integrals, summed in the same order, the same completions (``_finish``), the
+        rate estimate brought up to every boundary; what no boundary reads in between
+        (each request's tokens and blocks, the recent windows, the counters) is brought
+        up to date once, at the end. The requests' completions are scheduled from their
+        remaining tokens, and their block growth from their block phase
+        (:class:`batch_env.llm.LLMServerState`), so an iteration costs no pass over the
+        running requests. ``tests/test_llm_v2.py`` holds the result identical to v1's.
+        """
+        srv = self._server
+        R = srv.running
+        bs, total = srv.block_size, srv.kv_total
+        K0 = K = srv.decode_steps
+        used = srv.kv_used
+        counts = [len(bucket) for bucket in srv.block_phase]
+        b = len(R)
+        if not b or counts[(1 - K) % bs] > total - used:
+            return 0, None  # a decode must preempt: the scheduler's own path
+        buf, i = self._buf, self._i
+        t_next = buf[i] if i < len(buf) or self._more() else math.inf
+        prof = self._llm_profile
+        base, per_ctx, pw = prof.decode_step(b)
+        ctx = srv.decode_context
+        if self._now + (base + per_ctx * ctx) >= t_next:
+            return 0, None  # the first iteration admits an arrival (before any setup)
+        # requests wait, but no action admits any (the plan was forced, without chunks);
+        # without a completion none will (the cap's room and the budget left stay, the
+        # free blocks only shrink), so after a completion the queue's head is tried
+        blocked = bool(srv.waiting)
+        P, out = srv.prompt, srv.output
+        finishing = _completions(R, out, srv.generated)
+        now, L, E, kv_int = self._now, self._L, self._E, self._kv_integral
+        rate, (rate_t, rate_n) = self._rate, self._rate_base
+        tau, horizon = self._rate_tau, self.horizon_s
+        recent: deque[tuple[float, int]] = deque(maxlen=self._recent_n)
+        done: dict[int, int] = {}  # finished request -> its iteration
+        j = tokens = 0
+        n_sys = self._n_sys
+        exp = math.exp
+        finished_now: list[int] | None = None
+        while True:
+            if j:  # the boundary before iteration j: what v2's loop checks there
+                if now >= horizon or not b:
+                    break
+                if finished_now and (
+                    self._summary_done()
+                    or (blocked and self._head_fits(b, used + counts[(1 - K) % bs]))
+                ):
+                    break  # the episode's end, or the freed room and blocks admit the head
+            need = counts[(1 - K) % bs]
+            if need > total - used:
+                break  # preemption: the scheduler's own path
+            d = base + per_ctx * ctx
+            energy = d * pw
+            t = now + d
+            if t >= t_next:
+                break  # this iteration admits an arrival: the usual path
+            if j:  # the rate estimate at that boundary (_update_rate; no arrival came)
+                rate = rate * exp(-(now - rate_t) / tau) + 0.0
+                rate_t = now
+            # the iteration: its blocks, then the clock (host.advance), then the tokens
+            used += need
+            dt = t - now
+            kv_int += used * dt
+            L += n_sys * dt
+            E += (energy / d if d > 0.0 else 0.0) * dt
+            now = t
+            recent.append((d, b))
+            tokens += b
+            ctx += b
+            K += 1
+            finished_now = finishing.get(j)
+            if finished_now:
+                for e in finished_now:
+                    g = out[e]
+                    ctx -= P[e] + g
+                    r = (P[e] + g - K) % bs
+                    counts[r] -= 1
+                    used -= srv.kv_blocks[e] + _grown(K0, r, j + 1, bs)
+                    done[e] = j
+                    self._finish(e, t)
+                b -= len(finished_now)
+                n_sys -= len(finished_now)  # as _finish did to self._n_sys
+                if b:
+                    base, per_ctx, pw = prof.decode_step(b)
+            j += 1
+        if not j:
+            return 0, None
+        self._now, self._L, self._E, self._kv_integral = now, L, E, kv_int
+        self._rate, self._rate_base = rate, (rate_t, rate_n)
+        srv.kv_used, srv.decode_context, srv.decode_steps = used, ctx, K
+        srv.tokens_out += tokens
+        self._catch_up(done, j, K0, tokens, recent)
+        return j, Iteration(recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)
+
+    def _head_fits(self, decodes: int, used: int) -> bool:
+        """Whether the largest setting would schedule a chunk of the waiting queue's head
+        with ``decodes`` requests running, all decoding, and ``used`` KV blocks in use
+        once their blocks for the next token are given (the chunked scheduler's scan of
+        a queue with no prefill in progress stops at the head). If it would not, no
+        setting would (monotone)."""
+        srv = self._server
+        if self._grid[-1] - decodes <= 0:
+            return False  # no room under the largest cap
+        left = self._budgets[-1] - (decodes if self.config.decode_first else 0)
+        free = srv.kv_total - used - srv.kv_watermark
+        if left <= 0 or free <= 0:
+            return False
+        if self.config.split_prompts:
+            return True  # a chunk of at least one token fits
+        h = srv.waiting[0]
+        p = srv.prompt[h] + srv.generated[h]
+        return p <= left and -(-p // srv.block_size) <= free
+
+    def _catch_up(
+        self, done: dict[int, int], j: int, k0: int, tokens: int, recent: deque[tuple[float, int]]
+    ) -> None:
+        """After :meth:`_run_decodes`' ``j`` iterations from decode step ``k0``: each
+        request's tokens and blocks (``done``: those that completed), the running list,
+        the counters and the recent windows, which no boundary read in between."""
+        srv = self._server
+        P, G, out, blk, phase, bs = (
+            srv.prompt,
+            srv.generated,
+            srv.output,
+            srv.kv_blocks,
+            srv.block_phase,
+            srv.block_size,
+        )
+        keep = []
+        for e in srv.running:
+            r = (P[e] + G[e] - k0) % bs
+            if e in done:
+                G[e] = out[e]
+                blk[e] = 0
+                phase[r].remove(e)
+            else:
+                G[e] += j
+                blk[e] += _grown(k0, r, j, bs)
+                keep.append(e)
+        srv.running = keep
+        self._n_iter += j
+        self._n_batches += j
+        self._sum_b += tokens
+        self._recent_many(recent)
+        self._last_kind = 0.0
+        self._last_preempted = self._last_chunk = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start an episode: seed the streams, advance to the first arrival, then run the
+        iterations every action would run alike up to the first decision epoch (their
+        cost is the first step's reward; ``info["iterations"]`` counts them).
+
+        :param seed: episode seed; ``None`` draws one from the env's ``np_random``.
+        :param options: as :meth:`LLMBatchingEnv.reset`.
+        """
+        # forced decodes run in one loop (_run_decodes) with the chunked scheduler on the
+        # profile executor, outside the frame modes (whose timeline records each iteration)
+        self._decode_runs = (
+            isinstance(self._scheduler, ChunkedScheduler)
+            and isinstance(self.executor, LLMProfileExecutor)
+            and self._iterations is None
+        )
+        self._llm_profile = cast(LLMProfile, self.profile)
+        self._start_episode(seed, options)
+        ran, last = self._run_to_epoch(self._cap_now, self._budget_now, chosen=False)
+        if ran:  # the observation and info at the epoch, as v1's at that boundary
+            self._update_rate()
+            self._deadline_prefix(self._now)
+        if self.render_mode == "human":
+            self.render()
+        comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
+        info = self._info(0.0, comps, *((last.kind, last.duration_s) if last else ("idle", 0.0)))
+        info["iterations"] = ran
+        return self._obs(), info
+
+
+def _completions(
+    running: list[int], output: list[int], generated: list[int]
+) -> dict[int, list[int]]:
+    """The decoding requests by the iteration (from 0) in which they complete: request
+    ``e`` produces its last token ``output[e] - generated[e]`` decodes from now."""
+    out: dict[int, list[int]] = {}
+    for e in running:
+        j = output[e] - generated[e] - 1
+        if j in out:
+            out[j].append(e)
+        else:
+            out[j] = [e]
+    return out
+
+
+def _grown(k0: int, r: int, m: int, bs: int) -> int:
+    """KV blocks a decoding request of block phase ``r`` gains over ``m`` decode
+    iterations from decode step ``k0``: one at each iteration ``j`` with
+    ``(1 - k0 - j) % bs == r`` (:class:`batch_env.llm.LLMServerState`: block_phase)."""
+    j0 = (1 - k0 - r) % bs
+    return 0 if j0 >= m else (m - 1 - j0) // bs + 1
 
 
 class _EnvHost:

@@ -595,6 +595,23 @@ class LLMProfile:
             raise self._eval_error("prompt_tokens_total", prompt_tokens_total, self._tok_lim)
         return self._prefill_power(prompt_tokens_total)
 
+    def decode_step(self, batch_size: int) -> tuple[float, float, float]:
+        """A decode step of ``batch_size`` requests as ``(base_s, per_context_token_s,
+        power_w)``: :meth:`decode_time_s` is ``base_s + per_context_token_s x`` the context,
+        bit for bit, and :meth:`decode_power_w` is ``power_w``. For a loop over many decode
+        steps at one batch size (``LLMBatching-v2``'s runs of forced decodes).
+
+        :param batch_size: 1..``max_batch_size``.
+        :raises ValueError: if it is out of range.
+        """
+        if not 1 <= batch_size <= self._bs_lim:
+            raise self._eval_error("batch_size", batch_size, self._bs_lim)
+        return (
+            self._overhead_s + self._decode(batch_size),
+            self._ctx_s,
+            self._decode_power(batch_size),
+        )
+
     def decode_power_w(self, batch_size: int) -> float:
         """Average whole-server power during a decode step of ``batch_size`` requests.
 

@@ -38,6 +38,7 @@ FRAMES = {
     "batch_env/NodeBatching-v0": "render_node.png",
     "batch_env/LLMBatching-v0": "render_llm.png",
     "batch_env/LLMBatching-v1": "render_llm_v1.png",
+    "batch_env/LLMBatching-v2": "render_llm_v2.png",
 }
 _ROLE = re.compile(r":(class|func|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
 
