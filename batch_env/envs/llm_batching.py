@@ -1211,13 +1211,14 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         a queue with no prefill in progress stops at the head). If it would not, no
         setting would (monotone)."""
         srv = self._server
+        cfg = cast(LLMConfig, self.config)  # ServingCore types it as the batch config
         if self._grid[-1] - decodes <= 0:
             return False  # no room under the largest cap
-        left = self._budgets[-1] - (decodes if self.config.decode_first else 0)
+        left = self._budgets[-1] - (decodes if cfg.decode_first else 0)
         free = srv.kv_total - used - srv.kv_watermark
         if left <= 0 or free <= 0:
             return False
-        if self.config.split_prompts:
+        if cfg.split_prompts:
             return True  # a chunk of at least one token fits
         h = srv.waiting[0]
         p = srv.prompt[h] + srv.generated[h]
