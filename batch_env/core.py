@@ -674,12 +674,12 @@ class ServingCore(gym.Env):
         """Arrivals rejected before admission (LLM prompts that cannot fit); 0 here."""
         return 0
 
-    def _misses(self) -> int:
+    def _misses(self) -> float:
         """Cumulative SLA misses whose deadline has passed by now, valid at any epoch."""
         k = self._deadline_prefix(self._now)
         return self._served_missed + (k - self._nk if k > self._nk else 0)
 
-    def _misses_exact(self, t: float) -> int:
+    def _misses_exact(self, t: float) -> float:
         """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""
         arr, comp, sla = self._arr, self._comp, self._sla
         n = 0

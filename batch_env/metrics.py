@@ -162,7 +162,7 @@ class WindowStart:
     time_s: float
     latency_integral_s: float
     energy_j: float
-    misses: int
+    misses: float  # weighted misses where classes weigh them (LLMBatching-v2); else a count
     drops: int
     entry: int
     n_batches: int
@@ -267,7 +267,7 @@ def summarize(
     now_s: float,
     latency_integral_s: float,
     energy_j: float,
-    misses: int,
+    misses: float,
     drops: int,
     n_batches: int,
     sum_batch: int,
@@ -288,7 +288,8 @@ def summarize(
     :param now_s: the episode's end time.
     :param latency_integral_s: cumulative latency integral at the end.
     :param energy_j: cumulative energy at the end.
-    :param misses: cumulative SLA misses at the end.
+    :param misses: cumulative SLA misses at the end (weighted, where request classes weigh
+        them).
     :param drops: cumulative drops at the end.
     :param n_batches: cumulative number of batches started.
     :param sum_batch: cumulative sum of batch sizes.

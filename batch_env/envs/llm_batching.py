@@ -26,7 +26,7 @@ from gymnasium import spaces
 from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2
 from ..core import ServingCore
 from ..executor import LLMExecutor, LLMProfileExecutor, make_llm_executor
-from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, make_scheduler
+from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, SLABooks, make_scheduler
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
@@ -238,13 +238,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _bclip: list[bool]
     _rej_times: list[float]  # arrival times of the rejected prompts
     _finished_at: list[float | None]  # per entry: completion time (None while in the system)
-    _first_token_at: list[float]  # first-token times, in arrival order
-    _ttft_met: list[int]  # prefix counts of the first tokens within the TTFT SLA
     _kv_integral: float  # integral of the KV blocks in use (block-seconds)
     _clipped: int
     _n_iter: int
     _n_prefill: int
-    _tpot_missed: int
     _done_ptr: int  # entries before it are all finished (for _summary_done)
     _w0: tuple[int, int, float, int, int, int] | None  # the counters when the window opened
     _rd: deque[float]  # recent decode iterations' times and batch sizes
@@ -370,6 +367,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             )
         self.kv_blocks_total = total
         self._server = LLMServerState(bs, total, watermark)
+        # the SLA books: one class (the env's SLAs, weight 1)
+        self._sla_books = SLABooks(
+            [config.ttft_sla_ms / 1000.0], [config.tpot_sla_ms / 1000.0], [1.0]
+        )
         assert config.grid is not None  # LLMConfig.__post_init__ fills the default
         self._grid = config.grid
         self._N = config.max_num_seqs
@@ -510,6 +511,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         adm = len(self._arr) - n0
         if adm:
             self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm])
+            self._sla_books.admit([0] * adm, self._arr[n0:])
             self._clipped += sum(self._bclip[i : i + adm])
             self._finished_at += [None] * adm
 
@@ -541,17 +543,12 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         )
 
     # -- SLA bookkeeping (TTFT deadlines in arrival order, TPOT at completion) -----------
-    def _misses(self) -> int:
-        k = self._deadline_prefix(self._now)
-        return k - self._ttft_met[min(k, len(self._first_token_at))] + self._tpot_missed
+    def _misses(self) -> float:
+        """Weighted SLA misses counted by now (an ``int`` when every class weighs 1)."""
+        return self._sla_books.misses(self._now)
 
-    def _misses_exact(self, t: float) -> int:
-        k = bisect_right(self._arr, t - self._sla)
-        while k < len(self._arr) and t - self._arr[k] > self._sla:
-            k += 1
-        while k > 0 and not t - self._arr[k - 1] > self._sla:
-            k -= 1
-        return k - self._ttft_met[min(k, len(self._first_token_at))] + self._tpot_missed
+    def _misses_exact(self, t: float) -> float:
+        return self._sla_books.misses_exact(t)
 
     def _summary_done(self) -> bool:
         if self._entry_hi is None:
@@ -565,10 +562,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     # -- what the scheduler reports (batch_env.llm.scheduler.Host, through _EnvHost) -----
     def _first_token(self, e: int, t: float) -> None:
-        """Entry ``e``'s first token at ``t``: first tokens come in arrival order."""
-        self._first_token_at.append(t)
-        met = self._ttft_met
-        met.append(met[-1] + (1 if t - self._arr[e] <= self._sla else 0))
+        """Entry ``e``'s first token at ``t``."""
+        self._sla_books.first_token(e, t)
 
     def _advance_iteration(self, t: float, power_w: float) -> None:
         """The clock to an iteration's end, the queue as the scheduler left it."""
@@ -580,10 +575,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._finished_at[e] = t
         self._n_sys -= 1
         self._n_done += 1
-        first = self._first_token_at[e]
-        out = self._server.output[e]
-        if first - self._arr[e] <= self._sla and out >= 2 and (t - first) / (out - 1) > self._tpot:
-            self._tpot_missed += 1
+        self._sla_books.finish(e, t, self._server.output[e])
 
     def _run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
         """One iteration of the scheduler at this setting (``plan``: its plan, made at this
@@ -665,12 +657,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         sla = self._sla
         if w:
             oldest = min((self._now - self._arr[W[0]]) / sla, _CLIP)
-            # the requests without a first token are exactly the entries from
-            # len(_first_token_at) on (first tokens come in arrival order), the oldest of
-            # them the prefills in progress that have none yet (FCFS admission), the rest
-            # waiting; the entries whose deadline has passed are the prefix [0, _kd) (the
-            # step's _misses() set _kd)
-            no_first = self._kd - len(self._first_token_at) - self._first_prefills()
+            # the requests past their TTFT deadline (at the step's _misses()) without a
+            # first token are waiting, or in their first prefill
+            no_first = self._sla_books.past_without_first() - self._first_prefills_late()
             past = min(max(no_first, 0), w) / w
             ptoks: float = srv.waiting_tokens
         else:
@@ -695,13 +684,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             dtype=np.float32,
         )
 
-    def _first_prefills(self) -> int:
-        """Prefills in progress of requests that have no first token yet (chunked)."""
+    def _first_prefills_late(self) -> int:
+        """Prefills in progress (chunked) of requests that have no first token yet and
+        whose TTFT deadline has passed."""
         srv = self._server
         if not srv.prefilling:
             return 0
-        G, R = srv.generated, srv.running
-        return sum(1 for e in R[len(R) - srv.prefilling :] if G[e] == 0)
+        G, R, books = srv.generated, srv.running, self._sla_books
+        return sum(1 for e in R[len(R) - srv.prefilling :] if G[e] == 0 and books.past_deadline(e))
 
     def _info(self, dt: float, comps: dict[str, float], kind: str, it: float) -> dict[str, Any]:
         srv = self._server
@@ -773,13 +763,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._rej_times = []
         self._server.clear()
         self._finished_at = []
-        self._first_token_at = []
-        self._ttft_met = [0]
+        self._sla_books.clear()
         self._kv_integral = 0.0
         self._clipped = 0
         self._n_iter = 0
         self._n_prefill = 0
-        self._tpot_missed = 0
         self._done_ptr = 0
         self._w0 = None
         self._rd = deque(maxlen=self._recent_n)
@@ -791,8 +779,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_preempted = 0
         self._last_chunk = 0
         self._last_kind = 0.0
-        self._reset_core(seed, options)
-        self._deadline_prefix(self._now)
+        self._reset_core(seed, options)  # (the SLA books' pointers at the first arrival)
         if self._iterations is not None:
             self._iterations.clear()
             self._iter_tokens = 0
@@ -836,10 +823,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             [_NAN if f is None else f for f in self._finished_at[lo:hi]], dtype=np.float64
         )
         arr = np.asarray(self._arr[lo:hi], dtype=np.float64)
-        nf = len(self._first_token_at)
-        first = np.full(hi - lo, _NAN)
-        if nf > lo:
-            first[: min(nf, hi) - lo] = self._first_token_at[lo : min(nf, hi)]
+        first = np.asarray(self._sla_books.first_at[lo:hi], dtype=np.float64)
         out = np.asarray(self._server.output[lo:hi], dtype=np.int64)
         done = ~np.isnan(fin)
         drops_summary = self._summary_drops()
@@ -1280,7 +1264,7 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         ran, last = self._run_to_epoch(self._cap_now, self._budget_now, chosen=False)
         if ran:  # the observation and info at the epoch, as v1's at that boundary
             self._update_rate()
-            self._deadline_prefix(self._now)
+            self._misses()  # the SLA books' deadlines at this boundary
         if self.render_mode == "human":
             self.render()
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}

@@ -7,6 +7,8 @@
   ``run`` it), the records it exchanges (:class:`Plan`, :class:`Iteration`), the
   :class:`Host` it reports to, and the registry that chooses a scheduler by name
   (:func:`make_scheduler`, :data:`SCHEDULERS`);
+- :mod:`.sla`: :class:`SLABooks`, the TTFT and TPOT misses per request class (the
+  reward's SLA term and the summary's first tokens);
 - :mod:`.vllm_v0`: ``"vllm-v0"``, vLLM v0's default scheduler (an iteration is a prefill of
   whole prompts or one decode step of every running request);
 - :mod:`.chunked`: ``"chunked"``, vLLM v1's / Sarathi-Serve's chunked prefill (decodes
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .chunked import ChunkedScheduler
 from .scheduler import Host, Iteration, Plan, Scheduler
+from .sla import SLABooks
 from .state import LLMServerState
 from .vllm_v0 import VLLMV0Scheduler
 
@@ -61,6 +64,7 @@ __all__ = [
     "Iteration",
     "LLMServerState",
     "Plan",
+    "SLABooks",
     "Scheduler",
     "VLLMV0Scheduler",
     "make_scheduler",
