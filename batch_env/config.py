@@ -436,6 +436,104 @@ class LLMConfigV1(LLMConfig):
 
 
 @dataclass(frozen=True)
+class RequestClass:
+    """One class of requests of an ``LLMBatching-v2`` workload (``classes=[...]``).
+
+    :param name: the class's name (unique; the summary's ``classes`` keys).
+    :param share: its share of the arrivals of the env's ``workload`` (> 0; the shares
+        are normalized): each arrival is of class ``c`` with probability ``share_c /
+        sum of shares``, drawn from the request-size stream.
+    :param ttft_sla_ms: its TTFT target (``None``: the env's ``ttft_sla_ms``).
+    :param tpot_sla_ms: its TPOT target (``None``: the env's ``tpot_sla_ms``).
+    :param weight: what one of its SLA misses counts in the reward's SLA term (>= 0; 1:
+        as one miss of the env's ``reward_weights.sla``).
+    :param lengths: its prompt and output lengths (a :class:`batch_env.workload.RequestLengths`
+        or its dict; ``None``: the env's lengths, or a trace workload's token columns).
+    """
+
+    name: str
+    share: float = 1.0
+    ttft_sla_ms: float | None = None
+    tpot_sla_ms: float | None = None
+    weight: float = 1.0
+    lengths: Any = None
+
+    @classmethod
+    def from_any(cls, spec: Any, index: int) -> RequestClass:
+        """A class from itself or a dict of its fields; errors name ``classes[index]``."""
+        where = f"classes[{index}]"
+        if isinstance(spec, RequestClass):
+            spec = asdict(spec) | {"lengths": spec.lengths}
+        if not isinstance(spec, Mapping):
+            raise ValueError(
+                f"{where}={spec!r} is invalid: expected a dict with 'name' and any of "
+                f"{[f.name for f in fields(cls)][1:]}"
+            )
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(spec) - set(names))
+        if unknown:
+            raise ValueError(f"{where} has unknown field(s) {unknown}: allowed fields are {names}")
+        name = spec.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}.name={name!r} is invalid: expected a non-empty string")
+        check_number(f"{where}.share", spec.get("share", 1.0), low=0.0, low_inclusive=False)
+        for key in ("ttft_sla_ms", "tpot_sla_ms"):
+            if spec.get(key) is not None:
+                check_number(f"{where}.{key}", spec[key], low=0.0, low_inclusive=False)
+        check_number(f"{where}.weight", spec.get("weight", 1.0), low=0.0)
+        lengths = spec.get("lengths")
+        try:
+            lengths = make_lengths(lengths) if lengths is not None else None
+        except ValueError as e:
+            raise ValueError(f"{where}.{e}") from e
+        return cls(
+            name=name,
+            share=float(spec.get("share", 1.0)),
+            ttft_sla_ms=None if spec.get("ttft_sla_ms") is None else float(spec["ttft_sla_ms"]),
+            tpot_sla_ms=None if spec.get("tpot_sla_ms") is None else float(spec["tpot_sla_ms"]),
+            weight=float(spec.get("weight", 1.0)),
+            lengths=lengths,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-friendly dict."""
+        d = asdict(self)
+        d["lengths"] = None if self.lengths is None else self.lengths.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
 class LLMConfigV2(LLMConfigV1):
     """Configuration of ``batch_env/LLMBatching-v2``: :class:`LLMConfigV1` (the chunked
-    scheduler by default); v2 differs in its decision epochs, not its configuration."""
+    scheduler by default), and the request classes.
+
+    :param classes: the workload's request classes (a list of :class:`RequestClass` or
+        their dicts, at least one; their names unique); ``None``: one class with the env's
+        SLAs and lengths, v1's behaviour.
+    """
+
+    classes: tuple[RequestClass, ...] | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.classes is None:
+            return
+        if isinstance(self.classes, (str, bytes, Mapping)) or not hasattr(self.classes, "__iter__"):
+            raise ValueError(
+                f"classes={self.classes!r} is invalid: expected a list of classes (dicts "
+                "with a 'name')"
+            )
+        classes = tuple(RequestClass.from_any(c, i) for i, c in enumerate(self.classes))
+        if not classes:
+            raise ValueError("classes=[] is invalid: expected at least one class (or None)")
+        names = [c.name for c in classes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"classes: the names {dup} are used more than once; names are unique")
+        object.__setattr__(self, "classes", classes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-friendly dict of the configuration."""
+        d = super().to_dict()
+        d["classes"] = None if self.classes is None else [c.to_dict() for c in self.classes]
+        return d

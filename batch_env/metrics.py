@@ -491,8 +491,8 @@ def llm_metrics(
     first_token: np.ndarray,
     completion: np.ndarray,
     output_lengths: np.ndarray,
-    ttft_sla_s: float,
-    tpot_sla_s: float,
+    ttft_sla_s: float | np.ndarray,
+    tpot_sla_s: float | np.ndarray,
     dropped: int,
     elapsed_s: float,
     output_tokens: int,
@@ -520,6 +520,8 @@ def llm_metrics(
     :param first_token: their first-token times (NaN: none yet).
     :param completion: their completion times (NaN: not completed).
     :param output_lengths: their output lengths (tokens, after clipping).
+    :param ttft_sla_s: the TTFT target: one, or one per request (request classes).
+    :param tpot_sla_s: the TPOT target: one, or one per request.
     """
     nan = float("nan")
     ttft = first_token - arrivals

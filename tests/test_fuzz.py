@@ -220,6 +220,22 @@ def llm_v2_kwargs(draw) -> dict:
     """LLMBatching-v2 constructor arguments: v0's, with the chunked scheduler's options."""
     kw = draw(llm_kwargs())
     n = kw["max_num_seqs"]
+    if draw(st.booleans()):  # request classes: shares, SLAs, weights, own lengths
+        kw["classes"] = [
+            {
+                "name": f"c{i}",
+                "share": draw(st.floats(0.05, 1.0)),
+                "ttft_sla_ms": draw(st.sampled_from([None, 50.0, 1000.0, 30_000.0])),
+                "tpot_sla_ms": draw(st.sampled_from([None, 10.0, 200.0])),
+                "weight": draw(st.sampled_from([0.0, 0.1, 1.0, 3.0])),
+                "lengths": draw(
+                    st.sampled_from(
+                        [None, {"kind": "fixed", "prompt_tokens": 30, "output_tokens": 5}]
+                    )
+                ),
+            }
+            for i in range(draw(st.integers(1, 3)))
+        ]
     if draw(st.booleans()):
         kw["scheduler"] = "vllm-v0"
         return kw
@@ -249,6 +265,14 @@ def _check_llm_server(env) -> None:
             assert srv.generated[e] == srv.output[e] and srv.kv_blocks[e] == 0
     for e in waiting:
         assert srv.kv_blocks[e] == 0
+    # per class: every admitted request finished, waiting or running, once
+    done = [t is not None for t in env._finished_at]
+    for c in set(srv.request_class):
+        mine = [e for e, k in enumerate(srv.request_class) if k == c]
+        placed = sum(done[e] for e in mine)
+        placed += sum(1 for e in waiting if srv.request_class[e] == c)
+        placed += sum(1 for e in running if srv.request_class[e] == c)
+        assert placed == len(mine), c
 
 
 # -- the harness ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2
+from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2, RequestClass
 from ..core import ServingCore
 from ..executor import LLMExecutor, LLMProfileExecutor, make_llm_executor
 from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, SLABooks, make_scheduler
@@ -229,6 +229,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     #: the configuration class whose defaults this id takes (``LLMBatching-v1``: chunked)
     _config_class: type[LLMConfig] = LLMConfig
     _title = "LLMBATCHING-V0"  # the frame's heading
+    #: constructor arguments of a subclass that the base constructor does not name
+    _more_arguments: dict[str, Any] = {}  # noqa: RUF012 (read-only here; set per instance)
 
     # Per-episode state, (re)bound by reset() (declared here for type checkers, which
     # otherwise meet some of it in methods above reset() before its type is known). The
@@ -236,6 +238,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _bp: list[int]  # the buffered arrivals' prompt tokens, output tokens and clipped flags
     _bo: list[int]
     _bclip: list[bool]
+    _bclass: list[int]  # and classes
+    _class_drops: list[int]  # drops per class, and at the window's start and end marks
+    _class_drops_w0: list[int] | None
+    _class_drops_end: list[int] | None
     _rej_times: list[float]  # arrival times of the rejected prompts
     _finished_at: list[float | None]  # per entry: completion time (None while in the system)
     _kv_integral: float  # integral of the KV blocks in use (block-seconds)
@@ -287,7 +293,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         executor_options: dict | None = None,
         task: str | None = None,
     ) -> None:
-        config = self._config_class.from_arguments(locals())
+        # (a subclass's own arguments, e.g. v2's classes, join the constructor's here)
+        config = self._config_class.from_arguments({**locals(), **self._more_arguments})
         self.task = task
         self._set_render_mode(render_mode)
         # the iterations' timeline of the frame modes (None otherwise: nothing per step)
@@ -352,7 +359,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             check_llm_tokens(
                 data.prompt_tokens, data.output_tokens, f"Trace {trace.path!r}", (p_col, o_col)
             )
-        self._check_admissible(data)
+        self._setup_classes(config, data)
 
         # the KV cache
         bs = config.block_size
@@ -367,15 +374,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             )
         self.kv_blocks_total = total
         self._server = LLMServerState(bs, total, watermark)
-        # the SLA books: one class (the env's SLAs, weight 1)
+        # the SLA books: each class's SLAs and weight (one class: the env's, weight 1)
         self._sla_books = SLABooks(
-            [config.ttft_sla_ms / 1000.0], [config.tpot_sla_ms / 1000.0], [1.0]
+            [(c.ttft_sla_ms or config.ttft_sla_ms) / 1000.0 for c in self._classes],
+            [(c.tpot_sla_ms or config.tpot_sla_ms) / 1000.0 for c in self._classes],
+            [c.weight for c in self._classes],
         )
+        if not self._multi:  # one class: its SLAs scale the observation (the env's by default)
+            self._sla, self._tpot = self._sla_books.ttft_s[0], self._sla_books.tpot_s[0]
+        else:
+            self._tpot = config.tpot_sla_ms / 1000.0
         assert config.grid is not None  # LLMConfig.__post_init__ fills the default
         self._grid = config.grid
         self._N = config.max_num_seqs
         self._budget = budget
-        self._tpot = config.tpot_sla_ms / 1000.0
         self._recent_n = config.recent_iterations
         self._check_llm_drop_weight()
 
@@ -383,7 +395,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         n = len(self._grid) * len(self._budgets)
         self.action_space = spaces.Discrete(n)
         high = np.array(
-            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0],
+            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
+            + ([_CLIP, 1.0, _CLIP] * len(self._classes) if self._multi else []),
             dtype=np.float32,
         )
         self.observation_space = spaces.Box(
@@ -430,6 +443,34 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 stacklevel=3,
             )
 
+    def _setup_classes(self, config: LLMConfig, data: Any) -> None:
+        """The request classes (``LLMBatching-v2``'s ``classes``; else one class with the
+        env's SLAs and lengths), their arrival shares and lengths, and the check that
+        requests of each can be admitted."""
+        classes = getattr(config, "classes", None)
+        self._classes: tuple[RequestClass, ...] = classes or (RequestClass("default"),)
+        self._multi = len(self._classes) > 1
+        shares = np.array([c.share for c in self._classes], dtype=np.float64)
+        self._shares = shares / shares.sum()
+        # which classes draw the env's lengths (or the trace's columns), and which their own
+        self._own_lengths = [c.lengths for c in self._classes]
+        if any(lens is None for lens in self._own_lengths):
+            self._check_admissible(data)
+        else:
+            self._max_rejected_run = _MAX_REJECTED_RUN
+        for i, lens in enumerate(self._own_lengths):
+            if lens is None:
+                continue
+            frac, what = lens.fit_fraction(self._maxlen - 1)
+            if frac < _MIN_FIT:
+                raise ValueError(
+                    f"classes[{i}].lengths: almost no request of class "
+                    f"{self._classes[i].name!r} can be admitted: a prompt fits when prompt + 1 "
+                    f"<= max_model_len={self._maxlen}, and {what}: a fraction {frac:.3g} of "
+                    f"the prompts would fit (at least {_MIN_FIT:g} is needed)"
+                )
+        self._class_drops = [0] * len(self._classes)
+
     def _check_admissible(self, data: Any) -> None:
         """Refuse a configuration under which (almost) no prompt fits ``max_model_len``.
 
@@ -473,15 +514,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             if len(times) == 0:
                 self._ended = True
                 return False
-            if self._lengths_from_trace:
-                p = np.asarray(ch.prompt_tokens, np.int64)
-                o = np.asarray(ch.output_tokens, np.int64)
+            if self._multi:
+                cls, p, o = self._class_lengths(ch)
             else:
-                p, o = self._lengths.sample(self._sizes_rng, len(times))
+                cls = None
+                if self._lengths_from_trace:
+                    p = np.asarray(ch.prompt_tokens, np.int64)
+                    o = np.asarray(ch.output_tokens, np.int64)
+                else:
+                    p, o = self._lengths.sample(self._sizes_rng, len(times))
             fit = p + 1 <= self._maxlen
             if not fit.all():
                 self._rej_times.extend(times[~fit].tolist())
                 times, p, o = times[fit], p[fit], o[fit]
+                cls = None if cls is None else cls[fit]
                 if not len(times):
                     rejected_run += len(fit)
                     if rejected_run > self._max_rejected_run:
@@ -498,9 +544,28 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._bp.extend(p.tolist())
             self._bo.extend(o.tolist())
             self._bclip.extend(clip.tolist())
+            self._bclass.extend([0] * len(times) if cls is None else cls.tolist())
             if len(times):
                 return True
         return False
+
+    def _class_lengths(self, ch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A chunk's classes, drawn by share, and the lengths each class draws (its own,
+        else the env's or the trace's), from the request-size stream in class order."""
+        rng = self._sizes_rng
+        n = len(ch.times)
+        cls = rng.choice(len(self._classes), size=n, p=self._shares)
+        p = np.empty(n, np.int64)
+        o = np.empty(n, np.int64)
+        if self._lengths_from_trace:
+            p[:] = np.asarray(ch.prompt_tokens, np.int64)
+            o[:] = np.asarray(ch.output_tokens, np.int64)
+        for c, lens in enumerate(self._own_lengths):
+            idx = np.flatnonzero(cls == c)
+            if not idx.size or (lens is None and self._lengths_from_trace):
+                continue
+            p[idx], o[idx] = (lens or self._lengths).sample(rng, idx.size)
+        return cls, p, o
 
     def _absorb(self, t_end: float, j: int, power_w: float) -> None:
         """The core's admission, plus the new entries' lengths and the KV-use integral."""
@@ -510,10 +575,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         super()._absorb(t_end, j, power_w)
         adm = len(self._arr) - n0
         if adm:
-            self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm])
-            self._sla_books.admit([0] * adm, self._arr[n0:])
+            classes = self._bclass[i : i + adm]
+            self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm], classes)
+            self._sla_books.admit(classes, self._arr[n0:])
             self._clipped += sum(self._bclip[i : i + adm])
             self._finished_at += [None] * adm
+        if self._multi and j - i > adm:  # dropped by a full queue: the last of the arrivals
+            for c in self._bclass[i + adm : j]:
+                self._class_drops[c] += 1
 
     def _in_service_count(self) -> int:
         """The running requests."""
@@ -528,6 +597,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         super()._on_mark()
         if first:
             self._w0 = self._window_counters()
+            self._class_drops_w0 = list(self._class_drops)
+        else:
+            self._class_drops_end = list(self._class_drops)
 
     def _window_counters(self) -> tuple[int, int, float, int, int, int]:
         """The counters the summary window takes differences of: output tokens,
@@ -680,9 +752,41 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 srv.decode_context / n_dec / self._maxlen if n_dec > 0 else 0.0,
                 min(self._last_preempted / 10.0, 1.0),
                 self._last_kind,
+                *(self._class_features() if self._multi else ()),
             ],
             dtype=np.float32,
         )
+
+    def _class_counts(self) -> tuple[list[int], list[int], list[float]]:
+        """Per class: waiting and running requests, and its oldest waiting request's
+        arrival time (``inf``: none waits). The waiting deque is in arrival order but for
+        preempted requests at its head, which are older still, so a class's first entry
+        in it is its oldest."""
+        srv, n = self._server, len(self._classes)
+        cls = srv.request_class
+        waiting, running = [0] * n, [0] * n
+        oldest = [math.inf] * n
+        arr = self._arr
+        for e in srv.waiting:
+            c = cls[e]
+            if not waiting[c]:
+                oldest[c] = arr[e]
+            waiting[c] += 1
+        for e in srv.running:
+            running[cls[e]] += 1
+        return waiting, running, oldest
+
+    def _class_features(self) -> list[float]:
+        """Three features per class (``LLMBatching-v2`` with several classes): waiting /
+        max_num_seqs (clipped at 100), running / max_num_seqs, and its oldest waiting
+        request's age / its TTFT SLA (clipped at 100; 0 when none waits)."""
+        waiting, running, oldest = self._class_counts()
+        N, now, ttft = self._N, self._now, self._sla_books.ttft_s
+        out: list[float] = []
+        for c in range(len(self._classes)):
+            age = (now - oldest[c]) / ttft[c] if waiting[c] else 0.0
+            out += [min(waiting[c] / N, _CLIP), running[c] / N, min(age, _CLIP)]
+        return out
 
     def _first_prefills_late(self) -> int:
         """Prefills in progress (chunked) of requests that have no first token yet and
@@ -726,7 +830,14 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "reward_components": comps,
             "action_mask": self._mask.copy(),
             "energy_source": self.executor.energy_source,
+            **(self._class_info() if self._multi else {}),
         }
+
+    def _class_info(self) -> dict[str, Any]:
+        """``info``'s per-class keys (several classes): waiting and running per class, in
+        the order of ``classes``."""
+        waiting, running, _ = self._class_counts()
+        return {"waiting_by_class": waiting, "running_by_class": running}
 
     def action_masks(self) -> np.ndarray:
         """Every cap is valid at every epoch (a copy of an all-true mask)."""
@@ -760,6 +871,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._bp = []
         self._bo = []
         self._bclip = []
+        self._bclass = []
+        self._class_drops = [0] * len(self._classes)
+        self._class_drops_w0 = None
+        self._class_drops_end = None
         self._rej_times = []
         self._server.clear()
         self._finished_at = []
@@ -855,8 +970,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 first_token=first,
                 completion=fin,
                 output_lengths=out,
-                ttft_sla_s=self._sla,
-                tpot_sla_s=self._tpot,
+                ttft_sla_s=self._request_slas(lo, hi, self._sla_books.ttft_s),
+                tpot_sla_s=self._request_slas(lo, hi, self._sla_books.tpot_s),
                 dropped=drops_summary,
                 elapsed_s=base["elapsed_s"],
                 output_tokens=srv.tokens_out - w0[0],
@@ -873,8 +988,76 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 clipped=self._clipped - w0[5],
             )
         )
+        if self._multi:
+            base["classes"] = self._class_summaries(lo, arr, first, fin, out, base["elapsed_s"])
         self._warn_summary(base)
         return base
+
+    def _request_slas(self, lo: int, hi: int, per_class: list[float]) -> float | np.ndarray:
+        """The SLA of each summary request (entries ``lo:hi``): one number for one class."""
+        if not self._multi:
+            return per_class[0]
+        return np.asarray(per_class)[np.asarray(self._server.request_class[lo:hi], dtype=np.intp)]
+
+    def _class_summaries(
+        self,
+        lo: int,
+        arr: np.ndarray,
+        first: np.ndarray,
+        fin: np.ndarray,
+        out: np.ndarray,
+        elapsed_s: float,
+    ) -> dict[str, dict[str, Any]]:
+        """``serving["classes"]``: per class, its summary requests' completions, drops,
+        attainment (TTFT, TPOT, both: of completed + dropped), goodput and latency
+        percentiles, against its own SLAs."""
+        cls = np.asarray(self._server.request_class[lo : lo + len(arr)], dtype=np.intp)
+        w0 = self._class_drops_w0 or self._class_drops
+        end = self._class_drops_end or self._class_drops
+        books = self._sla_books
+        keys = (
+            "sla_attainment",
+            "ttft_attainment",
+            "tpot_attainment",
+            "goodput_rps",
+            "ttft_p50_ms",
+            "ttft_p99_ms",
+            "tpot_p50_ms",
+            "tpot_p99_ms",
+        )
+        out_d: dict[str, dict[str, Any]] = {}
+        for c, rc in enumerate(self._classes):
+            m = cls == c
+            done = ~np.isnan(fin[m])
+            figures = llm_metrics(
+                arrivals=arr[m],
+                first_token=first[m],
+                completion=fin[m],
+                output_lengths=out[m],
+                ttft_sla_s=books.ttft_s[c],
+                tpot_sla_s=books.tpot_s[c],
+                dropped=end[c] - w0[c],
+                elapsed_s=elapsed_s,
+                output_tokens=0,
+                preemptions=0,
+                kv_utilization_mean=_NAN,
+                iterations=0,
+                prefill_iterations=0,
+                rejected=0,
+                clipped=0,
+            )
+            e2e = (fin[m] - arr[m])[done]
+            out_d[rc.name] = {
+                "requests": int(m.sum()),
+                "completed": int(done.sum()),
+                "dropped": end[c] - w0[c],
+                "latency_mean_ms": float(e2e.mean() * 1000.0) if e2e.size else _NAN,
+                **{k: figures[k] for k in keys},
+                "ttft_sla_ms": books.ttft_s[c] * 1000.0,
+                "tpot_sla_ms": books.tpot_s[c] * 1000.0,
+                "weight": rc.weight,
+            }
+        return out_d
 
     # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
     def _render_text(self) -> str:
@@ -903,7 +1086,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         srv = self._server
         arr, now, P, G = self._arr, self._now, srv.prompt, srv.generated
         waiting = list(islice(srv.waiting, QUEUE_BARS))
-        waits = (now - np.array([arr[e] for e in waiting], dtype=np.float64)) / self._sla
+        ttft = self._sla_books.ttft_s
+        waits = np.array(
+            [(now - arr[e]) / ttft[srv.request_class[e]] for e in waiting], dtype=np.float64
+        )
         colors = sla_colors(waits)
         colors[np.array([G[e] > 0 for e in waiting], dtype=bool)] = PURPLE  # preempted
         R = srv.running
@@ -1011,15 +1197,71 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     iteration (the observation's ``preempted_last_step`` too). Real mode
     (``executor="torch"``) runs every iteration.
 
+    ## Request classes
+
+    ``classes=[{"name": ..., "share": ..., "ttft_sla_ms": ..., "tpot_sla_ms": ...,
+    "weight": ..., "lengths": {...}}, ...]`` (:class:`batch_env.config.RequestClass`)
+    mixes classes in the workload: each arrival of the env's ``workload`` is of class
+    ``c`` with probability ``share_c / sum of shares`` (drawn from the request-size
+    stream), with its class's lengths (else the env's), TTFT and TPOT SLAs (else the
+    env's), and a miss of it counts ``weight`` in the reward's SLA term. With several
+    classes the observation gains three features per class (waiting / max_num_seqs,
+    running / max_num_seqs, its oldest waiting request's age / its TTFT SLA), ``info``
+    ``waiting_by_class`` and ``running_by_class``, and ``info["serving"]["classes"]`` each
+    class's requests, completions, drops, attainment (TTFT, TPOT, both), goodput and
+    latency percentiles against its own SLAs. One class (or none) is v1's behaviour.
+
     ## Version History
 
-    * v2: decisions only where they matter (v1's scheduler, arguments and observation).
+    * v2: decisions only where they matter (v1's scheduler, arguments and observation);
+      request classes.
     """
 
     _config_class = LLMConfigV2
     _title = "LLMBATCHING-V2"
     _decode_runs: bool  # set by reset: whether forced decodes run in one loop
     _llm_profile: LLMProfile
+
+    def __init__(
+        self,
+        profile: str | dict | LLMProfile = "llama-2-7b-a100",
+        workload: dict | Workload | None = None,
+        max_num_seqs: int = 256,
+        grid: tuple[int, ...] | list[int] | None = None,
+        max_model_len: int = 4096,
+        max_num_batched_tokens: int | None = None,
+        block_size: int = 16,
+        watermark: float = 0.01,
+        gpu_memory_utilization: float | None = None,
+        ttft_sla_ms: float = 1000.0,
+        tpot_sla_ms: float = 50.0,
+        reward_weights: dict | None = None,
+        lengths: dict | None = None,
+        queue_capacity: int = 4096,
+        horizon_requests: int = 1000,
+        warmup_requests: int = 0,
+        horizon_s: float | None = None,
+        idle_power_w: float | None = None,
+        rate_window_s: float | None = None,
+        recent_iterations: int = 16,
+        scheduler: str = "chunked",
+        decode_first: bool = True,
+        split_prompts: bool = True,
+        budget_grid: tuple[int, ...] | list[int] | None = None,
+        render_mode: str | None = None,
+        executor: str = "profile",
+        model: str | None = None,
+        torch_device: str = "auto",
+        executor_options: dict | None = None,
+        task: str | None = None,
+        classes: list[dict] | tuple | None = None,
+    ) -> None:
+        args = dict(locals())
+        args.pop("self")
+        args.pop("__class__", None)
+        # v2's own arguments, which v0's and v1's constructors do not name
+        self._more_arguments = {"classes": args.pop("classes")}
+        super().__init__(**args)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Set the cap and budget of ``action``, and run iterations until the next decision

@@ -44,6 +44,7 @@ class LLMServerState:
         "kv_blocks",
         "prefill_done",
         "prefill_left",
+        "request_class",
         "waiting",
         "waiting_tokens",
         "running",
@@ -78,6 +79,8 @@ class LLMServerState:
         self.prefill_done: list[int] = []
         #: chunked: tokens of the current prefill still to compute (0: no prefill in progress)
         self.prefill_left: list[int] = []
+        #: its request class (0: the only one, where the workload has none)
+        self.request_class: list[int] = []
         # the queues
         #: entries waiting for admission, in admission order (preempted ones at the head)
         self.waiting: deque[int] = deque()
@@ -102,10 +105,11 @@ class LLMServerState:
         #: preemptions (recompute)
         self.preemptions = 0
 
-    def admit(self, prompts: list[int], outputs: list[int]) -> int:
+    def admit(self, prompts: list[int], outputs: list[int], classes: list[int]) -> int:
         """New entries join the waiting queue's tail; returns the first new entry's number."""
         n0 = len(self.prompt)
         k = len(prompts)
+        self.request_class += classes
         self.prompt += prompts
         self.output += outputs
         self.generated += [0] * k
