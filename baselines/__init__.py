@@ -9,7 +9,9 @@ batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and 
 rate-adaptive variant), ``smdp_mmpp`` (the phase-aware optimum under MMPP arrivals,
 an oracle and a bound), ``node`` (graph batching and LazyBatching for
 ``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
-SLA-feedback batch sizing for ``LLMBatching-v0``); shared pieces in ``common``.
+SLA-feedback batch sizing for ``LLMBatching-v0``; token budgets for the chunked
+scheduler; admission orders for ``LLMBatching-v2``, with the oracle ``oracle-srpt``);
+shared pieces in ``common``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ from batch_env.evaluate import Policy
 from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import (
+    ClassPriorityPolicy,
+    EDFPolicy,
     MemoryAwarePolicy,
+    OracleSRPTPolicy,
     Pang2025Policy,
     SarathiBudgetPolicy,
+    ShortestPromptPolicy,
     SLAFeedbackPolicy,
     StaticBudgetPolicy,
     StaticCapPolicy,
@@ -54,6 +60,10 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "pang2025": Pang2025Policy,
     "static-budget": StaticBudgetPolicy,
     "sarathi": SarathiBudgetPolicy,
+    "edf": EDFPolicy,
+    "shortest-prompt": ShortestPromptPolicy,
+    "class-priority": ClassPriorityPolicy,
+    "oracle-srpt": OracleSRPTPolicy,
 }
 
 
@@ -77,16 +87,20 @@ def make(name: str, env: gym.Env | None = None, **params: Any) -> Policy:
 __all__ = [
     "AIMDPolicy",
     "AdaptiveSMDPPolicy",
+    "ClassPriorityPolicy",
+    "EDFPolicy",
     "GraphBatchingPolicy",
     "GreedyPolicy",
     "LazyBatchingPolicy",
     "MMPPBeliefPolicy",
     "MMPPOraclePolicy",
     "MemoryAwarePolicy",
+    "OracleSRPTPolicy",
     "Pang2025Policy",
     "SLAFeedbackPolicy",
     "StaticCapPolicy",
     "SMDPPolicy",
+    "ShortestPromptPolicy",
     "StaticPolicy",
     "TFServingPolicy",
     "TritonTimeoutPolicy",

@@ -64,6 +64,12 @@ def _llm_settings(env: gym.Env | None, policy: str) -> tuple[tuple[int, ...], in
     return tuple(cfg.grid), int(cfg.max_num_seqs), float(cfg.tpot_sla_ms)
 
 
+def _orders(env: gym.Env | None) -> tuple[str, ...]:
+    """The admission orders an action may choose (``LLMBatching-v2``'s ``orders``; else
+    FCFS alone)."""
+    return tuple(getattr(env_config(env), "orders", ("fcfs",)))
+
+
 def _budget_grid(env: gym.Env | None) -> tuple[int, ...]:
     """The token budgets an action may choose: the chunked scheduler's ``budget_grid``,
     else the one budget ``max_num_batched_tokens``."""
@@ -75,7 +81,10 @@ def _budget_grid(env: gym.Env | None) -> tuple[int, ...]:
 class _CapPolicy:
     """Shared by the LLM policies: the grid, ``[b_min, b_max]`` and cap -> action. On an
     env whose actions also pick a token budget (``budget_grid``), a cap policy keeps the
-    largest budget (``max_num_batched_tokens``), as vLLM runs with its configured one."""
+    largest budget (``max_num_batched_tokens``), as vLLM runs with its configured one; on
+    one whose actions also pick the admission order (``LLMBatching-v2``'s ``orders``), it
+    admits first come first served, vLLM's default (the env's first order if it offers
+    no FCFS)."""
 
     name = "cap"
 
@@ -87,12 +96,41 @@ class _CapPolicy:
         self.b_min = int(b_min)
         self.budgets = _budget_grid(env)
         self._budget_index = len(self.budgets) - 1
+        self.orders = _orders(env)
+        self._order_index = self.orders.index("fcfs") if "fcfs" in self.orders else 0
 
-    def action_for(self, cap: int, budget_index: int | None = None) -> int:
+    def action_for(
+        self, cap: int, budget_index: int | None = None, order_index: int | None = None
+    ) -> int:
         """The action of the largest grid cap <= ``cap`` (the smallest if ``cap`` is below
-        the grid) and the budget ``budgets[budget_index]`` (default the largest)."""
+        the grid), the budget ``budgets[budget_index]`` (default the largest) and the order
+        ``orders[order_index]`` (default FCFS)."""
         i = self._budget_index if budget_index is None else budget_index
-        return max(bisect_right(self.grid, cap) - 1, 0) + i * len(self.grid)
+        o = self._order_index if order_index is None else order_index
+        cap_index = max(bisect_right(self.grid, cap) - 1, 0)
+        return (o * len(self.budgets) + i) * len(self.grid) + cap_index
+
+    def sarathi_budget_index(self, info: dict[str, Any]) -> int:
+        """Sarathi-Serve's rule (:class:`SarathiBudgetPolicy`): the index of the largest
+        budget whose mixed iteration, as the profile times it, meets the TPOT SLA (times
+        the policy's ``headroom``); the smallest when none does."""
+        b = int(info["running"]) - int(info["prefilling"])
+        ctx = int(info["decode_context"])
+        x = int(info["prefill_head_done"])
+        best = 0
+        for i, budget in enumerate(self.budgets):
+            c = budget - b
+            t = self.profile.mixed_time_s(c, float(c * c + 2 * c * x), b, ctx)
+            if t > self.limit_s:
+                break
+            best = i
+        return best
+
+    def _sarathi_setup(self, env: gym.Env | None, headroom: float) -> None:
+        """What :meth:`sarathi_budget_index` reads: the profile and the time limit."""
+        check_number("headroom", headroom, low=0.0, low_inclusive=False)
+        self.profile = env.unwrapped.profile  # type: ignore[union-attr]
+        self.limit_s = float(headroom) * self.tpot_sla_ms / 1000.0
 
     def reset(self) -> None:
         """Stateless by default."""
@@ -348,23 +386,88 @@ class SarathiBudgetPolicy(_CapPolicy):
                 "too large; make the env with budget_grid=[256, 512, 1024, 2048, ...] (or use "
                 "static-budget for one budget)"
             )
-        check_number("headroom", headroom, low=0.0, low_inclusive=False)
-        self.profile = env.unwrapped.profile  # type: ignore[union-attr]
-        self.limit_s = float(headroom) * self.tpot_sla_ms / 1000.0
+        self._sarathi_setup(env, headroom)
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """The largest budget whose predicted iteration meets the TPOT SLA."""
-        b = int(info["running"]) - int(info["prefilling"])
-        ctx = int(info["decode_context"])
-        x = int(info["prefill_head_done"])
-        best = 0
-        for i, budget in enumerate(self.budgets):
-            c = budget - b
-            t = self.profile.mixed_time_s(c, float(c * c + 2 * c * x), b, ctx)
-            if t > self.limit_s:
-                break
-            best = i
-        return self.action_for(self.b_max, best)
+        return self.action_for(self.b_max, self.sarathi_budget_index(info))
+
+
+class OrderPolicy(_CapPolicy):
+    """An admission order with Sarathi-Serve's budget rule and the largest cap
+    (``LLMBatching-v2``, whose actions choose the order; ``orders`` must offer it).
+
+    The budget is :meth:`_CapPolicy.sarathi_budget_index`'s (with one budget, that one:
+    the name promises the order, not an adaptive budget). Subclasses name the order.
+
+    :param env: an LLMBatching-v2 env whose ``orders`` hold this policy's order.
+    :param headroom: fraction of the TPOT SLA an iteration may take (1.0).
+    """
+
+    name = "order"
+    order = "fcfs"
+
+    def __init__(self, env: gym.Env | None = None, headroom: float = 1.0) -> None:
+        super().__init__(env, 1, None)
+        _need_chunked(env, self.name)
+        if self.order not in self.orders:
+            raise ValueError(
+                f"policy {self.name!r} admits in the order {self.order!r}, which the env's "
+                f"actions cannot choose (its orders are {list(self.orders)}); make "
+                f"batch_env/LLMBatching-v2 with orders=[..., {self.order!r}]"
+            )
+        self._order = self.orders.index(self.order)
+        self._sarathi_setup(env, headroom)
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The largest cap, sarathi's budget, this policy's order."""
+        return self.action_for(self.b_max, self.sarathi_budget_index(info), self._order)
+
+
+class EDFPolicy(OrderPolicy):
+    """Earliest TTFT deadline first (``edf``), with sarathi's budget rule."""
+
+    name = "edf"
+    order = "edf"
+
+
+class ShortestPromptPolicy(OrderPolicy):
+    """Shortest prompt first (``shortest-prompt``), with sarathi's budget rule."""
+
+    name = "shortest-prompt"
+    order = "shortest-prompt"
+
+
+class ClassPriorityPolicy(OrderPolicy):
+    """The first class of ``classes`` first (``class-priority``), with sarathi's budget rule."""
+
+    name = "class-priority"
+    order = "class-priority"
+
+
+class OracleSRPTPolicy(OrderPolicy):
+    """Shortest true remaining output first (``oracle-srpt``), with sarathi's budget rule:
+    **not realizable**. No serving system knows a request's output length before it ends;
+    this policy's env does (``oracle_info=True``, whose ``orders`` may then offer
+    ``srpt``). What it gains over the realizable orders is what knowing the lengths is
+    worth: the headroom that output-length predictors are after.
+
+    :param env: an LLMBatching-v2 env made with ``oracle_info=True`` and ``"srpt"`` in
+        its ``orders``.
+    :param headroom: as :class:`OrderPolicy`.
+    """
+
+    name = "oracle-srpt"
+    order = "srpt"
+    realizable = False
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """As :class:`OrderPolicy`; the lengths it acts on are in ``info["oracle"]``."""
+        if "oracle" not in info:
+            raise ValueError(
+                "policy 'oracle-srpt' needs info['oracle']: make the env with oracle_info=True"
+            )
+        return super().act(obs, info)
 
 
 def _need_chunked(env: gym.Env | None, policy: str) -> None:

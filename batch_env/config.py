@@ -502,20 +502,34 @@ class RequestClass:
         return d
 
 
+#: The admission orders of ``LLMBatching-v2`` (``orders``): first come first served,
+#: earliest TTFT deadline first, shortest prompt (prompt + generated tokens) first, class
+#: priority (the first class of ``classes`` first), and shortest remaining output first,
+#: an oracle (it reads the true output lengths: only on an env made with
+#: ``oracle_info=True``). Ties, and the order within a class, are first come first served.
+ADMISSION_ORDERS = ("fcfs", "edf", "shortest-prompt", "class-priority", "srpt")
+
+
 @dataclass(frozen=True)
 class LLMConfigV2(LLMConfigV1):
     """Configuration of ``batch_env/LLMBatching-v2``: :class:`LLMConfigV1` (the chunked
-    scheduler by default), and the request classes.
+    scheduler by default), the request classes and the admission orders.
 
     :param classes: the workload's request classes (a list of :class:`RequestClass` or
         their dicts, at least one; their names unique); ``None``: one class with the env's
         SLAs and lengths, v1's behaviour.
+    :param orders: the admission orders the action chooses from (:data:`ADMISSION_ORDERS`,
+        distinct; default ``("fcfs",)``: v1's action space). With more than one, the action
+        is a product: ``a = (order index * len(budget_grid) + budget index) * len(grid) +
+        cap index``.
     """
 
     classes: tuple[RequestClass, ...] | None = None
+    orders: tuple[str, ...] = ("fcfs",)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._check_orders()
         if self.classes is None:
             return
         if isinstance(self.classes, (str, bytes, Mapping)) or not hasattr(self.classes, "__iter__"):
@@ -532,8 +546,29 @@ class LLMConfigV2(LLMConfigV1):
             raise ValueError(f"classes: the names {dup} are used more than once; names are unique")
         object.__setattr__(self, "classes", classes)
 
+    def _check_orders(self) -> None:
+        orders = self.orders
+        if isinstance(orders, (str, bytes)) or not hasattr(orders, "__iter__"):
+            raise ValueError(
+                f"orders={orders!r} is invalid: expected a list of admission orders from "
+                f"{list(ADMISSION_ORDERS)}"
+            )
+        orders = tuple(orders)
+        for i, o in enumerate(orders):
+            if o not in ADMISSION_ORDERS:
+                raise ValueError(
+                    f"orders[{i}]={o!r} is invalid: allowed values are {list(ADMISSION_ORDERS)}"
+                )
+        if not orders or len(set(orders)) != len(orders):
+            raise ValueError(
+                f"orders={list(orders)!r} is invalid: expected a non-empty list of distinct "
+                f"orders from {list(ADMISSION_ORDERS)}"
+            )
+        object.__setattr__(self, "orders", orders)
+
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-friendly dict of the configuration."""
         d = super().to_dict()
         d["classes"] = None if self.classes is None else [c.to_dict() for c in self.classes]
+        d["orders"] = list(self.orders)
         return d

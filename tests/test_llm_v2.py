@@ -126,8 +126,9 @@ def _server_signature(srv):
     )
 
 
-def _outcome(u, cap, budget):
-    """Run one iteration at ``(cap, budget)`` on a copy of the env's server: what it did."""
+def _outcome(u, cap, budget, order="fcfs"):
+    """Run one iteration at ``(cap, budget, order)`` on a copy of the env's server: what
+    it did."""
     srv = copy.deepcopy(u._server)
     host = _RecordingHost(u._now)
     options = (
@@ -136,7 +137,7 @@ def _outcome(u, cap, budget):
         else {}
     )
     sch = make_scheduler(u.config.scheduler, srv, host, u.executor, **options)
-    it = sch.run(sch.plan(cap, budget))
+    it = sch.run(sch.plan(cap, budget, order))
     return it, host.events, _server_signature(srv)
 
 

@@ -27,6 +27,7 @@ from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2, 
 from ..core import ServingCore
 from ..executor import LLMExecutor, LLMProfileExecutor, make_llm_executor
 from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, SLABooks, make_scheduler
+from ..llm.orders import FCFS, candidates
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
@@ -256,6 +257,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     _rb_sum: int
     _cap_now: int
     _budget_now: int
+    _order_now: str
     _last_chunk: int
     _last_preempted: int
     _last_kind: float
@@ -392,7 +394,15 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._check_llm_drop_weight()
 
         self._budgets = config.budget_grid if config.budget_grid is not None else (budget,)
-        n = len(self._grid) * len(self._budgets)
+        # v2's admission orders (the others: FCFS only); srpt reads the true lengths
+        self._orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
+        self._oracle = bool(self._more_arguments.get("oracle_info", False))
+        if "srpt" in self._orders and not self._oracle:
+            raise ValueError(
+                "orders: 'srpt' admits by the true remaining output lengths, which no "
+                "realizable policy knows: make the env with oracle_info=True to offer it"
+            )
+        n = len(self._grid) * len(self._budgets) * len(self._orders)
         self.action_space = spaces.Discrete(n)
         high = np.array(
             [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
@@ -576,7 +586,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         adm = len(self._arr) - n0
         if adm:
             classes = self._bclass[i : i + adm]
-            self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm], classes)
+            ttft = self._sla_books.ttft_s
+            deadlines = [a + ttft[c] for a, c in zip(self._arr[n0:], classes, strict=True)]
+            self._server.admit(self._bp[i : i + adm], self._bo[i : i + adm], classes, deadlines)
             self._sla_books.admit(classes, self._arr[n0:])
             self._clipped += sum(self._bclip[i : i + adm])
             self._finished_at += [None] * adm
@@ -649,12 +661,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._n_done += 1
         self._sla_books.finish(e, t, self._server.output[e])
 
+    def _setting(self, action: int) -> tuple[int, int, str]:
+        """The cap, budget and admission order of ``action``, now in force:
+        ``a = (order index * len(budgets) + budget index) * len(grid) + cap index``."""
+        ng, nb = len(self._grid), len(self._budgets)
+        self._cap_now = self._grid[action % ng]
+        self._budget_now = self._budgets[(action // ng) % nb]
+        self._order_now = self._orders[action // (ng * nb)]
+        return self._cap_now, self._budget_now, self._order_now
+
     def _run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
-        """One iteration of the scheduler at this setting (``plan``: its plan, made at this
-        boundary), its counters, and the frame modes' timeline."""
+        """One iteration of the scheduler at this setting and the order in force
+        (``plan``: its plan, made at this boundary), its counters, and the frame modes'
+        timeline."""
         sch = self._scheduler
         self._last_chunk = 0
-        it = sch.run(sch.plan(cap, budget) if plan is None else plan)
+        it = sch.run(sch.plan(cap, budget, self._order_now) if plan is None else plan)
         self._ns = len(self._arr) - len(self._server.waiting)
         self._n_iter += 1
         if self._iterations is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
@@ -684,10 +706,16 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         and the largest setting are planned, and admission is monotone in between."""
         sch, srv = self._scheduler, self._server
         if self.action_space.n == 1 or not (srv.waiting or srv.prefilling):
-            return sch.plan(cap, budget)  # nothing to admit or to continue: the same decode
-        low = sch.plan(self._grid[0], self._budgets[0])
-        high = sch.plan(self._grid[-1], self._budgets[-1])
-        return high if low.same_iteration(high) else None
+            # nothing to admit or to continue: the same decode
+            return sch.plan(cap, budget, self._order_now)
+        lo, hi = (self._grid[0], self._budgets[0]), (self._grid[-1], self._budgets[-1])
+        first = sch.plan(*hi, self._order_now)
+        for order in self._orders:  # monotone in the cap and budget for each order
+            for setting in (lo, hi):
+                if (setting, order) != (hi, self._order_now):
+                    if not first.same_iteration(sch.plan(*setting, order)):
+                        return None
+        return first
 
     def _recent_many(self, pairs: deque[tuple[float, int]]) -> None:
         """:meth:`_recent` for each ``(time, batch)`` of ``pairs`` in turn (at most the
@@ -811,6 +839,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "batch_size_recent": self._rb_sum / len(self._rb) if rd else 0.0,
             "cap": self._cap_now,
             "budget": self._budget_now,
+            **({"order": self._order_now} if len(self._orders) > 1 else {}),
+            **({"oracle": self._oracle_view()} if self._oracle else {}),
             "chunk_tokens": self._last_chunk,
             "prefilling": srv.prefilling,
             "decode_context": srv.decode_context,
@@ -832,6 +862,12 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "energy_source": self.executor.energy_source,
             **(self._class_info() if self._multi else {}),
         }
+
+    def _oracle_view(self) -> dict[str, Any]:
+        """``info["oracle"]`` (``oracle_info=True``): what no realizable policy knows, the
+        true output tokens each waiting request still has to produce, in queue order."""
+        srv = self._server
+        return {"waiting_remaining_output": [srv.output[e] - srv.generated[e] for e in srv.waiting]}
 
     def _class_info(self) -> dict[str, Any]:
         """``info``'s per-class keys (several classes): waiting and running per class, in
@@ -891,6 +927,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._rb_sum = 0
         self._cap_now = self._grid[-1]
         self._budget_now = self._budgets[-1]
+        self._order_now = self._orders[0]
         self._last_preempted = 0
         self._last_chunk = 0
         self._last_kind = 0.0
@@ -908,10 +945,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._refuse("step")
         if type(action) is not int or action < 0 or action >= self.action_space.n:
             action = self._coerce_action(action)
-        ng = len(self._grid)
-        cap = self._grid[action % ng]
-        self._cap_now = cap
-        self._budget_now = self._budgets[action // ng]
+        cap, _budget, _order = self._setting(action)
         self._last_preempted = 0
         self._last_chunk = 0
         kind, it = "idle", 0.0
@@ -1050,6 +1084,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             out_d[rc.name] = {
                 "requests": int(m.sum()),
                 "completed": int(done.sum()),
+                "in_system_at_end": int(m.sum() - done.sum()),
                 "dropped": end[c] - w0[c],
                 "latency_mean_ms": float(e2e.mean() * 1000.0) if e2e.size else _NAN,
                 **{k: figures[k] for k in keys},
@@ -1255,12 +1290,16 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         executor_options: dict | None = None,
         task: str | None = None,
         classes: list[dict] | tuple | None = None,
+        orders: list[str] | tuple[str, ...] = ("fcfs",),
+        oracle_info: bool = False,
     ) -> None:
         args = dict(locals())
         args.pop("self")
         args.pop("__class__", None)
         # v2's own arguments, which v0's and v1's constructors do not name
-        self._more_arguments = {"classes": args.pop("classes")}
+        if not isinstance(oracle_info, bool):
+            raise ValueError(f"oracle_info={oracle_info!r} is invalid: expected true or false")
+        self._more_arguments = {k: args.pop(k) for k in ("classes", "orders", "oracle_info")}
         super().__init__(**args)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -1273,9 +1312,7 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
             self._refuse("step")
         if type(action) is not int or action < 0 or action >= self.action_space.n:
             action = self._coerce_action(action)
-        ng = len(self._grid)
-        cap = self._cap_now = self._grid[action % ng]
-        budget = self._budget_now = self._budgets[action // ng]
+        cap, budget, order = self._setting(action)
         ran, last = self._run_to_epoch(cap, budget, chosen=True)
         reward, comps, dt, _ = self._step_accounting()
         info = self._info(dt, comps, *((last.kind, last.duration_s) if last else ("idle", 0.0)))
@@ -1431,11 +1468,11 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         return j, Iteration(recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)
 
     def _head_fits(self, decodes: int, used: int) -> bool:
-        """Whether the largest setting would schedule a chunk of the waiting queue's head
-        with ``decodes`` requests running, all decoding, and ``used`` KV blocks in use
-        once their blocks for the next token are given (the chunked scheduler's scan of
-        a queue with no prefill in progress stops at the head). If it would not, no
-        setting would (monotone)."""
+        """Whether the largest setting would schedule a chunk of the first waiting request
+        of some admission order, with ``decodes`` requests running, all decoding, and
+        ``used`` KV blocks in use once their blocks for the next token are given (the
+        chunked scheduler's scan, with no prefill in progress, stops at that first
+        request). If it would not, no setting would (monotone)."""
         srv = self._server
         cfg = cast(LLMConfig, self.config)  # ServingCore types it as the batch config
         if self._grid[-1] - decodes <= 0:
@@ -1446,9 +1483,12 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
             return False
         if cfg.split_prompts:
             return True  # a chunk of at least one token fits
-        h = srv.waiting[0]
-        p = srv.prompt[h] + srv.generated[h]
-        return p <= left and -(-p // srv.block_size) <= free
+        for order in self._orders:  # the first waiting request each order offers
+            h = next(iter(candidates(srv, 1, order)))
+            p = srv.prompt[h] + srv.generated[h]
+            if p <= left and -(-p // srv.block_size) <= free:
+                return True
+        return False
 
     def _catch_up(
         self, done: dict[int, int], j: int, k0: int, tokens: int, recent: deque[tuple[float, int]]

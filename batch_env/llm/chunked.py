@@ -22,9 +22,9 @@ preemption costs no scan of the running requests.
 
 from __future__ import annotations
 
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+from .orders import FCFS, candidates, leave_queue
 from .scheduler import Host, Iteration, Plan
 
 if TYPE_CHECKING:
@@ -61,11 +61,12 @@ class ChunkedScheduler:
         self._seqs = executor.needs_sequences  # tell the executor which requests run
 
     # -- plan: what the next iteration would be, changing nothing --------------------------
-    def plan(self, cap: int, budget: int) -> Plan:
+    def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
         """The next iteration with at most ``cap`` running requests and ``budget`` tokens
         (decode tokens included). Where nothing at all can run (every running request is
         a prefill in progress and no chunk fits), the newest is preempted to free its
-        blocks, at most once per running request."""
+        blocks, at most once per running request. Waiting requests are offered in
+        ``order`` (:mod:`batch_env.llm.orders`)."""
         s = self.state
         n_run, npart, used = len(s.running), s.prefilling, s.kv_used
         victims: list[int] = []
@@ -75,9 +76,11 @@ class ChunkedScheduler:
         for _ in range(n_run + 2):  # each retry preempts one entry: bounded
             if self.decode_first:
                 grown, decodes, n_run, npart, used = self._plan_grow(victims, n_run, npart, used)
-                chunks = self._plan_chunks(cap, budget - decodes, not victims, n_run, npart, used)
+                chunks = self._plan_chunks(
+                    cap, budget - decodes, not victims, n_run, npart, used, order
+                )
             else:
-                chunks = self._plan_chunks(cap, budget, True, n_run, npart, used)
+                chunks = self._plan_chunks(cap, budget, True, n_run, npart, used, order)
                 if chunks:  # prefill first: no decode in an iteration with chunks
                     grown, decodes = (), 0
                 else:
@@ -136,7 +139,14 @@ class ChunkedScheduler:
         return grown, n_run - npart, n_run, npart, used
 
     def _plan_chunks(
-        self, cap: int, left: int, admit: bool, n_run: int, npart: int, used: int
+        self,
+        cap: int,
+        left: int,
+        admit: bool,
+        n_run: int,
+        npart: int,
+        used: int,
+        order: str = FCFS,
     ) -> tuple[tuple[int, int, int, int], ...]:
         """``(entry, chunk tokens, tokens already computed, new blocks)`` of the prompt
         chunks, FCFS: the prefills in progress (in admission order), then (``admit``) the
@@ -153,7 +163,7 @@ class ChunkedScheduler:
         cands = s.running[n_run - npart : n_run]  # prefills in progress, in admission order
         room = cap - n_run
         if admit and room > 0:
-            cands += islice(s.waiting, room)  # waiting entries have nothing computed
+            cands += candidates(s, room, order)  # waiting entries have nothing computed
         for e in cands:
             if left <= 0:
                 break
@@ -229,7 +239,7 @@ class ChunkedScheduler:
     def _run_mixed(self, chunks: tuple[tuple[int, int, int, int], ...], dec: list[int]) -> float:
         """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
         s, host = self.state, self.host
-        W, P, G, R, out = s.waiting, s.prompt, s.generated, s.running, s.output
+        P, G, R, out = s.prompt, s.generated, s.running, s.output
         todo, done = s.prefill_left, s.prefill_done
         n = 0
         att = 0.0
@@ -247,7 +257,7 @@ class ChunkedScheduler:
         ready: list[int] = []  # prefills completed by this iteration
         for e, c, x, _nb in chunks:
             if x == 0 and not todo[e]:  # admitted now: it joins the running entries
-                W.popleft()  # FCFS: the admitted entries are the queue's head, in order
+                leave_queue(s, e)  # (FCFS: the queue's head, in order)
                 R.append(e)
                 todo[e] = P[e] + G[e]
                 s.prefilling += 1

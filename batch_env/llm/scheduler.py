@@ -3,9 +3,9 @@
 A scheduler decides, at an iteration boundary, what the next iteration computes, and
 then runs it. The two halves are apart on purpose:
 
-``plan(cap, budget)``
-    What the next iteration would be under a setting: the cap on running requests and
-    the token budget. It changes nothing (the state, the executor and the host are left
+``plan(cap, budget, order)``
+    What the next iteration would be under a setting: the cap on running requests, the
+    token budget and the admission order (:mod:`batch_env.llm.orders`). It changes nothing (the state, the executor and the host are left
     as they were), so an env can ask what several settings would do (``LLMBatching-v2``
     asks at every boundary whether its actions differ there). Two plans are equal
     (``==``) exactly when they schedule the same iteration.
@@ -20,7 +20,8 @@ both schedulers, the next iteration's admissions are a greedy scan of one candid
 in a fixed order: the prefills in progress first, then the waiting queue from its head.
 The cap only bounds how many waiting entries the list holds (``cap - running``), and the
 budget only bounds the tokens the scan may give out; KV memory, the order and everything
-else do not depend on the setting. The scan gives each candidate, in turn, as many
+else do not depend on the setting; an admission order fixes the list's order, so the
+argument holds for each order apart. The scan gives each candidate, in turn, as many
 tokens as it needs and the budget and memory allow, and stops at the first it cannot
 serve in full. So the plan under a smaller cap or budget is the plan under a larger one
 cut short: the same candidates in the same order, fewer of them, or fewer tokens for
@@ -120,9 +121,10 @@ class Scheduler(Protocol):
     name: str
     state: LLMServerState
 
-    def plan(self, cap: int, budget: int) -> Plan:
-        """The next iteration with at most ``cap`` running requests and ``budget`` tokens;
-        changes nothing."""
+    def plan(self, cap: int, budget: int, order: str = "fcfs") -> Plan:
+        """The next iteration with at most ``cap`` running requests and ``budget`` tokens,
+        admitting waiting requests in ``order`` (:mod:`batch_env.llm.orders`); changes
+        nothing."""
 
     def run(self, plan: Plan) -> Iteration:
         """Run a plan from :meth:`plan` (made at this boundary); returns what it did."""

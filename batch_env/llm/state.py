@@ -45,6 +45,7 @@ class LLMServerState:
         "prefill_done",
         "prefill_left",
         "request_class",
+        "ttft_deadline",
         "waiting",
         "waiting_tokens",
         "running",
@@ -81,6 +82,8 @@ class LLMServerState:
         self.prefill_left: list[int] = []
         #: its request class (0: the only one, where the workload has none)
         self.request_class: list[int] = []
+        #: its TTFT deadline: arrival + its class's TTFT SLA (the ``edf`` order's key)
+        self.ttft_deadline: list[float] = []
         # the queues
         #: entries waiting for admission, in admission order (preempted ones at the head)
         self.waiting: deque[int] = deque()
@@ -105,11 +108,18 @@ class LLMServerState:
         #: preemptions (recompute)
         self.preemptions = 0
 
-    def admit(self, prompts: list[int], outputs: list[int], classes: list[int]) -> int:
+    def admit(
+        self,
+        prompts: list[int],
+        outputs: list[int],
+        classes: list[int],
+        deadlines: list[float],
+    ) -> int:
         """New entries join the waiting queue's tail; returns the first new entry's number."""
         n0 = len(self.prompt)
         k = len(prompts)
         self.request_class += classes
+        self.ttft_deadline += deadlines
         self.prompt += prompts
         self.output += outputs
         self.generated += [0] * k

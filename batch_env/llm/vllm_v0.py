@@ -2,7 +2,8 @@
 
 An iteration is either a **prefill** or a **decode**:
 
-* a prefill of the longest admissible run of the waiting queue from its head, FCFS:
+* a prefill of the longest admissible run of the waiting queue from its head, FCFS (or
+  of the waiting requests in another admission order, :mod:`batch_env.llm.orders`):
   while the running requests stay within the cap, the prompts' tokens within the token
   budget, and their KV blocks leave the watermark free; a recomputed (preempted) entry's
   prompt is its prompt + the tokens it had generated. The prefill produces each entry's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .orders import FCFS, candidates, leave_queue
 from .scheduler import Host, Iteration, Plan
 
 if TYPE_CHECKING:
@@ -44,8 +46,9 @@ class VLLMV0Scheduler:
         self.executor = executor
         self._seqs = executor.needs_sequences  # tell the executor which requests run
 
-    def plan(self, cap: int, budget: int) -> Plan:
-        """A prefill of the waiting queue's longest admissible head, else a decode."""
+    def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
+        """A prefill of the longest admissible run of the waiting requests in ``order``
+        (FCFS: the queue's head), else a decode."""
         s = self.state
         W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
         if W:
@@ -53,9 +56,7 @@ class VLLMV0Scheduler:
             free = s.kv_total - s.kv_used - s.kv_watermark
             chunks: list[tuple[int, int, int, int]] = []
             tokens = 0
-            for e in W:
-                if len(chunks) >= room:
-                    break
+            for e in candidates(s, room, order):
                 p = P[e] + G[e]
                 if tokens + p > budget:
                     break
@@ -81,8 +82,10 @@ class VLLMV0Scheduler:
 
     def _run_prefill(self, plan: Plan) -> Iteration:
         s, host = self.state, self.host
-        W, P, G, R, blk = s.waiting, s.prompt, s.generated, s.running, s.kv_blocks
-        sel = [W.popleft() for _ in plan.chunks]
+        P, G, R, blk = s.prompt, s.generated, s.running, s.kv_blocks
+        sel = [e for e, _p, _x, _nb in plan.chunks]
+        for e in sel:
+            leave_queue(s, e)
         tokens = 0
         sq = 0.0
         for _e, p, _x, _nb in plan.chunks:

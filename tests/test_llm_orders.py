@@ -1,0 +1,270 @@
+"""The admission order as a control of LLMBatching-v2: FCFS keeps v1's semantics, every
+order keeps the scheduler's invariants, each admits what it says, the epoch test holds
+with orders, and an order that starves a class still ends the episode, visibly."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from test_llm_v2 import _outcome, _server_signature, check_invariants, kwargs
+
+V1, V2 = "batch_env/LLMBatching-v1", "batch_env/LLMBatching-v2"
+ORDERS = ["fcfs", "edf", "shortest-prompt", "class-priority"]
+CLASSES = [
+    {"name": "chat", "share": 0.7},
+    {
+        "name": "batch",
+        "share": 0.3,
+        "ttft_sla_ms": 20_000.0,
+        "tpot_sla_ms": 200.0,
+        "weight": 0.1,
+        "lengths": {
+            "kind": "lognormal",
+            "prompt_tokens": 2500,
+            "prompt_cv": 0.3,
+            "output_tokens": 300,
+        },
+    },
+]
+
+
+def make(env_id, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gym.make(env_id, **kw)
+
+
+def _sizes(u):
+    return len(u._grid), len(u._budgets), len(u._orders)
+
+
+@pytest.mark.parametrize("memory", ["roomy", "tight"])
+@pytest.mark.parametrize("workload", ["poisson", "trace"])
+def test_fcfs_in_a_v2_with_orders_is_v1(memory, workload):
+    """In a v2 offering four orders, random caps and budgets with FCFS at its epochs, the
+    same caps and budgets in v1 there and random ones elsewhere: the same observation at
+    every epoch (but the last cap), the same summary."""
+    kw = kwargs(workload=workload, memory=memory, setting="budgets")
+    env2 = make(V2, **kw, orders=ORDERS)
+    u2 = env2.unwrapped
+    ng, nb, _ = _sizes(u2)
+    rng = np.random.default_rng(3)
+    obs, info = env2.reset(seed=2)
+    epochs = {}
+    while True:
+        a = int(rng.integers(ng * nb))  # order index 0: fcfs
+        epochs[u2._n_iter] = (a, obs.copy())
+        obs, _, _, trunc, info2 = env2.step(a)
+        if trunc:
+            break
+    env1 = make(V1, **kw)
+    u1 = env1.unwrapped
+    obs, _ = env1.reset(seed=2)
+    other = np.random.default_rng(5)
+    while True:
+        k = u1._n_iter
+        if k in epochs:
+            a, obs2 = epochs[k]
+            keep = np.arange(obs.size) != 9
+            assert np.array_equal(obs[keep], obs2[keep]), k
+        else:
+            a = int(other.integers(env1.action_space.n))
+        obs, _, _, trunc, info1 = env1.step(a)
+        if trunc:
+            break
+    assert json.dumps(info1["serving"]) == json.dumps(info2["serving"])
+
+
+@pytest.mark.parametrize("setting", ["budgets", "v0-rules", "vllm-v0"])
+def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
+    """As test_llm_v2's, with four orders and two classes: the cheap test says "no
+    decision" exactly when every (cap, budget, order), run on a copy of the server, does
+    the same."""
+    kw = kwargs(workload="poisson", memory="tight", setting=setting, n=100)
+    kw["grid"] = kw.get("grid", [1, 4, 32, 256])
+    kw["classes"] = CLASSES
+    env = make(V2, **kw, orders=ORDERS)
+    u = env.unwrapped
+    ng, nb, no = _sizes(u)
+    rng = np.random.default_rng(1)
+    counts = {"epoch": 0, "forced": 0}
+    env.reset(seed=3)
+    # walk v2's boundaries one iteration at a time (v1's stepping on v2's server)
+    for step in range(6000):
+        if u._n_sys and step % 2 == 0:
+            before = _server_signature(u._server)
+            forced = u._forced_plan(u._cap_now, u._budget_now)
+            assert _server_signature(u._server) == before
+            outcomes = []
+            for a in range(ng * nb * no):
+                cap, budget, order = (
+                    u._grid[a % ng],
+                    u._budgets[(a // ng) % nb],
+                    u._orders[a // (ng * nb)],
+                )
+                outcomes.append(_outcome(u, cap, budget, order))
+            same = all(o == outcomes[0] for o in outcomes)
+            assert (forced is not None) == same, step
+            counts["forced" if same else "epoch"] += 1
+        # one iteration at a random setting (v1's step, which v2 inherits)
+        trunc = _one_iteration(u, int(rng.integers(env.action_space.n)))
+        if trunc:
+            break
+    assert counts["epoch"] > 30 and counts["forced"] > 30, counts
+
+
+def _one_iteration(u, a):
+    """One iteration of ``u`` at action ``a`` (v1's step, run on the v2 instance)."""
+    from batch_env.envs.llm_batching import LLMBatchingV1Env
+
+    *_, trunc, _ = LLMBatchingV1Env.step(u, a)
+    return trunc
+
+
+@pytest.mark.parametrize("order", ORDERS + ["srpt"])
+def test_every_order_keeps_the_invariants_and_admits_what_it_says(order):
+    """Under each order, at every iteration: the budget (decodes included) and the cap on
+    admissions hold, KV in use never exceeds the cache, decodes are never starved (every
+    request whose prefill was complete decodes unless preempted), and the waiting requests
+    admitted first are the order's first; requests and tokens are conserved."""
+    kw = kwargs(workload="poisson", memory="tight", setting="budgets", n=150)
+    kw["classes"] = CLASSES
+    env = make(V2, **kw, orders=[order], oracle_info=order == "srpt")
+    u = env.unwrapped
+    srv, sch = u._server, u._scheduler
+    run = sch.run
+    seen = {"iterations": 0, "admitted_first": 0}
+
+    def checked_run(plan):
+        waiting = list(srv.waiting)
+        decoding = srv.decoding()
+        running = len(srv.running)
+        budget, cap = u._budget_now, u._cap_now
+        new = [e for e, _c, x, _nb in plan.chunks if x == 0 and e in waiting]
+        if new:  # the first admitted is the order's first waiting request
+            key = {
+                "fcfs": lambda e: waiting.index(e),
+                "edf": lambda e: (srv.ttft_deadline[e], waiting.index(e)),
+                "shortest-prompt": lambda e: (srv.context(e), waiting.index(e)),
+                "class-priority": lambda e: (srv.request_class[e], waiting.index(e)),
+                "srpt": lambda e: (srv.output[e] - srv.generated[e], waiting.index(e)),
+            }[order]
+            assert new[0] == min(waiting, key=key)
+            seen["admitted_first"] += 1
+        # decodes first (decode_first): every decoding request decodes unless preempted
+        assert plan.decodes == len(set(decoding) - set(plan.victims))
+        assert len(new) <= max(cap - (running - len(plan.victims)), 0)  # the cap's room
+        it = run(plan)
+        assert sum(c for _, c, _, _ in plan.chunks) + it.decode_batch <= budget
+        assert srv.kv_used <= srv.kv_total
+        seen["iterations"] += 1
+        return it
+
+    sch.run = checked_run
+    env.reset(seed=4)
+    rng = np.random.default_rng(0)
+    while True:
+        *_, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+        check_invariants(u)
+        if trunc:
+            break
+    assert seen["iterations"] > 500 and seen["admitted_first"] > 50, seen
+    # the episode ends on its work, or at its time horizon (shortest-prompt first can
+    # starve the long prompts of random actions' small caps)
+    assert info["serving"]["completed"] == 150 or info["now_s"] >= u.horizon_s
+
+
+def test_srpt_needs_the_oracle():
+    with pytest.raises(ValueError, match="oracle_info=True"):
+        make(V2, orders=["fcfs", "srpt"])
+    env = make(
+        V2, orders=["srpt"], oracle_info=True, workload={"kind": "poisson", "rate_per_s": 20.0}
+    )
+    _, info = env.reset(seed=0)
+    rem = info["oracle"]["waiting_remaining_output"]
+    u = env.unwrapped
+    assert rem == [u._server.output[e] - u._server.generated[e] for e in u._server.waiting]
+
+
+@pytest.mark.parametrize(
+    "orders,match",
+    [(["lifo"], r"orders\[0\]='lifo'"), ([], "non-empty"), (["fcfs", "fcfs"], "distinct")],
+)
+def test_bad_orders_are_named(orders, match):
+    with pytest.raises(ValueError, match=match):
+        make(V2, orders=orders)
+
+
+def test_an_order_that_starves_a_class_ends_the_episode_and_shows_it():
+    """Class priority under overload with a small cap: the second class waits behind the
+    first; the episode still ends (at its time horizon), and the per-class figures show
+    the starved class."""
+    env = make(
+        V2,
+        classes=[{"name": "first", "share": 0.5}, {"name": "second", "share": 0.5}],
+        orders=["class-priority"],
+        grid=[4],
+        workload={"kind": "poisson", "rate_per_s": 12.0},
+        horizon_requests=200,
+        horizon_s=120.0,
+    )
+    _, _, _, trunc, info = None, None, None, False, None
+    env.reset(seed=1)
+    steps = 0
+    while not trunc:
+        *_, trunc, info = env.step(0)
+        steps += 1
+        assert steps < 100_000
+    by = info["serving"]["classes"]
+    assert info["now_s"] >= 120.0 or info["serving"]["completed"] == 200
+    first, second = by["first"], by["second"]
+    assert second["completed"] < 0.5 * first["completed"], by
+    # the starved: its requests still in the system at the end, most of its own
+    assert second["in_system_at_end"] == second["requests"] - second["completed"]
+    assert second["in_system_at_end"] > 0.5 * second["requests"] > 0, by
+    assert first["in_system_at_end"] < second["in_system_at_end"]
+
+
+@pytest.mark.parametrize(
+    "name,order",
+    [
+        ("edf", "edf"),
+        ("shortest-prompt", "shortest-prompt"),
+        ("class-priority", "class-priority"),
+        ("oracle-srpt", "srpt"),
+    ],
+)
+def test_order_baselines_play_their_order_with_sarathis_budget(name, order):
+    import baselines
+
+    kw = {
+        "classes": CLASSES,
+        "orders": ORDERS + ["srpt"],
+        "oracle_info": True,
+        "budget_grid": [256, 512, 1024, 2048],
+        "workload": {"kind": "poisson", "rate_per_s": 5.0},
+        "horizon_requests": 60,
+    }
+    env = make(V2, **kw)
+    policy = baselines.make(name, env)
+    sarathi = baselines.make("sarathi", env)
+    obs, info = env.reset(seed=0)
+    n = 0
+    while True:
+        a = policy.act(obs, info)
+        # sarathi's budget and the largest cap, with its own order
+        assert a % (4 * 256) == sarathi.act(obs, info) % (4 * 256)
+        obs, _, _, trunc, info = env.step(a)
+        assert info["order"] == order
+        n += 1
+        if trunc:
+            break
+    assert n > 10
+    with pytest.raises(ValueError, match=f"admits in the order '{order}'"):
+        baselines.make(name, make(V2, **{**kw, "orders": ["fcfs"]}))
+    if name == "oracle-srpt":
+        assert policy.realizable is False
