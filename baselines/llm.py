@@ -1,4 +1,7 @@
-"""Batch-size (``max_num_seqs``) policies for ``LLMBatching-v0``.
+"""Batch-size (``max_num_seqs``) policies for ``LLMBatching-v0``; token budgets for the
+chunked scheduler (``static-budget``, ``sarathi``); admission orders for
+``LLMBatching-v2`` (``edf``, ``shortest-prompt``, ``class-priority`` and the oracle
+``oracle-srpt``, each with sarathi's budget rule: :class:`OrderPolicy`).
 
 From Pang, Li and Wang, "Optimizing LLM Inference Throughput via Memory-aware and
 SLA-constrained Dynamic Batching" (arXiv 2503.05248), as described by the authors' vLLM

@@ -77,6 +77,41 @@ def llm_frame(cls: type[LLMBatchingEnv] = LLMBatchingEnv) -> np.ndarray:
     return env.render()
 
 
+def llm_v2_frame() -> np.ndarray:
+    """LLMBatching-v2 with two request classes (interactive chat beside batch work with
+    long prompts and loose SLAs) on a small KV cache at 16 requests/s, cap = max: a
+    stripe under each waiting request's bar shows its class, the legend each class's
+    requests waiting / running."""
+    env = LLMBatchingV2Env(
+        render_mode="rgb_array",
+        gpu_memory_utilization=0.2,
+        max_model_len=512,
+        max_num_seqs=64,
+        lengths={"kind": "lognormal", "prompt_tokens": 180, "output_tokens": 120},
+        workload={"kind": "poisson", "rate_per_s": 16},
+        classes=[
+            {"name": "chat", "share": 0.7},
+            {
+                "name": "batch",
+                "share": 0.3,
+                "ttft_sla_ms": 30_000.0,
+                "tpot_sla_ms": 200.0,
+                "weight": 0.1,
+                "lengths": {"kind": "lognormal", "prompt_tokens": 400, "output_tokens": 60},
+            },
+        ],
+        horizon_requests=2000,
+    )
+    env.reset(seed=1)
+    for i in range(3000):
+        *_, truncated, info = env.step(len(env.grid) - 1)
+        if truncated:
+            break
+        if i > 200 and min(info["waiting_by_class"]) >= 3:  # both classes wait
+            break
+    return env.render()
+
+
 def main() -> None:
     """Write the five frames to ``docs/img/``."""
     out = Path(__file__).resolve().parents[1] / "docs" / "img"
@@ -86,7 +121,7 @@ def main() -> None:
         ("node", node_frame),
         ("llm", llm_frame),
         ("llm_v1", lambda: llm_frame(LLMBatchingV1Env)),
-        ("llm_v2", lambda: llm_frame(LLMBatchingV2Env)),
+        ("llm_v2", llm_v2_frame),
     )
     for name, make in frames:
         path = out / f"render_{name}.png"

@@ -150,3 +150,26 @@ def test_v0_and_v1_have_no_classes():
     for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
         with pytest.raises(ValueError, match="unknown argument"):
             gym.make(env_id, classes=[CHAT])
+
+
+def test_the_frame_shows_each_waiting_requests_class():
+    """Under each drawn waiting request's bar, a stripe in its class's colour."""
+    from batch_env import render as R
+    from batch_env.envs.llm_batching import CLASS_COLORS
+
+    env = make(**TWO, horizon_requests=300, render_mode="rgb_array")
+    u = env.unwrapped
+    env.reset(seed=0)
+    checked = 0
+    for _ in range(400):
+        *_, trunc, _ = env.step(0)  # cap 1: a queue builds
+        frame = env.render()
+        waiting = list(u._server.waiting)[: R.QUEUE_BARS]
+        x0, y1 = R.QUEUE_BOX[0], R.QUEUE_BOX[3]
+        for i, e in enumerate(waiting):
+            x = x0 + 2 + i * (R.BAR_W + R.BAR_GAP)
+            assert np.array_equal(frame[y1, x], CLASS_COLORS[u._server.request_class[e]])
+            checked += 1
+        if trunc:
+            break
+    assert checked > 100

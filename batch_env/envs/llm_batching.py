@@ -31,12 +31,29 @@ from ..llm.orders import FCFS, candidates
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
 from ..profiles.llm_profile import load as load_llm_profile
-from ..render import PURPLE, QUEUE_BARS, ServerView, Timeline, llm_panel, sla_colors
+from ..render import (
+    BAR_GAP,
+    BAR_W,
+    BLUE,
+    HEIGHT,
+    ORANGE,
+    PURPLE,
+    QUEUE_BARS,
+    QUEUE_BOX,
+    TEAL,
+    TEXT,
+    ServerView,
+    Timeline,
+    llm_panel,
+    sla_colors,
+)
 from ..workload import Workload, check_llm_tokens, make_workload
 
 if TYPE_CHECKING:
     from ..workload import RequestLengths, Trace
 
+#: the request classes' colours on the frame (class k: ``CLASS_COLORS[k % 4]``)
+CLASS_COLORS = (TEAL, ORANGE, BLUE, TEXT)
 OBS_FEATURES: tuple[str, ...] = (
     "waiting_over_max_num_seqs",
     "running_over_max_num_seqs",
@@ -1136,9 +1153,29 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         panel = llm_panel(
             ctx, len(R), self._N, self._cap_now, srv.kv_used, srv.kv_total, srv.kv_watermark
         )
-        return view.frame(
+        img = view.frame(
             header, waits, len(srv.waiting), self._cap, panel, view.timeline, queue_colors=colors
         )
+        if self._multi:
+            self._draw_classes(view, waiting)
+        return img
+
+    def _draw_classes(self, view: ServerView, waiting: list[int]) -> None:
+        """Request classes on the frame: a stripe in the class's colour under each waiting
+        request's bar, and at the bottom left each class's colour, name and requests
+        waiting / running."""
+        c, cls = view.canvas, self._server.request_class
+        x0, _, _, y1 = QUEUE_BOX
+        for i, e in enumerate(waiting):
+            x = x0 + 2 + i * (BAR_W + BAR_GAP)
+            c.fill(x, y1, x + BAR_W, y1 + 2, CLASS_COLORS[cls[e] % len(CLASS_COLORS)])
+        waiting_n, running_n, _ = self._class_counts()
+        x = 4
+        for k, rc in enumerate(self._classes):
+            c.fill(x, HEIGHT - 5, x + 4, HEIGHT - 1, CLASS_COLORS[k % len(CLASS_COLORS)])
+            label = f"{rc.name.upper()} {waiting_n[k]}/{running_n[k]}"
+            c.text(x + 6, HEIGHT - 5, label, TEXT)
+            x += 6 + 4 * len(label) + 8
 
 
 class LLMBatchingV1Env(LLMBatchingEnv):
