@@ -236,6 +236,10 @@ def llm_v2_kwargs(draw) -> dict:
             }
             for i in range(draw(st.integers(1, 3)))
         ]
+    if draw(st.booleans()):  # the admission order as a control
+        orders = ["fcfs", "edf", "shortest-prompt", "class-priority", "srpt"]
+        kw["orders"] = draw(st.lists(st.sampled_from(orders), min_size=1, max_size=5, unique=True))
+        kw["oracle_info"] = "srpt" in kw["orders"] or draw(st.booleans())
     if draw(st.booleans()):
         kw["scheduler"] = "vllm-v0"
         return kw
