@@ -43,6 +43,7 @@ from .checks import check_number as check_number
 from .checks import init_arguments as init_arguments
 from .checks import is_real_number as is_real_number
 from .workload.lengths import make_lengths
+from .workload.specs import make_workload
 
 SERVICE_LAWS = ("deterministic", "lognormal")
 
@@ -441,8 +442,13 @@ class RequestClass:
 
     :param name: the class's name (unique; the summary's ``classes`` keys).
     :param share: its share of the arrivals of the env's ``workload`` (> 0; the shares
-        are normalized): each arrival is of class ``c`` with probability ``share_c /
-        sum of shares``, drawn from the request-size stream.
+        are normalized; ``None``: 1): each arrival is of class ``c`` with probability
+        ``share_c / sum of shares``, drawn from the request-size stream.
+    :param workload: instead of a share, its own arrival process or trace (a workload
+        dict or :class:`batch_env.workload.Workload`); either every class has one (the
+        env's arrivals are their superposition, and the env takes no ``workload``) or
+        none has. A trace's token columns give the class's lengths unless ``lengths``
+        is set.
     :param ttft_sla_ms: its TTFT target (``None``: the env's ``ttft_sla_ms``).
     :param tpot_sla_ms: its TPOT target (``None``: the env's ``tpot_sla_ms``).
     :param weight: what one of its SLA misses counts in the reward's SLA term (>= 0; 1:
@@ -452,18 +458,19 @@ class RequestClass:
     """
 
     name: str
-    share: float = 1.0
+    share: float | None = None
     ttft_sla_ms: float | None = None
     tpot_sla_ms: float | None = None
     weight: float = 1.0
     lengths: Any = None
+    workload: Any = None
 
     @classmethod
     def from_any(cls, spec: Any, index: int) -> RequestClass:
         """A class from itself or a dict of its fields; errors name ``classes[index]``."""
         where = f"classes[{index}]"
         if isinstance(spec, RequestClass):
-            spec = asdict(spec) | {"lengths": spec.lengths}
+            spec = asdict(spec) | {"lengths": spec.lengths, "workload": spec.workload}
         if not isinstance(spec, Mapping):
             raise ValueError(
                 f"{where}={spec!r} is invalid: expected a dict with 'name' and any of "
@@ -476,7 +483,19 @@ class RequestClass:
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"{where}.name={name!r} is invalid: expected a non-empty string")
-        check_number(f"{where}.share", spec.get("share", 1.0), low=0.0, low_inclusive=False)
+        if spec.get("share") is not None:
+            check_number(f"{where}.share", spec["share"], low=0.0, low_inclusive=False)
+        workload = spec.get("workload")
+        if workload is not None:
+            if spec.get("share") is not None:
+                raise ValueError(
+                    f"{where}: give either share={spec['share']!r} (of the env's workload) or "
+                    "its own workload, not both"
+                )
+            try:
+                workload = make_workload(workload)
+            except ValueError as e:
+                raise ValueError(f"{where}.workload: {e}") from e
         for key in ("ttft_sla_ms", "tpot_sla_ms"):
             if spec.get(key) is not None:
                 check_number(f"{where}.{key}", spec[key], low=0.0, low_inclusive=False)
@@ -488,7 +507,8 @@ class RequestClass:
             raise ValueError(f"{where}.{e}") from e
         return cls(
             name=name,
-            share=float(spec.get("share", 1.0)),
+            share=None if spec.get("share") is None else float(spec["share"]),
+            workload=workload,
             ttft_sla_ms=None if spec.get("ttft_sla_ms") is None else float(spec["ttft_sla_ms"]),
             tpot_sla_ms=None if spec.get("tpot_sla_ms") is None else float(spec["tpot_sla_ms"]),
             weight=float(spec.get("weight", 1.0)),
@@ -499,6 +519,7 @@ class RequestClass:
         """Plain, JSON-friendly dict."""
         d = asdict(self)
         d["lengths"] = None if self.lengths is None else self.lengths.to_dict()
+        d["workload"] = None if self.workload is None else self.workload.to_dict()
         return d
 
 
@@ -540,6 +561,14 @@ class LLMConfigV2(LLMConfigV1):
         classes = tuple(RequestClass.from_any(c, i) for i, c in enumerate(self.classes))
         if not classes:
             raise ValueError("classes=[] is invalid: expected at least one class (or None)")
+        own = [c.workload is not None for c in classes]
+        if any(own) and not all(own):
+            raise ValueError(
+                "classes: either every class has its own workload (the arrivals are their "
+                f"superposition) or none has (shares of the env's workload); here "
+                f"{[c.name for c in classes if c.workload is not None]} have one and "
+                f"{[c.name for c in classes if c.workload is None]} do not"
+            )
         names = [c.name for c in classes]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:

@@ -236,6 +236,11 @@ def llm_v2_kwargs(draw) -> dict:
             }
             for i in range(draw(st.integers(1, 3)))
         ]
+        if draw(st.booleans()):  # each class its own arrivals (their superposition)
+            for c in kw["classes"]:
+                c.pop("share")
+                c["workload"] = {"kind": "poisson", "rate_per_s": draw(st.floats(0.5, 20.0))}
+            kw.pop("workload", None)
     if draw(st.booleans()):  # the admission order as a control
         orders = ["fcfs", "edf", "shortest-prompt", "class-priority", "srpt"]
         kw["orders"] = draw(st.lists(st.sampled_from(orders), min_size=1, max_size=5, unique=True))

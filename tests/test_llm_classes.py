@@ -173,3 +173,61 @@ def test_the_frame_shows_each_waiting_requests_class():
         if trunc:
             break
     assert checked > 100
+
+
+OWN = [
+    {
+        "name": "chat",
+        "workload": {
+            "kind": "trace",
+            "dataset": "azure-conv-2023-excerpt",
+            "target_rate_per_s": 3.0,
+        },
+    },
+    {
+        "name": "batch",
+        "workload": {"kind": "gamma", "rate_per_s": 1.0, "cv": 3.0},
+        "ttft_sla_ms": 30_000.0,
+        "lengths": {
+            "kind": "lognormal",
+            "prompt_tokens": 2000,
+            "prompt_cv": 0.3,
+            "output_tokens": 300,
+        },
+    },
+]
+
+
+def test_classes_with_their_own_arrivals():
+    """Each class its own arrival process: the env's arrivals are their superposition, an
+    arrival's class is the part it came from, a trace class's lengths are its rows'."""
+    from batch_env import data
+
+    env = make(classes=OWN, horizon_requests=600)
+    u = env.unwrapped
+    assert u.workload.kind == "superposition" and u.workload.mean_rate_per_s == pytest.approx(4.0)
+    episode(env, 0)
+    cls = np.asarray(u._server.request_class)
+    assert abs((cls == 0).mean() - 0.75) < 0.06  # rates 3 and 1
+    # the chat class's prompts are the trace's rows (those that fit), in order
+    import csv
+
+    with open(data.path("azure-conv-2023-excerpt")) as fh:
+        rows = [int(r["ContextTokens"]) for r in csv.DictReader(fh)]
+    fits = [p for p in rows if p + 1 <= 4096]
+    chat = [p for p, c in zip(u._server.prompt, cls, strict=True) if c == 0]
+    assert chat == fits[: len(chat)] and len(chat) > 100
+    assert (
+        abs(np.mean([p for p, c in zip(u._server.prompt, cls, strict=True) if c == 1]) - 2000) < 200
+    )
+
+
+def test_own_arrivals_and_shares_do_not_mix():
+    with pytest.raises(ValueError, match="either every class has its own workload"):
+        make(classes=[OWN[0], {"name": "x", "share": 0.5}])
+    with pytest.raises(ValueError, match="the classes have their own workloads"):
+        make(classes=OWN, workload={"kind": "poisson", "rate_per_s": 2.0})
+    with pytest.raises(ValueError, match=r"classes\[0\]: give either share=0.5"):
+        make(classes=[{**OWN[0], "share": 0.5}, OWN[1]])
+    with pytest.raises(ValueError, match=r"classes\[1\]\.workload"):
+        make(classes=[OWN[0], {**OWN[1], "workload": {"kind": "poisson"}}])

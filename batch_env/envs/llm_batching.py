@@ -47,7 +47,7 @@ from ..render import (
     llm_panel,
     sla_colors,
 )
-from ..workload import Workload, check_llm_tokens, make_workload
+from ..workload import Superposition, Workload, check_llm_tokens, make_workload
 
 if TYPE_CHECKING:
     from ..workload import RequestLengths, Trace
@@ -337,6 +337,15 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 config = replace(config, max_num_batched_tokens=limit)
                 budget = limit
         prof.check_max_num_batched_tokens(budget)  # the largest (budget_grid's are below it)
+        own = [c.workload for c in (getattr(config, "classes", None) or ()) if c.workload]
+        if own:  # classes with their own arrivals: the env's are their superposition
+            if workload is not None:
+                raise ValueError(
+                    f"workload={workload!r}: the classes have their own workloads, so the "
+                    "env's arrivals are their superposition; give the env no workload (or "
+                    "give the classes shares of it instead)"
+                )
+            workload = Superposition(tuple(own))
         if workload is None:
             workload = dict(LLM_DEFAULT_WORKLOAD)
         if isinstance(workload, dict) and "load" in workload:
@@ -477,14 +486,25 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         classes = getattr(config, "classes", None)
         self._classes: tuple[RequestClass, ...] = classes or (RequestClass("default"),)
         self._multi = len(self._classes) > 1
-        shares = np.array([c.share for c in self._classes], dtype=np.float64)
+        shares = np.array([c.share or 1.0 for c in self._classes], dtype=np.float64)
         self._shares = shares / shares.sum()
+        # classes with their own arrivals (a superposition): part c is class c, and a
+        # trace part with token columns gives its class's lengths
+        self._by_source = self._classes[0].workload is not None
+        self._part_tokens = [
+            self._by_source and _has_tokens(c.workload) and c.lengths is None for c in self._classes
+        ]
         # which classes draw the env's lengths (or the trace's columns), and which their own
         self._own_lengths = [c.lengths for c in self._classes]
-        if any(lens is None for lens in self._own_lengths):
+        self._max_rejected_run = _MAX_REJECTED_RUN
+        if any(
+            lens is None and not tokens
+            for lens, tokens in zip(self._own_lengths, self._part_tokens, strict=True)
+        ):
             self._check_admissible(data)
-        else:
-            self._max_rejected_run = _MAX_REJECTED_RUN
+        for c, tokens in zip(self._classes, self._part_tokens, strict=True):
+            if tokens:
+                self._check_trace_part(c)
         for i, lens in enumerate(self._own_lengths):
             if lens is None:
                 continue
@@ -497,6 +517,20 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                     f"the prompts would fit (at least {_MIN_FIT:g} is needed)"
                 )
         self._class_drops = [0] * len(self._classes)
+
+    def _check_trace_part(self, c: RequestClass) -> None:
+        """A class whose own trace gives its lengths: some prompt of it must fit (as
+        :meth:`_check_admissible` asks of a trace workload)."""
+        trace = cast("Trace", c.workload)
+        data = trace._data()
+        assert data.prompt_tokens is not None and data.output_tokens is not None
+        if not np.any(data.prompt_tokens + 1 <= self._maxlen):
+            raise ValueError(
+                f"class {c.name!r}: no request of its trace {trace.path!r} can ever be admitted: "
+                f"a prompt fits when prompt + 1 <= max_model_len={self._maxlen}, and its "
+                f"shortest prompt has {int(data.prompt_tokens.min())} tokens; raise max_model_len"
+            )
+        self._max_rejected_run = max(self._max_rejected_run, 2 * int(data.prompt_tokens.size))
 
     def _check_admissible(self, data: Any) -> None:
         """Refuse a configuration under which (almost) no prompt fits ``max_model_len``.
@@ -541,7 +575,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             if len(times) == 0:
                 self._ended = True
                 return False
-            if self._multi:
+            if self._multi or self._by_source:
                 cls, p, o = self._class_lengths(ch)
             else:
                 cls = None
@@ -581,15 +615,19 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         else the env's or the trace's), from the request-size stream in class order."""
         rng = self._sizes_rng
         n = len(ch.times)
-        cls = rng.choice(len(self._classes), size=n, p=self._shares)
+        if self._by_source:  # the classes' own arrivals: the part is the class
+            cls = np.asarray(ch.source, np.int64)
+        else:
+            cls = rng.choice(len(self._classes), size=n, p=self._shares)
         p = np.empty(n, np.int64)
         o = np.empty(n, np.int64)
-        if self._lengths_from_trace:
+        if self._lengths_from_trace or any(self._part_tokens):
             p[:] = np.asarray(ch.prompt_tokens, np.int64)
             o[:] = np.asarray(ch.output_tokens, np.int64)
         for c, lens in enumerate(self._own_lengths):
             idx = np.flatnonzero(cls == c)
-            if not idx.size or (lens is None and self._lengths_from_trace):
+            from_trace = self._part_tokens[c] or (lens is None and self._lengths_from_trace)
+            if not idx.size or from_trace:
                 continue
             p[idx], o[idx] = (lens or self._lengths).sample(rng, idx.size)
         return cls, p, o
@@ -1276,7 +1314,11 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     mixes classes in the workload: each arrival of the env's ``workload`` is of class
     ``c`` with probability ``share_c / sum of shares`` (drawn from the request-size
     stream), with its class's lengths (else the env's), TTFT and TPOT SLAs (else the
-    env's), and a miss of it counts ``weight`` in the reward's SLA term. With several
+    env's), and a miss of it counts ``weight`` in the reward's SLA term. Instead of
+    shares, every class may have its own ``"workload"`` (an arrival process or a trace,
+    whose token columns then give its lengths): the env's arrivals are their
+    superposition (:class:`batch_env.workload.Superposition`) and the env takes no
+    ``workload``. With several
     classes the observation gains three features per class (waiting / max_num_seqs,
     running / max_num_seqs, its oldest waiting request's age / its TTFT SLA), ``info``
     ``waiting_by_class`` and ``running_by_class``, and ``info["serving"]["classes"]`` each
@@ -1590,6 +1632,14 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         info = self._info(0.0, comps, *((last.kind, last.duration_s) if last else ("idle", 0.0)))
         info["iterations"] = ran
         return self._obs(), info
+
+
+def _has_tokens(workload: Any) -> bool:
+    """Whether a workload is a trace whose data has prompt and output token columns."""
+    if getattr(workload, "kind", None) != "trace":
+        return False
+    data = cast("Trace", workload)._data()
+    return data.prompt_tokens is not None and data.output_tokens is not None
 
 
 def _completions(

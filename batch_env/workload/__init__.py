@@ -6,6 +6,8 @@
 - :mod:`.specs`: :func:`make_workload`, a workload from a dict spec (``{"kind": ...}``);
 - :mod:`.random_load`: :class:`RandomLoad`, a load drawn anew for every episode
   (``load_range``);
+- :mod:`.superposition`: :class:`Superposition`, several workloads' arrivals merged, each
+  tagged with its part (``LLMBatching-v2``'s classes with their own arrivals);
 - :mod:`.lengths`: :class:`RequestLengths`, prompt and output lengths of LLM requests;
 - :mod:`.datasets`: the registry of named public datasets (``batch-env data``), with the
   shipped trace excerpts in ``excerpts/`` (package data).
@@ -29,6 +31,7 @@ from .arrivals import (
 from .lengths import LENGTH_KINDS, RequestLengths, make_lengths
 from .random_load import RandomLoad
 from .specs import WORKLOAD_KINDS, make_workload
+from .superposition import Superposition
 from .traces import Trace, check_llm_tokens
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "Gamma",
     "Trace",
     "RandomLoad",
+    "Superposition",
     "WORKLOAD_KINDS",
     "make_workload",
     "LENGTH_KINDS",

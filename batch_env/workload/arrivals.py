@@ -87,11 +87,14 @@ class ArrivalChunk:
     :param prompt_tokens: int64 prompt (context) tokens per arrival, or None when the
         workload does not carry request sizes.
     :param output_tokens: int64 output (generated) tokens per arrival, or None.
+    :param source: int64 index of the part each arrival came from, for a superposition of
+        workloads (:class:`batch_env.workload.superposition.Superposition`); else None.
     """
 
     times: np.ndarray
     prompt_tokens: np.ndarray | None = None
     output_tokens: np.ndarray | None = None
+    source: np.ndarray | None = None
 
     def __len__(self) -> int:
         """Return the number of arrivals in the chunk."""

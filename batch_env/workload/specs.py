@@ -14,6 +14,7 @@ from typing import Any
 from ..checks import positive
 from .arrivals import MMPP, Gamma, Poisson, Workload
 from .random_load import RandomLoad
+from .superposition import Superposition
 from .traces import Trace
 
 __all__ = ["WORKLOAD_KINDS", "make_workload"]
@@ -29,6 +30,7 @@ WORKLOAD_KINDS: dict[str, type[Workload]] = {
     "gamma": Gamma,
     "trace": Trace,
     "random-load": RandomLoad,
+    "superposition": Superposition,
 }
 
 # which field "load" replaces (None: "load" rescales the shape given by other fields)
@@ -38,6 +40,7 @@ _RATE_FIELD: dict[str, str | None] = {
     "mmpp": None,
     "trace": "target_rate_per_s",
     "random-load": None,
+    "superposition": None,
 }
 
 
@@ -65,6 +68,8 @@ def make_workload(
     if isinstance(spec, Workload):
         return spec
     kind = _spec_kind(spec)
+    if kind == "superposition":
+        return _superposition(spec, max_throughput_rps)
     if "load_range" in spec and kind != "random-load":
         return _with_load_range(spec, kind, max_throughput_rps)
     cls = WORKLOAD_KINDS[kind]
@@ -112,6 +117,23 @@ def make_workload(
     if has_load:
         wl = wl.with_mean_rate(load * mt)
     return wl
+
+
+def _superposition(spec: Mapping[str, Any], max_throughput_rps: float | None) -> Workload:
+    """``{"kind": "superposition", "parts": [spec, ...]}``: each part built first."""
+    extra = sorted(set(spec) - {"kind", "parts"})
+    if extra:
+        raise ValueError(
+            f"make_workload(superposition): field(s) {extra} are not fields of kind "
+            "'superposition'; allowed fields: ['kind', 'parts']"
+        )
+    parts = spec.get("parts")
+    if isinstance(parts, (str, bytes, Mapping)) or not hasattr(parts, "__iter__") or not parts:
+        raise ValueError(
+            f"make_workload(superposition): parts={parts!r} is invalid: expected a non-empty "
+            "list of workload specs"
+        )
+    return Superposition(tuple(make_workload(p, max_throughput_rps) for p in parts))
 
 
 def _spec_kind(spec: Any) -> str:
