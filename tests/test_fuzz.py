@@ -274,6 +274,13 @@ def _check_llm_server(env) -> None:
             assert srv.generated[e] == srv.output[e] and srv.kv_blocks[e] == 0
     for e in waiting:
         assert srv.kv_blocks[e] == 0
+    # prompt tokens: what waits (whole prompts) and what prefills in progress have left;
+    # the decoding requests' context
+    partial = running[len(running) - srv.prefilling :]
+    assert srv.waiting_tokens == sum(srv.context(e) for e in waiting) + sum(
+        srv.prefill_left[e] for e in partial
+    )
+    assert srv.decode_context == sum(srv.context(e) for e in srv.decoding())
     # per class: every admitted request finished, waiting or running, once
     done = [t is not None for t in env._finished_at]
     for c in set(srv.request_class):
