@@ -84,8 +84,8 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
     """As test_llm_v2's, with four orders and two classes: the cheap test says "no
     decision" exactly when every (cap, budget, order), run on a copy of the server, does
     the same."""
-    kw = kwargs(workload="poisson", memory="tight", setting=setting, n=100)
-    kw["grid"] = kw.get("grid", [1, 4, 32, 256])
+    kw = kwargs(workload="poisson", memory="tight", setting=setting, n=60)
+    kw["grid"] = [1, 32, 256]  # every (cap, budget, order) is run on a copy: keep them few
     kw["classes"] = CLASSES
     env = make(V2, **kw, orders=ORDERS)
     u = env.unwrapped
@@ -94,8 +94,8 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
     counts = {"epoch": 0, "forced": 0}
     env.reset(seed=3)
     # walk v2's boundaries one iteration at a time (v1's stepping on v2's server)
-    for step in range(6000):
-        if u._n_sys and step % 2 == 0:
+    for step in range(4000):
+        if u._n_sys and step % 5 == 0:
             before = _server_signature(u._server)
             forced = u._forced_plan(u._cap_now, u._budget_now)
             assert _server_signature(u._server) == before
@@ -112,8 +112,8 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
             counts["forced" if same else "epoch"] += 1
         # one iteration at a random setting (v1's step, which v2 inherits)
         trunc = _one_iteration(u, int(rng.integers(env.action_space.n)))
-        if trunc:
-            break
+        if trunc:  # another episode
+            env.reset(seed=4 + step)
     assert counts["epoch"] > 30 and counts["forced"] > 30, counts
 
 

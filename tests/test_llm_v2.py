@@ -243,7 +243,10 @@ def _elsewhere(kind):
     other = np.random.default_rng(11)
 
     def play(last, env):
-        return int(other.integers(env.action_space.n)) if kind == "random" else last
+        if kind == "random":
+            return int(other.integers(env.action_space.n))
+        # before v2's first epoch its setting is the default: the largest cap and budget
+        return env.action_space.n - 1 if last is None else last
 
     return play
 
@@ -254,15 +257,16 @@ def _state_info(info):
     return {k: v for k, v in info.items() if k not in per_step and k != "action_mask"}
 
 
+@pytest.mark.parametrize("setting", ["budgets", "v0-rules"])  # decodes first, or prefills first
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("workload", list(WORKLOADS))
 @pytest.mark.parametrize("memory", list(MEMORY))
-def test_a_policy_on_v2s_epochs_has_the_same_trajectory_in_v1(profile, workload, memory):
+def test_a_policy_on_v2s_epochs_has_the_same_trajectory_in_v1(profile, workload, memory, setting):
     """Random actions at v2's epochs, the same actions in v1 there and random ones
     elsewhere: the observation at every epoch equal (but feature 9, the last cap, which
     v1's other actions set), the same reward total and an identical summary. Playing the
     epoch's action again elsewhere instead makes the observations and info identical."""
-    kw = kwargs(profile, workload, memory, "budgets")
+    kw = kwargs(profile, workload, memory, setting)
     for elsewhere_kind in ("random", "repeat"):
         epochs, total2, steps2, summary2 = _run_v2(kw, 3, _random_on_epochs(7))
         elsewhere = _elsewhere(elsewhere_kind)
