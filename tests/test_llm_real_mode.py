@@ -376,3 +376,48 @@ def test_chunked_scheduler_runs_real_mixed_batches():
     assert kinds["mixed"] > 0 and kinds["prefill"] > 0 and kinds["decode"] > 0
     assert not ex.live_sequences & set(u._server.waiting)
     env.close()
+
+
+def test_v2_in_real_mode_runs_every_iteration_on_the_model():
+    """LLMBatching-v2 with executor="torch": fewer steps than iterations, and every
+    iteration (forced ones included) is a call of the real model, whose caches follow the
+    running requests."""
+    args = dict(
+        executor="torch",
+        model="gpt-small",
+        torch_device="cpu",
+        executor_options=TINY,
+        max_model_len=64,
+        max_num_seqs=8,
+        horizon_requests=30,
+        horizon_s=60.0,
+        lengths={"kind": "fixed", "prompt_tokens": 16, "output_tokens": 16},
+        workload={"kind": "poisson", "rate_per_s": 1e5},
+        gpu_memory_utilization=0.17,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make("batch_env/LLMBatching-v2", **args)
+    u = env.unwrapped
+    calls = Counter()
+    ex = u.executor
+    for name in ("prefill", "decode", "mixed"):
+        real = getattr(ex, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+
+        setattr(ex, name, counted)
+    env.reset(seed=0)
+    assert u._decode_runs is False  # no decode loop around the model
+    steps = 0
+    while True:
+        *_, trunc, info = env.step(env.action_space.n - 1)
+        steps += 1
+        assert ex.live_sequences == set(u._server.running)
+        if trunc:
+            break
+    assert info["serving"]["completed"] == 30
+    assert sum(calls.values()) == u._n_iter > steps  # every iteration on the model
+    env.close()
