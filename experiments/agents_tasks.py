@@ -210,7 +210,7 @@ def _check_check(where: str, check: Any, task_id: str) -> dict[str, Any]:
 def _baseline_spec(where: str, spec: Any, task_id: str) -> dict[str, Any]:
     """``{"label", "policy", "params"}`` of a check baseline: a baseline name or a task's
     reference label (its stored tuned parameters), or ``{label: {policy: name, **params}}``."""
-    from .benchmark import _task_policy
+    from .benchmark import task_policy
 
     if isinstance(spec, str):
         if spec not in baselines.available():
@@ -221,7 +221,7 @@ def _baseline_spec(where: str, spec: Any, task_id: str) -> dict[str, Any]:
                     f"{where}: {spec!r} is neither a baseline ({', '.join(baselines.available())}) "
                     f"nor a reference label of {task_id}"
                 )
-        name, params = _task_policy(task_id, spec)
+        name, params = task_policy(task_id, spec)
         return {"label": spec, "policy": name, "params": params}
     if isinstance(spec, dict) and len(spec) == 1:
         ((label, body),) = spec.items()
@@ -470,7 +470,7 @@ def summarize_entry(
 def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, Any]:
     from batch_env import tasks
 
-    from .benchmark import _half_width, _mean, paired_score, protocol_part
+    from .benchmark import ci_half_width, grouped_mean, paired_score, protocol_part
 
     task = tasks.get(tid)
     loads = list(task.eval_loads)
@@ -504,13 +504,13 @@ def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, An
         if part is None:
             continue
         ref_cost = -np.asarray(part, dtype=np.float64)
-        d = 100 * (-seed_mean - ref_cost) / abs(_mean(ref_cost, loads))
+        d = 100 * (-seed_mean - ref_cost) / abs(grouped_mean(ref_cost, loads))
         vs[label] = {
             "reward_rate_per_s": fig["reward_rate_per_s"],
             "ci95": fig["ci95"],
             "agent_minus_reference_cost_percent": {
-                "mean": _mean(d, loads),
-                "ci95": _half_width(d, loads),
+                "mean": grouped_mean(d, loads),
+                "ci95": ci_half_width(d, loads),
             },
         }
     out["vs_reference"] = vs

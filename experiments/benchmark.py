@@ -130,7 +130,7 @@ def _by_group(values: Any, groups: list[float] | tuple[float, ...]) -> list[np.n
     return [arr[keys == k] for k in np.unique(keys)]
 
 
-def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
+def ci_half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
     """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two).
 
     With ``groups`` (each value's load, two or more values per load), the mean is the
@@ -151,7 +151,7 @@ def _half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()
     return float(student_t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
-def _mean(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
+def grouped_mean(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
     """The mean of ``values``, or of their groups' means (equal weight per load)."""
     if not groups:
         return float(np.mean(values))
@@ -162,11 +162,11 @@ def summarize_rates(
     rates: list[float], loads: list[float] | tuple[float, ...] = ()
 ) -> dict[str, Any]:
     """Mean, Student-t 95% half-width and the per-seed figures (``loads``: each
-    episode's load on a load-grid protocol, see :func:`_half_width`)."""
+    episode's load on a load-grid protocol, see :func:`ci_half_width`)."""
     arr = np.asarray(rates, dtype=np.float64)
     return {
-        "reward_rate_per_s": _mean(arr, loads),
-        "ci95": _half_width(arr, loads),
+        "reward_rate_per_s": grouped_mean(arr, loads),
+        "ci95": ci_half_width(arr, loads),
         "per_seed": arr.tolist(),
     }
 
@@ -178,7 +178,10 @@ def ratio_to_bound(
     1.05 for 5% more cost), with its 95% half-width: for tasks whose bound differs per
     seed (the any-load task)."""
     r = np.asarray(per_seed, dtype=np.float64) / np.asarray(bound_per_seed, dtype=np.float64)
-    return {"ratio_to_bound": _mean(r, loads), "ratio_to_bound_ci95": _half_width(r, loads)}
+    return {
+        "ratio_to_bound": grouped_mean(r, loads),
+        "ratio_to_bound_ci95": ci_half_width(r, loads),
+    }
 
 
 def protocol_part(task: tasks.Task, fig: dict[str, Any]) -> list[float] | None:
@@ -234,12 +237,12 @@ def paired_score(
     span = top - low
     loads = seed_loads(task, seeds)
     # tasks.normalized_score's formula, against ``ref``
-    out: dict[str, Any] = {"normalized_score": (_mean(per_seed, loads) - low) / span}
+    out: dict[str, Any] = {"normalized_score": (grouped_mean(per_seed, loads) - low) / span}
     fig = {"seeds": list(seeds), "per_seed": list(per_seed)}
     mine, greedy = protocol_part(task, fig), protocol_part(task, ref["policies"]["greedy"])
     if mine is not None and greedy is not None:
         diff = np.asarray(mine) - np.asarray(greedy)
-        out["normalized_score_ci95"] = _half_width(diff, task.eval_loads) / abs(span)
+        out["normalized_score_ci95"] = ci_half_width(diff, task.eval_loads) / abs(span)
     bound = bound_at_seeds(ref, loads)
     if bound is not None:
         out.update(ratio_to_bound(per_seed, bound, loads))
@@ -421,7 +424,7 @@ def solve_bound(task_id: str) -> dict[str, Any]:
         finally:
             env.close()
         return {
-            "bound_reward_rate_per_s": -_mean(np.asarray(gains), loads),
+            "bound_reward_rate_per_s": -grouped_mean(np.asarray(gains), loads),
             "bound_per_seed": [-g for g in gains],
             "loads_per_seed": list(loads),
             "bound_policy": "smdp at each seed's load (known to the evaluator only)",
@@ -475,7 +478,7 @@ def _best_beats_greedy(entry: dict[str, Any], task: tasks.Task) -> dict[str, str
     greedy = protocol_part(task, entry["policies"]["greedy"])
     assert best is not None and greedy is not None  # the references run the protocol
     diff = np.asarray(best) - np.asarray(greedy)
-    mean, half = _mean(diff, task.eval_loads), _half_width(diff, task.eval_loads)
+    mean, half = grouped_mean(diff, task.eval_loads), ci_half_width(diff, task.eval_loads)
     if entry["best_policy"] != "greedy" and mean > half:
         return {}
     return {
@@ -542,7 +545,7 @@ def extend_to_precision(
     out = dict(fig)
     for _ in range(MAX_EXTRA_ROUNDS):
         loads = seed_loads(task, seeds)
-        want = extra_allocation(rates, loads, 0.9 * target * abs(_mean(rates, loads)))
+        want = extra_allocation(rates, loads, 0.9 * target * abs(grouped_mean(rates, loads)))
         room = MAX_EXTRA_FACTOR * n0 - (len(seeds) - n0)
         if sum(want) > room:  # scale down to the cap, keeping the proportions
             want = [w * room // sum(want) for w in want]
@@ -706,7 +709,7 @@ def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
     return spec, lambda env: _policy(spec, env)
 
 
-def _task_policy(tid: str, spec: str) -> tuple[str, dict[str, Any]]:
+def task_policy(tid: str, spec: str) -> tuple[str, dict[str, Any]]:
     """The baseline and parameters ``spec`` names on task ``tid``: a reference label of the
     task (``greedy`` on the LLM task is its largest cap; a tuned label takes the stored
     tuned parameters), else the baseline of that name with its defaults."""
@@ -781,7 +784,7 @@ def run_benchmark(
                 if diff is not None:
                     row["trained_on"] = diff
             else:  # a baseline by name (so an oracle gets its info)
-                name, params = _task_policy(tid, policy)
+                name, params = task_policy(tid, policy)
                 res = run_protocol(
                     tid, name, horizon_requests=horizon_requests, params=params, tick=ticker
                 )

@@ -1895,7 +1895,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from batch_env.workload import datasets as data
 
     if args.data_command == "list":
-        data._print_list(args.json)
+        data.print_list(args.json)
         return 0
     d = data.get(args.name)  # an unknown name: DatasetError (a ValueError), exit status 2
     data.check_sha256(d.name, args.sha256)  # a malformed or contradicting --sha256: the same

@@ -10,7 +10,7 @@ solved once for the middle load (0.525), and greedy, for three cost settings.
 
 import numpy as np
 
-from baselines.smdp import SMDPProblem, _build, _evaluate_policy, solve
+from baselines.smdp import SMDPProblem, policy_gain, solve
 from batch_env.profiles.batch_profile import load
 
 prof = load("resnet50-v100")
@@ -26,10 +26,9 @@ for we, idle in ((0.5, 55.0), (2.0, 55.0), (0.5, 0.0)):
     o = g = m = 0.0
     for L in loads:
         pb = SMDPProblem(rate_per_s=L * mu, **common)
-        arr = _build(pb)
         o += solve(pb).gain
-        g += _evaluate_policy(arr, np.minimum(np.arange(501), B))[0]
-        m += _evaluate_policy(arr, mid)[0]
+        g += policy_gain(pb, np.minimum(np.arange(501), B))
+        m += policy_gain(pb, mid)
     n = len(loads)
     print(
         f"w_e {we} idle {idle}: oracle {o / n:.2f} smdp@mid {m / n:.2f} (+{100 * (m / o - 1):.1f}%) greedy {g / n:.2f} (+{100 * (g / o - 1):.1f}%)"

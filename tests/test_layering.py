@@ -178,3 +178,111 @@ def test_the_checker_sees_every_kind_of_import(tmp_path, monkeypatch):
     assert "checks.py:1 imports batch_env.config" in text
     assert not any("real/models.py" in b for b in bad)
     assert not any(":6 " in b for b in bad), bad  # batch_env.real inside a function is fine
+
+
+# -- structure: no import circles, no private names across modules --------------------------
+
+
+def module_graph(tops: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the modules of ``tops`` it imports (at module level or in a function),
+    each import resolved to the longest module that exists; a module importing its own
+    package's ``__init__`` is not an edge (Python runs that first anyway)."""
+    files = {module_name(p): p for top in tops for p in python_files(top)}
+    graph: dict[str, set[str]] = {m: set() for m in files}
+    for m, path in files.items():
+        for imp in imports_of(path):
+            t = imp.module
+            while t and t not in files:
+                t = t.rpartition(".")[0]
+            if t and t != m and not (m.startswith(t + ".") and files[t].name == "__init__.py"):
+                graph[m].add(t)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    x = stack.pop()
+                    on.discard(x)
+                    comp.append(x)
+                    if x == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circles():
+    """No module of the four packages reaches itself through imports, counting the
+    imports inside functions (each circle of the past was closed by one)."""
+    found = circles(module_graph())
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def private_imports(files: list[Path]) -> list[str]:
+    """``file:line imports NAME from MODULE`` for every ``from MODULE import _NAME`` of a
+    private name (one ``_``, not a dunder) from another module."""
+    bad = []
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not name.startswith("__"):
+                    rel = path.relative_to(ROOT)
+                    bad.append(f"{rel}:{node.lineno} imports {name} from {node.module}")
+    return sorted(bad)
+
+
+def test_no_private_names_cross_modules():
+    """No module imports another module's private (``_``-prefixed) name: what another
+    module needs is public, with a docstring."""
+    files = [f for top in (*PACKAGES, "scripts") for f in python_files(top)]
+    bad = private_imports(files)
+    assert not bad, "private names imported across modules:\n" + "\n".join(bad)
+
+
+def test_the_structure_checks_see_circles_and_private_imports(tmp_path, monkeypatch):
+    pkg = tmp_path / "batch_env"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from .b import g\n")  # closed in a function
+    (pkg / "b.py").write_text("from .a import f\nfrom .c import _hidden\n")
+    (pkg / "c.py").write_text("_hidden = 1\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert circles(module_graph(("batch_env",))) == [["batch_env.a", "batch_env.b"]]
+    assert private_imports(sorted(pkg.rglob("*.py"))) == ["batch_env/b.py:2 imports _hidden from c"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from batch_env.profiles import batch_profile as P
+from batch_env.real.device import resolve_device
 from batch_env.real.energy import EnergyMeter, ModelMeter
 from batch_env.real.models import build_model
 from batch_env.real.torch_executor import (
@@ -17,7 +18,6 @@ from batch_env.real.torch_executor import (
     NodeGroup,
     TorchExecutor,
     overhead_benchmark,
-    resolve_device,
 )
 
 TINY_RESNET = dict(width=0.125, depth=1, model_kwargs={"image_size": 32, "num_classes": 10})

@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import batch_env  # noqa: F401
-from batch_env.envs.dynamic_batching import DynamicBatchingVectorEnv
+from batch_env.envs.dynamic_batching_vector import DynamicBatchingVectorEnv
 from batch_env.wrappers import (
     ArrivalFeatures,
     AverageRewardCentering,

@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 from helpers import check_cached_state, close, lockstep
 
 import batch_env  # noqa: F401
-from batch_env.envs.dynamic_batching import DynamicBatchingVectorEnv
+from batch_env.envs.dynamic_batching_vector import DynamicBatchingVectorEnv
 
 ENV_ID = "batch_env/DynamicBatching-v0"
 SMALL = {"horizon_requests": 150}

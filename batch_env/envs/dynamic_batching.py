@@ -22,7 +22,8 @@ OBS_FEATURES: tuple[str, ...] = (
     "past_deadline_fraction",
     "last_batch_over_max_batch",
 )
-_CLIP = 100.0
+#: the largest value of observation features 1 and 2 (they are clipped there)
+OBS_CLIP = 100.0
 
 
 class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
@@ -182,7 +183,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._init_executor(executor, model, torch_device, executor_options)
 
         self.action_space = spaces.Discrete(B + 1)
-        high = np.array([config.queue_capacity / B, _CLIP, _CLIP, 1.0, 1.0], dtype=np.float32)
+        high = np.array([config.queue_capacity / B, OBS_CLIP, OBS_CLIP, 1.0, 1.0], dtype=np.float32)
         self.observation_space = spaces.Box(np.zeros(5, dtype=np.float32), high, dtype=np.float32)
         self._obs_high = high
         # row m: actions 0..m valid, as a read-only view of one array of B + 1 trues then B
@@ -219,8 +220,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         return np.array(
             [
                 q / B,
-                min((self._now - self._arr[self._ns]) / self._sla, _CLIP) if q else 0.0,
-                min(self._rate / self.max_throughput_rps, _CLIP),
+                min((self._now - self._arr[self._ns]) / self._sla, OBS_CLIP) if q else 0.0,
+                min(self._rate / self.max_throughput_rps, OBS_CLIP),
                 past / q if past > 0 else 0.0,
                 self._last_b / B,
             ],
@@ -358,13 +359,3 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             batch_panel(batch, b, B, self._last_lat, sla),
             view.timeline,
         )
-
-
-def __getattr__(name: str) -> Any:
-    """``DynamicBatchingVectorEnv`` under its first module (it lives in
-    :mod:`.dynamic_batching_vector`, which imports this one)."""
-    if name == "DynamicBatchingVectorEnv":
-        from .dynamic_batching_vector import DynamicBatchingVectorEnv
-
-        return DynamicBatchingVectorEnv
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

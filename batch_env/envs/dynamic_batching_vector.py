@@ -16,7 +16,7 @@ from gymnasium.vector import AutoresetMode
 from ..executor import ProfileExecutor
 from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
 from ..seeding import pcg64_states
-from .dynamic_batching import _CLIP, DynamicBatchingEnv
+from .dynamic_batching import OBS_CLIP, DynamicBatchingEnv
 
 # ----------------------------------------------------------------------------------------
 # The NumPy-native vector twin
@@ -908,8 +908,8 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
         oldest = (self._now[idx] - head) / self._sla
         obs = np.empty((q.shape[0], 5), dtype=np.float32)
         obs[:, 0] = q / B
-        obs[:, 1] = np.where(q > 0, np.minimum(oldest, _CLIP), 0.0)
-        obs[:, 2] = np.minimum(self._rate[idx] / self.max_throughput_rps, _CLIP)
+        obs[:, 1] = np.where(q > 0, np.minimum(oldest, OBS_CLIP), 0.0)
+        obs[:, 2] = np.minimum(self._rate[idx] / self.max_throughput_rps, OBS_CLIP)
         obs[:, 3] = np.where(past > 0, past / np.maximum(q, 1), 0.0)
         obs[:, 4] = self._last_batch[idx] / B
         return obs

@@ -3,9 +3,12 @@
 - :mod:`.spec`: :class:`ModelSpec`, the model bundle (model, width, depth, weights, seed,
   model_kwargs, threads, warm-up, device) the executors and the profiler share: checked,
   built, written into metadata, read from a dict (no torch; imported here);
+- :mod:`.device`: ``resolve_device``, which torch device a name means (a leaf: the spec,
+  the executors and the profiler import it);
 - :mod:`.models`: the pure-PyTorch models (node chains, GPT with a KV cache);
 - :mod:`.torch_executor`: :class:`TorchExecutor`, the executor of ``executor="torch"``
-  for ``DynamicBatching-v0`` and ``NodeBatching-v0`` (plus the shared device helpers);
+  for ``DynamicBatching-v0`` and ``NodeBatching-v0`` (plus the shared clock, thread and
+  metadata helpers);
 - :mod:`.llm_torch_executor`: :class:`LLMTorchExecutor`, the same for ``LLMBatching-v0``;
 - :mod:`.energy`: energy meters (NVML, RAPL, a profile's model) and ``open_meter``;
 - :mod:`.profiling`: ``measure_profile``, a profile measured on this machine.

@@ -91,6 +91,7 @@ import torch
 
 from ..checks import check_number
 from ..profiles import llm_profile
+from .device import resolve_device
 from .energy import EnergyMeter, open_meter
 from .models import GPTSmall, KVCache
 from .spec import ModelSpec
@@ -98,7 +99,6 @@ from .torch_executor import (
     DeviceClock,
     EnergyRule,
     environment_metadata,
-    resolve_device,
     set_threads,
 )
 

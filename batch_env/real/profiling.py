@@ -506,13 +506,13 @@ def measure_profile(
     """
     import torch
 
+    from .device import resolve_device
     from .energy import open_meter
     from .models import slice_activation
     from .torch_executor import (
         DeviceClock,
         device_name,
         environment_metadata,
-        resolve_device,
         set_threads,
     )
 

@@ -230,7 +230,7 @@ class ModelSpec:
         """The model (:func:`batch_env.real.models.build_model`), moved to ``device``.
 
         :param device: where to put it (``None``: ``torch_device`` resolved by
-            :func:`~batch_env.real.torch_executor.resolve_device`). Threads and warm-up are
+            :func:`~batch_env.real.device.resolve_device`). Threads and warm-up are
             not applied here: they belong to whoever runs the model.
         :raises ValueError: for an unknown model, a size it does not take, or a weights
             file that is not a matching state_dict.
@@ -239,7 +239,7 @@ class ModelSpec:
         from .models import build_model
 
         if device is None:
-            from .torch_executor import resolve_device
+            from .device import resolve_device
 
             device = resolve_device(self.torch_device)
         model = build_model(

@@ -63,7 +63,6 @@ import math
 import numbers
 import os
 import platform
-import re
 import statistics
 import time
 import warnings
@@ -75,6 +74,7 @@ import torch
 
 from ..checks import check_number
 from ..profiles import batch_profile as profile_mod
+from .device import resolve_device
 from .energy import EnergyMeter, cpu_name, open_meter
 from .models import Activation, NodeChainModel, cat_activations, slice_activation
 from .spec import ModelSpec
@@ -89,7 +89,6 @@ __all__ = [
     "device_name",
     "environment_metadata",
     "overhead_benchmark",
-    "resolve_device",
     "set_threads",
 ]
 
@@ -99,43 +98,6 @@ CLOCKS = ("wall", "thread_cpu")
 
 
 # --------------------------------------------------------------------- helpers
-
-
-def resolve_device(torch_device: str = "auto") -> torch.device:
-    """The torch device for ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:<index>"``.
-
-    :param torch_device: ``"auto"`` = CUDA if available, else the CPU.
-    :returns: the device (CUDA devices always carry their index; a CUDA device also
-        becomes the process's current device, which events, streams and graphs use).
-    :raises ValueError: for another string, or a CUDA device that is not there.
-    """
-    dev = str(torch_device)
-    if dev == "auto":
-        dev = "cuda" if torch.cuda.is_available() else "cpu"
-    if dev == "cpu":
-        return torch.device("cpu")
-    m = re.fullmatch(r"cuda(?::(\d+))?", dev)
-    if not m:
-        raise ValueError(
-            f"torch_device={torch_device!r} is invalid: expected 'auto', 'cpu', 'cuda' or "
-            "'cuda:<index>'"
-        )
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"torch_device={torch_device!r} but no CUDA GPU is available here "
-            f"(torch {torch.__version__}: torch.cuda.is_available() is False); "
-            "use torch_device='cpu' or 'auto'"
-        )
-    index = int(m.group(1) or torch.cuda.current_device())
-    n = torch.cuda.device_count()
-    if index >= n:
-        raise ValueError(
-            f"torch_device={torch_device!r} is out of range: this machine has {n} CUDA "
-            f"device(s), allowed cuda:0..cuda:{n - 1}"
-        )
-    # events, streams and graphs use the current device: make it this one (process-wide)
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
 
 
 def set_threads(threads: int | None) -> int:

@@ -51,6 +51,7 @@ __all__ = [
     "get",
     "is_available",
     "path",
+    "print_list",
     "sha256_of",
 ]
 
@@ -429,7 +430,10 @@ def fetch(
     return got, digest
 
 
-def _print_list(as_json: bool) -> None:
+def print_list(as_json: bool) -> None:
+    """Print the datasets (``batch-env data list``): each with its state here (shipped,
+    fetched, or the command that fetches it), or, with ``as_json``, the registry as JSON
+    with the cache folder."""
     import json
 
     if as_json:

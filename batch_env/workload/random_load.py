@@ -15,7 +15,6 @@ base workload with its rate multiplied by a factor drawn uniformly from ``[lo, h
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -60,7 +59,8 @@ class _RandomLoadStream(ArrivalStream):
 class RandomLoad(Workload):
     """The base workload with its rate times a factor drawn uniformly per episode.
 
-    :param base: the workload at factor 1 (a :class:`Workload` or a dict spec with a rate).
+    :param base: the workload at factor 1 (a :class:`Workload`; :func:`make_workload`
+        builds it first from a dict spec with a rate).
     :param load_range: ``(low, high)``, ``0 < low <= high``: the factor's range.
     """
 
@@ -70,16 +70,12 @@ class RandomLoad(Workload):
     load_range: tuple[float, float]
 
     def __post_init__(self) -> None:
-        """Build the base from a dict spec, check the range."""
+        """Check the base and the range."""
         base = self.base
-        if isinstance(base, Mapping):
-            from .specs import make_workload
-
-            base = make_workload(base)
         if not isinstance(base, Workload) or isinstance(base, RandomLoad):
             raise ValueError(
-                f"RandomLoad: base={self.base!r} is invalid: expected a workload (or a dict spec "
-                "with a rate) other than random-load"
+                f"RandomLoad: base={self.base!r} is invalid: expected a workload other than "
+                "random-load (make_workload builds one from a dict spec with a rate)"
             )
         rng = self.load_range
         if not isinstance(rng, (list, tuple)) or len(rng) != 2:

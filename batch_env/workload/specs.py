@@ -83,6 +83,8 @@ def make_workload(
                 f"{kind!r}; allowed fields: {allowed}"
             )
     kwargs = {k: v for k, v in spec.items() if k not in ("kind", "load")}
+    if kind == "random-load" and isinstance(kwargs.get("base"), Mapping):
+        kwargs["base"] = make_workload(kwargs["base"], max_throughput_rps)  # built first
     load: Any = spec.get("load")  # a positive float once checked (below)
     has_load = "load" in spec
     rate_field = _RATE_FIELD[kind]
