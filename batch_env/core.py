@@ -69,7 +69,9 @@ _AFTER_END = "the episode ended (truncated=True): call reset() before step()"
 class ServingCore(gym.Env):
     """Base class: clock, arrivals, FIFO queue, reward counters, summary window.
 
-    Subclasses call :meth:`_setup_core` in ``__init__`` and :meth:`_reset_core` in
+    Subclasses call :meth:`_init_env` (which calls :meth:`_setup_core`; the LLM env,
+    whose profile and configuration are its own, calls :meth:`_setup_core` itself) in
+    ``__init__`` and :meth:`_reset_core` in
     ``reset``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`.
 
     Order of calls (Gymnasium's convention, enforced here so that it also holds without

@@ -1,5 +1,11 @@
 """Exact queueing results for a greedy batch-service queue (Inoue, 2021).
 
+What it is for: the reference the simulator is validated against. No env or policy uses
+it; ``tests/test_dynamic_batching.py`` holds ``DynamicBatching-v0`` under greedy to
+:func:`inoue_mean_latency_s` (docs/validation.md: within 0.04% at load 0.5), and a user who
+changes the event loop can check it the same way. It stays in the library, not in the
+tests, so that this check is one import away for anyone.
+
 Model
 -----
 This is the model of Y. Inoue, "Queueing analysis of GPU-based inference servers

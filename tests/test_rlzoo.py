@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 from conftest import tensorboard_scalars
 
@@ -152,8 +151,6 @@ def test_record_video_through_agents_zoo(zoo_run):
         text=True,
     )
     assert plain.returncode != 0 and "batch_env/DynamicBatching-v0" in plain.stderr
-    if "rgb_array" not in (gym.spec(ENV_ID).make().metadata.get("render_modes") or []):
-        pytest.skip("the env has no rgb_array render mode yet (branch i18-render)")
     run(
         [
             "-m",

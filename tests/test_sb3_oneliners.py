@@ -10,11 +10,6 @@ import pytest
 
 import batch_env
 
-pytestmark = pytest.mark.skipif(
-    "rgb_array" not in (gym.spec(batch_env.ENV_IDS[0]).make().metadata.get("render_modes") or []),
-    reason="the envs have no rgb_array render mode yet (branch i18-render)",
-)
-
 #: keep each one-liner to a few hundred steps: short episodes, small rollouts
 SHORT = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 50},
