@@ -54,14 +54,14 @@ fuzz: $(STAMP)
 	BATCH_ENV_FUZZ=long BATCH_ENV_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest tests/test_fuzz.py --hypothesis-show-statistics
 
 # ruff (pyproject's rules, mccabe complexity at most 15), the formatter's check (`make
-# format` applies it), mypy on the library and the baselines ([tool.mypy]) and the import
+# format` applies it), mypy on the four packages ([tool.mypy]) and the import
 # contract between the packages (tests/test_layering.py). CI runs it before the tests
 # (.ci/run).
 LINT_PATHS = batch_env baselines agents experiments tests scripts docs/conf.py docs/_ext
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy batch_env baselines
+	$(VENV)/bin/mypy batch_env baselines agents experiments
 	$(PY) -m pytest -q tests/test_layering.py
 
 format: $(STAMP)

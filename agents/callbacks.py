@@ -267,7 +267,7 @@ class PeriodicEvaluation(BaseCallback):
             self.history = (
                 read_json(self.path, "starting a new evaluation history", _check_history) or []
             )
-        self._next = None
+        self._next: int | None = None
         self.stop_when = stop_when
         self.stopped = False
         self._t0 = time.perf_counter()

@@ -16,7 +16,7 @@ import math
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -372,8 +372,12 @@ def _literal_node(node: ast.AST) -> Any:
     ):
         return {kw.arg: _literal_node(kw.value) for kw in node.keywords}
     if isinstance(node, ast.Dict):
+        if any(k is None for k in node.keys):
+            raise ValueError("a **mapping inside a dict literal is not a literal")
         return {
-            _literal_node(k): _literal_node(v) for k, v in zip(node.keys, node.values, strict=True)
+            _literal_node(k): _literal_node(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+            if k is not None
         }
     if isinstance(node, ast.List):
         return [_literal_node(e) for e in node.elts]
@@ -385,7 +389,7 @@ def wrapper_specs(env_wrapper: Any) -> list[tuple[str, dict[str, Any]]]:
     if env_wrapper is None:
         return []
     items = env_wrapper if isinstance(env_wrapper, list) else [env_wrapper]
-    specs = []
+    specs: list[tuple[str, dict[str, Any]]] = []
     for item in items:
         if isinstance(item, str):
             specs.append((item, {}))
@@ -418,7 +422,8 @@ def env_parameters(env_id: str) -> list[Any]:
     if isinstance(creator, str):
         module, _, name = creator.partition(":")
         creator = getattr(importlib.import_module(module), name)
-    return [p for p in inspect.signature(creator).parameters.values() if p.name != "self"]
+    params = inspect.signature(cast(Callable[..., Any], creator)).parameters.values()
+    return [p for p in params if p.name != "self"]
 
 
 def env_kwarg_names(env_id: str) -> list[str]:
@@ -636,7 +641,7 @@ class AgentPolicy:
         # model's mask is all ones, of its action space's size, not the env's info mask
         self._all_valid = next(
             (
-                int(w.action_space.n)
+                int(cast(Any, w.action_space).n)  # Discrete: these wrappers' spaces
                 for w in reversed(chain)
                 if isinstance(w, gym.ActionWrapper) and getattr(type(w), "always_valid", False)
             ),

@@ -276,7 +276,7 @@ def given_settings(args: TrainArgs) -> dict[str, Any]:
 def _saved_settings(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     """The settings a run was trained with: its config's ``args``, checked against the
     config's own top-level fields (a mismatch means the file was edited)."""
-    args = cfg.get("args") if isinstance(cfg.get("args"), dict) else {}
+    args: dict[str, Any] = cfg["args"] if isinstance(cfg.get("args"), dict) else {}
     top = {
         "algo": cfg.get("algo"),
         "env_id": cfg.get("env_id"),
@@ -349,7 +349,7 @@ def smdp_gain_if_exact(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
         if is_exact_per_load(env):
             from batch_env.tasks import LOAD_GRID_CELLS, load_grid
 
-            lo, hi = core.workload.load_range  # type: ignore[attr-defined]
+            lo, hi = core.workload.load_range  # type: ignore[attr-defined]  # a RandomLoad's
             gains = gains_at_loads(env, load_grid(lo, hi, LOAD_GRID_CELLS, 1))
             return float(sum(gains) / len(gains))
         if isinstance(core.workload, MMPP) and core.config.reward_weights.sla == 0.0:
@@ -614,7 +614,7 @@ def _misfit_message(st: dict[str, Any], why: str) -> str:
 
 def _centering_gain(
     args: TrainArgs, st: dict[str, Any], specs: list[tuple[str, dict[str, Any]]]
-) -> float | None:
+) -> float | list[list[float]] | None:
     """The reward-centering gain of a new run whose wrappers center rewards (None when
     none does): ``--centering-gain`` when given, else the file's CenteredReward gain, else
     the default; ``st["centering_gain"]`` is set to the mode used."""

@@ -171,20 +171,19 @@ class SB3VecEnv(VecEnv):
         super().__init__(
             vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space
         )
-        self.metadata = {**self.metadata, "autoreset_mode": mode}
+        self.metadata: dict[str, Any] = {**self.metadata, "autoreset_mode": mode}
 
     # -- stepping -------------------------------------------------------------------------
     def reset(self) -> VecEnvObs:
         """Reset every lane (with the seeds and options set since the last reset)."""
         n = self.num_envs
         seeds = self._seeds
-        seed: int | list[int | None] | None
+        seed: Any  # None, one int, or one per lane (what Gymnasium's vector envs take)
+        first = seeds[0]
         if all(s is None for s in seeds):
             seed = None
-        elif all(s is not None for s in seeds) and list(seeds) == list(
-            range(seeds[0], seeds[0] + n)
-        ):
-            seed = int(seeds[0])  # the form every vector env accepts
+        elif first is not None and list(seeds) == list(range(first, first + n)):
+            seed = int(first)  # the form every vector env accepts
         else:
             seed = list(seeds)
         options = self._options[0] or None
@@ -418,7 +417,9 @@ def make_vector_env(
                 f"wrappers {missing} have no vector twin (agents.vec_env.VECTOR_TWINS): a native "
                 f"vector env cannot take scalar wrappers; use mode='sync'"
             )
-        needs_info = step_info or any(VECTOR_TWINS[p][0].needs_step_info for p, _ in specs)
+        needs_info = step_info or any(
+            getattr(VECTOR_TWINS[p][0], "needs_step_info", False) for p, _ in specs
+        )
         entry = gym.spec(env_id).vector_entry_point
         creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
         kwargs = dict(env_kwargs)

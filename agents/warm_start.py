@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, SupportsFloat
+from typing import Any, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -207,7 +207,7 @@ def warm_start(
     import baselines
 
     norm = venv if isinstance(venv, VecNormalize) else None
-    lanes = (norm.venv if norm is not None else venv).envs
+    lanes = cast(Any, norm.venv if norm is not None else venv).envs  # a DummyVecEnv's lanes
     n_actions = int(venv.action_space.n)
     views = [_view(lane) for lane in lanes]
     mappers = [action_mappers(lane) for lane in lanes]
@@ -234,10 +234,10 @@ def warm_start(
         o, rew, dones, _ = venv.step(acts[step])
         rews[step] = norm.get_original_reward() if norm is not None else rew
         cuts[step] = dones
-        for i in np.flatnonzero(dones):
+        for i in np.flatnonzero(dones).tolist():
             teachers[i].reset()
     raw = np.stack(obs_raw)  # steps x lanes x features
-    obs = norm.normalize_obs(raw) if norm is not None else raw
+    obs = np.asarray(norm.normalize_obs(raw) if norm is not None else raw)
     r = norm.normalize_reward(rews) if norm is not None else rews
     skip = int(math.ceil(VALUE_CUT_HORIZONS / max(1.0 - gamma, 1e-9)))
     targets, valid = discounted_targets(r, cuts, gamma, skip)

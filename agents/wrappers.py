@@ -30,6 +30,7 @@ from typing import Any, SupportsFloat, cast
 import gymnasium as gym
 import numpy as np
 
+from baselines.common import env_config
 from batch_env.wrappers import (
     AverageRewardCentering,
     StatefulFeatures,
@@ -163,7 +164,7 @@ def _gain_curve(mode: str, env: gym.Env, seed: int) -> list[list[float]]:
     if mode == "smdp-by-rate":
         return _rate_curve(env)
     rng = getattr(getattr(env.unwrapped, "workload", None), "load_range", None)
-    if rng is None or not hasattr(env.unwrapped.config, "max_batch_size"):
+    if rng is None or not hasattr(env_config(env), "max_batch_size"):
         raise ValueError(
             f"centering_gain={mode!r} needs an env that draws its load per episode (a "
             "DynamicBatching or NodeBatching workload with a 'load_range'): give greedy, "
@@ -223,7 +224,7 @@ def _rate_curve(env: gym.Env) -> list[list[float]]:
 def reference_baseline(env: gym.Env) -> str:
     """The baseline a run is centred on and set against by default: ``greedy``, or on an
     LLM env (no batch size to fill) ``static-cap`` at ``max_num_seqs``, vLLM's default."""
-    return "greedy" if hasattr(env.unwrapped.config, "max_batch_size") else "static-cap"
+    return "greedy" if hasattr(env_config(env), "max_batch_size") else "static-cap"
 
 
 def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
@@ -251,7 +252,7 @@ def _measure_gain(
         if stored is not None:
             return stored
     env = gym.make(env_id, **env_kwargs)
-    horizon = int(env.unwrapped.config.horizon_requests)
+    horizon = int(env_config(env).horizon_requests)
     if horizon > GAIN_HORIZON_REQUESTS:  # shorter episodes of the same problem
         env.close()
         env = gym.make(env_id, **{**env_kwargs, "horizon_requests": GAIN_HORIZON_REQUESTS})

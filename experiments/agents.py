@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ import numpy as np
 import baselines
 import batch_env
 from agents.common import check_int
+from baselines.common import env_config
 from batch_env.evaluate import ci95_half_width
 
 from .backends import process_pool
@@ -261,9 +263,9 @@ def _run_settings(
         base["smdp"] = _eval(smdp, env, eval_seeds)
         if smdp.exact:
             row["smdp_gain"] = smdp.solution.gain
-        if env.unwrapped.config.decision_interval_ms is not None and cfg.get("triton_grid"):
+        if env_config(env).decision_interval_ms is not None and cfg.get("triton_grid"):
             grid = cfg["triton_grid"]
-            best = None
+            best: tuple[np.ndarray, dict[str, Any]] | None = None
             for delay in grid["max_queue_delay_ms"]:
                 for bmax in grid["max_batch_size"]:
                     v = _eval(
@@ -275,6 +277,7 @@ def _run_settings(
                     )
                     if best is None or v.mean() < best[0].mean():
                         best = (v, {"max_queue_delay_ms": delay, "max_batch_size": bmax})
+            assert best is not None  # the grid has at least one setting (checked at load)
             base["triton-best"] = best[0]
             row["triton_best_params"] = best[1]
         row["baselines"] = {
@@ -352,6 +355,13 @@ def _settings_markdown(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _baseline_point(r: dict[str, Any], key: str) -> tuple[float, float]:
+    """A row's mean and CI of baseline ``key`` (NaN where the row has none)."""
+    if key in r["baselines"]:
+        return r["baselines"][key]["mean"], r["baselines"][key]["ci95"]
+    return np.nan, 0.0
+
+
 def _plot(results: dict[str, Any], path: Path) -> None:
     try:
         import matplotlib
@@ -369,11 +379,7 @@ def _plot(results: dict[str, Any], path: Path) -> None:
         series.append(
             (
                 key,
-                lambda r, k=key: (
-                    (r["baselines"][k]["mean"], r["baselines"][k]["ci95"])
-                    if k in r["baselines"]
-                    else (np.nan, 0)
-                ),
+                partial(_baseline_point, key=key),
             )
         )
     width = 0.8 / len(series)

@@ -338,7 +338,7 @@ def check_episodes(
 
 def _episodes_part(check: dict[str, Any] | None) -> dict[str, Any]:
     """The part of a check that says which episodes run (:data:`EPISODE_KEYS`)."""
-    return {k: check[k] for k in EPISODE_KEYS if k in (check or {})}
+    return {k: v for k, v in (check or {}).items() if k in EPISODE_KEYS}
 
 
 def _model_digest(run: Path) -> str:
@@ -353,6 +353,7 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     from .benchmark import ORACLE_POLICIES, run_protocol
 
     kind, task_id, arg, check, cache = job
+    check = check or {}
     kwargs = dict(tasks.get(task_id).kwargs)
     if kind == "baseline":
         key = _digest(task_id, kwargs, arg, _episodes_part(check))

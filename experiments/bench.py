@@ -60,11 +60,14 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
+
+from baselines.common import env_config
 
 
 def machine_description() -> dict[str, Any]:
@@ -129,7 +132,7 @@ def _time_batching(n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float
 
     env = gym.make("batch_env/DynamicBatching-v0", **env_kwargs)
     _, info = env.reset(seed=seed)
-    B = env.unwrapped.config.max_batch_size
+    B = env_config(env).max_batch_size
     u = np.random.default_rng(seed).random(n_steps).tolist()
     step = env.step
     t0 = time.perf_counter()
@@ -150,7 +153,7 @@ def _time_vector(num_envs: int, n_steps: int, seed: int, env_kwargs: dict[str, A
     env = gym.make_vec("batch_env/DynamicBatching-v0", num_envs=num_envs, **env_kwargs)
     env.reset(seed=seed)
     u = np.random.default_rng(seed).random((n_steps, num_envs))
-    step, masks = env.step, env.action_masks
+    step, masks = env.step, cast(Any, env).action_masks  # the native vector env has them
     t0 = time.perf_counter()
     for row in u:
         n_valid = masks().sum(axis=1)  # actions 0..min(queue, B)
@@ -201,8 +204,8 @@ def bench_vector(
         steps = min(max(env_steps // n, 200), 30_000)
         r = _rounds(
             {
-                "ours": lambda n=n, steps=steps: _time_vector(n, steps, seed, env_kwargs),
-                "cart": lambda n=n, steps=steps: _time_cartpole_vector(n, steps, seed),
+                "ours": partial(_time_vector, n, steps, seed, env_kwargs),
+                "cart": partial(_time_cartpole_vector, n, steps, seed),
             },
             repeats,
         )
@@ -216,7 +219,7 @@ def bench_vector(
                 "round_ratios": [a / b for a, b in zip(r["ours"], r["cart"], strict=True)],
             }
         )
-    at_1024 = next((r for r in rows if r["num_envs"] == 1024), None)
+    at_1024: dict[str, Any] | None = next((r for r in rows if r["num_envs"] == 1024), None)
     return {
         "env_kwargs": env_kwargs,
         "sizes": rows,
@@ -444,7 +447,8 @@ def _time_render(env_id: str, n_steps: int, seed: int) -> tuple[float, float]:
     env = gym.make(env_id, render_mode="rgb_array")
     env.reset(seed=seed)
     env.render()  # builds the frame layout once (static panels and labels)
-    actions = np.random.default_rng(seed).integers(0, int(env.action_space.n), n_steps).tolist()
+    n_actions = int(cast(Any, env.action_space).n)  # Discrete
+    actions = np.random.default_rng(seed).integers(0, n_actions, n_steps).tolist()
     step, render, clock = env.step, env.render, time.perf_counter
     t_step = t_render = 0.0
     for a in actions:  # uniformly random actions: too large ones are clipped (docstrings)
@@ -909,7 +913,8 @@ def _time_llm(env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any]) 
 
     env = gym.make(env_id, **env_kwargs)
     env.reset(seed=seed)
-    actions = np.random.default_rng(seed).integers(0, env.action_space.n, n_steps).tolist()
+    n_actions = int(cast(Any, env.action_space).n)  # Discrete
+    actions = np.random.default_rng(seed).integers(0, n_actions, n_steps).tolist()
     step = env.step
     t0 = time.perf_counter()
     for a in actions:
@@ -932,7 +937,7 @@ def bench_llm_steps(n_steps: int = 50_000, repeats: int = 3, seed: int = 0) -> d
     ids = ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1")
     timers: dict[str, Callable[[], float]] = {"cart": lambda: _time_cartpole(n_steps, seed)}
     for env_id in ids:
-        timers[env_id] = lambda env_id=env_id: _time_llm(env_id, n_steps, seed, LLM_BENCH_KWARGS)
+        timers[env_id] = partial(_time_llm, env_id, n_steps, seed, LLM_BENCH_KWARGS)
     r = _rounds(timers, repeats)
     out: dict[str, Any] = {
         "cartpole_steps_per_s": max(r["cart"]),
@@ -956,7 +961,7 @@ def _llm_episode_cost(env_id: str, env_kwargs: dict[str, Any], seed: int) -> dic
     import batch_env  # noqa: F401
 
     env = gym.make(env_id, **env_kwargs)
-    a = int(env.action_space.n) - 1
+    a = int(cast(Any, env.action_space).n) - 1  # Discrete: its largest action
     step = env.step
     t0 = time.process_time()
     env.reset(seed=seed)

@@ -151,8 +151,11 @@ def ci_half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = 
     return float(student_t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
-def grouped_mean(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
+def grouped_mean(
+    values: np.ndarray | list[float], groups: list[float] | tuple[float, ...] = ()
+) -> float:
     """The mean of ``values``, or of their groups' means (equal weight per load)."""
+    values = np.asarray(values, dtype=np.float64)
     if not groups:
         return float(np.mean(values))
     return float(np.mean([p.mean() for p in _by_group(values, groups)]))

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from batch_env.config import DEFAULT_PROFILE, DEFAULT_WORKLOAD, ServingConfig, field_default
+from batch_env.evaluate import Policy
 from batch_env.metrics import HEADLINE_KEYS
 from experiments.strict_json import dumps
 
@@ -154,8 +155,8 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     env_id = getattr(args, "env_id", None) or DEFAULT_ENV_ID
     names = env_kwarg_names(env_id)
     given = [(opt, dest, kw) for opt, dest, kw in _ENV_OPTIONS if getattr(args, dest) is not None]
-    for opt, dest, kw in given:
-        if kw not in names or (opt == "--load" and "max_batch_size" not in names):
+    for opt, dest, key in given:
+        if key not in names or (opt == "--load" and "max_batch_size" not in names):
             hint = _ENV_OPTION_HINTS.get(
                 opt, f"its keyword arguments are {names}, given with --env-kwargs"
             )
@@ -343,7 +344,7 @@ def _run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
                     file=sys.stderr,
                     flush=True,
                 )
-            policy = load_policy(run_dir, name=name)
+            policy: Policy = load_policy(run_dir, name=name)
         else:
             policy = baselines.make(name, env=env)
         results.append(
@@ -636,14 +637,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _print_llm_v2(v2: dict[str, Any] | None) -> None:
     """``batch-env bench``'s LLMBatching-v2 lines: steps and CPU per request against v1."""
-    for name, row in (v2 or {}).get("settings", {}).items():
+    if v2 is None:
+        return
+    for name, row in v2["settings"].items():
         a, b = (row[f"batch_env/LLMBatching-v{k}"] for k in (1, 2))
         print(
             f"LLMBatching-v2 vs v1 ({name}): {row['steps_ratio']:.1f}x fewer steps "
             f"({b['steps_per_request']:.2f} vs {a['steps_per_request']:.2f} a request), "
             f"{row['cpu_ratio']:.1f}x less CPU ({b['cpu_us_per_request']:,.0f} vs "
             f"{a['cpu_us_per_request']:,.0f} us a request; floors: "
-            f"{v2['floor_steps_ratio']:.0f}x, {v2['floor_cpu_ratio']:.0f}x)"  # type: ignore[index]
+            f"{v2['floor_steps_ratio']:.0f}x, {v2['floor_cpu_ratio']:.0f}x)"
         )
 
 
@@ -833,7 +836,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps(result, indent=2))
     else:
-        if result["final_evaluation"]:
+        if isinstance(result["final_evaluation"], dict):
             _print_final_evaluation(result["final_evaluation"], run)
         print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
         print(f"watch it: tensorboard --logdir {run / 'tb'}")
@@ -1228,7 +1231,7 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
     env = make_raw_env("batch_env/DynamicBatching-v0", kw, "env options")
     sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
     out = sol.to_dict()
-    out["load"] = env.unwrapped.mean_load
+    out["load"] = getattr(env.unwrapped, "mean_load", None)
     if args.json:
         print(dumps(out, indent=2))
         return 0

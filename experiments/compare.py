@@ -61,7 +61,8 @@ import yaml
 import baselines
 import batch_env
 from agents.files import atomic_write_text, read_json, require_keys
-from batch_env.evaluate import EvaluationResult, paired_difference
+from baselines.common import env_config
+from batch_env.evaluate import EvaluationResult, Policy, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -457,7 +458,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     if "agent" in params:  # a trained run: {agent: runs/<name>}
         from agents import load_policy
 
-        policy = load_policy(params["agent"], name=cell.policy)
+        policy: Policy = load_policy(params["agent"], name=cell.policy)
     else:
         name = params.pop("name", cell.policy)
         policy = baselines.make(name, env=env, **params)
@@ -889,7 +890,7 @@ def _plots(
                 )
                 env = gym.make("batch_env/DynamicBatching-v0", **kw)
                 sol = solve(SMDPProblem.from_env(env))
-                B = env.unwrapped.config.max_batch_size
+                B = env_config(env).max_batch_size
                 qmax = min(len(sol.policy), 3 * B)
                 ax.step(
                     np.arange(qmax),

@@ -58,7 +58,7 @@ def _episode(
         "wall_s": time.perf_counter() - t0 - built,
         "summary": ep,
     }
-    unwrapped = env.unwrapped
+    unwrapped: Any = env.unwrapped  # a batch-env env: it has an executor
     out["energy_source"] = unwrapped.executor.energy_source
     if hasattr(unwrapped.executor, "metadata"):
         out["executor_metadata"] = unwrapped.executor.metadata()
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{model}: power_w {prof.get('power_w')} idle {prof.get('idle_power_w')}", flush=True)
 
     # real mode vs profile mode with the profile just measured, moderate load, one seed
+    pkw: dict[str, Any]
     for model, env_id, policy, pkw in (
         ("resnet50", "batch_env/DynamicBatching-v0", "greedy", {}),
         ("resnet50", "batch_env/NodeBatching-v0", "lazy", {}),

@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from batch_env.evaluate import Policy
+
 from .compare import check_name, read_yaml_config
 
 PAPER = {"throughput_gain": "8-28%", "capacity_gain": "22%"}
@@ -130,7 +132,7 @@ def load_llm_config(path_or_name: str = "llm") -> dict[str, Any]:
 
 def _traffic(spec: dict[str, Any], rate: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The workload and lengths of a traffic entry at ``rate`` requests/s."""
-    source = {k: spec[k] for k in ("path", "dataset") if k in spec}
+    source: dict[str, Any] = {k: spec[k] for k in ("path", "dataset") if k in spec}
     if spec["kind"] == "trace":
         return {"kind": "trace", **source, "target_rate_per_s": rate, "random_offset": True}, None
     lengths = spec.get("lengths") or {"kind": "empirical", **source}
@@ -170,6 +172,7 @@ class _Cell:
         workload, lengths = _traffic(self.cfg["traffic"][self.traffic], rate)
         prof = self.cfg["profiles"][self.profile].get("profile", self.profile)
         env = LLMBatchingEnv(profile=prof, workload=workload, lengths=lengths, **self.env_kwargs)
+        policy: Policy
         if self._agent is not None:
             policy = self._agent
         else:

@@ -179,7 +179,7 @@ def lazy_points(grid: dict[str, Any], records: list[dict[str, Any]]) -> list[dic
                         if m == "throughput_rps" and not row["saturated"]:
                             continue
                         vals = {w: means[w][m] for w in windows}
-                        best = (max if up else min)(windows, key=lambda w, vals=vals: vals[w])
+                        best = (max if up else min)(windows, key=vals.__getitem__)
                         lz = means["lazy"][m]
                         sig = {w: _better(res["lazy"], res[w], m, up) for w in windows}
                         row["ratios"][m] = {
@@ -1118,7 +1118,7 @@ def llm_point(
         out["preemptions_at_static_256_capacity"] = {
             p: d["preemptions"][str(near)] for p, d in out["policies"].items()
         }
-    gains: dict[str, dict[str, dict[str, float]]] = {}
+    gains: dict[str, dict[str, dict[str, Any]]] = {}  # figures, and the static's name
     statics = [f"static-{c}" for c in grid["caps"]]
     for pol in LLM_DYNAMIC:
         if pol not in out["policies"]:

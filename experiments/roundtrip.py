@@ -68,7 +68,7 @@ import json
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from batch_env.real.spec import ModelSpec
 
@@ -229,10 +229,12 @@ class _CallTally:
             reset(rng)
 
         def timed_run(b: int) -> tuple[float, float]:
-            return self._add(*run(b), lat[b], clock.now_s, speed)
+            d, e = run(b)
+            return self._add(d, e, lat[b], clock.now_s, speed)
 
         def timed_run_node(node: int, b: int, group: Any = None) -> tuple[float, float]:
-            return self._add(*run_node(node, b, group), node_lat[node, b], clock.now_s, speed)
+            d, e = run_node(node, b, group)
+            return self._add(d, e, node_lat[node, b], clock.now_s, speed)
 
         executor.reset, executor.run, executor.run_node = counted_reset, timed_run, timed_run_node
 
@@ -308,7 +310,7 @@ def _clocked(env: Any, clock: _Clock) -> Any:
     """``env`` with a wrapper that keeps ``clock.now_s`` at the env's ``info["now_s"]``."""
     import gymnasium as gym
 
-    class ClockWrapper(gym.Wrapper):  # type: ignore[type-arg]  # any obs and action types
+    class ClockWrapper(gym.Wrapper):
         def reset(self, **kw: Any) -> Any:
             obs, info = self.env.reset(**kw)
             clock.now_s = float(info["now_s"])
@@ -368,7 +370,11 @@ def _episodes(
         None
         if tally_profile is None
         else _CallTally(
-            env.unwrapped.executor, tally_profile, kw["max_batch_size"], clock, speed=speed
+            cast(Any, env.unwrapped).executor,  # a batch-env env: it has one
+            tally_profile,
+            kw["max_batch_size"],
+            clock,
+            speed=speed,
         )
     )
     env = _clocked(env, clock)

@@ -55,7 +55,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -465,7 +465,7 @@ def run_sweep(
     return summary
 
 
-def _failed(trial: dict[str, Any], error: str, tb: str | None) -> dict[str, Any]:
+def _failed(trial: dict[str, Any], error: str | None, tb: str | None) -> dict[str, Any]:
     return {
         "trial": trial["name"],
         "algo": trial["algo"],
@@ -546,7 +546,7 @@ def _run_tune(
     )
     grid = tuner.fit()
     records = {}
-    for result in grid:
+    for result in cast(Any, grid):  # a ResultGrid is iterable (Ray's stubs do not say so)
         trial = result.config["trial"]
         if result.error is not None:  # the worker died more often than max_retries allows
             records[trial["name"]] = _failed(
