@@ -49,6 +49,11 @@ class Policy(Protocol):
         """Choose an action from the observation and the info dict."""
 
 
+def t_quantile_95(dof: int) -> float:
+    """The Student-t quantile of a two-sided 95% interval with ``dof`` degrees of freedom."""
+    return float(stats.t.ppf(0.975, dof))
+
+
 def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
     """Half-width of the Student-t 95% confidence interval of the mean.
 
@@ -59,7 +64,7 @@ def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
     n = x.size
     if n < 2:
         return math.nan
-    return float(stats.t.ppf(0.975, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return float(t_quantile_95(n - 1) * x.std(ddof=1) / math.sqrt(n))
 
 
 @dataclass

@@ -32,8 +32,9 @@ from agents.common import check_int
 from baselines.common import env_config
 from batch_env.evaluate import ci95_half_width
 
-from .backends import process_pool
-from .compare import check_mapping, check_name, read_yaml_config
+from .harness.backends import process_pool
+from .harness.config import check_mapping, check_name, read_yaml_config
+from .harness.report import pm_fixed, pyplot, save_figure
 
 _KEYS = {
     "name",
@@ -303,10 +304,6 @@ def _run_settings(
     return out
 
 
-def _pm(m: float, h: float) -> str:
-    return f"{m:.2f} ± {h:.2f}" if np.isfinite(h) else f"{m:.2f}"
-
-
 def _markdown(results: dict[str, Any]) -> str:
     from .agents_tasks import markdown as tasks_markdown
 
@@ -334,21 +331,21 @@ def _settings_markdown(results: dict[str, Any]) -> list[str]:
         b = row["baselines"]
         gain = f"{row['smdp_gain']:.2f}" if "smdp_gain" in row else "n/a"
         agap = (
-            _pm(row["agent_gap_percent"]["mean"], row["agent_gap_percent"]["ci95"]) + "%"
+            pm_fixed(row["agent_gap_percent"]["mean"], row["agent_gap_percent"]["ci95"]) + "%"
             if "agent_gap_percent" in row
             else "n/a"
         )
         ggap = f"{row['greedy_gap_percent']:.2f}%" if "greedy_gap_percent" in row else "n/a"
         tri = (
-            f"{_pm(b['triton-best']['mean'], b['triton-best']['ci95'])} {row['triton_best_params']}"
+            f"{pm_fixed(b['triton-best']['mean'], b['triton-best']['ci95'])} {row['triton_best_params']}"
             if "triton-best" in b
             else "n/a"
         )
         vs = row["agent_vs_best_baseline_percent"]
         lines.append(
-            f"| {s} | {gain} | {_pm(row['agent']['mean'], row['agent']['ci95'])} | {agap} "
-            f"| {_pm(b['greedy']['mean'], b['greedy']['ci95'])} | {ggap} | {_pm(b['smdp']['mean'], b['smdp']['ci95'])} "
-            f"| {tri} | {_pm(vs['mean'], vs['ci95'])}% cheaper than {row['best_baseline']} |"
+            f"| {s} | {gain} | {pm_fixed(row['agent']['mean'], row['agent']['ci95'])} | {agap} "
+            f"| {pm_fixed(b['greedy']['mean'], b['greedy']['ci95'])} | {ggap} | {pm_fixed(b['smdp']['mean'], b['smdp']['ci95'])} "
+            f"| {tri} | {pm_fixed(vs['mean'], vs['ci95'])}% cheaper than {row['best_baseline']} |"
         )
     for s, why in results.get("skipped", {}).items():
         lines.append(f"| {s} | skipped: {why} | | | | | | | |")
@@ -363,12 +360,8 @@ def _baseline_point(r: dict[str, Any], key: str) -> tuple[float, float]:
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return
     rows = results["settings"]
     names = list(rows)
@@ -398,5 +391,4 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)

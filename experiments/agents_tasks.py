@@ -47,9 +47,6 @@ finished runs are reused, interrupted ones resumed) and evaluated deterministica
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +56,15 @@ import numpy as np
 import baselines
 import batch_env
 from agents.common import check_int
-from batch_env.evaluate import ci95_half_width
 
-from .backends import process_pool
-from .compare import check_mapping
+from .harness.backends import process_pool
+from .harness.config import check_mapping
+from .harness.report import pm_fixed, pyplot, save_figure
+from .harness.stats import ci_half_width, gap_closed, grouped_mean, mean_ci
+from .harness.store import Store, digest
+
+#: what happens to a damaged evaluation file (the store's damage policy)
+THEN = "recomputing the evaluation"
 
 ENTRY_KEYS = {
     "task",
@@ -277,29 +279,6 @@ def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
     return run_dir
 
 
-def _digest(*parts: Any) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True).encode())
-    return h.hexdigest()[:16]
-
-
-def _cached(path: Path, key: str, compute: Any) -> Any:
-    """``compute()``, kept in ``path`` under ``key`` (recomputed when the key changed)."""
-    if path.exists():
-        try:
-            stored = json.loads(path.read_text())
-            if stored.get("key") == key:
-                return stored["result"]
-        except (json.JSONDecodeError, AttributeError, KeyError):
-            pass  # damaged or foreign: compute again
-    result = compute()
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"key": key, "result": result}))
-    os.replace(tmp, path)
-    return result
-
-
 def check_episodes(
     make_policy: Any,
     task_id: str,
@@ -342,7 +321,7 @@ def _episodes_part(check: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _model_digest(run: Path) -> str:
-    return _digest((run / "model.zip").read_bytes())
+    return digest((run / "model.zip").read_bytes())
 
 
 def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
@@ -356,9 +335,9 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     check = check or {}
     kwargs = dict(tasks.get(task_id).kwargs)
     if kind == "baseline":
-        key = _digest(task_id, kwargs, arg, _episodes_part(check))
-        return _cached(
-            Path(cache),
+        key = digest(task_id, kwargs, arg, _episodes_part(check))
+        return Store(Path(cache).parent, then=THEN).cached_for(
+            Path(cache).stem,
             key,
             lambda: check_episodes(
                 lambda env: baselines.make(arg["policy"], env=env, **arg["params"]),
@@ -373,24 +352,18 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     run = Path(arg)
     task = tasks.get(task_id)
     if kind == "protocol":
-        key = _digest(task_id, kwargs, list(task.seeds), _model_digest(run))
-        return _cached(
-            run / "benchmark_protocol.json",
+        key = digest(task_id, kwargs, list(task.seeds), _model_digest(run))
+        return Store(run, then=THEN).cached_for(
+            "benchmark_protocol",
             key,
             lambda: run_protocol(task_id, lambda env: load_policy(run)),
         )
-    key = _digest(task_id, kwargs, _episodes_part(check), _model_digest(run))
-    return _cached(
-        run / "check.json",
+    key = digest(task_id, kwargs, _episodes_part(check), _model_digest(run))
+    return Store(run, then=THEN).cached_for(
+        "check",
         key,
         lambda: check_episodes(lambda env: load_policy(run), task_id, check),
     )
-
-
-def mean_ci(x: Any) -> dict[str, float]:
-    """Mean and Student-t 95% half-width of ``x`` (NaN half-width for one value)."""
-    arr = np.asarray(x, dtype=np.float64)
-    return {"mean": float(arr.mean()), "ci95": ci95_half_width(arr)}
 
 
 def run_entries(
@@ -412,7 +385,7 @@ def run_entries(
     def cache_of(e: dict[str, Any], b: dict[str, Any]) -> str:
         return str(
             base_dir
-            / f"{e['task'].split('/')[-1]}-{b['label']}-{_digest(b, _episodes_part(e['check']))}.json"
+            / f"{e['task'].split('/')[-1]}-{b['label']}-{digest(b, _episodes_part(e['check']))}.json"
         )
 
     for n in names:
@@ -471,7 +444,7 @@ def summarize_entry(
 def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, Any]:
     from batch_env import tasks
 
-    from .benchmark import ci_half_width, grouped_mean, paired_score, protocol_part
+    from .benchmark import paired_score, protocol_part
 
     task = tasks.get(tid)
     loads = list(task.eval_loads)
@@ -592,31 +565,6 @@ def _summarize_check(
     }
 
 
-def gap_closed(row: dict[str, Any], gap: dict[str, Any]) -> dict[str, Any]:
-    """The share (percent) of the gap between the cheapest of ``gap["from"]`` and
-    ``gap["to"]`` (mean costs over the seeds) that each run closes, with its mean and CI
-    over runs: ``100 * (from_cost - run_cost) / (from_cost - to_cost)``."""
-    cost = {label: row["baselines"][label]["cost_per_s"]["mean"] for label in row["baselines"]}
-    best = min(gap["from"], key=lambda label: cost[label])
-    width = cost[best] - cost[gap["to"]]
-    per_run = [
-        100 * (cost[best] - c) / width if width != 0 else float("nan")
-        for c in row["agent"]["cost_per_s"]["per_run"]
-    ]
-    return {
-        "from": best,
-        "from_cost_per_s": cost[best],
-        "to": gap["to"],
-        "to_cost_per_s": cost[gap["to"]],
-        **mean_ci(per_run),
-        "per_run": per_run,
-    }
-
-
-def _pm(m: float, h: float, digits: int = 2) -> str:
-    return f"{m:.{digits}f} ± {h:.{digits}f}" if np.isfinite(h) else f"{m:.{digits}f}"
-
-
 def _warm_note(entry: dict[str, Any], cfg: dict[str, Any]) -> str:
     """The sentence naming an entry's warm start (its teacher and RL steps), or ''."""
     ws = entry.get("warm_start")
@@ -652,7 +600,7 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         if not p:
             continue
         score = (
-            _pm(p["normalized_score"]["mean"], p["normalized_score"]["ci95"], 3)
+            pm_fixed(p["normalized_score"]["mean"], p["normalized_score"]["ci95"], 3)
             if "normalized_score" in p
             else "undefined"
         )
@@ -665,7 +613,7 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         )
         lines.append(
             f"| {n} | `{row['task']}` | {len(p['per_run'])} | "
-            f"{_pm(p['agent']['mean'], p['agent']['ci95'])} | {score} | {per} | {vs} |"
+            f"{pm_fixed(p['agent']['mean'], p['agent']['ci95'])} | {score} | {per} | {vs} |"
         )
     for n, row in rows.items():
         c = row.get("check")
@@ -691,12 +639,12 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         for lr in c["loads"]:
             a = lr["agent"]
             gap = (
-                _pm(a["gap_percent"]["mean"], a["gap_percent"]["ci95"]) + "%"
+                pm_fixed(a["gap_percent"]["mean"], a["gap_percent"]["ci95"]) + "%"
                 if "gap_percent" in a
                 else "n/a"
             )
             lines.append(
-                f"| {'-' if lr['load'] is None else format(lr['load'], 'g')} | agent | {_pm(a['cost_per_s']['mean'], a['cost_per_s']['ci95'])} "
+                f"| {'-' if lr['load'] is None else format(lr['load'], 'g')} | agent | {pm_fixed(a['cost_per_s']['mean'], a['cost_per_s']['ci95'])} "
                 f"| {gap} | {a['latency_mean_ms']['mean']:.3f} | {a['latency_p99_ms']['mean']:.3f} "
                 f"| {a['sla_attainment']['mean']:.4f} | |"
             )
@@ -704,9 +652,9 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
                 gap = f"{b['gap_percent']:.2f}%" if "gap_percent" in b else "n/a"
                 d = b["cost_per_s"]["agent_minus_baseline_percent"]
                 lines.append(
-                    f"| | {label} | {_pm(b['cost_per_s']['mean'], b['cost_per_s']['ci95'])} "
+                    f"| | {label} | {pm_fixed(b['cost_per_s']['mean'], b['cost_per_s']['ci95'])} "
                     f"| {gap} | {b['latency_mean_ms']['mean']:.3f} | {b['latency_p99_ms']['mean']:.3f} "
-                    f"| {b['sla_attainment']['mean']:.4f} | {_pm(d['mean'], d['ci95'])} |"
+                    f"| {b['sla_attainment']['mean']:.4f} | {pm_fixed(d['mean'], d['ci95'])} |"
                 )
         for lr in c["loads"]:
             gc = lr.get("gap_closed")
@@ -715,7 +663,7 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
                 runs = ", ".join(f"{x:.0f}%" for x in gc["per_run"])
                 lines += [
                     "",
-                    f"Gap closed{at}: {_pm(gc['mean'], gc['ci95'], 0)}% (runs {runs}) of the gap "
+                    f"Gap closed{at}: {pm_fixed(gc['mean'], gc['ci95'], 0)}% (runs {runs}) of the gap "
                     f"between `{gc['from']}` ({gc['from_cost_per_s']:.3f} per s, the cheapest "
                     f"of {', '.join(f'`{x}`' for x in c['gap']['from'])}) and "
                     f"`{gc['to']}` ({gc['to_cost_per_s']:.3f} per s).",
@@ -730,12 +678,8 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> bool:
     checks = {n: r["check"] for n, r in rows.items() if r.get("check")}
     if not checks:
         return False
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     fig, axes = plt.subplots(1, len(checks), figsize=(5 * len(checks), 3.8), squeeze=False)
     for ax, (n, c) in zip(axes[0], checks.items(), strict=True):
@@ -786,6 +730,5 @@ def plot(rows: dict[str, dict[str, Any]], path: Path) -> bool:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
     return True

@@ -609,7 +609,7 @@ def bench_backends(
     """
     import tempfile
 
-    from experiments.backends import INSTALL_HINT
+    from experiments.harness.backends import INSTALL_HINT
 
     config = dict(config or BACKEND_BENCH_CONFIG)
     try:

@@ -15,17 +15,21 @@ import json
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from scipy.stats import t as student_t
 
 import baselines
 import batch_env
 from batch_env import tasks
+
+from .harness.backends import process_pool
+from .harness.report import pyplot, save_figure
+from .harness.stats import by_group, ci_half_width, grouped_mean
+from .harness.store import Store
 
 #: Triton's dynamic batcher, tuned: the grid searched (on :data:`TUNING_SEEDS`, never on
 #: the held-out ones) for its best setting, which then runs the protocol.
@@ -121,44 +125,6 @@ class RandomValidPolicy:
 
 def _policy(name: str, env: gym.Env, **params: Any) -> Any:
     return RandomValidPolicy(env) if name == "random" else baselines.make(name, env, **params)
-
-
-def _by_group(values: Any, groups: list[float] | tuple[float, ...]) -> list[np.ndarray]:
-    """``values`` split by their group (each value's load), in the groups' order."""
-    arr = np.asarray(values, dtype=np.float64)
-    keys = np.asarray(groups, dtype=np.float64)
-    return [arr[keys == k] for k in np.unique(keys)]
-
-
-def ci_half_width(values: np.ndarray, groups: list[float] | tuple[float, ...] = ()) -> float:
-    """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two).
-
-    With ``groups`` (each value's load, two or more values per load), the mean is the
-    mean of the groups' means and its variance the sum of the groups' sample variances
-    over their sizes, over the number of groups squared (degrees of freedom: values
-    minus groups): the spread between groups, fixed by the protocol, is not noise.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if groups:
-        parts = _by_group(values, groups)
-        if min(p.size for p in parts) >= 2:
-            var = sum(p.var(ddof=1) / p.size for p in parts) / len(parts) ** 2
-            dof = values.size - len(parts)
-            return float(student_t.ppf(0.975, dof) * math.sqrt(var))
-    n = values.size
-    if n < 2:
-        return math.nan
-    return float(student_t.ppf(0.975, n - 1) * values.std(ddof=1) / math.sqrt(n))
-
-
-def grouped_mean(
-    values: np.ndarray | list[float], groups: list[float] | tuple[float, ...] = ()
-) -> float:
-    """The mean of ``values``, or of their groups' means (equal weight per load)."""
-    values = np.asarray(values, dtype=np.float64)
-    if not groups:
-        return float(np.mean(values))
-    return float(np.mean([p.mean() for p in _by_group(values, groups)]))
 
 
 def summarize_rates(
@@ -300,7 +266,7 @@ def run_protocol(
     horizon = horizon_requests or task.horizon_requests
     if cache is not None and not isinstance(policy, str):
         raise ValueError("cache is only for a named policy (its name and parameters key it)")
-    stored = _cached_episodes(cache)
+    store = None if cache is None else Store(cache, log=True, then="rerunning the episode")
     env = gym.make(task.id, **kw)
     wall = 0.0
     try:
@@ -310,10 +276,11 @@ def run_protocol(
         for i, s in enumerate(seeds):
             load = loads[i] if loads else None
             key = "" if cache is None else _episode_key(task, policy, params, s, load, horizon)
-            if key in stored:
+            done = None if store is None else store.get(key, _episode_record)
+            if done is not None:
                 pol.reset()  # as the skipped episode would have
-                rates.append(stored[key]["reward_rate_per_s"])
-                wall += stored[key]["wall_s"]
+                rates.append(float(done["reward_rate_per_s"]))
+                wall += float(done["wall_s"])
                 if tick is not None:
                     tick(i + 1, len(seeds))
                 continue
@@ -332,8 +299,8 @@ def run_protocol(
             dt = time.perf_counter() - t0
             rates.append(rate)
             wall += dt
-            if cache is not None:
-                _append_episode(cache, key, rate, dt)
+            if store is not None:
+                store.put(key, {"reward_rate_per_s": rate, "wall_s": dt})
             if tick is not None:
                 tick(i + 1, len(seeds))
     finally:
@@ -373,33 +340,9 @@ def _episode_key(
     )
 
 
-def _cached_episodes(cache: Path | str | None) -> dict[str, dict[str, Any]]:
-    """The episodes of a cache file by key (none when it does not exist yet); a line that
-    is not a finished episode (a run killed mid-write) is skipped, and rerun."""
-    if cache is None or not Path(cache).exists():
-        return {}
-    out: dict[str, dict[str, Any]] = {}
-    for line in Path(cache).read_text().splitlines():
-        try:
-            rec = json.loads(line)
-            out[rec["key"]] = {
-                "reward_rate_per_s": float(rec["reward_rate_per_s"]),
-                "wall_s": float(rec["wall_s"]),
-            }
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
-def _append_episode(cache: Path | str, key: str, rate: float, wall_s: float) -> None:
-    """Append one finished episode to a cache file (one line, flushed at once)."""
-    path = Path(cache)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
-    with path.open("a") as f:
-        if torn:  # a line cut by a killed run: end it, so that this one stays whole
-            f.write("\n")
-        f.write(json.dumps({"key": key, "reward_rate_per_s": rate, "wall_s": wall_s}) + "\n")
+def _episode_record(rec: Any) -> None:
+    """Raise ``ValueError`` unless ``rec`` is a whole finished episode of a cache."""
+    float(rec["reward_rate_per_s"]), float(rec["wall_s"])
 
 
 def _solve_poisson(env: gym.Env) -> Any:
@@ -506,7 +449,7 @@ def extra_allocation(
     gets ``n_c = s_c (sum s) / (K^2 V)`` episodes in all, with ``s_c`` its sample standard
     deviation so far, ``K`` the cells and ``V = (target_half / 1.96)^2``; the cells already
     hold what they hold. A cell of zero spread gets none."""
-    parts = _by_group(per_seed, loads) if loads else [np.asarray(per_seed, dtype=np.float64)]
+    parts = by_group(per_seed, loads) if loads else [np.asarray(per_seed, dtype=np.float64)]
     sd = np.array([p.std(ddof=1) if p.size >= 2 else 0.0 for p in parts])
     v = (target_half / 1.96) ** 2
     if not math.isfinite(v) or v <= 0:
@@ -597,7 +540,7 @@ def _reference_run(
         params = tuned["params"]
     cache = None if cache_dir is None else episode_cache(task_id, label, cache_dir)
     if cache is not None and not resume:
-        cache.unlink(missing_ok=True)  # a fresh run: no episode of another code's run
+        Store(cache, log=True).clear()  # a fresh run: no episode of another code's run
     out = run_protocol(task_id, name, params=params, cache=cache)
     out = extend_to_precision(task_id, name, params, out, cache)
     out.update(policy=name, params=params)
@@ -660,7 +603,7 @@ def compute_references(
         for key in runs:
             done(key, _reference_run(*key, cache_dir, resume))
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
             futures = {pool.submit(_reference_run, *key, cache_dir, resume): key for key in runs}
             for fut in as_completed(futures):
                 done(futures[fut], fut.result())
@@ -981,10 +924,7 @@ _PLOT_LOW = -0.6
 def plot_references(data: dict[str, Any], path: Path | str) -> Path:
     """Bars of each task's reference normalized scores with their paired 95% CIs (0 =
     greedy, 1 = the bound or the best known policy), one panel per task; a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = reference_rows(data)
     ids = list(data)
@@ -1040,8 +980,7 @@ def plot_references(data: dict[str, Any], path: Path | str) -> Path:
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, dpi=110)
     return out
 
 

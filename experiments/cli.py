@@ -35,7 +35,7 @@ import yaml
 from batch_env.config import DEFAULT_PROFILE, DEFAULT_WORKLOAD, ServingConfig, field_default
 from batch_env.evaluate import Policy
 from batch_env.metrics import HEADLINE_KEYS
-from experiments.strict_json import dumps
+from experiments.harness.strict_json import dumps
 
 SHOWN_KEYS = HEADLINE_KEYS
 
@@ -1089,7 +1089,9 @@ def cmd_regimes(args: argparse.Namespace) -> int:
     smdp: the SMDP seed's claims (control-limit structure, adaptation to the load, the
     benchmarks beaten, the energy weight's power-latency trade) across loads and energy
     weights, solved exactly, and the truncation's cost; RESULTS_DIR/smdp/ (seconds)."""
-    from experiments.regimes import run_lazybatching_map, run_llm_map, run_smdp_map
+    from experiments.regimes.lazybatching import run_lazybatching_map
+    from experiments.regimes.llm import run_llm_map
+    from experiments.regimes.smdp import run_smdp_map
 
     if args.map == "smdp":
         smdp = run_smdp_map(results_dir=args.results_dir)
@@ -1248,7 +1250,7 @@ def cmd_solve_smdp(args: argparse.Namespace) -> int:
 
 def _add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
     """--backend, --address and --num-cpus (shared by compare and train --sweep)."""
-    from experiments.backends import BACKENDS
+    from experiments.harness.backends import BACKENDS
 
     p.add_argument(
         "--backend",
@@ -1964,7 +1966,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {_one_line(exc) or type(exc).__name__}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        from experiments.backends import RayUnavailableError
+        from experiments.harness.backends import RayUnavailableError
 
         if not isinstance(exc, RayUnavailableError):
             raise

@@ -31,7 +31,7 @@ JSON, or not a whole record of its cell) is named on stderr, moved aside to
 ``<file>.corrupt`` and recomputed. After changing the simulator
 without bumping ``batch_env.__version__``, delete ``results/<name>/cells/``.
 
-Cells run on a backend (:mod:`experiments.backends`): ``local`` (this process, the
+Cells run on a backend (:mod:`experiments.harness.backends`): ``local`` (this process, the
 default and the fast path on one machine) or ``ray`` (each cell a Ray task on a local
 Ray instance or a cluster, ``batch-env compare --backend ray [--address ...]``). Both
 run the same :func:`run_cell` and give the same numbers; on both, a cell that raises is
@@ -45,7 +45,6 @@ and the SMDP policy structure (batch size vs queue length for several loads and 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -56,16 +55,19 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import yaml
 
 import baselines
 import batch_env
-from agents.files import atomic_write_text, read_json, require_keys
+from agents.files import require_keys
 from baselines.common import env_config
 from batch_env.evaluate import EvaluationResult, Policy, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+from .harness.config import check_mapping, check_name, is_number, read_yaml_config
+from .harness.report import md_table, pm, pyplot, save_figure, write_csv
+from .harness.runner import check_backend_options, progress_bar, run_keyed, write_failures
+from .harness.store import Store
+
 METRICS = HEADLINE_KEYS
 _KEYS = {
     "name",
@@ -143,39 +145,6 @@ class Cell:
             raise ValueError(f"its result does not hold one episode per seed {list(self.seeds)}")
 
 
-def read_yaml_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
-    """A YAML mapping from a path or a name in ``experiments/configs`` (``.yaml`` or ``.yml``).
-
-    :raises FileNotFoundError: listing the shipped configs when neither exists.
-    :raises ValueError: for invalid YAML or a top level that is not a mapping.
-    """
-    path = Path(path_or_name)
-    if not path.is_file():
-        path = next(
-            (
-                p
-                for p in (CONFIG_DIR / f"{path_or_name}{ext}" for ext in (".yaml", ".yml"))
-                if p.exists()
-            ),
-            path,
-        )
-    if not path.is_file():
-        shipped = sorted(p.stem for p in (*CONFIG_DIR.glob("*.yaml"), *CONFIG_DIR.glob("*.yml")))
-        raise FileNotFoundError(
-            f"config {str(path_or_name)!r} not found: give a YAML path or one of {shipped}"
-        )
-    try:
-        cfg = yaml.safe_load(path.read_bytes().decode("utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ValueError(f"config {path}: invalid YAML: {' '.join(str(exc).split())}") from None
-    if not isinstance(cfg, dict):
-        raise ValueError(
-            f"config {path}: expected a mapping at the top level, got {type(cfg).__name__}"
-        )
-    cfg["_path"] = str(path)
-    return cfg
-
-
 def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a comparison config (a path or a name in ``experiments/configs``).
 
@@ -183,37 +152,6 @@ def load_config(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
     """
     cfg = read_yaml_config(path_or_name)
     return validate_config(cfg, cfg["_path"])
-
-
-def check_mapping(
-    cfg: Any, where: str, allowed: set[str], required: tuple[str, ...]
-) -> dict[str, Any]:
-    """A copy of a config's top-level mapping, checked: a mapping, no unknown keys (keys
-    starting with ``_`` are free), every required key present; else ``ValueError``
-    naming ``where``, the key and what is allowed. Shared by the comparison and sweep
-    configs."""
-    if not isinstance(cfg, dict):
-        raise ValueError(f"{where}: expected a mapping at the top level, got {type(cfg).__name__}")
-    cfg = dict(cfg)
-    unknown = sorted(k for k in set(cfg) - allowed if not str(k).startswith("_"))
-    if unknown:
-        raise ValueError(f"{where}: unknown key(s) {unknown}; allowed keys are {sorted(allowed)}")
-    for key in required:
-        if key not in cfg:
-            raise ValueError(f"{where}: missing required key {key!r}")
-    return cfg
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
-
-
-def check_name(name: Any, where: str) -> None:
-    """Refuse a config ``name`` that is not a plain folder name (outputs go to ``<dir>/<name>/``)."""
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name.startswith("."):
-        raise ValueError(
-            f"{where}: name={name!r} must be a non-empty folder name (no '/', not starting with '.')"
-        )
 
 
 def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
@@ -282,7 +220,7 @@ def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
             "mapping"
         )
     loads = cfg["loads"]
-    if not isinstance(loads, list) or not loads or not all(_is_number(x) and x > 0 for x in loads):
+    if not isinstance(loads, list) or not loads or not all(is_number(x) and x > 0 for x in loads):
         raise ValueError(f"{where}: loads={loads!r} must be a non-empty list of positive numbers")
     for key in ("env", "pareto", "structure"):
         if cfg.get(key) is not None and not isinstance(cfg[key], dict):
@@ -294,11 +232,11 @@ def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
 def _check_pareto_numbers(pareto: dict[str, Any], where: str) -> None:
     """The Pareto sweep's ``energy_weights`` (numbers >= 0) and ``load`` (a number > 0)."""
     weights = pareto.get("energy_weights", [])
-    if not isinstance(weights, list) or not all(_is_number(w) and w >= 0 for w in weights):
+    if not isinstance(weights, list) or not all(is_number(w) and w >= 0 for w in weights):
         raise ValueError(
             f"{where}: pareto.energy_weights={weights!r} must be a list of numbers >= 0"
         )
-    if not (_is_number(pareto.get("load", 0.6)) and pareto.get("load", 0.6) > 0):
+    if not (is_number(pareto.get("load", 0.6)) and pareto.get("load", 0.6) > 0):
         raise ValueError(f"{where}: pareto.load={pareto['load']!r} must be a number > 0")
 
 
@@ -538,28 +476,40 @@ def run_compare(
         ``failed`` lists ``{"key", "group", "workload", "load", "policy", "error",
         "traceback"}`` per failed cell.
     """
-    _check_backend_options(backend, address, num_cpus)
+    check_backend_options(backend, address, num_cpus)
     run = run_cell if run is None else run
     cfg = validate_config(config) if isinstance(config, dict) else load_config(config)
     every = list(cells(cfg))
     check_envs(cfg, every)
     out = Path(results_dir) / cfg["name"]
-    cell_dir = out / "cells"
-    cell_dir.mkdir(parents=True, exist_ok=True)
-    bar = _progress(len(every), f"compare {cfg['name']} ({backend})") if progress else None
+    store = Store(out / "cells", then="recomputing the cell")
+    store.where.mkdir(parents=True, exist_ok=True)
+    bar = progress_bar(len(every), f"compare {cfg['name']} ({backend})") if progress else None
     try:
-        by_key, todo = _reuse_finished_cells(every, cell_dir, bar, on_cell)
-        reused = len(by_key)
-        failed = _run_cells(
-            todo, run, cell_dir, by_key, bar, on_cell, backend, address, max_retries, num_cpus
+        by_key, reused, failed = run_keyed(
+            every,
+            lambda cell: cell.key,
+            run,
+            store,
+            describe=lambda cell: {
+                "group": cell.group,
+                "workload": cell.workload,
+                "load": cell.load,
+                "policy": cell.policy,
+            },
+            check=lambda cell: cell.check_record,
+            bar=bar,
+            on_item=on_cell,
+            backend=backend,
+            address=address,
+            max_retries=max_retries,
+            num_cpus=num_cpus,
         )
     finally:
         if bar is not None:
             bar.close()
-    order = {cell.key: i for i, cell in enumerate(every)}
-    failed.sort(key=lambda f: order[f["key"]])
     records = [by_key[c.key] for c in every if c.key in by_key]
-    _write_failures(out, failed)
+    write_failures(out, failed)
     markdown = write_outputs(cfg, records, out, failed=failed, plots=plots)
     return {
         "dir": out,
@@ -570,132 +520,6 @@ def run_compare(
         "backend": backend,
         "markdown": markdown,
     }
-
-
-def _check_backend_options(backend: str, address: str | None, num_cpus: int | None) -> None:
-    """Refuse an unknown backend, an address or ``num_cpus`` without Ray, and Ray when it is
-    not installed, before anything is read or written."""
-    from experiments.backends import check_backend, require_ray
-
-    check_backend(backend, address)
-    if backend != "ray" and num_cpus is not None:
-        raise ValueError(f"num_cpus={num_cpus!r} needs backend='ray' (--backend ray)")
-    if backend == "ray":
-        require_ray()
-
-
-def _reuse_finished_cells(
-    every: list[Cell], cell_dir: Path, bar: Any, on_cell: Callable[[Cell, bool], None] | None
-) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
-    """Split the cells into those already on disk (read back, keyed by cell key; each
-    counted on the progress bar and passed to ``on_cell`` as not computed) and those
-    still to run, in order. A damaged cell file is moved aside and the cell runs again."""
-    by_key: dict[str, dict[str, Any]] = {}
-    todo: list[Cell] = []
-    for cell in every:
-        path = cell_dir / f"{cell.key}.json"
-        record = (
-            read_json(path, "recomputing the cell", cell.check_record) if path.exists() else None
-        )
-        if record is not None:
-            by_key[cell.key] = record
-            if bar is not None:
-                bar.update(1)
-            if on_cell is not None:
-                on_cell(cell, False)
-        else:
-            todo.append(cell)
-    return by_key, todo
-
-
-def _run_cells(
-    todo: list[Cell],
-    run: Callable[[Cell], dict[str, Any]],
-    cell_dir: Path,
-    by_key: dict[str, dict[str, Any]],
-    bar: Any,
-    on_cell: Callable[[Cell, bool], None] | None,
-    backend: str,
-    address: str | None,
-    max_retries: int,
-    num_cpus: int | None,
-) -> list[dict[str, Any]]:
-    """Run the cells of ``todo`` on ``backend``, writing each to ``cell_dir`` and adding it
-    to ``by_key`` as soon as it finishes; return the failed ones (unordered). An interrupt
-    still writes every cell that has already finished, then propagates."""
-    from experiments.backends import run_tasks
-
-    failed: list[dict[str, Any]] = []
-
-    def finish(outcome: Any) -> None:
-        cell = todo[outcome.index]
-        if outcome.ok:
-            _write_cell(cell_dir / f"{cell.key}.json", outcome.value)
-            by_key[cell.key] = outcome.value
-        else:
-            failed.append(
-                {
-                    "key": cell.key,
-                    "group": cell.group,
-                    "workload": cell.workload,
-                    "load": cell.load,
-                    "policy": cell.policy,
-                    "error": outcome.error,
-                    "traceback": outcome.traceback,
-                }
-            )
-        if bar is not None:
-            bar.update(1)
-        if outcome.ok and on_cell is not None:
-            on_cell(cell, True)
-
-    def execute() -> None:
-        with run_tasks(run, todo, backend, max_retries=max_retries) as stream:
-            try:
-                for outcome in stream:
-                    finish(outcome)
-            except BaseException:  # interrupted: keep every cell that has already finished
-                for outcome in stream.drain():
-                    if outcome.ok:
-                        _write_cell(cell_dir / f"{todo[outcome.index].key}.json", outcome.value)
-                raise
-
-    if todo and backend == "ray":
-        from experiments.backends import ray_session
-
-        with ray_session(address, num_cpus):
-            execute()
-    elif todo:
-        execute()
-    return failed
-
-
-def _write_cell(path: Path, record: dict[str, Any]) -> None:
-    """Write a finished cell atomically: an interrupted run never leaves half a cell."""
-    atomic_write_text(path, json.dumps(record))
-
-
-def _write_failures(out: Path, failed: list[dict[str, Any]]) -> None:
-    """``failed.json``: the cells that failed in the latest run (removed when none did)."""
-    path = out / "failed.json"
-    if failed:
-        path.write_text(json.dumps(failed, indent=1) + "\n")
-    elif path.exists():
-        path.unlink()
-
-
-def _progress(total: int, desc: str) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # core install: no progress bar
-        return None
-    return tqdm(total=total, desc=desc, unit="cell")
-
-
-def _fmt(m: float, h: float) -> str:
-    if np.isnan(m):
-        return "nan"
-    return f"{m:.4g} ± {h:.2g}" if not np.isnan(h) else f"{m:.4g}"
 
 
 def write_outputs(
@@ -740,10 +564,7 @@ def write_outputs(
         f"reward_rate_vs_{ref}_ci95",
         "episodes",
     ]
-    with open(out / "summary.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(out / "summary.csv", fields, rows)
 
     lines = [
         f"# Comparison `{cfg['name']}`",
@@ -764,34 +585,50 @@ def write_outputs(
             "",
             "Not in the tables below; rerun the comparison to retry them (finished cells are reused).",
             "",
-            "| group | workload | load | policy | error |",
-            "| --- | --- | --- | --- | --- |",
-        ]
-        lines += [
-            f"| {f['group']} | {f['workload']} | {f['load']:g} | {f['policy']} | "
-            f"{str(f['error']).replace('|', '/').splitlines()[0] if f['error'] else ''} |"
-            for f in failed
+            *md_table(
+                ("group", "workload", "load", "policy", "error"),
+                (
+                    (
+                        f["group"],
+                        f["workload"],
+                        f"{f['load']:g}",
+                        f["policy"],
+                        str(f["error"]).replace("|", "/").splitlines()[0] if f["error"] else "",
+                    )
+                    for f in failed
+                ),
+            ),
         ]
     for wname in cfg["workloads"]:
         for load in cfg["loads"]:
+            header = ("policy", "reward/s", f"Δ vs {ref}", "latency mean ms", "p99 ms")
             lines += [
                 "",
                 f"## {wname}, load {load:g}",
                 "",
-                f"| policy | reward/s | Δ vs {ref} | latency mean ms | p99 ms | power W | SLA att. | batch |",
-                "| --- | --- | --- | --- | --- | --- | --- | --- |",
+                *md_table(
+                    (*header, "power W", "SLA att.", "batch"),
+                    (
+                        (
+                            row["policy"],
+                            *(
+                                pm(row[k], row[f"{k}_ci95"])
+                                for k in (
+                                    "reward_rate_per_s",
+                                    f"reward_rate_vs_{ref}",
+                                    "latency_mean_ms",
+                                    "latency_p99_ms",
+                                    "power_mean_w",
+                                )
+                            ),
+                            f"{row['sla_attainment']:.4f}",
+                            f"{row['batch_size_mean']:.2f}",
+                        )
+                        for row in rows
+                        if row["workload"] == wname and row["load"] == float(load)
+                    ),
+                ),
             ]
-            for row in rows:
-                if row["workload"] != wname or row["load"] != float(load):
-                    continue
-                lines.append(
-                    f"| {row['policy']} | {_fmt(row['reward_rate_per_s'], row['reward_rate_per_s_ci95'])} "
-                    f"| {_fmt(row[f'reward_rate_vs_{ref}'], row[f'reward_rate_vs_{ref}_ci95'])} "
-                    f"| {_fmt(row['latency_mean_ms'], row['latency_mean_ms_ci95'])} "
-                    f"| {_fmt(row['latency_p99_ms'], row['latency_p99_ms_ci95'])} "
-                    f"| {_fmt(row['power_mean_w'], row['power_mean_w_ci95'])} "
-                    f"| {row['sla_attainment']:.4f} | {row['batch_size_mean']:.2f} |"
-                )
     markdown = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(markdown)
     if plots:
@@ -802,12 +639,8 @@ def write_outputs(
 def _plots(
     cfg: dict[str, Any], rows: list[dict[str, Any]], records: list[dict[str, Any]], out: Path
 ) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # core install: tables only
+    plt = pyplot()
+    if plt is None:  # core install: tables only
         return
     policies = list(cfg["policies"])
     workloads = list(cfg["workloads"])
@@ -839,8 +672,7 @@ def _plots(
             ax.grid(alpha=0.3)
         axes[0][-1].legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / fname)
 
     pareto = [r for r in records if r["group"] == "pareto"]
     if pareto:
@@ -873,8 +705,7 @@ def _plots(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / "pareto_latency_power.png", dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / "pareto_latency_power.png")
 
     st = cfg.get("structure")
     if st:
@@ -904,5 +735,4 @@ def _plots(
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
-        fig.savefig(out / "smdp_policy_structure.png", dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / "smdp_policy_structure.png")

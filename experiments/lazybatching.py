@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from .compare import read_yaml_config, record_result, run_compare, validate_config
+from .compare import record_result, run_compare, validate_config
+from .harness.config import read_yaml_config
+from .harness.report import pyplot, save_figure, times
 
 _EXTRA_KEYS = ("train", "paper")
 #: keys of a ``train`` entry
@@ -167,14 +169,6 @@ def ratios(cfg: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]
     }
 
 
-def _fmt(x: float | None) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if math.isinf(x):
-        return "inf"
-    return f"{x:.2f}x"
-
-
 def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any], out: Path) -> str:
     """Write ``ratios.md``, ``ratios.json`` and ``ratios.png``; return the Markdown."""
     ref = rat["reference"]
@@ -202,9 +196,9 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
         ]
         for pol, v in per.items():
             lines.append(
-                f"| {pol} | {_fmt(v['latency_mean_ratio_gmean'])} | {_fmt(v['latency_p99_ratio_gmean'])} "
-                f"| {_fmt(v['throughput_ratio_at_saturation'])} | {_fmt(v['sla_attainment_ratio_at_saturation'])} "
-                f"| {_fmt(v['sla_violation_ratio_below_saturation'])} |"
+                f"| {pol} | {times(v['latency_mean_ratio_gmean'])} | {times(v['latency_p99_ratio_gmean'])} "
+                f"| {times(v['throughput_ratio_at_saturation'])} | {times(v['sla_attainment_ratio_at_saturation'])} "
+                f"| {times(v['sla_violation_ratio_below_saturation'])} |"
             )
         lines += [
             "",
@@ -224,12 +218,8 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
     md = "\n".join(lines) + "\n"
     (out / "ratios.md").write_text(md)
     (out / "ratios.json").write_text(json.dumps({"paper": paper, **rat}, indent=2, default=str))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return md
     settings = list(rat["by_setting"])
     fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
@@ -252,8 +242,7 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "ratios.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "ratios.png")
     return md
 
 

@@ -5,6 +5,9 @@ policy, a capacity search over request rates, with the same seeds (so the same r
 for every policy, and writes ``results/<name>/``: ``results.json`` (every evaluation),
 ``summary.md`` (the tables, next to the paper's figures) and two plots
 (``attainment.png``: SLA attainment vs rate; ``capacity.png``: capacity per policy).
+Each evaluation (a policy at a rate, all seeds) is kept in ``results/<name>/cells/`` as
+it ends (:class:`experiments.harness.store.Store`), so a killed run resumes where it
+stopped; a damaged evaluation file is named, moved aside and recomputed.
 
 Definitions (ours; Pang, Li and Wang, arXiv 2503.05248, report 8-28% higher throughput
 and 22% more capacity than static batching, without a formal definition in the abstract):
@@ -47,9 +50,12 @@ from typing import Any
 
 import numpy as np
 
+from agents.files import require_keys
 from batch_env.evaluate import Policy
 
-from .compare import check_name, read_yaml_config
+from .harness.config import check_name, read_yaml_config
+from .harness.report import pct, pyplot, save_figure
+from .harness.store import Store, digest
 
 PAPER = {"throughput_gain": "8-28%", "capacity_gain": "22%"}
 _METRICS = (
@@ -140,12 +146,23 @@ def _traffic(spec: dict[str, Any], rate: float) -> tuple[dict[str, Any], dict[st
 
 
 class _Cell:
-    """One (profile, traffic, policy): evaluates rates on the config's seeds, with a cache."""
+    """One (profile, traffic, policy): evaluates rates on the config's seeds. Each rate's
+    evaluation is kept in ``store`` (the harness's store: a killed run resumes from the
+    evaluations it finished) under a key that hashes everything it depends on, and in
+    :attr:`cache` for this run."""
 
-    def __init__(self, cfg: dict[str, Any], profile: str, traffic: str, label: str) -> None:
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        profile: str,
+        traffic: str,
+        label: str,
+        store: Store | None = None,
+    ) -> None:
         self.cfg, self.profile, self.traffic, self.label = cfg, profile, traffic, label
         self.spec = dict(cfg["policies"][label])
         self.cache: dict[float, dict[str, float]] = {}
+        self.store = store
         self.env_kwargs = {
             **cfg["env_kwargs"],
             **(cfg["profiles"][profile].get("env_kwargs") or {}),
@@ -161,10 +178,39 @@ class _Cell:
                     self.env_kwargs[key] = run_cfg["env_kwargs"][key]
             self._agent = load_policy(self.spec["agent"], name=label)
 
+    def key(self, rate: float) -> str:
+        """The store key of the evaluation at ``rate``: readable, plus a hash of the
+        profile, traffic, policy (an agent's model bytes), env kwargs, seeds, rate and
+        the package version."""
+        import batch_env
+
+        model = Path(self.spec["agent"]) / "model.zip" if "agent" in self.spec else None
+        blob = digest(
+            self.cfg["profiles"][self.profile],
+            self.cfg["traffic"][self.traffic],
+            self.spec,
+            model.read_bytes() if model is not None and model.is_file() else None,
+            self.env_kwargs,
+            list(self.cfg["seeds"]),
+            rate,
+            batch_env.__version__,
+            length=10,
+        )
+        return f"{self.profile}-{self.traffic}-{self.label}-{rate:g}-{blob}"
+
     def evaluate(self, rate: float) -> dict[str, float]:
-        """Means over the seeds of the summary metrics at ``rate`` (cached)."""
+        """Means over the seeds of the summary metrics at ``rate`` (kept)."""
         if rate in self.cache:
             return self.cache[rate]
+        if self.store is not None:
+            self.cache[rate] = self.store.cached(
+                self.key(rate), lambda: self._evaluate(rate), _check_evaluation
+            )
+            return self.cache[rate]
+        self.cache[rate] = self._evaluate(rate)
+        return self.cache[rate]
+
+    def _evaluate(self, rate: float) -> dict[str, float]:
         import baselines
         from batch_env import evaluate
         from batch_env.envs.llm_batching import LLMBatchingEnv
@@ -182,8 +228,12 @@ class _Cell:
         res = evaluate(policy, env, n_episodes=len(seeds), seed=int(seeds[0]), name=self.label)
         out = {k: float(np.nanmean(res.values(k))) for k in _METRICS}
         out["rate_per_s"] = rate
-        self.cache[rate] = out
         return out
+
+
+def _check_evaluation(record: Any) -> None:
+    """Raise ``ValueError`` unless ``record`` is a whole evaluation (every metric)."""
+    require_keys(record, (*_METRICS, "rate_per_s"), "an LLM evaluation")
 
 
 def capacity_search(
@@ -276,6 +326,7 @@ def run_llm(
         train_missing_agents(cfg, progress=progress)
     out = Path(out_dir or Path("results") / cfg["name"])
     out.mkdir(parents=True, exist_ok=True)
+    store = Store(out / "cells", then="recomputing the evaluation")
     t0 = time.time()
     results: dict[str, Any] = {
         "config": {k: v for k, v in cfg.items() if k != "_path"},
@@ -289,7 +340,11 @@ def run_llm(
                     continue
                 params = {k: v for k, v in cfg["policies"][label].items() if k != "profiles"}
                 cell = _Cell(
-                    {**cfg, "policies": {**cfg["policies"], label: params}}, prof, traffic, label
+                    {**cfg, "policies": {**cfg["policies"], label: params}},
+                    prof,
+                    traffic,
+                    label,
+                    store,
                 )
                 t = time.time()
                 cap = capacity_search(
@@ -352,10 +407,6 @@ def gains(cfg: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, An
     return rows
 
 
-def _pct(x: float) -> str:
-    return "n/a" if not math.isfinite(x) else f"{100 * x:+.1f}%"
-
-
 def markdown(cfg: dict[str, Any], results: dict[str, Any]) -> str:
     """The summary tables."""
     lines = [
@@ -376,8 +427,8 @@ def markdown(cfg: dict[str, Any], results: dict[str, Any]) -> str:
         cap = f"{g['capacity_rps']:.3f}" + (" (>= the largest rate)" if g["capped"] else "")
         lines.append(
             f"| {g['profile']} | {g['traffic']} | {g['policy']} | {cap} | "
-            f"{g['throughput_at_sla_tokens_per_s']:.0f} | {_pct(g['capacity_gain_vs_reference'])} | "
-            f"{_pct(g['throughput_gain_vs_reference'])} | {_pct(g['capacity_gain_vs_best_static'])} |"
+            f"{g['throughput_at_sla_tokens_per_s']:.0f} | {pct(g['capacity_gain_vs_reference'])} | "
+            f"{pct(g['throughput_gain_vs_reference'])} | {pct(g['capacity_gain_vs_best_static'])} |"
         )
     lines += [
         "",
@@ -460,10 +511,7 @@ def _common_rate_table(cells: list[dict[str, Any]], attainment: float) -> list[s
 
 def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:
     """``attainment.png`` (attainment vs rate) and ``capacity.png`` (capacity per policy)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     panels = [(p, t) for p in cfg["profiles"] for t in cfg["traffic"]]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
@@ -483,8 +531,7 @@ def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:
         ax.set_ylabel("SLA attainment")
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(out / "attainment.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "attainment.png")
 
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.6), squeeze=False)
     for ax, (p, t) in zip(axes[0], panels, strict=True):
@@ -494,5 +541,4 @@ def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:
         ax.set_title(f"{p} / {t}", fontsize=9)
         ax.set_ylabel(f"capacity (req/s, {100 * cfg['attainment']:.0f}% attainment)")
     fig.tight_layout()
-    fig.savefig(out / "capacity.png", dpi=120)
-    plt.close(fig)
+    save_figure(fig, out / "capacity.png")

@@ -196,7 +196,7 @@ def _record_video(
 def cmd_record(args: argparse.Namespace) -> int:
     """Record a trained run or a baseline serving an env: a video (RecordVideo, with the
     video extra) or, without it, the frames as PNG files (see experiments/record.py)."""
-    from experiments.strict_json import dumps
+    from experiments.harness.strict_json import dumps
 
     res = record(
         args.policy,

@@ -60,8 +60,8 @@ from typing import Any, cast
 import yaml
 
 from agents.files import atomic_write_text, set_aside
-from experiments.compare import check_mapping, check_name, read_yaml_config
-from experiments.strict_json import dumps
+from experiments.harness.config import check_mapping, check_name, read_yaml_config
+from experiments.harness.strict_json import dumps
 
 _KEYS = {
     "name",
@@ -436,7 +436,7 @@ def run_sweep(
         trial: result, or ``error``), ``failed``, ``best`` (the best trial's record, with
         its ``run_dir``), ``configs`` (means over seeds), ``elapsed_s``, ``tensorboard``.
     """
-    from experiments.backends import check_backend, require_ray
+    from experiments.harness.backends import check_backend, require_ray
 
     check_backend(backend, address)
     if backend != "ray" and num_cpus is not None:
@@ -457,7 +457,7 @@ def run_sweep(
     if backend == "local":
         records = _run_local(todo, report, run or run_trial)
     else:
-        from experiments.backends import ray_session
+        from experiments.harness.backends import ray_session
 
         with ray_session(address, num_cpus):
             records = _run_tune(todo, root, max_retries, report, run or run_trial)
@@ -480,7 +480,7 @@ def _failed(trial: dict[str, Any], error: str | None, tb: str | None) -> dict[st
 def _run_local(
     todo: list[dict[str, Any]], report: Any, run: Callable[..., Any]
 ) -> dict[str, dict[str, Any]]:
-    from experiments.backends import run_tasks
+    from experiments.harness.backends import run_tasks
 
     records = {}
     with run_tasks(run, todo, "local") as stream:
@@ -497,7 +497,7 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
     the evaluation reward (NaN and the error when the trial raised)."""
     from ray import tune
 
-    from experiments.backends import guarded
+    from experiments.harness.backends import guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
         os.chdir(config["cwd"])  # in the env kwargs are the driver's

@@ -20,17 +20,15 @@ Usage: ``python scripts/experiment_outputs.py OUT_DIR``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+CLI = [str(Path(sys.executable).with_name("batch-env"))]  # the installed command, as a user runs it
 
 COMPARE = {
     "name": "golden",
@@ -111,8 +109,9 @@ def _normalize(folder: Path) -> None:
                 text = (
                     "\n".join(json.dumps(_drop_timings(d), sort_keys=True) for d in docs)
                     if docs is not None
-                    else json.dumps(_drop_timings(json.loads(path.read_text())), indent=1,
-                                    sort_keys=True)
+                    else json.dumps(
+                        _drop_timings(json.loads(path.read_text())), indent=1, sort_keys=True
+                    )
                 )
             except ValueError:
                 continue
@@ -124,34 +123,54 @@ def _normalize(folder: Path) -> None:
 
 
 def main(out: str) -> int:
-    from experiments.cli import main as cli
-
     folder = Path(out).resolve()
     folder.mkdir(parents=True, exist_ok=False)
     (folder / "compare.yaml").write_text(yaml.safe_dump(COMPARE))
     (folder / "llm.yml").write_text(yaml.safe_dump(LLM))
     runs = {
-        "compare": ["compare", "--config", str(folder / "compare.yaml"), "--results-dir",
-                    str(folder / "compare"), "--json"],
-        "benchmark": ["benchmark", "--policy", "greedy", "--tasks", "batch_env/LowLoadEnergy-v0",
-                      "--horizon-requests", "1500", "--json"],
+        "compare": [
+            "compare",
+            "--config",
+            str(folder / "compare.yaml"),
+            "--results-dir",
+            str(folder / "compare"),
+            "--json",
+        ],
+        "benchmark": [
+            "benchmark",
+            "--policy",
+            "greedy",
+            "--tasks",
+            "batch_env/LowLoadEnergy-v0",
+            "--horizon-requests",
+            "1500",
+            "--json",
+        ],
         "regimes": ["regimes", "smdp", "--results-dir", str(folder / "regimes"), "--json"],
-        "llm": ["llm", "--config", str(folder / "llm.yml"), "--results-dir",
-                str(folder / "llm"), "--json", "--no-train"],
+        "llm": [
+            "llm",
+            "--config",
+            str(folder / "llm.yml"),
+            "--results-dir",
+            str(folder / "llm"),
+            "--json",
+            "--no-train",
+        ],
     }
     for name, argv in runs.items():
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            rc = cli(argv)
-        (folder / f"{name}.stdout").write_text(buf.getvalue())
+        done = subprocess.run([*CLI, *argv], stdout=subprocess.PIPE, text=True, check=False)
+        rc = done.returncode
+        (folder / f"{name}.stdout").write_text(done.stdout)
         print(f"{name}: exit {rc}", file=sys.stderr)
         if rc != 0:
             return rc
     for name in runs:  # stdout JSON: drop timings too
         p = folder / f"{name}.stdout"
         try:
-            p.write_text(json.dumps(_drop_timings(json.loads(p.read_text())), indent=1,
-                                    sort_keys=True) + "\n")
+            p.write_text(
+                json.dumps(_drop_timings(json.loads(p.read_text())), indent=1, sort_keys=True)
+                + "\n"
+            )
         except ValueError:
             pass
     _normalize(folder)

@@ -297,7 +297,8 @@ def test_check_baseline_envs_and_the_gap_closed(tmp_path):
     """A check baseline's own env_kwargs reach its env only (greedy's episodes are the
     same with ticks: the arrivals stay paired; a timeout fires only with them), and the
     gap closed is measured from the cheapest 'from' baseline to the 'to' one."""
-    from experiments.agents_tasks import check_entry, check_episodes, gap_closed
+    from experiments.agents_tasks import check_entry, check_episodes
+    from experiments.harness.stats import gap_closed
 
     ticks = {"decision_interval_ms": 0.5}
     check = {

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from experiments.backends import RayUnavailableError, check_backend, require_ray, run_tasks
 from experiments.cli import main
 from experiments.compare import run_compare
+from experiments.harness.backends import RayUnavailableError, check_backend, require_ray, run_tasks
 
 TINY = {
     "name": "tiny",
@@ -132,7 +132,7 @@ def test_process_pools_do_not_fork_a_process_that_ran_torch(tmp_path):
     script = tmp_path / "pool.py"
     script.write_text(
         "import torch\n"
-        "from experiments.backends import process_pool\n"
+        "from experiments.harness.backends import process_pool\n"
         "def job(i):\n"
         "    return float(torch.nn.init.orthogonal_(torch.empty(256, 256)).sum())\n"
         "if __name__ == '__main__':\n"

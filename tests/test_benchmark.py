@@ -17,6 +17,7 @@ import batch_env
 import experiments.benchmark as bm
 from batch_env import tasks
 from batch_env.workload import datasets
+from experiments.harness import stats
 
 
 def test_reset_option_load_fixes_the_episode_load():
@@ -59,13 +60,13 @@ def test_grouped_half_width_is_the_stratified_estimator():
     x = np.array([1.0, 1.2, 5.0, 5.4, 9.0, 8.0])
     g = (0.1, 0.1, 0.5, 0.5, 0.9, 0.9)
     var = (np.var([1.0, 1.2], ddof=1) / 2 + np.var([5.0, 5.4], ddof=1) / 2 + 0.5 / 2) / 9
-    assert bm.ci_half_width(x, g) == pytest.approx(student_t.ppf(0.975, 3) * math.sqrt(var))
-    assert bm.grouped_mean(x, g) == pytest.approx((1.1 + 5.2 + 8.5) / 3)
+    assert stats.ci_half_width(x, g) == pytest.approx(student_t.ppf(0.975, 3) * math.sqrt(var))
+    assert stats.grouped_mean(x, g) == pytest.approx((1.1 + 5.2 + 8.5) / 3)
     # without groups: the plain Student-t interval, much wider (the spread between loads)
-    assert bm.ci_half_width(x) > 5 * bm.ci_half_width(x, g)
-    assert math.isnan(bm.ci_half_width(np.array([1.0])))
+    assert stats.ci_half_width(x) > 5 * stats.ci_half_width(x, g)
+    assert math.isnan(stats.ci_half_width(np.array([1.0])))
     s = bm.summarize_rates(list(x), g)
-    assert s["reward_rate_per_s"] == bm.grouped_mean(x, g) and s["per_seed"] == list(x)
+    assert s["reward_rate_per_s"] == stats.grouped_mean(x, g) and s["per_seed"] == list(x)
 
 
 def test_paired_score_is_zero_for_greedy_and_narrow():

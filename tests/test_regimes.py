@@ -13,7 +13,9 @@ import baselines
 import batch_env
 from batch_env.profiles import load
 from batch_env.profiles.parametric import node_family, slope_ratio_of_linear
-from experiments import regimes
+from experiments.regimes import lazybatching as lazy_map
+from experiments.regimes import llm as llm_map
+from experiments.regimes import smdp as smdp_map
 
 
 @pytest.mark.parametrize("name", ["resnet50-v100-linear", "resnet50-p4-linear"])
@@ -75,11 +77,11 @@ def test_family_refuses_bad_parameters_by_name(kwargs, needle):
 
 
 def test_reproduction_rule_is_direction_and_order_of_magnitude_of_the_gain():
-    assert regimes.reproduces(15.0, 15.0) and regimes.reproduces(5.5, 15.0)
-    assert not regimes.reproduces(4.0, 15.0) and not regimes.reproduces(60.0, 15.0)
-    assert regimes.reproduces(1.2, 1.5) and not regimes.reproduces(1.05, 1.5)
-    assert not regimes.reproduces(1.5, 1.5, significant=False)  # within the noise
-    assert not regimes.reproduces(0.5, 1.5)
+    assert lazy_map.reproduces(15.0, 15.0) and lazy_map.reproduces(5.5, 15.0)
+    assert not lazy_map.reproduces(4.0, 15.0) and not lazy_map.reproduces(60.0, 15.0)
+    assert lazy_map.reproduces(1.2, 1.5) and not lazy_map.reproduces(1.05, 1.5)
+    assert not lazy_map.reproduces(1.5, 1.5, significant=False)  # within the noise
+    assert not lazy_map.reproduces(0.5, 1.5)
 
 
 TINY = {
@@ -96,7 +98,9 @@ TINY = {
 def test_tiny_map_end_to_end_matches_a_direct_run_and_resumes(tmp_path):
     """The map's ratios are those of a direct run of the same cells (same env kwargs,
     policies and seeds); its outputs are written; a rerun recomputes no cell."""
-    res = regimes.run_lazybatching_map(grid=TINY, results_dir=tmp_path, progress=False, name="tiny")
+    res = lazy_map.run_lazybatching_map(
+        grid=TINY, results_dir=tmp_path, progress=False, name="tiny"
+    )
     assert not res["failed"] and res["computed"] == 2 * 2 * 3  # variants x loads x policies
     out = tmp_path / "tiny"
     for f in (
@@ -111,9 +115,11 @@ def test_tiny_map_end_to_end_matches_a_direct_run_and_resumes(tmp_path):
     data = json.loads((out / "map.json").read_text())
     assert len(data["points"]) == 4 and len(data["claims"]) == 9
 
-    cfg = regimes.lazy_config(TINY, "tiny")
+    cfg = lazy_map.lazy_config(TINY, "tiny")
     for point in res["points"]:
-        v = regimes.variant_name(point["slope_ratio"], point["overhead_fraction"], point["n_nodes"])
+        v = lazy_map.variant_name(
+            point["slope_ratio"], point["overhead_fraction"], point["n_nodes"]
+        )
         kw = {
             **cfg["env"],
             **cfg["envs"][v],
@@ -138,10 +144,10 @@ def test_tiny_map_end_to_end_matches_a_direct_run_and_resumes(tmp_path):
         best = min(("graph-0", "graph-50"), key=lambda w: means[w]["latency_mean_ms"])
         assert mean["best_window"] == best
         assert ("throughput_rps" in point["ratios"]) == (point["load"] == 1.2)
-        row = f"| {point['slope_ratio']:g} | 0.3 | 6 | {point['load']:g} | {regimes._fmt_ratio(mean['vs_graph_0'])} |"
+        row = f"| {point['slope_ratio']:g} | 0.3 | 6 | {point['load']:g} | {lazy_map._fmt_ratio(mean['vs_graph_0'])} |"
         assert row in res["markdown"]
 
-    again = regimes.run_lazybatching_map(
+    again = lazy_map.run_lazybatching_map(
         grid=TINY, results_dir=tmp_path, progress=False, name="tiny"
     )
     assert again["computed"] == 0 and again["reused"] == 12 and again["points"] == res["points"]
@@ -165,13 +171,13 @@ def test_claims_count_points_and_name_the_closest():
             },
         },
     }
-    claims = {(c["metric"], c["baseline"]): c for c in regimes.lazy_claims([row])}
+    claims = {(c["metric"], c["baseline"]): c for c in lazy_map.lazy_claims([row])}
     c = claims[("latency_mean_ms", "vs_window")]
     assert c["points"] == 3 and c["wins"] == 2 and c["reproduced"] == 2
     assert c["closest"]["window"] == "graph-50" and c["largest"]["ratio"] == 30.0
     assert claims[("latency_mean_ms", "vs_graph_0")]["reproduced"] == 0
     assert claims[("sla_attainment", "vs_best")]["points"] == 0
-    assert math.isinf(regimes._ratio(0.5, 0.0, True))
+    assert math.isinf(lazy_map._ratio(0.5, 0.0, True))
 
 
 def test_policy_gain_is_the_solved_gain_and_splits_into_latency_and_power():
@@ -183,7 +189,7 @@ def test_policy_gain_is_the_solved_gain_and_splits_into_latency_and_power():
 
     from baselines.smdp import policy_gain, solve
 
-    pb = regimes._smdp_problem("resnet50-v100-linear", 0.4, 0.5)
+    pb = smdp_map._smdp_problem("resnet50-v100-linear", 0.4, 0.5)
     sol = solve(pb)
     assert policy_gain(pb, sol.policy) == pytest.approx(sol.gain, rel=1e-10)
     q = np.arange(pb.n_states)
@@ -200,13 +206,13 @@ def test_policy_gain_is_the_solved_gain_and_splits_into_latency_and_power():
 
 def test_smdp_map_checks_the_claims_on_a_small_grid(tmp_path):
     grid = {
-        **regimes.SMDP_GRID,
+        **smdp_map.SMDP_GRID,
         "profiles": ["resnet50-v100-linear"],
         "loads": [0.2, 0.8],
         "energy_weights": [0.0, 2.0],
         "max_states": [40, 100],
     }
-    res = regimes.run_smdp_map(results_dir=tmp_path, grid=grid)
+    res = smdp_map.run_smdp_map(results_dir=tmp_path, grid=grid)
     for f in ("smdp.md", "smdp.json", "smdp.png"):
         assert (tmp_path / "smdp" / f).stat().st_size > 0
     pts = res["points"]
@@ -226,7 +232,7 @@ def test_smdp_map_checks_the_claims_on_a_small_grid(tmp_path):
 
 
 def test_capacity_on_a_rate_grid_is_interpolated_where_attainment_crosses():
-    f = regimes._interp_capacity
+    f = llm_map._interp_capacity
     assert f([1, 2, 3], [0.99, 0.95, 0.85], [10, 20, 30], 0.9) == {
         "capacity_rps": pytest.approx(2.5),
         "throughput_at_sla_tokens_per_s": pytest.approx(25.0),
@@ -238,8 +244,8 @@ def test_capacity_on_a_rate_grid_is_interpolated_where_attainment_crosses():
         "throughput_at_sla_tokens_per_s": 2,
         "capped": True,
     }
-    assert regimes.llm_reproduces(0.2, (0.22, 0.22)) and regimes.llm_reproduces(0.03, (0.08, 0.28))
-    assert not regimes.llm_reproduces(0.0, (0.22, 0.22)) and not regimes.llm_reproduces(
+    assert llm_map.llm_reproduces(0.2, (0.22, 0.22)) and llm_map.llm_reproduces(0.03, (0.08, 0.28))
+    assert not llm_map.llm_reproduces(0.0, (0.22, 0.22)) and not llm_map.llm_reproduces(
         0.8, (0.22, 0.22)
     )
 
@@ -274,8 +280,8 @@ def test_tiny_llm_map_matches_a_direct_run(tmp_path):
     """The LLM map's capacities come from its cells, which are a direct run's episodes:
     one policy's attainment at one rate equals batch_env.evaluate on the same env."""
     g = {
-        **regimes.LLM_GRIDS["coarse"],
-        "base": {**regimes.LLM_GRIDS["coarse"]["base"], "kv": 0.25},
+        **llm_map.LLM_GRIDS["coarse"],
+        "base": {**llm_map.LLM_GRIDS["coarse"]["base"], "kv": 0.25},
         "kv": [0.25],
         "cross_kv": [0.25],
         "lengths": {"conversation": {}},
@@ -287,16 +293,16 @@ def test_tiny_llm_map_matches_a_direct_run(tmp_path):
         "horizon_requests": 60,
         "warmup_requests": 10,
     }
-    res = regimes.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
+    res = llm_map.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
     assert not res["failed"] and len(res["points"]) == 1
     (pt,) = res["points"]
     for f in ("map.md", "map.json", "heat_kv_lengths.png", "axes.png"):
         assert (tmp_path / "tiny" / f).stat().st_size > 0
-    v = regimes.llm_variants(g)[pt["name"]]
-    env_kw, arrivals = regimes._llm_env_kwargs(g, v)
+    v = llm_map.llm_variants(g)[pt["name"]]
+    env_kw, arrivals = llm_map._llm_env_kwargs(g, v)
     rate = round(pt["probe_static_256_rps"] * 0.7, 4)
     env = gym.make("batch_env/LLMBatching-v0", **env_kw, workload={**arrivals, "rate_per_s": rate})
     direct = batch_env.evaluate(baselines.make("pang2025", env=env), env, n_episodes=1, seed=0)
     assert pt["policies"]["pang2025"]["attainment"][str(rate)] == direct.mean("sla_attainment")
-    again = regimes.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
+    again = llm_map.run_llm_map(grid=g, results_dir=tmp_path, progress=False, name="tiny")
     assert again["computed"] == 0 and again["points"] == res["points"]

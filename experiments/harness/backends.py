@@ -30,19 +30,24 @@ BACKENDS = ("local", "ray")
 INSTALL_HINT = "pip install 'batch-env[ray]'"
 
 
-def process_pool(workers: int) -> Any:
-    """A ``ProcessPoolExecutor`` of ``workers`` processes started from a fresh
+def process_pool(workers: int, fresh: bool = True) -> Any:
+    """A ``ProcessPoolExecutor`` of ``workers`` processes, the one process pool of the
+    experiments. With ``fresh`` (the default) they are started from a fresh
     interpreter (``forkserver`` where the platform has it, else ``spawn``), never forked
     from this one: a child forked after this process ran PyTorch on several threads can
     hang in its first parallel kernel (a fork keeps the OpenMP pool's locks but not its
     threads; seen in network initialisation, ``torch.nn.init.orthogonal_``). The jobs
     must be module-level functions with picklable arguments, and the workers do not see
     this process's later changes to modules (a test's monkeypatch). Used where workers
-    train or load agents (``batch-env agents``); ``experiments.benchmark``'s reference
-    runs (baselines only, no PyTorch) keep the platform's default pool."""
+    train or load agents (``batch-env agents``). ``fresh=False`` keeps the platform's
+    default start method (a fork on Linux: workers start at once and see the parent's
+    modules as they are), for jobs that run baselines only, never PyTorch:
+    ``experiments.benchmark``'s reference runs."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    if not fresh:
+        return ProcessPoolExecutor(max_workers=workers)
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
