@@ -16,6 +16,7 @@ best baseline measured on the same seeds, with a paired CI.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -31,6 +32,8 @@ import batch_env
 from agents.common import check_int
 from baselines.common import env_config
 from batch_env.evaluate import ci95_half_width
+from experiments.harness.options import add_config, add_json, add_results_dir, count
+from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
 from .harness.config import check_mapping, check_name, read_yaml_config
@@ -392,3 +395,58 @@ def _plot(results: dict[str, Any], path: Path) -> None:
     ax.grid(alpha=0.3, axis="y")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    """Train agents per setting and per benchmark task entry of the config, and compare
+    them with the SMDP optimum, the baselines and the tasks' stored references (on each
+    task's protocol, and at fixed loads where an entry has a check)."""
+
+    result = run_agents_experiment(
+        args.config,
+        runs_dir=args.runs_dir,
+        results_dir=args.results_dir,
+        workers=args.workers,
+        settings=args.settings,
+        task_entries=args.tasks,
+    )
+    if args.json:
+        print(dumps(result["results"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables and plot in {result['dir']}/")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "agents",
+        help="train agents and compare them with the SMDP optimum and baselines",
+        description=cmd_agents.__doc__,
+    )
+    add_config(p, "agents")
+    p.add_argument(
+        "--settings",
+        nargs="+",
+        default=None,
+        help="only these settings of the config (with --tasks alone: none)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="only these entries of the config's benchmark tasks (with --settings alone: none)",
+    )
+    p.add_argument(
+        "--runs-dir", default="runs", help="parent folder of the training runs (default runs)"
+    )
+    add_results_dir(p)
+    p.add_argument(
+        "--workers",
+        type=count(1),
+        default=2,
+        help="training and evaluation processes in parallel (default 2)",
+    )
+    add_json(p, "the results")
+    p.set_defaults(func=cmd_agents)

@@ -52,6 +52,7 @@ also goes to ``results/bench/wallclock.json``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -68,6 +69,8 @@ import gymnasium as gym
 import numpy as np
 
 from baselines.common import env_config
+from experiments.harness.options import add_json, check_folder, count
+from experiments.harness.strict_json import dumps
 
 
 def machine_description() -> dict[str, Any]:
@@ -1122,3 +1125,269 @@ def write_results(
     path = out / name
     path.write_text(json.dumps(result, indent=2) + "\n")
     return path
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Measure env speed against CartPole and the SMDP solver against pymdptoolbox, the cost
+    of an rgb_array frame against a step, and the comparison's cells/s on the local and the
+    Ray backend (--skip-ray to leave it out).
+
+    --wallclock also measures the wall-clock to a good agent (about 20 minutes on one
+    core, so not in the default run): PPO with the project's defaults on
+    batch_env/LowLoadEnergy-v0 until the deterministic evaluation's mean cost rate (3
+    episodes on held-out seeds, every 10,000 steps) is within 1% of the SMDP gain, against
+    CartPole-v1 until its mean return is 475, same PPO settings, budget and evaluation
+    cadence; the median over --wallclock-seeds seeds in steps and in seconds, and each
+    seed's figures (a run that misses within its budget is reported as not reached, with
+    its best figure). It goes into bench.json and into wallclock.json beside it;
+    --wallclock-only runs that item alone and writes wallclock.json only."""
+
+    check_folder("--out", args.out)
+    wallclock_kwargs = {
+        "seeds": tuple(range(args.wallclock_seeds)),
+        "budget_steps": args.wallclock_budget,
+        "eval_freq": args.wallclock_eval_freq,
+    }
+    if args.wallclock_only:
+        wc = {**bench_wallclock(**wallclock_kwargs), "machine": machine_description()}
+        path = write_results(wc, args.out, "wallclock.json")
+        if args.json:
+            print(dumps(wc, indent=2))
+            return 0
+        print(_format_wallclock(wc))
+        print(f"written to {path}")
+        return 0
+    try:
+        sizes = tuple(int(x) for x in args.vector_sizes.split(",") if x.strip())
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1:
+        raise ValueError(
+            f"--vector-sizes={args.vector_sizes!r} is invalid: expected positive integers, e.g. 1,64,1024"
+        )
+    result = run_bench(
+        n_steps=args.steps,
+        repeats=args.repeats,
+        smdp=not args.skip_smdp,
+        ppo=not args.skip_ppo,
+        vector=not args.skip_vector,
+        vector_sizes=sizes,
+        torch_overhead=not args.skip_torch,
+        backends=not args.skip_ray,
+        render=not args.skip_render,
+        wallclock=args.wallclock,
+        wallclock_kwargs=wallclock_kwargs,
+    )
+    path = write_results(result, args.out)
+    if "wallclock" in result:
+        write_results(
+            {**result["wallclock"], "machine": result["machine"]}, args.out, "wallclock.json"
+        )
+    if args.json:
+        print(dumps(result, indent=2))
+        return 0
+    _print_bench(result)
+    print(f"written to {path}")
+    return 0
+
+
+def _print_llm_v2(v2: dict[str, Any] | None) -> None:
+    """``batch-env bench``'s LLMBatching-v2 lines: steps and CPU per request against v1."""
+    if v2 is None:
+        return
+    for name, row in v2["settings"].items():
+        a, b = (row[f"batch_env/LLMBatching-v{k}"] for k in (1, 2))
+        print(
+            f"LLMBatching-v2 vs v1 ({name}): {row['steps_ratio']:.1f}x fewer steps "
+            f"({b['steps_per_request']:.2f} vs {a['steps_per_request']:.2f} a request), "
+            f"{row['cpu_ratio']:.1f}x less CPU ({b['cpu_us_per_request']:,.0f} vs "
+            f"{a['cpu_us_per_request']:,.0f} us a request; floors: "
+            f"{v2['floor_steps_ratio']:.0f}x, {v2['floor_cpu_ratio']:.0f}x)"
+        )
+
+
+def _print_bench(result: dict[str, Any]) -> None:
+    """The figures of ``batch-env bench``, one line each."""
+    print(f"DynamicBatching-v0: {result['dynamic_batching_steps_per_s']:,.0f} steps/s")
+    print(f"CartPole-v1:        {result['cartpole_steps_per_s']:,.0f} steps/s")
+    print(
+        f"step cost ratio (ours / CartPole): {result['step_cost_ratio_vs_cartpole']:.2f} "
+        f"(floor: <= {result['floor_step_cost_ratio']:.1f})"
+    )
+    llm = result.get("llm")
+    if llm:
+        for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
+            r = llm[env_id]
+            floor = (
+                f" (floor: <= {llm['floor_step_cost_ratio']:.1f})" if env_id.endswith("v1") else ""
+            )
+            print(
+                f"{env_id.split('/')[-1]}: {r['steps_per_s']:,.0f} steps/s, step cost ratio "
+                f"(ours / CartPole, median of rounds): {r['step_cost_ratio_vs_cartpole']:.2f}{floor}"
+            )
+    _print_llm_v2(result.get("llm_v2"))
+    rn = result.get("render")
+    if rn:
+        for r in rn["envs"]:
+            print(
+                f"{r['env_id'].split('/')[-1]} rgb_array frame: {r['frame_us']:,.0f} us vs step "
+                f"{r['step_us']:,.1f} us -> ratio {r['frame_cost_ratio_vs_step']:.1f} "
+                f"(target: frame < {rn['target_frame_us']:,.0f} us)"
+            )
+    vec = result.get("vector")
+    if vec:
+        for r in vec["sizes"]:
+            print(
+                f"vector env, {r['num_envs']:5d} lanes: {r['env_steps_per_s']:,.0f} env-steps/s vs "
+                f"CartPoleVectorEnv {r['cartpole_vector_env_steps_per_s']:,.0f} -> ratio {r['ratio_vs_cartpole']:.3f}"
+            )
+        if vec["meets_floor_at_1024"] is not None:
+            print(
+                f"floor {vec['floor_env_steps_per_s_at_1024']:,} env-steps/s at 1024 lanes met: {vec['meets_floor_at_1024']}"
+            )
+    ov = result.get("torch_executor_overhead")
+    if ov:
+        fracs = ", ".join(f"b={b}: {r['overhead_frac']:.1%}" for b, r in ov["run"].items())
+        print(
+            f"real executor overhead outside the model call ({ov['model']}): {fracs} "
+            f"(floor: < {ov['floor_overhead_frac_b_ge_8']:.0%} at b >= 8)"
+        )
+    sm = result.get("smdp")
+    if sm:
+        print(
+            f"SMDP solve, {sm['n_states']} states, B={sm['max_batch_size']}, rho={sm['load']}: "
+            f"policy iteration {sm['pi_s']:.3f} s, our RVI {sm['rvi_s']:.2f} s, "
+            f"pymdptoolbox RVI {sm['pymdptoolbox_s']:.2f} s -> {sm['speedup_pi_vs_pymdptoolbox']:.0f}x "
+            f"(floor: >= {sm['floor_speedup']:.0f}x); same policy: {sm['same_policy']}"
+        )
+    pp = result.get("ppo")
+    if pp:
+        print(
+            f"PPO training: {pp['dynamic_batching_ppo_steps_per_s']:,.0f} steps/s vs CartPole-v1 "
+            f"{pp['cartpole_ppo_steps_per_s']:,.0f} steps/s -> ratio {pp['ratio']:.2f} (floor: >= {pp['floor_ratio']})"
+        )
+    pv = result.get("ppo_vector")
+    if pv:
+        print(
+            f"PPO training, {pv['num_envs']} lanes: native vector env {pv['native_vector_ppo_steps_per_s']:,.0f} "
+            f"steps/s vs DummyVecEnv {pv['dummy_vec_env_ppo_steps_per_s']:,.0f} -> ratio {pv['ratio']:.2f}"
+        )
+    cb = result.get("compare_backends")
+    if cb and "skipped" in cb:
+        print(f"compare backends: skipped ({cb['skipped']})")
+    elif cb:
+        print(
+            f"compare, {cb['cells']} cells, Ray / local cells/s: first run {cb['ray_cells_per_s']:.2f} / "
+            f"{cb['local_cells_per_s']:.2f} = {cb['ratio_ray_vs_local']:.2f} (with Ray's {cb['ray_startup_s']:.1f} s "
+            f"start-up {cb['ratio_ray_with_startup_vs_local']:.2f}), warm {cb['ray_warm_cells_per_s']:.2f} / "
+            f"{cb['local_warm_cells_per_s']:.2f} = {cb['ratio_ray_warm_vs_local_warm']:.2f}; "
+            f"same results: {cb['same_results']}"
+        )
+    if "wallclock" in result:
+        print(_format_wallclock(result["wallclock"]))
+
+
+def _format_wallclock(wc: dict[str, Any]) -> str:
+    """The wall-clock item in a few lines: medians, then each seed."""
+
+    def num(x: float | None, fmt: str) -> str:
+        return "not reached" if x is None else format(x, fmt)
+
+    lines = []
+    for part in (wc["task"], wc["cartpole"]):
+        lines.append(
+            f"wall-clock to a good agent, {part['env_id']} ({part['target']}): median "
+            f"{num(part['median_steps'], ',.0f')} steps, {num(part['median_seconds'], '.1f')} s "
+            f"training ({num(part['median_seconds_with_eval'], '.1f')} s with evaluations); "
+            f"{part['reached']} of {part['runs']} runs reached it"
+        )
+        for r in part["seeds"]:
+            lines.append(
+                f"  seed {r['seed']}: "
+                + (
+                    f"{r['steps']:,} steps, {r['seconds']:.1f} s ({r['seconds_with_eval']:.1f} s with evaluations)"
+                    if r["reached"]
+                    else f"not reached in {r['steps_trained']:,} steps, best {r['best_figure']:.3f}"
+                )
+            )
+    lines.append(
+        f"ratio to CartPole-v1: steps {num(wc['ratio_steps_vs_cartpole'], '.2f')}, "
+        f"seconds {num(wc['ratio_seconds_vs_cartpole'], '.2f')}"
+    )
+    return "\n".join(lines)
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "bench",
+        help="env steps/s vs CartPole-v1 in the same process",
+        description=cmd_bench.__doc__,
+    )
+    p.add_argument(
+        "--steps", type=count(1), default=200_000, help="steps per timed round (default 200000)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=count(1),
+        default=5,
+        help="timed rounds (default 5); each round runs an env and its reference back to "
+        "back, the rates shown are the best round's and each ratio the median of the rounds'",
+    )
+    p.add_argument("--out", default="results/bench", help="output folder (default results/bench)")
+    p.add_argument(
+        "--skip-smdp", action="store_true", help="skip the SMDP solver vs pymdptoolbox part"
+    )
+    p.add_argument("--skip-ppo", action="store_true", help="skip the PPO training speed part")
+    p.add_argument(
+        "--skip-vector", action="store_true", help="skip the vector env vs CartPoleVectorEnv part"
+    )
+    p.add_argument(
+        "--skip-torch", action="store_true", help="skip the real executor's overhead part"
+    )
+    p.add_argument(
+        "--skip-ray",
+        action="store_true",
+        help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)",
+    )
+    p.add_argument(
+        "--skip-render", action="store_true", help="skip the rgb_array frame cost vs step part"
+    )
+    p.add_argument(
+        "--wallclock",
+        action="store_true",
+        help="also measure PPO's wall-clock to within 1%% of the SMDP gain on "
+        "batch_env/LowLoadEnergy-v0 against CartPole-v1's to a mean return of 475, same "
+        "settings (median over seeds, steps and seconds; about 20 minutes on one core, so "
+        "not in the default run); also written to wallclock.json",
+    )
+    p.add_argument(
+        "--wallclock-only",
+        action="store_true",
+        help="run only the --wallclock item and write only wallclock.json",
+    )
+    p.add_argument(
+        "--wallclock-seeds",
+        type=count(1),
+        default=3,
+        help="training seeds of the wall-clock item, 0..N-1 (default 3)",
+    )
+    p.add_argument(
+        "--wallclock-budget",
+        type=count(1),
+        default=None,
+        help="step budget of each wall-clock run (default: the hyperparameter file's n_timesteps, 300000)",
+    )
+    p.add_argument(
+        "--wallclock-eval-freq",
+        type=count(1),
+        default=10_000,
+        help="steps between the wall-clock runs' evaluations (default 10000)",
+    )
+    p.add_argument(
+        "--vector-sizes",
+        default="1,64,1024,4096",
+        help="num_envs values of the vector part, comma-separated (default 1,64,1024,4096)",
+    )
+    add_json(p)
+    p.set_defaults(func=cmd_bench)

@@ -11,8 +11,10 @@ mean rate, and on the bursty task the phase filter ``smdp-belief``) and solves i
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import as_completed
@@ -25,6 +27,8 @@ import numpy as np
 import baselines
 import batch_env
 from batch_env import tasks
+from experiments.harness.options import add_json, count
+from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
 from .harness.report import pyplot, save_figure
@@ -1006,3 +1010,159 @@ def write_report(data: dict[str, Any], out_dir: Path | str = RESULTS_DIR) -> lis
     md = folder / "references.md"
     md.write_text(text)
     return [md, plot_references(data, folder / "references.png")]
+
+
+def _read_references(path: str) -> dict[str, Any]:
+    """A references JSON written by ``--references --out``; ValueError naming the file."""
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as e:
+        raise ValueError(f"--out={path!r}: cannot read it: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--out={path!r}: not a references JSON file ({e})") from None
+    if not isinstance(data, dict) or not all(
+        isinstance(v, dict) and "policies" in v for v in data.values()
+    ):
+        raise ValueError(
+            f"--out={path!r}: not a references JSON file (expected task ids mapping to "
+            "their reference figures)"
+        )
+    return data
+
+
+def cmd_benchmark(args: argparse.Namespace) -> int:
+    """Run the named benchmark tasks' protocol for a policy and print its reward rates
+    with their 95% CIs and its normalized scores (0 at greedy, 1 at the bound); with
+    --references, recompute the tasks' stored reference figures instead (and write the
+    reference table and plot); with --report, only write that table and plot from the
+    stored figures."""
+    from batch_env import tasks
+
+    ids = (
+        [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(tasks.TASKS)
+    )
+    for tid in ids:
+        tasks.get(tid)  # ValueError naming the unknown task and the tasks
+    if (args.only or args.resume) and not args.references:
+        raise ValueError(
+            "--only and --resume are for --references (which reference policies to run, "
+            "and whether to reuse an interrupted run's episodes)"
+        )
+    only = [x.strip() for x in args.only.split(",") if x.strip()] if args.only else None
+    if only is not None:
+        known = {lb for tid in ids for lb in REFERENCE_POLICIES[tid]}
+        if not only or set(only) - known:
+            raise ValueError(
+                f"--only={args.only!r}: {sorted(set(only) - known) or 'no label'} is not a "
+                f"reference policy of the tasks {ids}: they are {sorted(known)}"
+            )
+    if args.references:
+        data = compute_references(
+            ids,
+            out=args.out or REFERENCES_PATH,
+            progress=None if args.json else print,
+            jobs=args.jobs,
+            cache_dir=Path(args.results_dir) / "episodes",
+            labels=only,
+            resume=args.resume,
+        )
+        if args.only:  # some policies only: their figures, the stored references untouched
+            if args.json:
+                print(dumps(data, indent=1))
+            return 0
+        if args.json:
+            print(dumps({t: data[t] for t in ids}, indent=1))
+        else:
+            for path in write_report(data, args.results_dir):
+                print(f"wrote {path}")
+        return 0
+    if args.report:
+        stored = tasks.references() if args.out is None else _read_references(args.out)
+        for path in write_report(stored, args.results_dir):
+            print(f"wrote {path}")
+        return 0
+    if not args.policy:
+        raise ValueError(
+            "--policy is required (a baseline, 'random' or <algo>:<run_dir>), or --references"
+        )
+    rows = run_benchmark(
+        args.policy,
+        ids,
+        horizon_requests=args.horizon_requests,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(dumps(rows, indent=1) if args.json else format_benchmark(rows))
+    return 2 if all("error" in r for r in rows) else 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "benchmark",
+        help="a policy on the named benchmark tasks: reward rates, CIs, normalized scores",
+        description=cmd_benchmark.__doc__,
+    )
+    p.add_argument(
+        "--policy",
+        default=None,
+        help="a baseline name, 'random', or a trained agent <algo>:<run_dir>",
+    )
+    p.add_argument(
+        "--tasks",
+        default=None,
+        help="comma-separated task ids (default: every task of batch_env.tasks)",
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=count(1),
+        default=None,
+        help="shorten the episodes (the table then says it is not the protocol)",
+    )
+    p.add_argument(
+        "--references",
+        action="store_true",
+        help="recompute the tasks' reference figures (random, greedy, smdp, ...) and bounds",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="with --references: the JSON file to write (default: batch_env/tasks_references.json)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=count(1),
+        default=1,
+        help="with --references: reference runs in parallel processes (default 1; the "
+        "figures are the same whatever it is)",
+    )
+    p.add_argument(
+        "--only",
+        default=None,
+        help="with --references: run only these reference policies (comma-separated "
+        "labels, e.g. random,greedy), filling their episode caches; the references file "
+        "is left as it is",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="with --references: reuse the finished episodes of an interrupted run (each "
+        "run appends them to RESULTS_DIR/episodes/<task>/<policy>.jsonl as they end; "
+        "without --resume a run starts that file afresh). Only with the same code: the "
+        "file records the task, policy, seed and length, not the code's version",
+    )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="write the reference table (references.md) and plot (references.png) from the "
+        "stored figures (or from --out's JSON) without running anything",
+    )
+    p.add_argument(
+        "--results-dir",
+        default="results/benchmark",
+        help="with --references or --report: where the table and plot go (default "
+        "results/benchmark)",
+    )
+    add_json(p)
+    p.set_defaults(func=cmd_benchmark)

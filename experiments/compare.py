@@ -45,9 +45,11 @@ and the SMDP policy structure (batch size vs queue length for several loads and 
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,14 @@ from agents.files import require_keys
 from baselines.common import env_config
 from batch_env.evaluate import EvaluationResult, Policy, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
+from experiments.harness.options import (
+    add_backend_args,
+    add_json,
+    add_results_dir,
+    count,
+    stdout_to_stderr,
+)
+from experiments.harness.strict_json import dumps
 
 from .harness.config import check_mapping, check_name, is_number, read_yaml_config
 from .harness.report import md_table, pm, pyplot, save_figure, write_csv
@@ -736,3 +746,145 @@ def _plots(
             ax.legend(fontsize=7)
         fig.tight_layout()
         save_figure(fig, out / "smdp_policy_structure.png")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Train a short PPO run, then compare it with every baseline on a small config."""
+    from pathlib import Path
+
+    cfg = load_config(args.config)
+    run = Path(args.runs_dir) / f"{cfg['name']}-ppo"
+    if args.train_steps > 0:
+        if not (run / "model.zip").exists():
+            print(f"training PPO for {args.train_steps} steps -> {run}/", file=sys.stderr)
+        from agents.train import TrainArgs, train_or_reuse
+
+        load = float(cfg["loads"][0])
+        env_kwargs = {
+            **cfg["env"],
+            "workload": {**next(iter(cfg["workloads"].values())), "load": load},
+        }
+        train_or_reuse(
+            TrainArgs(
+                algo="ppo",
+                env_kwargs=env_kwargs,
+                n_timesteps=args.train_steps,
+                run_dir=str(run),
+                eval_freq=0,
+                checkpoint_freq=args.train_steps,
+                progress=not args.json,
+            )
+        )
+        cfg = load_config(args.config)
+        cfg["policies"]["ppo-demo"] = {"agent": str(run)}
+    return _print_compare(
+        run_compare(cfg, results_dir=args.results_dir, progress=not args.json),
+        args,
+        tensorboard=run / "tb" if args.train_steps > 0 else None,
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Run (or resume) a comparison experiment from a YAML config.
+
+    Each finished cell is written to <results-dir>/<name>/cells/ at once, so an
+    interrupted run resumes without recomputing finished cells. --backend local (the
+    default) runs the cells one after the other in this process; --backend ray runs each
+    cell as a Ray task, on a new local Ray instance or on the cluster at --address (needs
+    pip install 'batch-env[ray]'). Both give the same numbers. A cell that raises is
+    recorded as failed and the others go on; the exit status is then 1 and the summary
+    lists the failed cells with their errors (a rerun retries only them).
+    """
+
+    with stdout_to_stderr(args.json):
+        result = run_compare(
+            args.config,
+            results_dir=args.results_dir,
+            progress=not args.json,
+            backend=args.backend,
+            address=args.address,
+            max_retries=args.max_retries,
+            num_cpus=args.num_cpus,
+        )
+    return _print_compare(result, args)
+
+
+def _print_compare(
+    result: dict[str, Any], args: argparse.Namespace, tensorboard: Any = None
+) -> int:
+    failed = result.get("failed") or []
+    if args.json:
+        print(
+            dumps(
+                {
+                    "dir": str(result["dir"]),
+                    "records": result["records"],
+                    "computed": result["computed"],
+                    "reused": result["reused"],
+                    "failed": failed,
+                }
+            )
+        )
+        return 1 if failed else 0
+    print(result["markdown"])
+    print(
+        f"tables, CSV and plots in {result['dir']}/ ({result['computed']} cells computed, "
+        f"{result['reused']} reused, {len(failed)} failed)"
+    )
+    if failed:
+        print(
+            f"{len(failed)} cell(s) failed (listed in summary.md and {result['dir']}/failed.json); "
+            "rerun to retry them:",
+            file=sys.stderr,
+        )
+        for f in failed:
+            print(f"  {f['key']}: {f['error']}", file=sys.stderr)
+    if tensorboard is not None:
+        print(f"watch the agent's training: tensorboard --logdir {tensorboard}")
+    return 1 if failed else 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "demo",
+        help="compare every baseline on the default env (small) and print the table",
+        description=cmd_demo.__doc__,
+    )
+    p.add_argument(
+        "--config", default="demo", help="comparison config name or YAML path (default: demo)"
+    )
+    add_results_dir(p)
+    p.add_argument(
+        "--runs-dir", default="runs", help="parent folder of the training run (default runs)"
+    )
+    p.add_argument(
+        "--train-steps",
+        type=count(0),
+        default=30_000,
+        help="PPO steps to train first (0: no agent; default 30000)",
+    )
+    add_json(p, "the records")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "compare",
+        help="run (or resume) a comparison experiment from a YAML config",
+        description=cmd_compare.__doc__,
+    )
+    p.add_argument(
+        "--config",
+        default="default",
+        help="config name in experiments/configs or a YAML path (default: default)",
+    )
+    add_results_dir(p)
+    add_backend_args(p, "cell")
+    p.add_argument(
+        "--max-retries",
+        type=count(0),
+        default=3,
+        help="ray backend: retries of a cell whose worker process died (default 3); a cell that "
+        "raises is not retried but recorded as failed",
+    )
+    add_json(p, "the records")
+    p.set_defaults(func=cmd_compare)

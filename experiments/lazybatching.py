@@ -23,6 +23,7 @@ said otherwise):
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from experiments.harness.options import add_config, add_json, add_results_dir
+from experiments.harness.strict_json import dumps
 
 from .compare import record_result, run_compare, validate_config
 from .harness.config import read_yaml_config
@@ -267,3 +271,33 @@ def run_lazybatching(
     rat = ratios(cfg, res["records"])
     md = write_ratios(cfg, rat, paper, res["dir"])
     return {"dir": res["dir"], "ratios": rat, "markdown": md, "trained": trained}
+
+
+def cmd_lazybatching(args: argparse.Namespace) -> int:
+    """Node-level batching (LazyBatching) vs graph batching on NodeBatching-v0, with ratios."""
+
+    result = run_lazybatching(
+        args.config, results_dir=args.results_dir, progress=not args.json, train=not args.no_train
+    )
+    if args.json:
+        print(dumps(result["ratios"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables, ratios and plots in {result['dir']}/")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "lazybatching",
+        help="node-level (LazyBatching) vs graph batching: sweep, ratios, plots",
+        description=cmd_lazybatching.__doc__,
+    )
+    add_config(p, "lazybatching")
+    add_results_dir(p)
+    p.add_argument(
+        "--no-train", action="store_true", help="do not train missing agent runs (error instead)"
+    )
+    add_json(p, "the ratios")
+    p.set_defaults(func=cmd_lazybatching)

@@ -42,6 +42,7 @@ An agent (``agent: <run dir>``) is evaluated with its training grid; it is train
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import time
@@ -52,6 +53,8 @@ import numpy as np
 
 from agents.files import require_keys
 from batch_env.evaluate import Policy
+from experiments.harness.options import add_config, add_json, add_results_dir
+from experiments.harness.strict_json import dumps
 
 from .harness.config import check_name, read_yaml_config
 from .harness.report import pct, pyplot, save_figure
@@ -542,3 +545,36 @@ def plots(cfg: dict[str, Any], results: dict[str, Any], out: Path) -> None:
         ax.set_ylabel(f"capacity (req/s, {100 * cfg['attainment']:.0f}% attainment)")
     fig.tight_layout()
     save_figure(fig, out / "capacity.png")
+
+
+def cmd_llm(args: argparse.Namespace) -> int:
+    """LLM batching on LLMBatching-v0: capacity and throughput at the SLA of static caps,
+    Pang et al.'s memory-aware / SLA-feedback / combined policies and a PPO agent."""
+
+    name = args.name if args.name is not None else load_llm_config(args.config)["name"]
+    check_name(name, "--name")
+    out = f"{args.results_dir}/{name}"
+    result = run_llm(args.config, out_dir=out, progress=not args.json, train=not args.no_train)
+    if args.json:
+        print(dumps(result["gains"], indent=1))
+    else:
+        print(result["markdown"])
+        print(f"tables and plots in {result['dir']}/")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "llm",
+        help="LLM batching: capacity and throughput at the SLA per policy, plots",
+        description=cmd_llm.__doc__,
+    )
+    add_config(p, "llm")
+    add_results_dir(p)
+    p.add_argument("--name", default=None, help="output folder name (default: the config's name)")
+    p.add_argument(
+        "--no-train", action="store_true", help="do not train missing agent runs (error instead)"
+    )
+    add_json(p, "the gains")
+    p.set_defaults(func=cmd_llm)

@@ -30,6 +30,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from experiments.harness.options import add_json
+
 #: the env a baseline is recorded on when no --env-id is given
 DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 #: what RecordVideo writes (moviepy)
@@ -223,9 +225,10 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: Any, count: Any, mapping: Any) -> None:
-    """The ``record`` subcommand's parser (``count(low)``: the CLI's integer type;
-    ``mapping(text, option)``: its YAML mapping parser)."""
+def add_parser(sub: Any) -> None:
+    """The ``record`` subcommand's parser."""
+    from experiments.harness.config import parse_mapping as mapping
+    from experiments.harness.options import count
 
     def env_kwargs(text: str) -> Any:
         try:
@@ -269,7 +272,7 @@ def add_parser(sub: Any, count: Any, mapping: Any) -> None:
         default=1000,
         help="steps recorded per episode at most (default 1000; an episode may be longer)",
     )
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_json(p)
     p.set_defaults(func=cmd_record)
 
 

@@ -62,15 +62,20 @@ on the as-measured and speed-matched ones, which depend on the machine's weather
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any, cast
 
 from batch_env.real.spec import ModelSpec
+from experiments.harness.config import parse_mapping
+from experiments.harness.options import add_json, check_folder, count, positive
+from experiments.harness.strict_json import dumps
 
 #: The model of the round trip, written once: the profiler measures it (with its own
 #: default warm-up) and the real-mode envs run it (as ``model=``, ``torch_device=`` and
@@ -530,3 +535,157 @@ def _cycle(
         )
     result["markdown"] = "\n".join(lines) + "\n"
     return result
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """Measure a latency/power profile of a real PyTorch model and write it as JSON."""
+    from pathlib import Path
+
+    from agents.common import check_device
+    from batch_env.real.models import MODELS
+    from batch_env.real.profiling import measure_profile, write_profile
+
+    try:
+        sizes = tuple(int(x) for x in args.batch_sizes.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or min(sizes) < 1 or list(sizes) != sorted(set(sizes)):
+        raise ValueError(
+            f"--batch-sizes={args.batch_sizes!r} is invalid: expected increasing integers >= 1 "
+            "separated by commas, e.g. 1,2,4,8"
+        )
+    if args.model not in MODELS:
+        raise ValueError(f"--model={args.model!r} is unknown: allowed values are {sorted(MODELS)}")
+    check_device("--device", args.device)
+    model_kwargs = parse_mapping(args.model_kwargs, "--model-kwargs")
+    if Path(args.out).is_dir():
+        raise ValueError(
+            f"--out={args.out!r} is a folder: give the JSON file to write, e.g. {args.out}/profile.json"
+        )
+    prof = measure_profile(
+        args.model,
+        torch_device=args.device,
+        batch_sizes=sizes,
+        min_time_s=args.min_time_s,
+        nodes=not args.no_nodes,
+        width=args.width,
+        depth=args.depth,
+        threads=args.threads,
+        cuda_graphs=args.cuda_graphs,
+        model_kwargs=model_kwargs,
+        name=args.name,
+        progress=None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True)),
+    )
+    path = write_profile(prof, args.out)
+    if args.json:
+        print(dumps({"path": str(path), "profile": prof}, indent=1))
+    else:
+        print(f"{prof['name']}: {prof['device']}")
+        for b, lat, p in zip(prof["batch_sizes"], prof["latency_ms"], prof["power_w"], strict=True):
+            print(f"  batch {b:4d}: {lat:9.3f} ms  {p:7.1f} W")
+        print(f"idle {prof['idle_power_w']} W ({prof['idle_power_source']})")
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_roundtrip(args: argparse.Namespace) -> int:
+    """Measure a small model's profile, then compare profile mode with real mode on the same seeds.
+
+    Reports, per env, the speed ratio (model time measured in the real-mode episodes over
+    what the profile predicts for the same calls), the as-measured differences, the
+    speed-matched ones (the profile scaled by that ratio: the simulator given the
+    machine's mean speed) and the speed-tracked ones (each call scaled by the real run's
+    speed at that moment: the simulator given the machine's speed over time), each as the
+    median over the cycles.
+    """
+
+    check_folder("--out", args.out)
+    res = run_roundtrip(
+        args.out,
+        load=args.load,
+        horizon_requests=args.horizon_requests,
+        episodes=args.episodes,
+        repeats=args.repeats,
+    )
+    if args.json:
+        print(dumps({k: v for k, v in res.items() if k != "markdown"}, indent=1))
+    else:
+        print(res["markdown"])
+        print(f"wrote {args.out}/roundtrip.json, roundtrip.md, profile.json")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "profile",
+        help="measure a real PyTorch model's latency/power profile (JSON)",
+        description=cmd_profile.__doc__,
+    )
+    p.add_argument(
+        "--model",
+        default="resnet50",
+        help="resnet50, googlenet, bert-base or gpt-small (default resnet50)",
+    )
+    p.add_argument("--device", default="auto", help="torch device: auto, cpu, cuda (default auto)")
+    p.add_argument(
+        "--batch-sizes", default="1,2,4,8,16,32,64,128", help="comma-separated, increasing"
+    )
+    p.add_argument(
+        "--min-time-s",
+        type=positive,
+        default=2.0,
+        help="back-to-back seconds per batch size (default 2)",
+    )
+    p.add_argument(
+        "--width",
+        type=positive,
+        default=1.0,
+        help="model width multiplier (default 1 = the real model)",
+    )
+    p.add_argument(
+        "--depth", type=count(1), default=None, help="model depth (default: the real model's)"
+    )
+    p.add_argument(
+        "--threads", type=count(1), default=None, help="torch.set_num_threads (recorded)"
+    )
+    p.add_argument(
+        "--cuda-graphs", action="store_true", help="time whole-model batches with CUDA graphs"
+    )
+    p.add_argument(
+        "--model-kwargs", default=None, help="more model arguments, e.g. '{image_size: 64}'"
+    )
+    p.add_argument("--no-nodes", action="store_true", help="skip the per-node tables")
+    p.add_argument("--name", default=None, help="profile name (default: model and device)")
+    p.add_argument("--out", default="profile.json", help="output JSON path (default profile.json)")
+    add_json(p, "the profile")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser(
+        "roundtrip",
+        help="profile mode vs real mode on a small CPU model (same seeds)",
+        description=cmd_roundtrip.__doc__,
+    )
+    p.add_argument(
+        "--out", default="results/roundtrip", help="output folder (default results/roundtrip)"
+    )
+    p.add_argument(
+        "--load", type=positive, default=0.5, help="load of the measured profile (default 0.5)"
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=count(1),
+        default=1000,
+        help="requests per episode (default 1000)",
+    )
+    p.add_argument(
+        "--episodes", type=count(1), default=3, help="seeded episodes per mode (default 3)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=count(1),
+        default=3,
+        help="measure-and-compare cycles; the median counts (default 3)",
+    )
+    add_json(p)
+    p.set_defaults(func=cmd_roundtrip)

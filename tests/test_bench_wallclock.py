@@ -9,8 +9,7 @@ import gymnasium as gym
 import pytest
 
 from batch_env import evaluate
-from experiments.bench import _median_or_none, bench_wallclock
-from experiments.cli import _format_wallclock
+from experiments.bench import _format_wallclock, _median_or_none, bench_wallclock
 
 #: tiny runs: one rollout of the file's PPO (4 envs x 512 steps), evaluated every 1024
 #: steps on one short episode

@@ -30,7 +30,8 @@ from batch_env.envs.dynamic_batching import DynamicBatchingEnv
 from batch_env.envs.llm_batching import LLMBatchingEnv, LLMBatchingV1Env
 from batch_env.envs.node_batching import NodeBatchingEnv
 from batch_env.workload import make_workload
-from experiments import cli
+from experiments import cli, train
+from experiments.harness import options
 from experiments.sweep import _KEYS as SWEEP_KEYS
 
 ENVS = [
@@ -95,7 +96,7 @@ def _options(parser: argparse.ArgumentParser, command: str) -> dict[str, argpars
 def test_cli_help_shows_the_config_defaults(command):
     opts = _options(cli.build_parser(), command)
     checked = 0
-    for opt, _dest, name in cli._ENV_OPTIONS:
+    for opt, _dest, name in options.ENV_OPTIONS:
         if opt not in opts:
             continue
         help_text = opts[opt].help or ""
@@ -115,7 +116,7 @@ def test_cli_help_shows_the_config_defaults(command):
     assert checked >= 5
     assert f"default {DEFAULT_PROFILE}" in opts["--profile"].help
     assert f"default {DEFAULT_WORKLOAD['load']:g}" in opts["--load"].help
-    assert cli._ENV_DEFAULTS == {
+    assert options.ENV_DEFAULTS == {
         "profile": DEFAULT_PROFILE,
         "load": DEFAULT_WORKLOAD["load"],
         "max_batch_size": field_default(ServingConfig, "max_batch_size"),
@@ -127,7 +128,7 @@ def test_the_sweep_table_names_real_sweep_fields_and_train_options():
     names a real train option and a real sweep field (or says in parentheses why the
     option does not combine), and every train option that is also a sweep field is a row."""
     opts = _options(cli.build_parser(), "train")
-    rows = {opt: (dest, field) for opt, dest, field in cli._SET_BY_SWEEP}
+    rows = {opt: (dest, field) for opt, dest, field in train._SET_BY_SWEEP}
     for opt, (dest, field) in rows.items():
         assert opt in opts and opts[opt].dest == dest, opt
         if not field.startswith("("):

@@ -13,7 +13,9 @@ absolute names). The rules:
 - ``batch_env.checks`` imports nothing from ``batch_env``;
 - ``baselines`` imports ``batch_env`` only (not ``agents``, ``experiments``);
 - ``agents`` imports ``batch_env`` and ``baselines``, not ``experiments``;
-- nothing outside ``experiments`` imports ``experiments``.
+- nothing outside ``experiments`` imports ``experiments``;
+- ``experiments/harness/`` (what every experiment shares) imports no experiment: the
+  experiments import the harness, never the other way round.
 """
 
 from __future__ import annotations
@@ -133,11 +135,18 @@ def rule_not_experiments(path: Path, imp: Import) -> str | None:
     return "only experiments imports experiments" if under(imp.module, "experiments") else None
 
 
+def rule_harness(path: Path, imp: Import) -> str | None:
+    if under(imp.module, "experiments") and not under(imp.module, "experiments.harness"):
+        return "the harness imports no experiment"
+    return None
+
+
 RULES = {
     "batch_env": (["batch_env"], rule_batch_env),
     "baselines": (["baselines"], rule_baselines),
     "agents": (["agents"], rule_agents),
     "outside experiments": (["batch_env", "baselines", "agents", "scripts"], rule_not_experiments),
+    "harness": (["experiments/harness"], rule_harness),
 }
 
 
@@ -286,3 +295,21 @@ def test_the_structure_checks_see_circles_and_private_imports(tmp_path, monkeypa
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert circles(module_graph(("batch_env",))) == [["batch_env.a", "batch_env.b"]]
     assert private_imports(sorted(pkg.rglob("*.py"))) == ["batch_env/b.py:2 imports _hidden from c"]
+
+
+def test_the_harness_rule_refuses_an_experiment_and_allows_the_harness():
+    """The harness may import itself and the packages below; an experiment, never."""
+    path = ROOT / "experiments/harness/store.py"
+    assert rule_harness(
+        path, Import("experiments/harness/store.py", 1, "experiments.compare", True)
+    )
+    assert rule_harness(path, Import("experiments/harness/store.py", 1, "experiments.cli", False))
+    assert (
+        rule_harness(
+            path, Import("experiments/harness/store.py", 1, "experiments.harness.config", True)
+        )
+        is None
+    )
+    assert (
+        rule_harness(path, Import("experiments/harness/store.py", 1, "agents.files", True)) is None
+    )

@@ -1,0 +1,244 @@
+"""``batch-env evaluate`` and ``batch-env solve-smdp``: baselines and trained agents on one
+env configuration (the env options of :mod:`experiments.harness.options`), and the
+SMDP-optimal policy of one, through the one evaluation harness
+(:func:`batch_env.evaluate`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Any
+
+from batch_env.evaluate import Policy
+from batch_env.metrics import HEADLINE_KEYS
+from experiments.harness.options import (
+    DEFAULT_ENV_ID,
+    ENV_DEFAULTS,
+    ENV_OPTIONS,
+    add_env_args,
+    count,
+    env_options_kwargs,
+    positive,
+)
+from experiments.harness.strict_json import dumps
+
+SHOWN_KEYS = HEADLINE_KEYS
+
+
+def _fmt(x: float) -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return f"{x:.4g}"
+
+
+def format_table(results: list[Any], keys: tuple[str, ...] = SHOWN_KEYS) -> str:
+    """Plain-text table: one row per summary key, one column per policy (mean ± 95% CI)."""
+    cols = [r.policy for r in results]
+    rows = [["metric", *cols]]
+    for k in keys:
+        rows.append([k] + [f"{_fmt(r.mean(k))} ± {_fmt(r.ci95(k))}" for r in results])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def env_options_given(args: argparse.Namespace) -> list[str]:
+    """The env options (``--env-id``, ``--env-kwargs`` and the options of ``ENV_OPTIONS``) given."""
+    given = [opt for opt, dest, _ in ENV_OPTIONS if getattr(args, dest, None) is not None]
+    return given + [
+        opt
+        for opt in ("--env-id", "--env-kwargs")
+        if getattr(args, opt[2:].replace("-", "_"), None) is not None
+    ]
+
+
+def env_differences(
+    trained: tuple[str, dict[str, Any]], here: tuple[str, dict[str, Any]]
+) -> list[str]:
+    """What differs between the env a run was trained on and another, ``(env id, kwargs)``
+    each: ``"<kwarg> (trained <value>, here <value>)"`` per differing keyword argument,
+    a kwarg left out counting as the env's default (the Poisson load 0.6 for no workload)."""
+    from agents.common import env_parameters
+
+    (id_a, kw_a), (id_b, kw_b) = trained, here
+    if id_a != id_b:
+        return [f"env id (trained {id_a}, here {id_b})"]
+    defaults = {p.name: p.default for p in env_parameters(id_a)}
+    if "max_batch_size" in defaults:
+        defaults["workload"] = {"kind": "poisson", "load": ENV_DEFAULTS["load"]}
+    out = []
+    for key in sorted(set(kw_a) | set(kw_b)):
+        a, b = kw_a.get(key, defaults.get(key)), kw_b.get(key, defaults.get(key))
+        if a != b:
+            out.append(f"{key} (trained {a!r}, here {b!r})")
+    return out
+
+
+def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
+    """Evaluate baselines (default parameters) and trained agents (``<algo>:<run_dir>``).
+
+    The env: the one the env options describe when any is given; else, with an agent
+    among the policies, the env the first agent was trained on (its env id and kwargs);
+    else the default env. An agent evaluated on an env other than its training env gets
+    a one-line notice on stderr naming the differing keyword arguments.
+    """
+    import baselines
+    import batch_env
+    from agents.common import make_raw_env
+
+    runs = {}
+    for name in names:
+        if ":" in name:  # a trained agent: <algo>:<run_dir>
+            from agents import parse_policy_spec
+            from agents.policy import read_run_config
+
+            algo, run_dir = parse_policy_spec(name)
+            cfg = read_run_config(run_dir)
+            if algo != cfg["algo"]:
+                raise ValueError(
+                    f"--policy {name!r} names algo {algo!r} but run {run_dir!r} is a {cfg['algo']} run: "
+                    f"give {cfg['algo']}:{run_dir}"
+                )
+            runs[name] = (run_dir, cfg)
+    if runs and not env_options_given(args):
+        _, first = next(iter(runs.values()))
+        env_id, env_kwargs = first["env_id"], dict(first["env_kwargs"])
+    else:
+        env_id, env_kwargs = (
+            getattr(args, "env_id", None) or DEFAULT_ENV_ID,
+            env_options_kwargs(args),
+        )
+    env = make_raw_env(env_id, env_kwargs, "--env-kwargs")
+    results = []
+    for name in names:
+        if name in runs:
+            from agents import load_policy
+
+            run_dir, cfg = runs[name]
+            diff = env_differences((cfg["env_id"], cfg["env_kwargs"]), (env_id, env_kwargs))
+            if diff:
+                print(
+                    f"note: {name} is evaluated on another env than it was trained on: {'; '.join(diff)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            policy: Policy = load_policy(run_dir, name=name)
+        else:
+            policy = baselines.make(name, env=env)
+        results.append(
+            batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed, name=name)
+        )
+    return results
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Evaluate baselines and trained agents on one env configuration.
+
+    A trained agent is <algo>:<run_dir>, a batch-env train run or an rl-zoo3 run folder
+    (logs/<algo>/<env name>_<n>). With no env option (--env-id, --env-kwargs, --profile,
+    --load, ...), the env is the one the (first) agent was trained on, its env id and
+    kwargs; with env options, it is the env they describe, and an agent trained on another
+    env gets a one-line note on stderr naming the differing keyword arguments.
+    """
+    results = run_policies(args, args.policy)
+    if args.json:
+        print(dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def cmd_solve_smdp(args: argparse.Namespace) -> int:
+    """Solve the SMDP-optimal batching policy of an env configuration."""
+    from agents.common import make_raw_env
+    from baselines.smdp import SMDPProblem, solve
+
+    kw = env_options_kwargs(args)
+    if args.rate_per_s is not None:
+        if args.load is not None or args.workload is not None:
+            raise ValueError(
+                f"--rate-per-s={args.rate_per_s!r} sets the workload, as --load and --workload do: "
+                "give one of them"
+            )
+        kw["workload"] = {"kind": "poisson", "rate_per_s": args.rate_per_s}
+    env = make_raw_env("batch_env/DynamicBatching-v0", kw, "env options")
+    sol = solve(SMDPProblem.from_env(env, max_states=args.max_states), method=args.method)
+    out = sol.to_dict()
+    out["load"] = getattr(env.unwrapped, "mean_load", None)
+    if args.json:
+        print(dumps(out, indent=2))
+        return 0
+    print(f"gain (cost per second): {sol.gain:.6g}   reward rate: {-sol.gain:.6g}/s")
+    print(
+        f"threshold: {sol.threshold}   iterations: {sol.iterations}   solve time: {sol.solve_time_s:.3f} s   "
+        f"states: {sol.problem.n_states}{' (truncated)' if sol.problem.truncated else ''}"
+    )
+    B = sol.problem.max_batch_size
+    shown = sol.policy[: 3 * B + 1].tolist()
+    print(f"policy (queue length 0..{len(shown) - 1} -> batch size, 0 = wait): {shown}")
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "solve-smdp",
+        help="solve the SMDP-optimal policy of an env configuration",
+        description=cmd_solve_smdp.__doc__,
+    )
+    add_env_args(p)
+    p.add_argument(
+        "--rate-per-s",
+        type=positive,
+        default=None,
+        help="Poisson arrival rate per second (instead of --load/--workload)",
+    )
+    p.add_argument(
+        "--max-states",
+        type=count(1),
+        default=None,
+        help="truncation level (default: the queue capacity, exact)",
+    )
+    p.add_argument(
+        "--method",
+        choices=["pi", "rvi"],
+        default="pi",
+        help="policy iteration (default) or relative value iteration",
+    )
+    p.set_defaults(func=cmd_solve_smdp)
+
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate baselines and trained agents on one env configuration",
+        description=cmd_evaluate.__doc__,
+    )
+    add_env_args(p)
+    import batch_env
+
+    p.add_argument(
+        "--env-id",
+        default=None,
+        choices=list(batch_env.ENV_IDS),
+        help="registered env id (default batch_env/DynamicBatching-v0; with an agent and no env option, "
+        "the agent's own env); an option above that the env "
+        "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
+        "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
+        "tpot_sla_ms, max_num_seqs, with --env-kwargs)",
+    )
+    p.add_argument(
+        "--env-kwargs",
+        default=None,
+        help="more env kwargs, a mapping, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}' (not the ones "
+        "the options above give)",
+    )
+    from baselines import available
+
+    p.add_argument(
+        "--policy",
+        nargs="+",
+        default=["greedy"],
+        help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as <algo>:<run_dir>",
+    )
+    p.set_defaults(func=cmd_evaluate)

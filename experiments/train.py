@@ -1,0 +1,426 @@
+"""``batch-env train``: an SB3 agent on a registered env (:func:`agents.train.train`),
+logged to TensorBoard, with its final score against greedy; ``train --sweep`` runs a
+training sweep (:mod:`experiments.sweep`). The shipped hyperparameter files are found by
+name (:func:`hyperparams_file`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import yaml
+
+from experiments.harness.config import load_yaml_mapping, parse_mapping
+from experiments.harness.options import add_backend_args, add_json, count, stdout_to_stderr
+from experiments.harness.strict_json import dumps
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train an SB3 agent (PPO, A2C, DQN, MaskablePPO, RecurrentPPO) and print where its logs are.
+
+    With --vectorized the training envs are the lanes of one Gymnasium vector env (the
+    env's NumPy vector env when it registers one), stepped through agents.vec_env.SB3VecEnv.
+
+    --resume --run-dir <run> continues a run from its newest usable checkpoint with every
+    setting saved in its config.yaml (algorithm, env kwargs, hyperparameters, seed,
+    centring gain, --vectorized/--num-envs, --n-timesteps, --checkpoint-freq,
+    --eval-freq, --eval-episodes, --device, --threads). An option given with --resume
+    must equal the saved value, else the command is refused naming the option, the saved
+    and the given value; the one exception is a larger --n-timesteps, which extends the
+    run. A damaged checkpoint is named on stderr, moved aside (<file>.corrupt) and the
+    previous one is used; with none left, the command is refused. A refused command
+    writes nothing.
+
+    With --sweep <yaml> it runs a training sweep instead (algorithms x hyperparameter grid
+    x seeds, see experiments/configs/sweep-demo.yaml): every trial is one run of this same
+    training code, its TensorBoard logs under <runs-dir>/sweeps/<name>/trials/, and the
+    summary names the best trial by evaluation reward (a run directory that
+    agents.load_policy loads). --backend local runs the trials one after the other;
+    --backend ray runs them as Ray Tune trials (pip install 'batch-env[ray]'), on a local
+    Ray instance or the cluster at --address. The exit status is 1 when a trial failed.
+    """
+    if args.sweep is not None:
+        return _cmd_sweep(args)
+    for opt, dest, default in _SWEEP_ONLY:
+        if getattr(args, dest) != default:
+            raise ValueError(
+                f"{opt}={getattr(args, dest)!r} applies to a sweep: give --sweep <yaml> too"
+            )
+    from agents.train import TrainArgs, train
+
+    env_kwargs: dict[str, Any] | None = None
+    if args.env_config is not None:
+        env_kwargs = _env_config(args.env_config)
+    if args.env_kwargs is not None:
+        env_kwargs = {
+            **(env_kwargs or {}),
+            **(parse_mapping(args.env_kwargs, "--env-kwargs") or {}),
+        }
+    if args.resume and args.run_dir is None:
+        raise ValueError("--resume needs --run-dir <the run to continue>")
+    targs = TrainArgs(
+        algo=args.algo,
+        env_id=args.env_id,
+        env_kwargs=env_kwargs,
+        hyperparams=hyperparams_file(args.hyperparams),
+        n_timesteps=args.n_timesteps,
+        seed=args.seed,
+        vectorized=True if args.vectorized else None,
+        num_envs=args.num_envs,
+        run_dir=args.run_dir,
+        centering_gain=args.centering_gain,
+        device=args.device,
+        threads=args.threads,
+        checkpoint_freq=args.checkpoint_freq,
+        eval_freq=args.eval_freq,
+        eval_episodes=args.eval_episodes,
+        warm_start=parse_mapping(args.warm_start, "--warm-start"),
+        keep_best=True if args.keep_best else None,
+        resume=args.resume,
+        progress=not args.no_progress and not args.json,
+        announce=not args.json,
+        verbose=args.verbose,
+    )
+    run = train(targs)
+    final = run / "final_evaluation.json"
+    result = {
+        "run_dir": str(run),
+        "final_evaluation": json.loads(final.read_text()) if final.exists() else None,
+    }
+    if args.json:
+        print(dumps(result, indent=2))
+    else:
+        if isinstance(result["final_evaluation"], dict):
+            _print_final_evaluation(result["final_evaluation"], run)
+        print(f"run saved in {run}/  (model.zip, vecnormalize.pkl, config.yaml, checkpoints/)")
+        print(f"watch it: tensorboard --logdir {run / 'tb'}")
+    return 0
+
+
+def _read_algo(run: Any) -> str:
+    """The algorithm a ``batch-env train`` run was trained with (its config.yaml)."""
+    from agents.policy import read_run_config
+
+    return str(read_run_config(run)["algo"])
+
+
+def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
+    """``train``'s lines on its final evaluation: the real reward rate per second (not the
+    shaped rewards the algorithm learned from), against greedy on the same held-out
+    episodes, and the normalized score on a benchmark task."""
+    det = ev["deterministic"]
+    m, h = det["reward_rate_per_s"]
+    gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
+    what = "(minus the serving cost per second, not the shaped rewards training sees)"
+    if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
+        at = ", ".join(f"{x:g}" for x in ev["loads"])
+        gap = gap.replace("the SMDP optimum", "the optimum at those loads")
+        print(
+            f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per second {what}{gap}"
+        )
+    else:
+        print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
+    ref = ev.get("reference")
+    if ref:
+        d, dh = ref["difference"]
+        name = ref["policy"]
+        verdict = (
+            f"better than {name}"
+            if d - dh > 0
+            else f"worse than {name}"
+            if d + dh < 0
+            else f"not distinguishable from {name} on these episodes"
+        )
+        hint = "; train longer (--n-timesteps) or see docs/tutorials/train.md" if d < 0 else ""
+        print(
+            f"{name} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
+            f"second; the agent is {verdict} ({d:+.4g} ± {dh:.2g} per second, paired){hint}"
+        )
+        if "normalized_score" in ref:
+            algo = _read_algo(run)
+            print(
+                f"normalized score on {ref['task']} ≈ {ref['normalized_score']:.3g} ± "
+                f"{ref['normalized_score_ci95']:.2g} (0 = greedy, 1 = the task's bound or best "
+                f"reference; paired with greedy on these episodes; the protocol's figure: "
+                f"batch-env benchmark --policy {algo}:{run} --tasks {ref['task']})"
+            )
+    kb = ev.get("kept_best")
+    if kb:
+        print(
+            f"kept the model of the evaluation at step {kb['timesteps']} (best of "
+            f"{kb['evaluations']}; the last, at step {kb['final_timesteps']}, scored "
+            f"{kb['final_score']:.4g} per second)"
+        )
+
+
+#: train options that only a sweep uses: (option, dest, default)
+_SWEEP_ONLY = (
+    ("--backend", "backend", "local"),
+    ("--address", "address", None),
+    ("--num-cpus", "num_cpus", None),
+    ("--max-retries", "max_retries", 3),
+    ("--runs-dir", "runs_dir", "runs"),
+)
+
+
+#: train options that a sweep's YAML sets instead: (option, dest, YAML field); not given = None (False for flags)
+_SET_BY_SWEEP = (
+    ("--algo", "algo", "algo"),
+    ("--env-id", "env_id", "env_id"),
+    ("--env-kwargs", "env_kwargs", "env"),
+    ("--env-config", "env_config", "env"),
+    ("--hyperparams", "hyperparams", "hyperparams"),
+    ("--n-timesteps", "n_timesteps", "n_timesteps"),
+    ("--seed", "seed", "seeds"),
+    ("--vectorized", "vectorized", "vectorized"),
+    ("--num-envs", "num_envs", "num_envs"),
+    ("--run-dir", "run_dir", "name (with --runs-dir)"),
+    ("--centering-gain", "centering_gain", "centering_gain"),
+    ("--eval-episodes", "eval_episodes", "eval_episodes"),
+    ("--warm-start", "warm_start", "(trials start from scratch)"),
+    ("--keep-best", "keep_best", "(a trial keeps its last model)"),
+    ("--resume", "resume", "(a rerun resumes)"),
+    ("--device", "device", "(trials train on the CPU)"),
+    ("--threads", "threads", "(one thread per trial)"),
+    ("--checkpoint-freq", "checkpoint_freq", "(one checkpoint at the end)"),
+    ("--eval-freq", "eval_freq", "(one evaluation at the end, eval_episodes)"),
+)
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    """``train --sweep``: run the sweep, print its summary (see cmd_train)."""
+    from experiments.sweep import run_sweep
+
+    for opt, dest, field in _SET_BY_SWEEP:
+        if getattr(args, dest) is not None and getattr(args, dest) is not False:
+            raise ValueError(
+                f"{opt}={getattr(args, dest)!r} cannot be combined with --sweep: the sweep YAML "
+                f"sets it (field {field})"
+            )
+    with stdout_to_stderr(args.json):  # Ray Tune prints its tables: keep --json output pure
+        summary = run_sweep(
+            args.sweep,
+            runs_dir=args.runs_dir,
+            backend=args.backend,
+            address=args.address,
+            max_retries=args.max_retries,
+            num_cpus=args.num_cpus,
+            progress=not args.json,
+        )
+    if args.json:
+        print(dumps({k: v for k, v in summary.items() if k != "markdown"}, indent=1))
+    else:
+        print(summary["markdown"])
+        print(f"summary.md, summary.csv and summary.json in {summary['dir']}/")
+        for f in summary["failed"]:
+            print(f"trial {f['trial']} failed: {f['error']}", file=sys.stderr)
+    return 1 if summary["failed"] else 0
+
+
+def hyperparams_file(value: str | None) -> str | None:
+    """``--hyperparams``: a YAML file, or the name of a shipped hyperparameter file (with
+    or without ``.yml``): one of ``experiments/configs`` (``ppo-node-fraction``, ...) or
+    of ``agents/hyperparams`` (``ppo``, ``a2c``, ...), found in the installed package.
+
+    :raises FileNotFoundError: naming the value and listing the shipped names."""
+    from pathlib import Path
+
+    if value is None or Path(value).is_file():
+        return value
+    shipped = shipped_hyperparams()
+    name = value.removesuffix(".yml").removesuffix(".yaml")
+    if name in shipped and not Path(value).is_dir():
+        return str(shipped[name])
+    raise FileNotFoundError(
+        f"hyperparameter file {value!r} not found"
+        + (" (it is a folder)" if Path(value).is_dir() else "")
+        + f": give a YAML file, or a shipped name: {', '.join(sorted(shipped))}"
+    )
+
+
+def shipped_hyperparams() -> dict[str, Any]:
+    """The shipped hyperparameter files by name: ``agents/hyperparams/<algo>.yml`` and the
+    files of ``experiments/configs`` that map env ids to hyperparameters (rl-zoo3 format;
+    the other configs there are experiments')."""
+    from importlib import resources
+    from pathlib import Path
+
+    from agents.common import HYPERPARAMS_DIR
+
+    found: dict[str, Any] = {p.stem: p for p in HYPERPARAMS_DIR.glob("*.yml")}
+    configs = Path(str(resources.files("experiments") / "configs"))
+    for p in sorted(configs.glob("*.y*ml")):
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError, OSError):
+            continue
+        if isinstance(data, dict) and data and all("/" in str(k) for k in data):
+            found.setdefault(p.stem, p)
+    return found
+
+
+def _env_config(value: str) -> dict[str, Any]:
+    """``--env-config``: the env kwargs in a YAML file, or a benchmark task's id for its
+    kwargs (to change some of them with --env-kwargs on the task's base id, --env-id)."""
+    from batch_env import tasks
+
+    if value in tasks.TASKS:
+        return tasks.variant(value)
+    return load_yaml_mapping(value, "--env-config")
+
+
+def add_parser(sub: Any) -> None:
+    """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "train", help="train an SB3 agent and log it to TensorBoard", description=cmd_train.__doc__
+    )
+    kept = "; --resume keeps the run's own"
+    p.add_argument(
+        "--algo",
+        choices=["ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm"],
+        default=None,
+        help=f"algorithm (default ppo{kept})",
+    )
+    p.add_argument(
+        "--env-id",
+        default=None,
+        help=f"registered env id (default batch_env/DynamicBatching-v0{kept})",
+    )
+    p.add_argument(
+        "--env-kwargs",
+        default=None,
+        help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})",
+    )
+    p.add_argument(
+        "--env-config",
+        default=None,
+        help="YAML file of env kwargs, or a benchmark task's id for its kwargs (--env-kwargs "
+        "override it): a changed task is its base id with them, e.g. --env-id "
+        "batch_env/DynamicBatching-v0 --env-config batch_env/LowLoadEnergy-v0 --env-kwargs "
+        "'{workload: {kind: poisson, load: 0.9}}' (a task id refuses the change)",
+    )
+    p.add_argument(
+        "--hyperparams",
+        default=None,
+        help="rl-zoo3 style YAML, or the name of a shipped one (ppo-node-fraction, ... of "
+        f"experiments/configs; ppo, a2c, ... of agents/hyperparams; default "
+        f"agents/hyperparams/<algo>.yml{kept})",
+    )
+    p.add_argument(
+        "--n-timesteps",
+        type=count(0),
+        default=None,
+        help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
+        "larger value to extend it; 0 only with --warm-start: the cloned policy, no RL)",
+    )
+    p.add_argument("--seed", type=count(0), default=None, help=f"seed (default 0{kept})")
+    p.add_argument(
+        "--vectorized",
+        action="store_true",
+        help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
+        "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
+        f"same training otherwise{kept}",
+    )
+    p.add_argument(
+        "--num-envs",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help="training envs (lanes of the vector env with --vectorized); default: the "
+        f"hyperparameter file's n_envs{kept}",
+    )
+    p.add_argument(
+        "--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)"
+    )
+    from agents.wrappers import DEFAULT_CENTERING_GAIN
+
+    p.add_argument(
+        "--centering-gain",
+        default=None,
+        help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
+        f"number; on an env that draws its load per episode (batch_env/AnyLoad-v0, "
+        f"NodeAnyLoad-v0) also greedy-by-load, lazy-by-load (node-level) or smdp-by-load, a "
+        f"gain per load read at the "
+        f"policy's load estimate each step; on any DynamicBatching workload (traces, bursts) "
+        f"smdp-by-rate, the SMDP gain at the observed rate as if Poisson; "
+        f"default {DEFAULT_CENTERING_GAIN}, or the gain the "
+        f"hyperparameter file gives agents.wrappers.CenteredReward{kept}",
+    )
+    p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
+    p.add_argument(
+        "--threads", type=count(1), default=None, help=f"torch threads (default 1{kept})"
+    )
+    p.add_argument(
+        "--checkpoint-freq",
+        type=count(1),
+        default=None,
+        help=f"checkpoint every N steps (default 50000{kept})",
+    )
+    p.add_argument(
+        "--eval-freq",
+        type=count(0),
+        default=None,
+        help=f"evaluate every N steps, 0: never (default 50000{kept})",
+    )
+    p.add_argument(
+        "--eval-episodes",
+        type=count(1),
+        default=None,
+        help=f"episodes per evaluation (default 3{kept})",
+    )
+    p.add_argument(
+        "--warm-start",
+        default=None,
+        metavar="YAML",
+        help="clone a baseline before RL (agents.warm_start): '{policy: <baseline>, params: "
+        "{...}, steps: 100000, epochs: 10}' runs the baseline on the training envs for steps "
+        "env steps and fits the actor to its actions and the critic to its discounted "
+        f"rewards for epochs passes; writes warm_start.json in the run (default none{kept})",
+    )
+    p.add_argument(
+        "--keep-best",
+        action="store_true",
+        help="end with the model of the best periodic evaluation (deterministic reward rate on "
+        "the held-out evaluation seeds; the starting model, e.g. a --warm-start clone, included) "
+        "instead of the last; needs --eval-freq > 0; final_evaluation.json's kept_best says "
+        f"which was kept (default off{kept})",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue --run-dir from its newest usable checkpoint with its saved settings; an option "
+        "given again must equal the saved value, except a larger --n-timesteps (extends the run)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        type=count(0),
+        default=0,
+        help="SB3's verbosity: 1 prints its console table after each rollout, where "
+        "rollout/ep_reward_rate_per_s (the real reward rate per second) sits beside the "
+        "shaped rollout/ep_rew_mean, with serving/ and eval/ (default 0)",
+    )
+    p.add_argument(
+        "--sweep",
+        default=None,
+        metavar="YAML",
+        help="run a training sweep from a YAML file or a config name (e.g. sweep-demo): algorithms x "
+        "hyperparameter grid x seeds, one run per trial, best trial by evaluation reward; the "
+        "options above that the YAML sets are not allowed with it",
+    )
+    add_backend_args(p, "trial of --sweep")
+    p.add_argument(
+        "--max-retries",
+        type=count(0),
+        default=3,
+        help="--sweep on ray: retries of a trial whose worker process died (default 3)",
+    )
+    p.add_argument(
+        "--runs-dir",
+        default="runs",
+        help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)",
+    )
+    add_json(p)
+    p.set_defaults(func=cmd_train)
