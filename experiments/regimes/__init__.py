@@ -19,7 +19,10 @@ table and figures to ``results/regimes/<map>/``. One module per map:
   structure, adaptation to the load, the benchmarks beaten, the energy weight's
   power-latency trade) across loads and energy weights, solved exactly.
 
-What two or more maps share is in :mod:`experiments.regimes.common`.
+The maps share the harness (:mod:`experiments.harness`: their cells run through the
+comparison and its store; their JSON is written with
+:func:`experiments.harness.strict_json.strict`). This package's ``__init__`` holds the
+``regimes`` subcommand.
 """
 
 from __future__ import annotations
