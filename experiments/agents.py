@@ -37,7 +37,7 @@ from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
 from .harness.config import check_mapping, check_name, read_yaml_config
-from .harness.report import pm_fixed, pyplot, save_figure
+from .harness.report import md_table, pm_fixed, pyplot, save_figure
 
 _KEYS = {
     "name",
@@ -327,9 +327,8 @@ def _settings_markdown(results: dict[str, Any]) -> list[str]:
         "(per second; lower is better). Agent: mean over training seeds ± 95% CI over them; "
         "baselines: mean ± 95% CI over evaluation seeds.",
         "",
-        "| setting | SMDP gain | agent | agent gap | greedy | greedy gap | smdp policy | best Triton | agent vs best baseline |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    rows = []
     for s, row in results["settings"].items():
         b = row["baselines"]
         gain = f"{row['smdp_gain']:.2f}" if "smdp_gain" in row else "n/a"
@@ -345,11 +344,34 @@ def _settings_markdown(results: dict[str, Any]) -> list[str]:
             else "n/a"
         )
         vs = row["agent_vs_best_baseline_percent"]
-        lines.append(
-            f"| {s} | {gain} | {pm_fixed(row['agent']['mean'], row['agent']['ci95'])} | {agap} "
-            f"| {pm_fixed(b['greedy']['mean'], b['greedy']['ci95'])} | {ggap} | {pm_fixed(b['smdp']['mean'], b['smdp']['ci95'])} "
-            f"| {tri} | {pm_fixed(vs['mean'], vs['ci95'])}% cheaper than {row['best_baseline']} |"
+        rows.append(
+            (
+                s,
+                gain,
+                pm_fixed(row["agent"]["mean"], row["agent"]["ci95"]),
+                agap,
+                pm_fixed(b["greedy"]["mean"], b["greedy"]["ci95"]),
+                ggap,
+                pm_fixed(b["smdp"]["mean"], b["smdp"]["ci95"]),
+                tri,
+                f"{pm_fixed(vs['mean'], vs['ci95'])}% cheaper than {row['best_baseline']}",
+            )
         )
+    lines += md_table(
+        (
+            "setting",
+            "SMDP gain",
+            "agent",
+            "agent gap",
+            "greedy",
+            "greedy gap",
+            "smdp policy",
+            "best Triton",
+            "agent vs best baseline",
+        ),
+        rows,
+    )
+    # written by hand: their empty cells are "| |" (one space); md_table's would be "|  |"
     for s, why in results.get("skipped", {}).items():
         lines.append(f"| {s} | skipped: {why} | | | | | | | |")
     return [*lines, ""]

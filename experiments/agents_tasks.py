@@ -59,7 +59,7 @@ from agents.common import check_int
 
 from .harness.backends import process_pool
 from .harness.config import check_mapping
-from .harness.report import pm_fixed, pyplot, save_figure
+from .harness.report import md_table, pm_fixed, pyplot, save_figure
 from .harness.stats import ci_half_width, gap_closed, grouped_mean, mean_ci
 from .harness.store import Store, digest
 
@@ -592,9 +592,8 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         "± a 95% CI over them; 'vs' is the agent's cost against the reference's, paired per "
         "held-out seed (negative: the agent is cheaper).",
         "",
-        "| entry | task | runs | agent | normalized score | per run | vs references (cost %) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    table = []
     for n, row in rows.items():
         p = row.get("protocol")
         if not p:
@@ -611,10 +610,29 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
             for k, v in p["vs_reference"].items()
             if k != "random"
         )
-        lines.append(
-            f"| {n} | `{row['task']}` | {len(p['per_run'])} | "
-            f"{pm_fixed(p['agent']['mean'], p['agent']['ci95'])} | {score} | {per} | {vs} |"
+        table.append(
+            (
+                n,
+                f"`{row['task']}`",
+                len(p["per_run"]),
+                pm_fixed(p["agent"]["mean"], p["agent"]["ci95"]),
+                score,
+                per,
+                vs,
+            )
         )
+    lines += md_table(
+        (
+            "entry",
+            "task",
+            "runs",
+            "agent",
+            "normalized score",
+            "per run",
+            "vs references (cost %)",
+        ),
+        table,
+    )
     for n, row in rows.items():
         c = row.get("check")
         if not c:
@@ -632,6 +650,8 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
             + "Cost per second (lower is better); the agent's ± is over training runs, a "
             "baseline's over seeds; 'agent - it' is paired per seed.",
             "",
+            # written by hand: the agent's row ends in an empty cell and each baseline's
+            # starts with one, "| |" (one space); md_table's would be "|  |"
             "| load | policy | cost per s | gap to the optimum | latency mean ms | p99 ms "
             "| SLA attainment | agent - it (cost %) |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -31,7 +31,7 @@ from experiments.harness.options import add_json, count
 from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
-from .harness.report import pyplot, save_figure
+from .harness.report import md_table, pyplot, save_figure
 from .harness.stats import by_group, ci_half_width, grouped_mean
 from .harness.store import Store
 
@@ -825,6 +825,8 @@ class _Ticker:
 def format_benchmark(rows: list[dict[str, Any]]) -> str:
     """A markdown table of :func:`run_benchmark`'s rows, and below it, for a trained
     agent, how the env it was trained on differs from each task's."""
+    # written by hand: a row that does not apply ends in empty cells, "| |" (one space);
+    # md_table's would be "|  |"
     lines = [
         "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) | episodes |",
         "| --- | --- | --- | --- | --- |",
@@ -902,11 +904,7 @@ def reference_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 
 def format_references(data: dict[str, Any]) -> str:
     """A markdown table of :func:`reference_rows`."""
-    lines = [
-        "| task | policy | parameters | reward rate per s (95% CI) | CI / value "
-        "| normalized score (95% CI, paired) |",
-        "| --- | --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for r in reference_rows(data):
         if r.get("exact"):
             rate, rel = f"{r['reward_rate_per_s']:.3f} (exact)", "-"
@@ -914,11 +912,25 @@ def format_references(data: dict[str, Any]) -> str:
             rate = f"{r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f}"
             rel = f"{100 * r['ci95'] / abs(r['reward_rate_per_s']):.2f}%"
         name = r["policy"] + (" (sees the phase)" if r.get("oracle") else "")
-        lines.append(
-            f"| {r['task'].removeprefix('batch_env/')} | {name} | {r['params']} | {rate} "
-            f"| {rel} | {_score_cell(r)} |"
+        rows.append(
+            (
+                r["task"].removeprefix("batch_env/"),
+                name,
+                r["params"],
+                rate,
+                rel,
+                _score_cell(r),
+            )
         )
-    return "\n".join(lines)
+    header = (
+        "task",
+        "policy",
+        "parameters",
+        "reward rate per s (95% CI)",
+        "CI / value",
+        "normalized score (95% CI, paired)",
+    )
+    return "\n".join(md_table(header, rows))
 
 
 #: the plot's left edge: scores below it (random valid actions) are written, not drawn

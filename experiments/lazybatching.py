@@ -37,7 +37,7 @@ from experiments.harness.strict_json import dumps
 
 from .compare import record_result, run_compare, validate_config
 from .harness.config import read_yaml_config
-from .harness.report import pyplot, save_figure, times
+from .harness.report import md_table, pyplot, save_figure, times
 
 _EXTRA_KEYS = ("train", "paper")
 #: keys of a ``train`` entry
@@ -195,30 +195,44 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
             "",
             f"## {wname}",
             "",
-            "| policy | mean latency | p99 latency | throughput (sat.) | SLA attainment (sat.) | SLA violations |",
-            "| --- | --- | --- | --- | --- | --- |",
-        ]
-        for pol, v in per.items():
-            lines.append(
-                f"| {pol} | {times(v['latency_mean_ratio_gmean'])} | {times(v['latency_p99_ratio_gmean'])} "
-                f"| {times(v['throughput_ratio_at_saturation'])} | {times(v['sla_attainment_ratio_at_saturation'])} "
-                f"| {times(v['sla_violation_ratio_below_saturation'])} |"
-            )
-        lines += [
+            *md_table(
+                (
+                    "policy",
+                    "mean latency",
+                    "p99 latency",
+                    "throughput (sat.)",
+                    "SLA attainment (sat.)",
+                    "SLA violations",
+                ),
+                (
+                    (
+                        pol,
+                        times(v["latency_mean_ratio_gmean"]),
+                        times(v["latency_p99_ratio_gmean"]),
+                        times(v["throughput_ratio_at_saturation"]),
+                        times(v["sla_attainment_ratio_at_saturation"]),
+                        times(v["sla_violation_ratio_below_saturation"]),
+                    )
+                    for pol, v in per.items()
+                ),
+            ),
             "",
             "Per load (mean-latency ratio / SLA attainment of the policy vs the reference):",
             "",
-            "| policy | "
-            + " | ".join(f"{r['load']:g}" for r in next(iter(per.values()))["by_load"])
-            + " |",
-            "| --- |" + " --- |" * len(next(iter(per.values()))["by_load"]),
+            *md_table(
+                ("policy", *(f"{r['load']:g}" for r in next(iter(per.values()))["by_load"])),
+                (
+                    (
+                        pol,
+                        *(
+                            f"{r['latency_mean_ratio']:.2f}x / {r['sla_attainment']:.3f} vs {r['sla_attainment_ref']:.3f}"
+                            for r in v["by_load"]
+                        ),
+                    )
+                    for pol, v in per.items()
+                ),
+            ),
         ]
-        for pol, v in per.items():
-            cells = [
-                f"{r['latency_mean_ratio']:.2f}x / {r['sla_attainment']:.3f} vs {r['sla_attainment_ref']:.3f}"
-                for r in v["by_load"]
-            ]
-            lines.append(f"| {pol} | " + " | ".join(cells) + " |")
     md = "\n".join(lines) + "\n"
     (out / "ratios.md").write_text(md)
     (out / "ratios.json").write_text(json.dumps({"paper": paper, **rat}, indent=2, default=str))

@@ -412,6 +412,8 @@ def gains(cfg: dict[str, Any], cells: list[dict[str, Any]]) -> list[dict[str, An
 
 def markdown(cfg: dict[str, Any], results: dict[str, Any]) -> str:
     """The summary tables."""
+    # tables written by hand (here and in _common_rate_table): their rule is "|---|---|",
+    # md_table's "| --- | --- |", and a cell without a rate passing is "| |", md_table's "|  |"
     lines = [
         f"# LLM batching: capacity and throughput at the SLA ({cfg['name']})",
         "",

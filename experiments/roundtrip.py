@@ -75,6 +75,7 @@ from typing import Any, cast
 from batch_env.real.spec import ModelSpec
 from experiments.harness.config import parse_mapping
 from experiments.harness.options import add_json, check_folder, count, positive
+from experiments.harness.report import md_table
 from experiments.harness.strict_json import dumps
 
 #: The model of the round trip, written once: the profiler measures it (with its own
@@ -185,17 +186,34 @@ def _summary_markdown(
         f"with each call's duration times the real run's speed at that time ({SPEED_BINS} bins of env "
         "time per episode: the simulator given the machine's speed over time).",
         "",
-        "| env | policy | speed ratio | mean latency diff | mean batch diff | mean latency diff, matched "
-        "| mean batch diff, matched | mean latency diff, tracked | mean batch diff, tracked |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        *md_table(
+            (
+                "env",
+                "policy",
+                "speed ratio",
+                "mean latency diff",
+                "mean batch diff",
+                "mean latency diff, matched",
+                "mean batch diff, matched",
+                "mean latency diff, tracked",
+                "mean batch diff, tracked",
+            ),
+            (
+                (
+                    r["env_id"],
+                    r["policy"],
+                    cell(i, "speed_ratio", pct=False),
+                    cell(i, "latency_rel_diff"),
+                    cell(i, "batch_rel_diff"),
+                    cell(i, "latency_rel_diff_matched"),
+                    cell(i, "batch_rel_diff_matched"),
+                    cell(i, "latency_rel_diff_tracked"),
+                    cell(i, "batch_rel_diff_tracked"),
+                )
+                for i, r in enumerate(result["rows"])
+            ),
+        ),
     ]
-    for i, r in enumerate(result["rows"]):
-        lines.append(
-            f"| {r['env_id']} | {r['policy']} | {cell(i, 'speed_ratio', pct=False)} | {cell(i, 'latency_rel_diff')} "
-            f"| {cell(i, 'batch_rel_diff')} | {cell(i, 'latency_rel_diff_matched')} "
-            f"| {cell(i, 'batch_rel_diff_matched')} | {cell(i, 'latency_rel_diff_tracked')} "
-            f"| {cell(i, 'batch_rel_diff_tracked')} |"
-        )
     lines += ["", "Last cycle:", "", cycles[-1]["markdown"].split("\n", 2)[2]]
     return "\n".join(lines) + "\n"
 
@@ -519,20 +537,32 @@ def _cycle(
         f"profile measured in the same run (latency ms per batch {[round(x, 3) for x in prof['latency_ms']]}); "
         f"load {load}, {episodes} episodes x {horizon_requests} requests.",
         "",
-        "| env | policy | speed ratio (bins: min-max) | mean latency real / profile / matched / "
-        "tracked (ms) | mean batch real / profile / matched / tracked |",
-        "| --- | --- | --- | --- | --- |",
     ]
+    table = []
     for r in rows:
         t, p, m, k = r["torch"], r["profile"], r["profile_matched"], r["profile_tracked"]
         bins = [x for row in r["speed_track"]["ratios"] for x in row]
-        lines.append(
-            f"| {r['env_id']} | {r['policy']} | {r['speed_ratio']:.3f} ({min(bins):.2f}-{max(bins):.2f}) "
-            f"| {t['latency_mean_ms']:.3f} / {p['latency_mean_ms']:.3f} / {m['latency_mean_ms']:.3f} "
-            f"/ {k['latency_mean_ms']:.3f} "
-            f"| {t['batch_size_mean']:.2f} / {p['batch_size_mean']:.2f} / {m['batch_size_mean']:.2f} "
-            f"/ {k['batch_size_mean']:.2f} |"
+        table.append(
+            (
+                r["env_id"],
+                r["policy"],
+                f"{r['speed_ratio']:.3f} ({min(bins):.2f}-{max(bins):.2f})",
+                f"{t['latency_mean_ms']:.3f} / {p['latency_mean_ms']:.3f} / {m['latency_mean_ms']:.3f} "
+                f"/ {k['latency_mean_ms']:.3f}",
+                f"{t['batch_size_mean']:.2f} / {p['batch_size_mean']:.2f} / {m['batch_size_mean']:.2f} "
+                f"/ {k['batch_size_mean']:.2f}",
+            )
         )
+    lines += md_table(
+        (
+            "env",
+            "policy",
+            "speed ratio (bins: min-max)",
+            "mean latency real / profile / matched / tracked (ms)",
+            "mean batch real / profile / matched / tracked",
+        ),
+        table,
+    )
     result["markdown"] = "\n".join(lines) + "\n"
     return result
 

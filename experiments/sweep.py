@@ -61,6 +61,7 @@ import yaml
 
 from agents.files import atomic_write_text, set_aside
 from experiments.harness.config import check_mapping, check_name, read_yaml_config
+from experiments.harness.report import md_table
 from experiments.harness.strict_json import dumps
 
 _KEYS = {
@@ -680,33 +681,40 @@ def summarize(
             for r in failed
         ]
         lines.append("")
-    lines += [
-        "| trial | reward rate /s (± 95% CI) | train s | status |",
-        "| --- | --- | --- | --- |",
-    ]
+    table = []
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['trial']} | - | - | failed |")
+            table.append((r["trial"], "-", "-", "failed"))
         else:
             tag = " (best)" if best is not None and r["trial"] == best["trial"] else ""
             ci = r["eval_reward_rate_ci95"]
             ci = f" ± {ci:.2g}" if ci is not None and math.isfinite(ci) else ""
-            lines.append(
-                f"| {r['trial']}{tag} | {r[METRIC]:.4g}{ci} | "
-                f"{r['train_s']:.1f} | {'reused' if r['reused'] else 'trained'} |"
+            table.append(
+                (
+                    f"{r['trial']}{tag}",
+                    f"{r[METRIC]:.4g}{ci}",
+                    f"{r['train_s']:.1f}",
+                    "reused" if r["reused"] else "trained",
+                )
             )
+    lines += md_table(("trial", "reward rate /s (± 95% CI)", "train s", "status"), table)
     if len(cfg["seeds"]) > 1 and config_rows:
         lines += [
             "",
             "Means over seeds:",
             "",
-            "| algo | hyperparameters | seeds | mean reward rate /s |",
-            "| --- | --- | --- | --- |",
-        ]
-        lines += [
-            f"| {c['algo']} | `{json.dumps(c['params'], sort_keys=True)}` | {c['seeds']} | "
-            f"{c['mean_' + METRIC]:.4g} |"
-            for c in config_rows
+            *md_table(
+                ("algo", "hyperparameters", "seeds", "mean reward rate /s"),
+                (
+                    (
+                        c["algo"],
+                        f"`{json.dumps(c['params'], sort_keys=True)}`",
+                        c["seeds"],
+                        f"{c['mean_' + METRIC]:.4g}",
+                    )
+                    for c in config_rows
+                ),
+            ),
         ]
     lines += ["", f"TensorBoard: `{summary['tensorboard']}`"]
     summary["markdown"] = "\n".join(lines) + "\n"

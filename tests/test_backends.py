@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,54 @@ def test_process_pools_do_not_fork_a_process_that_ran_torch(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4"
+
+
+def test_a_pool_worker_ends_when_the_process_that_made_the_pool_is_killed(tmp_path):
+    """SIGKILL the process that owns a pool while a worker runs a job: the worker ends
+    within about a second instead of finishing the job (it would write into a folder a
+    rerun is using) and living on (a forkserver worker is not the owner's child)."""
+    (tmp_path / "slowjob.py").write_text(
+        "import os, time\n"
+        "def job(path):\n"
+        "    open(path + '.pid', 'w').write(str(os.getpid()))\n"
+        "    time.sleep(4)\n"
+        "    open(path, 'w').write('written after the owner died')\n"
+    )
+    (tmp_path / "owner.py").write_text(
+        "import sys, time\n"
+        "import slowjob\n"
+        "from experiments.harness.backends import process_pool\n"
+        "if __name__ == '__main__':\n"
+        "    pool = process_pool(1)\n"
+        "    pool.submit(slowjob.job, sys.argv[1])\n"
+        "    time.sleep(60)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    target = tmp_path / "out"
+    owner = subprocess.Popen(
+        [sys.executable, str(tmp_path / "owner.py"), str(target)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{tmp_path}"},
+    )
+    try:
+        pid_file = tmp_path / "out.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() or not pid_file.read_text():
+            assert time.monotonic() < deadline, "the worker never started"
+            time.sleep(0.05)
+        worker = int(pid_file.read_text())
+    finally:
+        owner.kill()
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(worker, signal.SIGKILL)
+        pytest.fail(f"worker {worker} outlived the pool's owner by 10 s")
+    time.sleep(4.5)  # past the job's end, had it gone on
+    assert not target.exists()

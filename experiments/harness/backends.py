@@ -21,6 +21,7 @@ address (``"auto"``, ``"ray://head:10001"``, ``"10.0.0.1:6379"``) it joins that 
 from __future__ import annotations
 
 import contextlib
+import os
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -50,7 +51,39 @@ def process_pool(workers: int, fresh: bool = True) -> Any:
         return ProcessPoolExecutor(max_workers=workers)
     methods = multiprocessing.get_all_start_methods()
     ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),)
+    )
+
+
+def _exit_with(owner: int, period_s: float = 0.5) -> None:
+    """A pool worker's initializer: end the worker within ``period_s`` of the death of
+    ``owner`` (the process that made the pool). A worker started by the forkserver is
+    not the owner's child, so nothing else ends it: when the owner is killed
+    (SIGKILL, out of memory), it would finish its job and write into a folder that a
+    rerun is already using, then live on."""
+    import threading
+    import time
+
+    def dead() -> bool:
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's: not ours to judge
+            return False
+        try:  # a killed owner not yet reaped by its parent is a zombie (Linux)
+            with open(f"/proc/{owner}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except (OSError, IndexError):
+            return False
+
+    def watch() -> None:
+        while not dead():
+            time.sleep(period_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-owner", daemon=True).start()
 
 
 class RayUnavailableError(ImportError):

@@ -17,7 +17,8 @@ keeps them in one of two layouts:
 refused by the caller's ``check``) is named on stderr, set aside and recomputed. A file
 is moved to ``<name>.corrupt`` (:func:`agents.files.set_aside`); a log's damaged line is
 copied to ``<log>.corrupt`` and left where it is (the log is append-only: its other
-lines stay valid, and a line is never read back once damaged). A record under another
+lines stay valid, and a damaged line is never read back as a record; one already in
+``<log>.corrupt`` is skipped without a word, so a line is named and set aside once). A record under another
 key (a stale one: the code, config or model changed) is not damage: it is simply not
 the record asked for, and is recomputed and replaced without a word.
 
@@ -144,14 +145,17 @@ class Store:
                 damaged.append((n, line, str(exc) or type(exc).__name__))
                 continue
             self._lines[key] = rec
+        aside = self.where.with_name(self.where.name + ".corrupt")
+        known = set(aside.read_text().splitlines()) if aside.exists() else set()
+        damaged = [d for d in damaged if d[1] not in known]  # set aside once, named once
         if damaged:
-            with self.where.with_name(self.where.name + ".corrupt").open("a") as f:
+            with aside.open("a") as f:
                 f.writelines(line + "\n" for _, line, _ in damaged)
             n, _, problem = damaged[0]
             more = f" and {len(damaged) - 1} more" if len(damaged) > 1 else ""
             print(
                 f"warning: {self.where} line {n}{more} is damaged ({' '.join(problem.split())}); "
-                f"copied it aside to {self.where.name}.corrupt, {self.then}",
+                f"copied it aside to {aside.name}, {self.then}",
                 file=sys.stderr,
                 flush=True,
             )

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from experiments.compare import record_result, run_compare
-from experiments.harness.report import pct, pyplot, save_figure
+from experiments.harness.report import md_table, pct, pyplot, save_figure
 from experiments.harness.strict_json import strict
 
 #: the paper's claims over static batching: throughput gain range and capacity gain
@@ -319,15 +319,49 @@ def llm_markdown(
         "sqrt(10) of the paper's range (throughput 2.5%-89%, capacity 7%-70%). The capacity "
         "resolution is that of a linear interpolation on the rate grid, no paired CI.",
         "",
-        "| claim | policy | against | points | reproduced | best gain (where) | reproduced at |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    table = []
     for c in claims:
         best = f"{pct(c['best']['gain'])} ({c['best']['at']})" if c["best"] else "-"
         where = ", ".join(c["at"][:4]) + (" ..." if len(c["at"]) > 4 else "")
-        lines.append(
-            f"| {c['claim']} | {c['policy']} | {c['against']} | {c['points']} | {c['reproduced']} | "
-            f"{best} | {where or 'none'} |"
+        table.append(
+            (
+                c["claim"],
+                c["policy"],
+                c["against"],
+                c["points"],
+                c["reproduced"],
+                best,
+                where or "none",
+            )
+        )
+    lines += md_table(
+        (
+            "claim",
+            "policy",
+            "against",
+            "points",
+            "reproduced",
+            "best gain (where)",
+            "reproduced at",
+        ),
+        table,
+    )
+    others = [c for c in caps if c != "static-256"] + list(LLM_DYNAMIC)
+    rows = []
+    for p in points:
+        pol = p["policies"]
+        ref = pol["static-256"]["capacity_rps"]
+        rel = [pct(pol[k]["capacity_rps"] / ref - 1) if ref > 0 else "n/a" for k in others]
+        pre = p.get("preemptions_at_static_256_capacity", {})
+        rows.append(
+            (
+                p["name"],
+                ", ".join(p["axes"]),
+                f"{ref:.2f}" + (" (capped)" if pol["static-256"]["capped"] else ""),
+                *rel,
+                f"{pre.get('static-256', math.nan):.1f} / {pre.get('pang2025', math.nan):.1f}",
+            )
         )
     lines += [
         "",
@@ -336,28 +370,11 @@ def llm_markdown(
         "Capacity (requests/s) of static-256 and the change of each policy against it; "
         "preemptions per episode at the grid rate nearest static-256's capacity.",
         "",
-        "| point | axes | static-256 | "
-        + " | ".join(c for c in caps if c != "static-256")
-        + " | "
-        + " | ".join(LLM_DYNAMIC)
-        + " | preemptions (static-256 / pang2025) |",
-        "| " + " | ".join(["---"] * (3 + len(caps) - 1 + len(LLM_DYNAMIC) + 1)) + " |",
+        *md_table(
+            ("point", "axes", "static-256", *others, "preemptions (static-256 / pang2025)"),
+            rows,
+        ),
     ]
-    for p in points:
-        pol = p["policies"]
-        ref = pol["static-256"]["capacity_rps"]
-        rel = [
-            pct(pol[k]["capacity_rps"] / ref - 1) if ref > 0 else "n/a"
-            for k in [c for c in caps if c != "static-256"] + list(LLM_DYNAMIC)
-        ]
-        pre = p.get("preemptions_at_static_256_capacity", {})
-        lines.append(
-            f"| {p['name']} | {', '.join(p['axes'])} | {ref:.2f}"
-            + (" (capped)" if pol["static-256"]["capped"] else "")
-            + " | "
-            + " | ".join(rel)
-            + f" | {pre.get('static-256', math.nan):.1f} / {pre.get('pang2025', math.nan):.1f} |"
-        )
     return "\n".join(lines) + "\n"
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.harness.report import pyplot, save_figure
+from experiments.harness.report import md_table, pyplot, save_figure
 from experiments.harness.strict_json import strict
 
 #: the SMDP map's grid: loads, energy weights, the benchmark static batch sizes, the load
@@ -233,29 +233,41 @@ def smdp_markdown(data: dict[str, Any], claims: list[dict[str, Any]]) -> str:
         "policy is not in the table: it depends on how long the oldest request has waited, "
         "which the SMDP's state does not hold.",
         "",
-        "| profile | claim | holds at | detail |",
-        "| --- | --- | --- | --- |",
-    ]
-    lines += [
-        f"| {c['profile']} | {c['claim']} | {c['holds_at']} | {c['detail']} |" for c in claims
-    ]
-    lines += [
+        *md_table(
+            ("profile", "claim", "holds at", "detail"),
+            ((c["profile"], c["claim"], c["holds_at"], c["detail"]) for c in claims),
+        ),
         "",
         "## Every point (cost per second; the benchmarks' relative to the optimum)",
         "",
-        "| profile | load | energy weight | threshold | serves all | mean latency ms | power W | "
-        + " | ".join(names)
-        + " |",
-        "| " + " | ".join(["---"] * (7 + len(names))) + " |",
     ]
+    rows = []
     for p in data["points"]:
         c = p["cost_per_s"]
-        cells = [f"{c['smdp']:.3f}"] + [f"{c[k] / c['smdp'] - 1:+.2%}" for k in names[1:]]
-        lines.append(
-            f"| {p['profile']} | {p['load']:g} | {p['energy_weight']:g} | {p['threshold']} | "
-            f"{'yes' if p['serves_all'] else 'no'} | {p['latency_mean_ms']:.3f} | "
-            f"{p['power_mean_w']:.1f} | " + " | ".join(cells) + " |"
+        rows.append(
+            (
+                p["profile"],
+                f"{p['load']:g}",
+                f"{p['energy_weight']:g}",
+                p["threshold"],
+                "yes" if p["serves_all"] else "no",
+                f"{p['latency_mean_ms']:.3f}",
+                f"{p['power_mean_w']:.1f}",
+                f"{c['smdp']:.3f}",
+                *(f"{c[k] / c['smdp'] - 1:+.2%}" for k in names[1:]),
+            )
         )
+    header = (
+        "profile",
+        "load",
+        "energy weight",
+        "threshold",
+        "serves all",
+        "mean latency ms",
+        "power W",
+        *names,
+    )
+    lines += md_table(header, rows)
     lines += [
         "",
         f"## Truncation ({g['profiles'][0]}, load {g['truncation_load']:g}, energy weight "
@@ -264,14 +276,28 @@ def smdp_markdown(data: dict[str, Any], claims: list[dict[str, Any]]) -> str:
         "The state space stops at `max_states`; a request beyond it is charged the abstract "
         "cost of draining at full batches (`baselines.smdp`).",
         "",
-        "| states | truncated | gain (cost per s) | gain error | solve time s | threshold |",
-        "| --- | --- | --- | --- | --- | --- |",
+        *md_table(
+            (
+                "states",
+                "truncated",
+                "gain (cost per s)",
+                "gain error",
+                "solve time s",
+                "threshold",
+            ),
+            (
+                (
+                    t["n_states"],
+                    "yes" if t["truncated"] else "no",
+                    f"{t['gain']:.6f}",
+                    f"{t['gain_error']:+.2e}",
+                    f"{t['solve_time_s']:.3f}",
+                    t["threshold"],
+                )
+                for t in data["truncation"]
+            ),
+        ),
     ]
-    for t in data["truncation"]:
-        lines.append(
-            f"| {t['n_states']} | {'yes' if t['truncated'] else 'no'} | {t['gain']:.6f} | "
-            f"{t['gain_error']:+.2e} | {t['solve_time_s']:.3f} | {t['threshold']} |"
-        )
     return "\n".join(lines) + "\n"
 
 
