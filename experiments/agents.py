@@ -29,9 +29,12 @@ import numpy as np
 
 import baselines
 import batch_env
+from agents import load_policy
 from agents.common import check_int
 from baselines.common import env_config
+from baselines.smdp import SMDPPolicy
 from batch_env.evaluate import ci95_half_width
+from batch_env.workload import datasets as data
 from experiments.harness.options import add_config, add_json, add_results_dir, count
 from experiments.harness.strict_json import dumps
 
@@ -212,8 +215,6 @@ def _skip_missing_traces(cfg: dict[str, Any], names: list[str]) -> dict[str, str
         if wl.get("kind") != "trace":
             continue
         if wl.get("dataset") is not None:  # skipped until fetched (docs/data.md)
-            from batch_env.workload import datasets as data
-
             try:
                 data.path(wl["dataset"])
             except data.DatasetError as exc:
@@ -236,9 +237,6 @@ def _run_settings(
     ]
     with process_pool(workers) as pool:
         list(pool.map(_train_job, jobs))
-
-    from agents import load_policy
-    from baselines.smdp import SMDPPolicy
 
     eval_seeds = list(cfg["eval_seeds"])
     out: dict[str, Any] = {}

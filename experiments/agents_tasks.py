@@ -55,7 +55,10 @@ import numpy as np
 
 import baselines
 import batch_env
+from agents import load_policy
 from agents.common import check_int
+from baselines.smdp import gains_at_loads
+from batch_env import tasks
 
 from .harness.backends import process_pool
 from .harness.config import check_mapping
@@ -112,7 +115,6 @@ def check_seeds(where: str, seeds: Any) -> list[int]:
 def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
     """One ``tasks`` entry, checked (``ValueError`` naming the field, the value and what
     is allowed); ``hyperparams`` is resolved against ``config_dir``."""
-    from batch_env import tasks
 
     entry = dict(check_mapping(entry, where, ENTRY_KEYS, ("task",)))
     if entry["task"] not in tasks.TASKS:
@@ -157,7 +159,6 @@ def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
 
 
 def _check_check(where: str, check: Any, task_id: str) -> dict[str, Any]:
-    from batch_env import tasks
 
     check = dict(check_mapping(check, where, CHECK_KEYS, ("seeds",)))
     drawn = bool(tasks.get(task_id).eval_loads)
@@ -248,7 +249,6 @@ def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
     """The training run of entry ``name`` and ``seed`` (the entry's keys override the
     config's ``algo``, ``n_timesteps`` and ``centering_gain``)."""
     from agents.train import TrainArgs
-    from batch_env import tasks
 
     e = cfg["tasks"][name]
     n = int(e.get("n_timesteps", cfg["n_timesteps"]))
@@ -289,7 +289,6 @@ def check_episodes(
     """``{load: {metric: [per seed]}}`` of ``make_policy(env)`` at each check load
     (``oracle``: the env shows what the task hides, for an oracle baseline only;
     ``env_kwargs``: added to the check's, for one baseline's env)."""
-    from batch_env import tasks
 
     env_id, kw = tasks.make_args(
         task_id,
@@ -327,7 +326,6 @@ def _model_digest(run: Path) -> str:
 def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     """One evaluation: ``("protocol", task, run_dir, None, _)``, ``("check", task,
     run_dir, check, _)`` or ``("baseline", task, spec, check, cache_file)``."""
-    from batch_env import tasks
 
     from .benchmark import ORACLE_POLICIES, run_protocol
 
@@ -347,7 +345,6 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
                 env_kwargs=arg.get("env_kwargs"),
             ),
         )
-    from agents import load_policy
 
     run = Path(arg)
     task = tasks.get(task_id)
@@ -442,7 +439,6 @@ def summarize_entry(
 
 
 def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, Any]:
-    from batch_env import tasks
 
     from .benchmark import paired_score, protocol_part
 
@@ -501,13 +497,10 @@ def _summarize_check(
     runs), the gap to the exact per-load bound where the task has one, each baseline's
     metrics (mean and CI over seeds), and the agent (runs averaged per seed) against
     each baseline, paired per seed."""
-    from batch_env import tasks
 
     bounds: list[float] | None = None
     task = tasks.get(tid)
     if task.bound == "smdp-per-seed":
-        from baselines.smdp import gains_at_loads
-
         env_id, kw = tasks.make_args(tid, **check.get("env_kwargs", {}))
         env = gym.make(env_id, **kw)
         try:

@@ -67,8 +67,15 @@ from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
+import yaml
 
+import batch_env
+from agents.common import algo_kwargs as algo_kwargs_of
+from agents.common import literal, load_hyperparams, make_env, wrapper_specs
 from baselines.common import env_config
+from baselines.smdp import SMDPProblem, solve, transformed_mdp
+from batch_env.tasks import TASKS
+from experiments.harness.backends import INSTALL_HINT
 from experiments.harness.options import add_json, check_folder, count
 from experiments.harness.strict_json import dumps
 
@@ -84,7 +91,6 @@ def machine_description() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    import batch_env
 
     return {
         "python": platform.python_version(),
@@ -131,7 +137,6 @@ def _median_ratio(num: list[float], den: list[float]) -> float:
 
 
 def _time_batching(n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
-    import batch_env  # noqa: F401  (registers the ids)
 
     env = gym.make("batch_env/DynamicBatching-v0", **env_kwargs)
     _, info = env.reset(seed=seed)
@@ -151,7 +156,6 @@ def _time_batching(n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float
 def _time_vector(num_envs: int, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
     """Env-steps/s of the NumPy vector env (``make_vec``, NEXT_STEP autoreset), random
     valid actions drawn from ``action_masks()`` (their cost included, as an agent pays it)."""
-    import batch_env  # noqa: F401
 
     env = gym.make_vec("batch_env/DynamicBatching-v0", num_envs=num_envs, **env_kwargs)
     env.reset(seed=seed)
@@ -239,9 +243,6 @@ def bench_smdp(tol: float = 1e-6) -> dict[str, Any]:
     """
     import mdptoolbox.mdp as mdp
 
-    import batch_env  # noqa: F401
-    from baselines.smdp import SMDPProblem, solve, transformed_mdp
-
     env = gym.make(
         "batch_env/DynamicBatching-v0",
         workload={"kind": "poisson", "load": 0.6},
@@ -291,8 +292,6 @@ def _ppo_setup() -> tuple[str, dict[str, Any], list, dict[str, Any], dict[str, A
     keyword arguments and the policy keyword arguments."""
     import torch
 
-    from agents.common import algo_kwargs as algo_kwargs_of
-    from agents.common import literal, load_hyperparams, wrapper_specs
     from agents.wrappers import run_specs
 
     torch.set_num_threads(1)
@@ -344,8 +343,6 @@ def bench_ppo(total_steps: int = 32_768, seed: int = 0, repeats: int = 3) -> dic
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.common import make_env
-
     env_id, hp, specs, algo_kwargs, policy_kwargs = _ppo_setup()
 
     def timed(env_fn: Any) -> float:
@@ -392,7 +389,6 @@ def bench_ppo_vector(
     from stable_baselines3.common.env_util import make_vec_env as sb3_make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.common import make_env
     from agents.vec_env import make_vec_env
 
     env_id, hp, specs, algo_kwargs, policy_kwargs = _ppo_setup()
@@ -445,7 +441,6 @@ RENDER_BENCH_ENVS: tuple[str, ...] = (
 def _time_render(env_id: str, n_steps: int, seed: int) -> tuple[float, float]:
     """Seconds per ``step()`` and per ``render()`` of one ``render_mode="rgb_array"`` env
     through ``gymnasium.make``, each frame drawn just after its step (the same states)."""
-    import batch_env  # noqa: F401
 
     env = gym.make(env_id, render_mode="rgb_array")
     env.reset(seed=seed)
@@ -610,9 +605,6 @@ def bench_backends(
     :param num_cpus: CPUs of the Ray instance (default: all of this machine's).
     :param repeats: warm runs per backend (the best counts).
     """
-    import tempfile
-
-    from experiments.harness.backends import INSTALL_HINT
 
     config = dict(config or BACKEND_BENCH_CONFIG)
     try:
@@ -810,9 +802,7 @@ def bench_wallclock(
     :param task_kwargs: env kwargs over the task's (tests shorten its episodes).
     :param run_root: keep the runs under this folder (default: a temporary one, removed).
     """
-    import yaml
 
-    from agents.common import load_hyperparams
     from agents.train import smdp_gain_if_exact
 
     t_start = time.perf_counter()
@@ -912,7 +902,6 @@ def bench_wallclock(
 def _time_llm(env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
     """Steps/s of an LLM env through ``gymnasium.make``, uniformly random caps (actions
     drawn before timing), episodes reset as they end."""
-    import batch_env  # noqa: F401
 
     env = gym.make(env_id, **env_kwargs)
     env.reset(seed=seed)
@@ -961,7 +950,6 @@ def bench_llm_steps(n_steps: int = 50_000, repeats: int = 3, seed: int = 0) -> d
 def _llm_episode_cost(env_id: str, env_kwargs: dict[str, Any], seed: int) -> dict[str, float]:
     """One episode of an LLM env at its largest action (vLLM's default cap and budget):
     its steps and process CPU seconds, and the requests it completed."""
-    import batch_env  # noqa: F401
 
     env = gym.make(env_id, **env_kwargs)
     a = int(cast(Any, env.action_space).n) - 1  # Discrete: its largest action
@@ -982,7 +970,6 @@ def _llm_episode_cost(env_id: str, env_kwargs: dict[str, Any], seed: int) -> dic
 def llm_v2_settings() -> dict[str, dict[str, Any]]:
     """The settings of :func:`bench_llm_v2`: v1's defaults, and ``LLMMemoryPressure-v0``'s
     problem (its kwargs but the episode length)."""
-    from batch_env.tasks import TASKS
 
     task = dict(TASKS["batch_env/LLMMemoryPressure-v0"].kwargs)
     for k in ("horizon_requests", "warmup_requests"):

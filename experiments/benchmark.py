@@ -12,6 +12,7 @@ mean rate, and on the bursty task the phase filter ``smdp-belief``) and solves i
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -26,6 +27,10 @@ import numpy as np
 
 import baselines
 import batch_env
+from agents import load_policy
+from agents.policy import parse_policy_spec, read_run_config
+from baselines.smdp import SMDPProblem, gains_at_loads, solve
+from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
 from batch_env import tasks
 from experiments.harness.options import add_json, count
 from experiments.harness.strict_json import dumps
@@ -350,7 +355,6 @@ def _episode_record(rec: Any) -> None:
 
 
 def _solve_poisson(env: gym.Env) -> Any:
-    from baselines.smdp import SMDPProblem, solve
 
     return solve(SMDPProblem.from_env(env))
 
@@ -361,12 +365,9 @@ def solve_bound(task_id: str) -> dict[str, Any]:
     ``"smdp-per-seed"`` (the any-load task): the exact SMDP optimum at each held-out
     seed's load (``bound_per_seed``, with the loads), and their mean (per load).
     """
-    from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
 
     task = tasks.get(task_id)
     if task.bound == "smdp-per-seed":
-        from baselines.smdp import gains_at_loads
-
         loads = task.eval_loads
         env = gym.make(task.id)
         try:
@@ -403,7 +404,6 @@ def solve_bound(task_id: str) -> dict[str, Any]:
 def tune(task_id: str, name: str, grid: dict[str, list[Any]]) -> dict[str, Any]:
     """The setting of ``grid`` (every combination) with the best mean reward rate on the
     task over :data:`TUNING_SEEDS` (full-length episodes), and the rates of all."""
-    import itertools
 
     keys = sorted(grid)
     scores = []
@@ -643,9 +643,6 @@ def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
     """``(label, env -> policy)`` for a baseline name, ``"random"``, or a trained agent
     ``<algo>:<run_dir>`` (as ``batch-env evaluate --policy`` takes them)."""
     if ":" in spec:
-        from agents import load_policy
-        from agents.policy import parse_policy_spec, read_run_config
-
         _, run_dir = parse_policy_spec(spec)
         read_run_config(run_dir)  # a missing or broken run is refused before anything runs
         return spec, lambda env: load_policy(run_dir, name=spec)
@@ -684,7 +681,6 @@ def trained_on(spec: str, task_id: str) -> dict[str, Any] | None:
     length or display differ (:data:`batch_env.tasks.FREE_KWARGS`: the task's problem
     in shorter episodes, say); None when the run was trained on the task as registered.
     The agent is scored on the task's protocol either way; this says what it learned on."""
-    from agents.policy import parse_policy_spec, read_run_config
 
     _, run_dir = parse_policy_spec(spec)
     cfg = read_run_config(run_dir)
@@ -1026,7 +1022,6 @@ def write_report(data: dict[str, Any], out_dir: Path | str = RESULTS_DIR) -> lis
 
 def _read_references(path: str) -> dict[str, Any]:
     """A references JSON written by ``--references --out``; ValueError naming the file."""
-    from pathlib import Path
 
     try:
         data = json.loads(Path(path).read_text())
@@ -1050,7 +1045,6 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     --references, recompute the tasks' stored reference figures instead (and write the
     reference table and plot); with --report, only write that table and plot from the
     stored figures."""
-    from batch_env import tasks
 
     ids = (
         [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(tasks.TASKS)

@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from experiments.harness.backends import RayUnavailableError
 from experiments.harness.config import one_line
 from experiments.harness.options import check_folder
 
@@ -99,8 +100,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(exc) or type(exc).__name__}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        from experiments.harness.backends import RayUnavailableError
-
         if not isinstance(exc, RayUnavailableError):
             raise
         print(f"error: {one_line(exc)}", file=sys.stderr)

@@ -60,8 +60,11 @@ import numpy as np
 
 import baselines
 import batch_env
+from agents import load_policy
+from agents.common import make_raw_env
 from agents.files import require_keys
 from baselines.common import env_config
+from baselines.smdp import SMDPProblem, solve
 from batch_env.evaluate import EvaluationResult, Policy, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 from experiments.harness.options import (
@@ -385,7 +388,6 @@ def check_envs(cfg: dict[str, Any], every: list[Cell]) -> None:
     """Build the env of each workload's first cell once, so that env kwargs the env refuses
     (an unknown key, a bad value) stop the comparison before anything is written, with a
     ``ValueError`` naming the config, instead of failing every cell."""
-    from agents.common import make_raw_env
 
     seen = set()
     for cell in every:
@@ -404,8 +406,6 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     env = gym.make(cell.env_id, **cell.env_kwargs)
     params = {k: v for k, v in cell.policy_params.items() if not k.startswith("_")}
     if "agent" in params:  # a trained run: {agent: runs/<name>}
-        from agents import load_policy
-
         policy: Policy = load_policy(params["agent"], name=cell.policy)
     else:
         name = params.pop("name", cell.policy)
@@ -719,8 +719,6 @@ def _plots(
 
     st = cfg.get("structure")
     if st:
-        from baselines.smdp import SMDPProblem, solve
-
         loads = st.get("loads", [0.3, 0.6, 0.9])
         weights = st.get("energy_weights", [0.5])
         fig, axes = plt.subplots(1, len(weights), figsize=(5 * len(weights), 4), squeeze=False)
@@ -750,7 +748,6 @@ def _plots(
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Train a short PPO run, then compare it with every baseline on a small config."""
-    from pathlib import Path
 
     cfg = load_config(args.config)
     run = Path(args.runs_dir) / f"{cfg['name']}-ppo"

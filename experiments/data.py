@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from batch_env.workload import datasets as data
 from experiments.harness.config import one_line
 from experiments.harness.options import add_json
 
@@ -20,7 +21,6 @@ def cmd_data(args: argparse.Namespace) -> int:
     else the user's cache folder) and checked against their SHA-256 (docs/data.md).
     An unknown name is exit status 2; a failed download or a checksum mismatch, 1.
     """
-    from batch_env.workload import datasets as data
 
     if args.data_command == "list":
         data.print_list(args.json)

@@ -10,6 +10,13 @@ import math
 import sys
 from typing import Any
 
+import baselines
+import batch_env
+from agents import load_policy, parse_policy_spec
+from agents.common import env_parameters, make_raw_env
+from agents.policy import read_run_config
+from baselines import available
+from baselines.smdp import SMDPProblem, solve
 from batch_env.evaluate import Policy
 from batch_env.metrics import HEADLINE_KEYS
 from experiments.harness.options import (
@@ -60,7 +67,6 @@ def env_differences(
     """What differs between the env a run was trained on and another, ``(env id, kwargs)``
     each: ``"<kwarg> (trained <value>, here <value>)"`` per differing keyword argument,
     a kwarg left out counting as the env's default (the Poisson load 0.6 for no workload)."""
-    from agents.common import env_parameters
 
     (id_a, kw_a), (id_b, kw_b) = trained, here
     if id_a != id_b:
@@ -84,16 +90,10 @@ def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     else the default env. An agent evaluated on an env other than its training env gets
     a one-line notice on stderr naming the differing keyword arguments.
     """
-    import baselines
-    import batch_env
-    from agents.common import make_raw_env
 
     runs = {}
     for name in names:
         if ":" in name:  # a trained agent: <algo>:<run_dir>
-            from agents import parse_policy_spec
-            from agents.policy import read_run_config
-
             algo, run_dir = parse_policy_spec(name)
             cfg = read_run_config(run_dir)
             if algo != cfg["algo"]:
@@ -114,8 +114,6 @@ def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     results = []
     for name in names:
         if name in runs:
-            from agents import load_policy
-
             run_dir, cfg = runs[name]
             diff = env_differences((cfg["env_id"], cfg["env_kwargs"]), (env_id, env_kwargs))
             if diff:
@@ -152,8 +150,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 def cmd_solve_smdp(args: argparse.Namespace) -> int:
     """Solve the SMDP-optimal batching policy of an env configuration."""
-    from agents.common import make_raw_env
-    from baselines.smdp import SMDPProblem, solve
 
     kw = env_options_kwargs(args)
     if args.rate_per_s is not None:
@@ -215,7 +211,6 @@ def add_parser(sub: Any) -> None:
         description=cmd_evaluate.__doc__,
     )
     add_env_args(p)
-    import batch_env
 
     p.add_argument(
         "--env-id",
@@ -233,7 +228,6 @@ def add_parser(sub: Any) -> None:
         help="more env kwargs, a mapping, e.g. '{max_num_seqs: 128, tpot_sla_ms: 40}' (not the ones "
         "the options above give)",
     )
-    from baselines import available
 
     p.add_argument(
         "--policy",

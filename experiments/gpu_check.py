@@ -27,6 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
+import baselines
+import batch_env
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -37,10 +42,6 @@ def _episode(
     policy_kwargs: dict[str, Any],
     seed: int,
 ) -> dict[str, Any]:
-    import gymnasium as gym
-
-    import baselines
-    import batch_env
 
     t0 = time.perf_counter()
     env = gym.make(env_id, **env_kwargs)

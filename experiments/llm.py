@@ -43,6 +43,7 @@ An agent (``agent: <run dir>``) is evaluated with its training grid; it is train
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -51,8 +52,14 @@ from typing import Any
 
 import numpy as np
 
+import baselines
+import batch_env
 from agents.files import require_keys
+from agents.policy import load_policy, read_run_config
+from batch_env import evaluate
+from batch_env.envs.llm_batching import LLMBatchingEnv
 from batch_env.evaluate import Policy
+from batch_env.workload import datasets as data
 from experiments.harness.options import add_config, add_json, add_results_dir
 from experiments.harness.strict_json import dumps
 
@@ -172,8 +179,6 @@ class _Cell:
         }
         self._agent = None
         if "agent" in self.spec:
-            from agents.policy import load_policy, read_run_config
-
             run_cfg = read_run_config(self.spec["agent"])
             # the action space the agent was trained on: its caps (and budgets)
             for key in ("grid", "budget_grid", "scheduler"):
@@ -185,7 +190,6 @@ class _Cell:
         """The store key of the evaluation at ``rate``: readable, plus a hash of the
         profile, traffic, policy (an agent's model bytes), env kwargs, seeds, rate and
         the package version."""
-        import batch_env
 
         model = Path(self.spec["agent"]) / "model.zip" if "agent" in self.spec else None
         blob = digest(
@@ -214,9 +218,6 @@ class _Cell:
         return self.cache[rate]
 
     def _evaluate(self, rate: float) -> dict[str, float]:
-        import baselines
-        from batch_env import evaluate
-        from batch_env.envs.llm_batching import LLMBatchingEnv
 
         workload, lengths = _traffic(self.cfg["traffic"][self.traffic], rate)
         prof = self.cfg["profiles"][self.profile].get("profile", self.profile)
@@ -277,7 +278,6 @@ def capacity_search(
 def train_missing_agents(cfg: dict[str, Any], progress: bool = False) -> list[str]:
     """Train the agents of the config's ``train`` section whose run has no ``model.zip``
     (an interrupted one is resumed: see :func:`agents.train.train_or_reuse`)."""
-    import dataclasses
 
     from agents.train import RUN_SETTINGS, TrainArgs, train_or_reuse
 
@@ -314,8 +314,6 @@ def run_llm(
     cfg = load_llm_config(config)
     for name, spec in cfg["traffic"].items():
         if "dataset" in spec:  # not fetched: an error naming `batch-env data fetch NAME`
-            from batch_env.workload import datasets as data
-
             try:
                 data.path(spec["dataset"])
             except data.DatasetError as exc:

@@ -30,7 +30,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from experiments.harness.options import add_json
+import baselines
+from agents import load_policy
+from agents.common import check_int, make_raw_env
+from agents.policy import parse_policy_spec, read_run_config
+from experiments.harness.config import parse_mapping as mapping
+from experiments.harness.options import add_json, count
+from experiments.harness.strict_json import dumps
 
 #: the env a baseline is recorded on when no --env-id is given
 DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
@@ -40,8 +46,6 @@ VIDEO_SUFFIXES = (".mp4",)
 
 def _resolve_policy(spec: str) -> tuple[str, str | None, dict[str, Any] | None]:
     """``(label, run_dir or None, the run's config or None)`` of ``RUN_OR_POLICY``."""
-    import baselines
-    from agents.policy import parse_policy_spec, read_run_config
 
     if ":" in spec:
         _, run_dir = parse_policy_spec(spec)
@@ -89,7 +93,6 @@ def record(
     :raises ValueError: for an unknown policy, an env without ``rgb_array`` frames, or
         counts below 1 (nothing is written then).
     """
-    from agents.common import check_int, make_raw_env
 
     check_int("episodes", episodes, 1)
     check_int("max_frames", max_frames, 1)
@@ -125,8 +128,6 @@ def record(
 
 
 def _make_policy(label: str, run_dir: str | None, env: gym.Env) -> Any:
-    import baselines
-    from agents import load_policy
 
     return (
         load_policy(run_dir, name=label) if run_dir is not None else baselines.make(label, env=env)
@@ -198,7 +199,6 @@ def _record_video(
 def cmd_record(args: argparse.Namespace) -> int:
     """Record a trained run or a baseline serving an env: a video (RecordVideo, with the
     video extra) or, without it, the frames as PNG files (see experiments/record.py)."""
-    from experiments.harness.strict_json import dumps
 
     res = record(
         args.policy,
@@ -227,8 +227,6 @@ def cmd_record(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any) -> None:
     """The ``record`` subcommand's parser."""
-    from experiments.harness.config import parse_mapping as mapping
-    from experiments.harness.options import count
 
     def env_kwargs(text: str) -> Any:
         try:

@@ -72,6 +72,13 @@ import warnings
 from pathlib import Path
 from typing import Any, cast
 
+import gymnasium as gym
+import numpy as np
+
+import baselines
+import batch_env
+from agents.common import check_device
+from batch_env.profiles.batch_profile import Profile
 from batch_env.real.spec import ModelSpec
 from experiments.harness.config import parse_mapping
 from experiments.harness.options import add_json, check_folder, count, positive
@@ -135,7 +142,6 @@ def run_roundtrip(
     :returns: the last cycle's result, with ``cycles`` (each cycle's figures per env) and,
         in each row, the ``*_median`` of every figure in :data:`DIFFS` over the cycles.
     """
-    import numpy as np
 
     cycles = [
         _cycle(Path(out), load, horizon_requests, episodes, batch_sizes, min_time_s, clock)
@@ -296,7 +302,6 @@ class SpeedTrack:
     @classmethod
     def of(cls, log: list[tuple[int, float, float, float]], bins: int) -> SpeedTrack:
         """The track of a :class:`_CallTally`'s log."""
-        import numpy as np
 
         arr = np.asarray(log, dtype=float).reshape(-1, 4)
         ends: list[float] = []
@@ -331,7 +336,6 @@ class _Clock:
 
 def _clocked(env: Any, clock: _Clock) -> Any:
     """``env`` with a wrapper that keeps ``clock.now_s`` at the env's ``info["now_s"]``."""
-    import gymnasium as gym
 
     class ClockWrapper(gym.Wrapper):
         def reset(self, **kw: Any) -> Any:
@@ -378,10 +382,6 @@ def _episodes(
     """Evaluate ``policy`` on ``gym.make(env_id, **kw)``; with ``tally_profile``, record the
     model calls (``speed_ratio``, ``model_calls`` and the run's ``speed_track``), and with
     ``speed`` also run them at that speed over time."""
-    import gymnasium as gym
-
-    import baselines
-    import batch_env
 
     with warnings.catch_warnings():
         warnings.simplefilter(
@@ -431,7 +431,6 @@ def _cycle(
     clock: str,
 ) -> dict[str, Any]:
     """One measure-and-compare cycle."""
-    from batch_env.profiles.batch_profile import Profile
     from batch_env.real.profiling import measure_profile, write_profile
 
     out = Path(out)
@@ -569,9 +568,7 @@ def _cycle(
 
 def cmd_profile(args: argparse.Namespace) -> int:
     """Measure a latency/power profile of a real PyTorch model and write it as JSON."""
-    from pathlib import Path
 
-    from agents.common import check_device
     from batch_env.real.models import MODELS
     from batch_env.real.profiling import measure_profile, write_profile
 

@@ -59,7 +59,10 @@ from typing import Any, cast
 
 import yaml
 
+import batch_env
+from agents.common import ALGO_NAMES, hyperparameter_names, load_hyperparams, model_file_info
 from agents.files import atomic_write_text, set_aside
+from experiments.harness.backends import check_backend, guarded, ray_session, require_ray, run_tasks
 from experiments.harness.config import check_mapping, check_name, read_yaml_config
 from experiments.harness.report import md_table
 from experiments.harness.strict_json import dumps
@@ -90,7 +93,6 @@ def load_sweep(path_or_name: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _hyperparameter_names(algo: str) -> list[str]:
-    from agents.common import hyperparameter_names
 
     return [
         k for k in hyperparameter_names(algo) if k != "n_timesteps"
@@ -126,7 +128,6 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     :param cfg: the parsed YAML mapping.
     :param source: where it came from, for messages.
     """
-    import batch_env
 
     where = f"sweep {source}"
     cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps"))
@@ -152,7 +153,6 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
 
 def _check_algos(algo: Any, where: str) -> list[str]:
     """``algo`` as a list of distinct known algorithms (one name or a list of them)."""
-    from agents.common import ALGO_NAMES
 
     algos = algo if isinstance(algo, list) else [algo]
     bad = [a for a in algos if a not in ALGO_NAMES]
@@ -312,7 +312,6 @@ def run_trial(trial: dict[str, Any]) -> dict[str, Any]:
     :returns: ``{"trial", "algo", "params", "seed", "run_dir", "eval_reward_rate_per_s",
         "eval_reward_rate_ci95", "train_s", "reused"}``.
     """
-    from agents.common import load_hyperparams
     from agents.train import TrainArgs, train
 
     run = Path(trial["run_dir"])
@@ -380,7 +379,6 @@ def _trial_state(run: Path, trial: dict[str, Any]) -> str:
 
     :raises FileExistsError: when the folder holds something other than this trial.
     """
-    from agents.common import model_file_info
 
     spec_path, final_path, model = (
         run / "trial.json",
@@ -437,7 +435,6 @@ def run_sweep(
         trial: result, or ``error``), ``failed``, ``best`` (the best trial's record, with
         its ``run_dir``), ``configs`` (means over seeds), ``elapsed_s``, ``tensorboard``.
     """
-    from experiments.harness.backends import check_backend, require_ray
 
     check_backend(backend, address)
     if backend != "ray" and num_cpus is not None:
@@ -458,8 +455,6 @@ def run_sweep(
     if backend == "local":
         records = _run_local(todo, report, run or run_trial)
     else:
-        from experiments.harness.backends import ray_session
-
         with ray_session(address, num_cpus):
             records = _run_tune(todo, root, max_retries, report, run or run_trial)
     summary = summarize(cfg, todo, records, root, backend, time.perf_counter() - t0)
@@ -481,7 +476,6 @@ def _failed(trial: dict[str, Any], error: str | None, tb: str | None) -> dict[st
 def _run_local(
     todo: list[dict[str, Any]], report: Any, run: Callable[..., Any]
 ) -> dict[str, dict[str, Any]]:
-    from experiments.harness.backends import run_tasks
 
     records = {}
     with run_tasks(run, todo, "local") as stream:
@@ -497,8 +491,6 @@ def _tune_trainable(config: dict[str, Any], run: Callable[..., Any] = run_trial)
     """Ray Tune function trainable: one trial through ``run`` (:func:`run_trial`); reports
     the evaluation reward (NaN and the error when the trial raised)."""
     from ray import tune
-
-    from experiments.harness.backends import guarded
 
     if os.path.isdir(config["cwd"]):  # Tune starts trials in their own folder: relative paths
         os.chdir(config["cwd"])  # in the env kwargs are the driver's

@@ -8,10 +8,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agents.common import HYPERPARAMS_DIR
+from agents.policy import read_run_config
+from batch_env import tasks
 from experiments.harness.config import load_yaml_mapping, parse_mapping
 from experiments.harness.options import add_backend_args, add_json, count, stdout_to_stderr
 from experiments.harness.strict_json import dumps
@@ -101,7 +106,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _read_algo(run: Any) -> str:
     """The algorithm a ``batch-env train`` run was trained with (its config.yaml)."""
-    from agents.policy import read_run_config
 
     return str(read_run_config(run)["algo"])
 
@@ -225,7 +229,6 @@ def hyperparams_file(value: str | None) -> str | None:
     of ``agents/hyperparams`` (``ppo``, ``a2c``, ...), found in the installed package.
 
     :raises FileNotFoundError: naming the value and listing the shipped names."""
-    from pathlib import Path
 
     if value is None or Path(value).is_file():
         return value
@@ -244,10 +247,6 @@ def shipped_hyperparams() -> dict[str, Any]:
     """The shipped hyperparameter files by name: ``agents/hyperparams/<algo>.yml`` and the
     files of ``experiments/configs`` that map env ids to hyperparameters (rl-zoo3 format;
     the other configs there are experiments')."""
-    from importlib import resources
-    from pathlib import Path
-
-    from agents.common import HYPERPARAMS_DIR
 
     found: dict[str, Any] = {p.stem: p for p in HYPERPARAMS_DIR.glob("*.yml")}
     configs = Path(str(resources.files("experiments") / "configs"))
@@ -264,7 +263,6 @@ def shipped_hyperparams() -> dict[str, Any]:
 def _env_config(value: str) -> dict[str, Any]:
     """``--env-config``: the env kwargs in a YAML file, or a benchmark task's id for its
     kwargs (to change some of them with --env-kwargs on the task's base id, --env-id)."""
-    from batch_env import tasks
 
     if value in tasks.TASKS:
         return tasks.variant(value)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -62,8 +64,6 @@ def _exit_with(owner: int, period_s: float = 0.5) -> None:
     not the owner's child, so nothing else ends it: when the owner is killed
     (SIGKILL, out of memory), it would finish its job and write into a folder that a
     rerun is already using, then live on."""
-    import threading
-    import time
 
     def dead() -> bool:
         try:

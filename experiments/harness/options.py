@@ -16,18 +16,22 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
+from agents.common import check_int, env_kwarg_names
 from batch_env.config import DEFAULT_PROFILE, DEFAULT_WORKLOAD, ServingConfig, field_default
+from batch_env.profiles.batch_profile import available
+from experiments.harness.backends import BACKENDS
 
 from .config import parse_mapping
 
 
 def count(low: int) -> Any:
     """An argparse ``type``: an integer >= ``low`` (argparse names the option on error)."""
-    from agents.common import check_int
 
     def parse(text: str) -> int:
         try:
@@ -100,7 +104,6 @@ def env_options_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     --load, ...), and when two options give the same setting (--load and --workload,
     an option and a key of --env-kwargs), instead of one silently winning.
     """
-    from agents.common import env_kwarg_names
 
     env_id = getattr(args, "env_id", None) or DEFAULT_ENV_ID
     names = env_kwarg_names(env_id)
@@ -144,7 +147,6 @@ def add_env_args(p: argparse.ArgumentParser) -> None:
     """The env options of :data:`ENV_OPTIONS` (with their defaults from
     :mod:`batch_env.config` in the help), ``--episodes``, ``--seed`` and ``--json``; read
     them back with :func:`env_options_kwargs`."""
-    from batch_env.profiles.batch_profile import available
 
     p.add_argument(
         "--profile",
@@ -222,7 +224,6 @@ DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 
 def add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
     """--backend, --address and --num-cpus (shared by compare and train --sweep)."""
-    from experiments.harness.backends import BACKENDS
 
     p.add_argument(
         "--backend",
@@ -247,14 +248,12 @@ def add_backend_args(p: argparse.ArgumentParser, unit: str) -> None:
 
 def stdout_to_stderr(active: bool) -> Any:
     """Send what libraries print (Ray's banners and tables) to stderr while ``active``."""
-    import contextlib
 
     return contextlib.redirect_stdout(sys.stderr) if active else contextlib.nullcontext()
 
 
 def check_folder(option: str, path: Any) -> None:
     """Refuse an output folder option that names an existing file (before any work)."""
-    from pathlib import Path
 
     if Path(path).exists() and not Path(path).is_dir():
         raise ValueError(f"{option}={str(path)!r} is a file: give a folder")

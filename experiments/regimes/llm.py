@@ -22,8 +22,12 @@ import math
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+import baselines
+import batch_env
+from batch_env.profiles.llm_profile import load as load_llm
 from experiments.compare import record_result, run_compare
 from experiments.harness.report import md_table, pct, pyplot, save_figure
 from experiments.harness.strict_json import strict
@@ -112,7 +116,6 @@ def llm_variants(grid: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def kv_utilization(profile: str, kv: float) -> float:
     """vLLM's ``gpu_memory_utilization`` that leaves the KV cache ``kv`` of the GPU memory
     the weights leave free (the map's KV axis: 1 = everything after the weights)."""
-    from batch_env.profiles.llm_profile import load as load_llm
 
     p = load_llm(profile)
     total = p.num_gpus * p.gpu_memory_bytes
@@ -147,10 +150,7 @@ def probe_capacity(grid: dict[str, Any], v: dict[str, Any]) -> float:
     """The static-256 capacity of a point from a quick scan and bisection (one seed, 200
     requests): the scale of its rate grid, so that every point's grid brackets its
     capacities. Seeded: the same point always gets the same grid."""
-    import gymnasium as gym
 
-    import baselines
-    import batch_env
     from experiments.llm import capacity_search
 
     env_kw, arrivals = _llm_env_kwargs(grid, v)

@@ -18,11 +18,14 @@ and the claims), ``smdp.md`` (the claims table, every point's costs, the truncat
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
+from baselines.smdp import SMDPProblem, policy_gain, solve
 from experiments.harness.report import md_table, pyplot, save_figure
 from experiments.harness.strict_json import strict
 
@@ -49,9 +52,6 @@ SMDP_SOURCE = (
 def _smdp_problem(profile: str, load: float, w: float, **overrides: Any) -> Any:
     """The SMDP of DynamicBatching-v0's defaults (B = 32, no ticks) with ``profile`` at
     ``load`` and energy weight ``w`` (SLA weight 0, as the SMDP has no SLA)."""
-    import gymnasium as gym
-
-    from baselines.smdp import SMDPProblem
 
     env = gym.make(
         "batch_env/DynamicBatching-v0",
@@ -87,9 +87,6 @@ def smdp_points(grid: dict[str, Any]) -> dict[str, Any]:
     control limit, its exact cost and that of greedy, static batch sizes and the SMDP
     policy planned for one load, and the optimum's mean latency and power; and the
     truncation sweep (solve time and gain against the number of states)."""
-    from dataclasses import replace
-
-    from baselines.smdp import policy_gain, solve
 
     rows = []
     for prof in grid["profiles"]:
