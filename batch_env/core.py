@@ -427,6 +427,14 @@ class ServingCore(gym.Env):
         """Requests waiting now (not counting those in service)."""
         return len(self._arr) - self._ns
 
+    def past_sla_waiting(self) -> int:
+        """Waiting requests that have already waited longer than the SLA (they will miss
+        it whatever is done now); 0 on an env without a latency SLA."""
+        sla = getattr(self, "_sla", None)
+        if sla is None:
+            return 0
+        return int(np.sum(self._now - np.asarray(self._arr[self._ns :]) > sla))
+
     def request_counts(self) -> dict[str, int]:
         """Where every request that has arrived is now (docs/design.md: Request life cycle).
 

@@ -34,7 +34,7 @@ def dynamic_frame() -> np.ndarray:
     for _ in range(4000):
         if env.step(16 if env.queue_len >= 16 else 0)[3]:
             break
-        past = int(np.sum(env._now - np.array(env._arr[env._ns :]) > env._sla))
+        past = env.past_sla_waiting()
         if past >= 3 and 5 <= env.queue_len - past and env.queue_len <= 48:
             break
     return env.render()
@@ -48,7 +48,7 @@ def node_frame() -> np.ndarray:
     for i in range(2000):
         if env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))[3]:
             break
-        if i > 600 and len(env._groups) >= 3 and env.queue_len >= 5:
+        if i > 600 and env.groups_in_flight >= 3 and env.queue_len >= 5:
             break
     return env.render()
 

@@ -459,3 +459,34 @@ def test_admit_fraction_errors():
         ValueError, match="AdmitFraction needs a DynamicBatching-v0 or NodeBatching-v0"
     ):
         AdmitFraction(gym.make("CartPole-v1"))
+
+
+def test_the_public_views_of_the_queue_and_the_groups():
+    """past_sla_waiting counts the waiting requests already older than the SLA, and
+    groups_in_flight the batches part-way through the model (what scripts/render_frames
+    reads instead of the env's private state)."""
+    import numpy as np
+
+    from batch_env.envs.dynamic_batching import DynamicBatchingEnv
+    from batch_env.envs.node_batching import NodeBatchingEnv
+
+    env = DynamicBatchingEnv(workload={"kind": "poisson", "load": 0.8})
+    env.reset(seed=7)
+    seen = set()
+    for _ in range(3000):
+        if env.step(16 if env.queue_len >= 16 else 0)[3]:
+            break
+        ages = env.unwrapped._now - np.asarray(env._arr[env._ns :])
+        assert env.past_sla_waiting() == int(np.sum(ages > env.get_config()["sla_ms"] / 1000))
+        seen.add(env.past_sla_waiting() > 0)
+    assert seen == {True, False}
+    node = NodeBatchingEnv(workload={"kind": "poisson", "load": 0.8})
+    node.reset(seed=3)
+    rng = np.random.default_rng(3)
+    counts = set()
+    for _ in range(800):
+        if node.step(int(rng.choice(np.flatnonzero(node.action_masks()))))[3]:
+            break
+        counts.add(node.groups_in_flight)
+        assert node.groups_in_flight == len(node._groups)
+    assert max(counts) >= 2

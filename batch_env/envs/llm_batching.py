@@ -362,7 +362,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         # lengths: the trace's own token columns, or a distribution
         lens: RequestLengths | None = config.lengths
         trace = cast("Trace", wl) if wl.kind == "trace" else None  # kind "trace" is the Trace class
-        data = trace._data() if trace is not None else None
+        data = trace.data() if trace is not None else None
         has_tokens = (
             data is not None and data.prompt_tokens is not None and data.output_tokens is not None
         )
@@ -522,7 +522,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         """A class whose own trace gives its lengths: some prompt of it must fit (as
         :meth:`_check_admissible` asks of a trace workload)."""
         trace = cast("Trace", c.workload)
-        data = trace._data()
+        data = trace.data()
         assert data.prompt_tokens is not None and data.output_tokens is not None
         if not np.any(data.prompt_tokens + 1 <= self._maxlen):
             raise ValueError(
@@ -1638,7 +1638,7 @@ def _has_tokens(workload: Any) -> bool:
     """Whether a workload is a trace whose data has prompt and output token columns."""
     if getattr(workload, "kind", None) != "trace":
         return False
-    data = cast("Trace", workload)._data()
+    data = cast("Trace", workload).data()
     return data.prompt_tokens is not None and data.output_tokens is not None
 
 

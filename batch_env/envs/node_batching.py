@@ -213,6 +213,11 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._clipped = False
 
     # -- state views --------------------------------------------------------------------
+    @property
+    def groups_in_flight(self) -> int:
+        """Batches (groups of requests) part-way through the model now."""
+        return len(self._groups)
+
     def _group_waits(self) -> list[float]:
         """Age of each group's oldest request, oldest group first."""
         arr, now = self._arr, self._now

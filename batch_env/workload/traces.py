@@ -436,9 +436,9 @@ class Trace(Workload):
             object.__setattr__(self, name, bool(v))
         if not os.path.isfile(path):
             raise ValueError(f"Trace: path={path!r}: file not found")
-        self._data()
+        self.data()
 
-    def _data(self) -> TraceData:
+    def data(self) -> TraceData:
         """Return the parsed (cached) trace data.
 
         :raises ValueError: if the file has disappeared since the workload was created.
@@ -461,18 +461,18 @@ class Trace(Workload):
         """Return the factor raw times are divided by."""
         if self.target_rate_per_s is None:
             return self.rate_scale
-        d = self._data()
+        d = self.data()
         return self.target_rate_per_s / (d.times.size / d.period_s)
 
     @property
     def n_records(self) -> int:
         """Number of records (rows) in the trace."""
-        return int(self._data().times.size)
+        return int(self.data().times.size)
 
     @property
     def period_s(self) -> float:
         """Loop period after rescaling: (span + mean gap) / scale."""
-        return self._data().period_s / self._scale()
+        return self.data().period_s / self._scale()
 
     @property
     def mean_rate_per_s(self) -> float:
@@ -482,7 +482,7 @@ class Trace(Workload):
     @property
     def arrival_cv(self) -> float:
         """CV of the replayed gaps over one loop period (the seam gap included)."""
-        return self._data().cv
+        return self.data().cv
 
     @property
     def total_arrivals(self) -> int | None:
@@ -524,7 +524,7 @@ class _TraceStream(ArrivalStream):
 
     def __init__(self, wl: Trace, rng: np.random.Generator, chunk_size: int) -> None:
         """:param wl: the trace workload. :param rng: generator. :param chunk_size: chunk length."""
-        data = wl._data()
+        data = wl.data()
         self._t = data.times
         self._prompt = data.prompt_tokens
         self._output = data.output_tokens
