@@ -51,6 +51,27 @@ TINY_PPO = {
 }
 #: SMALL_ENV with 50-request episodes
 TINY_ENV = {**SMALL_ENV, "horizon_requests": 50}
+#: the LLM experiment's tiny capacity search (LLMBatching-v0, 3 policies, 4 rates, 2 seeds)
+TINY_LLM = {
+    "name": "tiny",
+    "reference": "static-256",
+    "attainment": 0.9,
+    "bisection_steps": 3,
+    "seeds": [0, 1],
+    "env_kwargs": {
+        "horizon_requests": 120,
+        "warmup_requests": 20,
+        "ttft_sla_ms": 1000.0,
+        "tpot_sla_ms": 50.0,
+    },
+    "profiles": {"llama-2-7b-h100": {"rates": [4.0, 8.0, 12.0, 16.0]}},
+    "traffic": {"poisson": {"kind": "poisson", "lengths": {"kind": "lognormal"}}},
+    "policies": {
+        "static-256": {"policy": "static-cap", "cap": 256},
+        "static-16": {"policy": "static-cap", "cap": 16},
+        "memory-aware": {"policy": "memory-aware"},
+    },
+}
 
 # -- comparison and sweep configs (test_compare, test_sweep, test_ray_backend) --------------
 

@@ -57,7 +57,7 @@ from types import ModuleType
 
 import pytest
 import yaml
-from helpers import TINY_ENV, TINY_PPO
+from helpers import TINY_ENV, TINY_LLM, TINY_PPO
 
 from experiments.cli import main
 
@@ -108,27 +108,8 @@ SWEEP = {
     "hyperparams": "tiny.yml",
     "centering_gain": 100,
 }
-#: the LLM experiment's tiny capacity search (as tests/test_llm_experiment.py's)
-LLM = {
-    "name": "fllm",
-    "reference": "static-256",
-    "attainment": 0.9,
-    "bisection_steps": 3,
-    "seeds": [0, 1],
-    "env_kwargs": {
-        "horizon_requests": 120,
-        "warmup_requests": 20,
-        "ttft_sla_ms": 1000.0,
-        "tpot_sla_ms": 50.0,
-    },
-    "profiles": {"llama-2-7b-h100": {"rates": [4.0, 8.0, 12.0, 16.0]}},
-    "traffic": {"poisson": {"kind": "poisson", "lengths": {"kind": "lognormal"}}},
-    "policies": {
-        "static-256": {"policy": "static-cap", "cap": 256},
-        "static-16": {"policy": "static-cap", "cap": 16},
-        "memory-aware": {"policy": "memory-aware"},
-    },
-}
+#: the LLM experiment's tiny capacity search
+LLM = {**TINY_LLM, "name": "fllm"}
 LLM_ARGV = ["llm", "--config", "llm.yaml", "--results-dir", "res", "--no-train"]
 #: the agents experiment's tiny task entry: one training run of 256 steps (the tiny PPO,
 #: on the task's env), evaluated at two check loads, with two check baselines

@@ -7,29 +7,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import TINY_LLM
 
 from experiments.llm import capacity_search, common_rates, load_llm_config, run_llm
 
 
 def tiny_config(tmp_path: Path, ttft_sla_ms: float = 1000.0, tpot_sla_ms: float = 50.0) -> Path:
     cfg = {
-        "name": "tiny",
-        "reference": "static-256",
-        "attainment": 0.9,
-        "bisection_steps": 3,
-        "seeds": [0, 1],
+        **TINY_LLM,
         "env_kwargs": {
-            "horizon_requests": 120,
-            "warmup_requests": 20,
+            **TINY_LLM["env_kwargs"],
             "ttft_sla_ms": ttft_sla_ms,
             "tpot_sla_ms": tpot_sla_ms,
-        },
-        "profiles": {"llama-2-7b-h100": {"rates": [4.0, 8.0, 12.0, 16.0]}},
-        "traffic": {"poisson": {"kind": "poisson", "lengths": {"kind": "lognormal"}}},
-        "policies": {
-            "static-256": {"policy": "static-cap", "cap": 256},
-            "static-16": {"policy": "static-cap", "cap": 16},
-            "memory-aware": {"policy": "memory-aware"},
         },
     }
     path = tmp_path / f"tiny-{ttft_sla_ms}-{tpot_sla_ms}.yml"
