@@ -332,11 +332,15 @@ class StaticBudgetPolicy(_CapPolicy):
     :param budget: the token budget, one of the env's budgets (``budget_grid``, or
         ``max_num_batched_tokens``); default vLLM v1's default for the profile's device
         (2048 on an A100, 8192 on an H100).
+    :param order: the admission order, one of the env's ``orders`` (``LLMBatching-v2``);
+        default first come first served, vLLM's.
     """
 
     name = "static-budget"
 
-    def __init__(self, env: gym.Env | None = None, budget: int | None = None) -> None:
+    def __init__(
+        self, env: gym.Env | None = None, budget: int | None = None, order: str = "fcfs"
+    ) -> None:
         super().__init__(env, 1, None)
         _need_chunked(env, self.name)
         want = _vllm_default_budget(env) if budget is None else budget
@@ -345,8 +349,16 @@ class StaticBudgetPolicy(_CapPolicy):
                 f"budget={want!r} is not a budget the env's actions can select: "
                 f"{list(self.budgets)} (budget_grid, or max_num_batched_tokens)"
             )
+        if order not in self.orders:
+            raise ValueError(
+                f"order={order!r} is not an order the env's actions can select: "
+                f"{list(self.orders)} (LLMBatching-v2's orders)"
+            )
         self.budget = int(want)
-        self._action = self.action_for(self.b_max, self.budgets.index(self.budget))
+        self.order = order
+        self._action = self.action_for(
+            self.b_max, self.budgets.index(self.budget), self.orders.index(order)
+        )
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Always the same cap and budget."""
@@ -401,16 +413,21 @@ class OrderPolicy(_CapPolicy):
     (``LLMBatching-v2``, whose actions choose the order; ``orders`` must offer it).
 
     The budget is :meth:`_CapPolicy.sarathi_budget_index`'s (with one budget, that one:
-    the name promises the order, not an adaptive budget). Subclasses name the order.
+    the name promises the order, not an adaptive budget), or a fixed one (``budget``).
+    Subclasses name the order.
 
     :param env: an LLMBatching-v2 env whose ``orders`` hold this policy's order.
     :param headroom: fraction of the TPOT SLA an iteration may take (1.0).
+    :param budget: a fixed token budget, one of the env's budgets, instead of sarathi's
+        rule (``None``: the rule).
     """
 
     name = "order"
     order = "fcfs"
 
-    def __init__(self, env: gym.Env | None = None, headroom: float = 1.0) -> None:
+    def __init__(
+        self, env: gym.Env | None = None, headroom: float = 1.0, budget: int | None = None
+    ) -> None:
         super().__init__(env, 1, None)
         _need_chunked(env, self.name)
         if self.order not in self.orders:
@@ -419,12 +436,20 @@ class OrderPolicy(_CapPolicy):
                 f"actions cannot choose (its orders are {list(self.orders)}); make "
                 f"batch_env/LLMBatching-v2 with orders=[..., {self.order!r}]"
             )
+        if budget is not None and budget not in self.budgets:
+            raise ValueError(
+                f"budget={budget!r} is not a budget the env's actions can select: "
+                f"{list(self.budgets)} (budget_grid, or max_num_batched_tokens); or None "
+                "for sarathi's rule"
+            )
         self._order = self.orders.index(self.order)
+        self._fixed = None if budget is None else self.budgets.index(budget)
         self._sarathi_setup(env, headroom)
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
-        """The largest cap, sarathi's budget, this policy's order."""
-        return self.action_for(self.b_max, self.sarathi_budget_index(info), self._order)
+        """The largest cap, sarathi's budget (or the fixed one), this policy's order."""
+        i = self.sarathi_budget_index(info) if self._fixed is None else self._fixed
+        return self.action_for(self.b_max, i, self._order)
 
 
 class EDFPolicy(OrderPolicy):

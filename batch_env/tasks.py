@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -40,6 +41,7 @@ __all__ = [
     "TaskOverrideError",
     "bound_or_best",
     "check_task_kwargs",
+    "current",
     "differences",
     "get",
     "load_grid",
@@ -93,6 +95,13 @@ class Task:
         episodes per load, so that the figure is a quadrature of the load's distribution
         and its CI is the estimation noise, not the spread of drawn loads; empty for
         other tasks.
+    :param superseded_by: the id of the task that replaces this one (its problem on a
+        newer env); making a superseded task warns (``DeprecationWarning``), as Gymnasium
+        does for an old version, and it stays registered so that old results rerun.
+    :param oracle_kwargs: what an oracle reference's env changes (the orders an oracle
+        may choose, e.g. ``srpt``): oracle references run the base env with the task's
+        kwargs and these, with ``oracle_info=True`` (not the task: no realizable policy
+        can act so).
     """
 
     id: str
@@ -103,6 +112,8 @@ class Task:
     bound: str | None
     seeds: tuple[int, ...] = field(default_factory=lambda: tuple(range(1000, 1010)))
     eval_loads: tuple[float, ...] = ()
+    superseded_by: str | None = None
+    oracle_kwargs: Mapping[str, Any] = field(default_factory=lambda: _frozen({}))
 
     def __post_init__(self) -> None:
         """Check that ``eval_loads`` gives every seed a load."""
@@ -160,8 +171,8 @@ class Task:
     def safety_steps(self) -> int:
         """Steps an episode may take before the registration's ``TimeLimit`` cuts it (a
         net far above what an episode takes: 10 steps per request of the episode, 100 in
-        the LLM env, where every iteration is a step)."""
-        per = 100 if self.base == "batch_env/LLMBatching-v0" else 10
+        the LLM envs, where an iteration may be a step)."""
+        per = 100 if self.base.startswith("batch_env/LLMBatching") else 10
         return per * (self.horizon_requests + int(self.kwargs.get("warmup_requests", 0)))
 
 
@@ -171,6 +182,12 @@ def _frozen(d: dict[str, Any]) -> Mapping[str, Any]:
 
 _MU = RESNET50_V100_MAX_TPUT_B32
 
+
+#: the caps the LLM tasks' actions choose from (powers of two up to vLLM's 256)
+LLM_CAP_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+#: the token budgets the LLM tasks' actions choose from (chunked prefill; Sarathi-Serve's
+#: and vLLM's usual settings, up to the profiles' largest prefill)
+LLM_BUDGET_GRID = (256, 512, 1024, 2048, 4096)
 
 #: cells of the load grid drawn-load tasks evaluate on (and their bound averages over)
 LOAD_GRID_CELLS = 10
@@ -328,6 +345,152 @@ TASKS: dict[str, Task] = {
             # 50 x 40,000 requests: an episode's figure scatters by about 3% (memory near
             # full: congestion comes and goes slowly); docs/benchmark.md, "Protocol"
             seeds=tuple(range(1000, 1050)),
+            superseded_by="batch_env/LLMMemoryPressure-v1",
+        ),
+        Task(
+            id="batch_env/LLMMemoryPressure-v1",
+            base="batch_env/LLMBatching-v2",
+            kwargs=_frozen(
+                {
+                    "profile": "llama-2-7b-h100",
+                    "gpu_memory_utilization": 0.25,
+                    "workload": {"kind": "poisson", "rate_per_s": 3.0},
+                    "lengths": {"kind": "empirical", "dataset": "azure-conv-2023-gz"},
+                    "reward_weights": {"latency": 1.0, "energy": 0.0, "sla": 20.0, "drop": 20.0},
+                    "scheduler": "chunked",
+                    "grid": list(LLM_CAP_GRID),
+                    # the profile's table ends at 4,096 prompt tokens (vLLM v1's H100
+                    # default budget, 8,192, is beyond what it measured)
+                    "max_num_batched_tokens": 4096,
+                    "budget_grid": list(LLM_BUDGET_GRID),
+                    # one class: EDF would admit as FCFS does (one TTFT SLA)
+                    "orders": ["fcfs", "shortest-prompt"],
+                    "horizon_requests": 40_000,
+                    "warmup_requests": 1_000,
+                }
+            ),
+            summary=(
+                "LLMMemoryPressure-v0's problem on LLMBatching-v2: Llama-2-7B/H100 with a "
+                "quarter of its memory for the KV cache (about 9k tokens), Poisson arrivals "
+                "at 3 requests/s with the Azure conversation trace's lengths, TTFT 1 s and "
+                "TPOT 50 ms SLAs; chunked prefill, each decision sets the cap, the token "
+                "budget and the admission order."
+            ),
+            hard=(
+                "Memory binds before the cap does: admitting a long prompt preempts running "
+                "requests, and a large chunk stalls every decode. vLLM's defaults (the "
+                "largest cap and budget, FCFS) pay for both and cost 17% more than a "
+                "512-token budget with the shortest prompts first; neither lever alone gets "
+                "there. No exact bound is known: the reference is the best realizable policy."
+            ),
+            bound=None,
+            seeds=tuple(range(1000, 1050)),
+            oracle_kwargs=_frozen({"orders": ["fcfs", "shortest-prompt", "srpt"]}),
+        ),
+        Task(
+            id="batch_env/LLMBurstyLongPrompts-v0",
+            base="batch_env/LLMBatching-v2",
+            kwargs=_frozen(
+                {
+                    "profile": "llama-2-7b-a100",
+                    "workload": {"kind": "gamma", "rate_per_s": 0.9, "cv": 2.0},
+                    "lengths": {"kind": "empirical", "dataset": "azure-code-2023-gz"},
+                    "ttft_sla_ms": 2000.0,
+                    "tpot_sla_ms": 50.0,
+                    "reward_weights": {
+                        "latency": 1.0,
+                        "energy": 0.005,
+                        "sla": 20.0,
+                        "drop": 20.0,
+                    },
+                    "scheduler": "chunked",
+                    "grid": list(LLM_CAP_GRID),
+                    # vLLM v1's default budget on an A100 is the largest (greedy's)
+                    "max_num_batched_tokens": 2048,
+                    "budget_grid": [256, 512, 1024, 2048],
+                    "orders": ["fcfs", "edf", "shortest-prompt"],
+                    "horizon_requests": 20_000,
+                    "warmup_requests": 1_000,
+                }
+            ),
+            summary=(
+                "Llama-2-7B on an A100 serving the Azure coding trace's long prompts (2,055 "
+                "tokens on average, outputs of 28) in bursts (gamma gaps, CV 2, 0.9 "
+                "requests/s); chunked prefill, TTFT 2 s and TPOT 50 ms SLAs, energy in the "
+                "reward (0.005 per joule); each decision sets the cap, the token budget and "
+                "the admission order."
+            ),
+            hard=(
+                "A burst of long prompts either stalls every running decode (large chunks: "
+                "TPOT misses) or queues past its TTFT (small chunks, first come first "
+                "served). vLLM's defaults (budget 2,048, FCFS) cost about 80% more than "
+                "small chunks with the shortest prompts first; what to run depends on "
+                "what waits. No exact bound is known: the reference is the best realizable "
+                "policy."
+            ),
+            bound=None,
+            seeds=tuple(range(1000, 1050)),
+            oracle_kwargs=_frozen({"orders": ["fcfs", "edf", "shortest-prompt", "srpt"]}),
+        ),
+        Task(
+            id="batch_env/LLMTwoClasses-v0",
+            base="batch_env/LLMBatching-v2",
+            kwargs=_frozen(
+                {
+                    "profile": "llama-2-7b-a100",
+                    "gpu_memory_utilization": 0.25,
+                    "workload": {"kind": "poisson", "rate_per_s": 2.0},
+                    "classes": [
+                        {
+                            "name": "chat",
+                            "share": 0.5,
+                            "ttft_sla_ms": 1000.0,
+                            "tpot_sla_ms": 50.0,
+                            "weight": 1.0,
+                            "lengths": {"kind": "empirical", "dataset": "azure-conv-2023-gz"},
+                        },
+                        {
+                            "name": "batch",
+                            "share": 0.5,
+                            "ttft_sla_ms": 10000.0,
+                            "tpot_sla_ms": 200.0,
+                            "weight": 0.25,
+                            "lengths": {"kind": "empirical", "dataset": "azure-code-2023-gz"},
+                        },
+                    ],
+                    "reward_weights": {"latency": 1.0, "energy": 0.0, "sla": 20.0, "drop": 20.0},
+                    "scheduler": "chunked",
+                    "grid": list(LLM_CAP_GRID),
+                    "max_num_batched_tokens": 2048,
+                    "budget_grid": [256, 512, 1024, 2048],
+                    "orders": ["fcfs", "edf", "shortest-prompt", "class-priority"],
+                    "horizon_requests": 20_000,
+                    "warmup_requests": 1_000,
+                }
+            ),
+            summary=(
+                "Llama-2-7B on an A100 with a quarter of its memory for the KV cache, "
+                "serving interactive chat (the Azure conversation trace's lengths; TTFT 1 s, "
+                "TPOT 50 ms, a miss costs 20) beside batch work (the coding trace's long "
+                "prompts; TTFT 10 s, TPOT 200 ms, a miss costs 5), half of the 2 "
+                "requests/s each; each decision sets the cap, the token budget and the "
+                "admission order."
+            ),
+            hard=(
+                "The two classes compete for the KV cache and for each iteration's tokens: "
+                "a batch prompt of 2,000 tokens admitted first delays the chat behind it "
+                "past its TTFT, or preempts it when memory runs out. FCFS with vLLM's "
+                "defaults costs 13% more than small chunks with the shortest prompts first, "
+                "and every order with Sarathi-Serve's budget falls between. Prompts of the "
+                "batch class beyond the 4,096-token context (about 12%) are rejected at "
+                "arrival. No exact bound is known: the reference is the best realizable "
+                "policy."
+            ),
+            bound=None,
+            seeds=tuple(range(1000, 1050)),
+            oracle_kwargs=_frozen(
+                {"orders": ["fcfs", "edf", "shortest-prompt", "class-priority", "srpt"]}
+            ),
         ),
         Task(
             id="batch_env/Bursty-v0",
@@ -443,6 +606,14 @@ def check_task_kwargs(
             raise TaskOverrideError(
                 f"task={task_id!r} is a task on {t.base} ({base_cls}), not on {env_class}"
             )
+    if t.superseded_by is not None:
+        warnings.warn(
+            f"{t.id} is superseded by {t.superseded_by} (the same problem on a newer env; "
+            f"see docs/tasks/{t.superseded_by.split('/')[-1]}.md): {t.id} stays registered "
+            "so that old results rerun, and its figures do not compare with the new id's",
+            DeprecationWarning,
+            stacklevel=4,
+        )
     for key, (value, fixed) in differences(task_id, t.base, kwargs)[1].items():
         if key in FREE_KWARGS and value is not NOT_GIVEN:
             continue
@@ -499,6 +670,13 @@ def task_of(env_id: str, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any]
         if set(diff) <= set(FREE_KWARGS):
             return t.id, {k: v for k, (v, _) in diff.items() if v is not NOT_GIVEN}
     return None
+
+
+def current() -> tuple[str, ...]:
+    """The ids of the tasks that no newer task supersedes, in :data:`TASKS`' order: what
+    ``batch-env benchmark`` runs when no task is named (a superseded task, kept
+    registered so that old results rerun, runs only when named)."""
+    return tuple(tid for tid, t in TASKS.items() if t.superseded_by is None)
 
 
 def get(task_id: str) -> Task:

@@ -50,6 +50,21 @@ TUNE = {"tune": TRITON_GRID}
 #: seeds the tuned references pick their setting on (disjoint from every task's seeds)
 TUNING_SEEDS = (0, 1, 2, 3, 4)
 
+
+def _llm_static_grid(task_id: str) -> dict[str, Any]:
+    """``{"tune": grid}`` of an LLM task's static token budgets and admission orders (its
+    actions' own): the tuned reference ``budget-best`` picks from them (:func:`tune`, on
+    :data:`TUNING_SEEDS`)."""
+    kw = tasks.get(task_id).kwargs
+    return {"tune": {"budget": list(kw["budget_grid"]), "order": list(kw["orders"])}}
+
+
+def _oracle_grid(task_id: str) -> dict[str, Any]:
+    """``{"tune": grid}`` of the budgets ``oracle-srpt`` is tuned over on an LLM task: its
+    static budgets and sarathi's rule (``None``)."""
+    return {"tune": {"budget": [None, *tasks.get(task_id).kwargs["budget_grid"]]}}
+
+
 #: The reference policies per task: label -> (baseline name or "random", parameters;
 #: ``{"tune": grid}``: the best setting of the grid, see :func:`tune`).
 #: ``smdp-oracle`` sees the hidden phase (``oracle_info=True``): it checks the bound in
@@ -88,6 +103,38 @@ REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
         "sla-feedback": ("sla-feedback", {}),
         "pang2025": ("pang2025", {}),
     },
+    "batch_env/LLMMemoryPressure-v1": {
+        "random": ("random", {}),
+        # vLLM v1's defaults: the largest cap and token budget, first come first served
+        "greedy": ("static-budget", {"budget": 4096}),
+        "budget-best": ("static-budget", _llm_static_grid("batch_env/LLMMemoryPressure-v1")),
+        "sarathi": ("sarathi", {}),
+        "shortest-prompt": ("shortest-prompt", {}),
+        "memory-aware": ("memory-aware", {}),
+        "pang2025": ("pang2025", {}),
+        # not realizable: the true output lengths; its best budget (or sarathi's rule)
+        "oracle-srpt": ("oracle-srpt", _oracle_grid("batch_env/LLMMemoryPressure-v1")),
+    },
+    "batch_env/LLMBurstyLongPrompts-v0": {
+        "random": ("random", {}),
+        # vLLM v1's defaults on an A100: cap 256, budget 2,048, first come first served
+        "greedy": ("static-budget", {"budget": 2048}),
+        "budget-best": ("static-budget", _llm_static_grid("batch_env/LLMBurstyLongPrompts-v0")),
+        "sarathi": ("sarathi", {}),
+        # one class: EDF admits as FCFS does, so it measures sarathi's figures
+        "edf": ("edf", {}),
+        "oracle-srpt": ("oracle-srpt", _oracle_grid("batch_env/LLMBurstyLongPrompts-v0")),
+    },
+    "batch_env/LLMTwoClasses-v0": {
+        "random": ("random", {}),
+        "greedy": ("static-budget", {"budget": 2048}),
+        "budget-best": ("static-budget", _llm_static_grid("batch_env/LLMTwoClasses-v0")),
+        "sarathi": ("sarathi", {}),
+        "edf": ("edf", {}),
+        "shortest-prompt": ("shortest-prompt", {}),
+        "class-priority": ("class-priority", {}),
+        "oracle-srpt": ("oracle-srpt", _oracle_grid("batch_env/LLMTwoClasses-v0")),
+    },
     "batch_env/Bursty-v0": {
         "random": ("random", {}),
         "greedy": ("greedy", {}),
@@ -97,8 +144,14 @@ REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
         "smdp-oracle": ("smdp-oracle", {}),
     },
 }
-#: policies that see what the task hides from every other policy
-ORACLE_POLICIES = frozenset({"smdp-oracle"})
+#: policies that see what the task hides from every other policy (``oracle_info=True``;
+#: on a task with ``oracle_kwargs``, its base env with them: the oracle's own actions)
+ORACLE_POLICIES = frozenset({"smdp-oracle", "oracle-srpt"})
+#: what each oracle reference knows that no realizable policy does (the tables say it)
+ORACLE_SEES = {
+    "smdp-oracle": "sees the phase",
+    "oracle-srpt": "oracle: reads the true output lengths",
+}
 REFERENCES_PATH = Path(batch_env.__file__).parent / "tasks_references.json"
 #: where the reference runs keep their finished episodes (``--references`` resumes)
 EPISODES_DIR = Path("results/benchmark/episodes")
@@ -270,13 +323,11 @@ def run_protocol(
     kw: dict[str, Any] = {}
     if horizon_requests is not None:
         kw["horizon_requests"] = horizon_requests
-    if policy in ORACLE_POLICIES:
-        kw["oracle_info"] = True
     horizon = horizon_requests or task.horizon_requests
     if cache is not None and not isinstance(policy, str):
         raise ValueError("cache is only for a named policy (its name and parameters key it)")
     store = None if cache is None else Store(cache, log=True, then="rerunning the episode")
-    env = gym.make(task.id, **kw)
+    env = _protocol_env(task, policy, kw)
     wall = 0.0
     try:
         pol = _policy(policy, env, **(params or {})) if isinstance(policy, str) else policy(env)
@@ -322,6 +373,18 @@ def run_protocol(
         wall_s=wall,
     )
     return out
+
+
+def _protocol_env(task: tasks.Task, policy: Any, kw: dict[str, Any]) -> gym.Env:
+    """The env a protocol runs ``policy`` on: the task's id, or for an oracle policy the
+    task with ``oracle_info=True`` (on the task's base env with its ``oracle_kwargs``
+    where it has them, under the task's step net)."""
+    if policy not in ORACLE_POLICIES:
+        return gym.make(task.id, **kw)
+    if not task.oracle_kwargs:
+        return gym.make(task.id, oracle_info=True, **kw)
+    env_id, kwargs = tasks.make_args(task.id, **dict(task.oracle_kwargs), **kw)
+    return gym.make(env_id, oracle_info=True, max_episode_steps=task.safety_steps, **kwargs)
 
 
 def _episode_key(
@@ -401,15 +464,18 @@ def solve_bound(task_id: str) -> dict[str, Any]:
     return {}
 
 
-def tune(task_id: str, name: str, grid: dict[str, list[Any]]) -> dict[str, Any]:
+def tune(
+    task_id: str, name: str, grid: dict[str, list[Any]], cache: Path | str | None = None
+) -> dict[str, Any]:
     """The setting of ``grid`` (every combination) with the best mean reward rate on the
-    task over :data:`TUNING_SEEDS` (full-length episodes), and the rates of all."""
+    task over :data:`TUNING_SEEDS` (full-length episodes), and the rates of all.
+    ``cache``: :func:`run_protocol`'s file of finished episodes (tuning resumes too)."""
 
     keys = sorted(grid)
     scores = []
     for values in itertools.product(*(grid[k] for k in keys)):
         params = dict(zip(keys, values, strict=True))
-        r = run_protocol(task_id, name, seeds=TUNING_SEEDS, params=params)
+        r = run_protocol(task_id, name, seeds=TUNING_SEEDS, params=params, cache=cache)
         scores.append((r["reward_rate_per_s"], params))
     best = max(scores, key=lambda sp: sp[0])
     return {
@@ -539,12 +605,12 @@ def _reference_run(
     task_id: str, label: str, cache_dir: Path | str | None = None, resume: bool = False
 ) -> dict[str, Any]:
     name, params = REFERENCE_POLICIES[task_id][label]
-    tuned = tune(task_id, name, params["tune"]) if "tune" in params else None
-    if tuned is not None:
-        params = tuned["params"]
     cache = None if cache_dir is None else episode_cache(task_id, label, cache_dir)
     if cache is not None and not resume:
         Store(cache, log=True).clear()  # a fresh run: no episode of another code's run
+    tuned = tune(task_id, name, params["tune"], cache) if "tune" in params else None
+    if tuned is not None:
+        params = tuned["params"]
     out = run_protocol(task_id, name, params=params, cache=cache)
     out = extend_to_precision(task_id, name, params, out, cache)
     out.update(policy=name, params=params)
@@ -580,7 +646,7 @@ def compute_references(
         entry needs all of its policies.
     """
     path = Path(out)
-    ids = task_ids or list(tasks.TASKS)
+    ids = task_ids or list(tasks.current())
     runs = [
         (tid, label)
         for tid in ids
@@ -714,7 +780,7 @@ def run_benchmark(
     (``trained_on``, :func:`trained_on`). ``progress`` receives the plan (which tasks,
     how many episodes, about how long) and a line per episode with the time left."""
     label, factory = policy_factory(policy)
-    ids = task_ids or list(tasks.TASKS)
+    ids = task_ids or list(tasks.current())
     for tid in ids:
         tasks.get(tid)
     if progress is not None:
@@ -907,7 +973,9 @@ def format_references(data: dict[str, Any]) -> str:
         else:
             rate = f"{r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f}"
             rel = f"{100 * r['ci95'] / abs(r['reward_rate_per_s']):.2f}%"
-        name = r["policy"] + (" (sees the phase)" if r.get("oracle") else "")
+        name = r["policy"] + (
+            f" ({ORACLE_SEES.get(r['policy'], 'oracle')})" if r.get("oracle") else ""
+        )
         rows.append(
             (
                 r["task"].removeprefix("batch_env/"),
@@ -1047,7 +1115,9 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     stored figures."""
 
     ids = (
-        [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else list(tasks.TASKS)
+        [t.strip() for t in args.tasks.split(",") if t.strip()]
+        if args.tasks
+        else list(tasks.current())
     )
     for tid in ids:
         tasks.get(tid)  # ValueError naming the unknown task and the tasks
@@ -1118,7 +1188,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--tasks",
         default=None,
-        help="comma-separated task ids (default: every task of batch_env.tasks)",
+        help="comma-separated task ids (default: every current task of batch_env.tasks; a "
+        "superseded one, such as LLMMemoryPressure-v0, runs only when named)",
     )
     p.add_argument(
         "--horizon-requests",

@@ -268,3 +268,38 @@ def test_order_baselines_play_their_order_with_sarathis_budget(name, order):
         baselines.make(name, make(V2, **{**kw, "orders": ["fcfs"]}))
     if name == "oracle-srpt":
         assert policy.realizable is False
+
+
+def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
+    """``static-budget`` takes an order and an order policy a fixed budget (the grids the
+    LLM tasks' tuned references search); a budget or an order the env's actions cannot
+    select is named."""
+    import baselines
+
+    kw = {
+        "orders": ["fcfs", "shortest-prompt", "srpt"],
+        "oracle_info": True,
+        "budget_grid": [256, 512, 1024, 2048],
+        "workload": {"kind": "poisson", "rate_per_s": 5.0},
+        "horizon_requests": 40,
+    }
+    env = make(V2, **kw)
+    grid = len(env.unwrapped._grid)
+    obs, info = env.reset(seed=1)
+    for name, params, budget, order in (
+        ("static-budget", {"budget": 512, "order": "shortest-prompt"}, 512, "shortest-prompt"),
+        ("static-budget", {"budget": 2048}, 2048, "fcfs"),
+        ("shortest-prompt", {"budget": 256}, 256, "shortest-prompt"),
+        ("oracle-srpt", {"budget": 1024}, 1024, "srpt"),
+    ):
+        a = baselines.make(name, env, **params).act(obs, info)
+        cap_i, rest = a % grid, a // grid
+        assert env.unwrapped._grid[cap_i] == max(env.unwrapped._grid)
+        assert env.unwrapped._budgets[rest % 4] == budget
+        assert env.unwrapped._orders[rest // 4] == order
+    with pytest.raises(ValueError, match="order='edf' is not an order the env's actions"):
+        baselines.make("static-budget", env, budget=512, order="edf")
+    with pytest.raises(ValueError, match="budget=300 is not a budget the env's actions"):
+        baselines.make(
+            "edf", make(V2, **{**kw, "orders": ["edf"], "oracle_info": False}), budget=300
+        )

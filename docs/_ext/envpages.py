@@ -199,6 +199,16 @@ def task_page(task_id: str, frame: str | None = None) -> str:
         f"# {name}",
         "",
         *([f"![a frame of {name}]({frame})", ""] if frame else []),
+        *(
+            [
+                f"**Superseded** by [{slug(task.superseded_by)}]({slug(task.superseded_by)}.md), "
+                "the same problem on a newer env; making this id warns "
+                "(`DeprecationWarning`). It stays registered so that old results rerun.",
+                "",
+            ]
+            if task.superseded_by
+            else []
+        ),
         task.summary,
         "",
         "| | |",
@@ -238,8 +248,9 @@ def task_page(task_id: str, frame: str | None = None) -> str:
             "Stored in `batch_env/tasks_references.json` (`batch-env benchmark --references`): "
             "mean reward rate per second over the protocol's seeds, with its 95% CI "
             "(higher is better), and the normalized score (0: greedy, 1: "
-            + ("the bound" if task.bound else "the best reference")
-            + ").",
+            + ("the bound" if task.bound else "the best realizable reference")
+            + '). An oracle reference reads what no server knows (`info["oracle"]`): '
+            "its score is the headroom beyond what is realizable, not a 1.",
             "",
             "| policy | reward rate per s | normalized score |",
             "|---|---|---|",
@@ -250,8 +261,9 @@ def task_page(task_id: str, frame: str | None = None) -> str:
                 score = f"{tasks.normalized_score(task, rate):.3f}"
             except ValueError:
                 score = "undefined"
+            label = f"`{pol}` (oracle)" if fig.get("oracle") else f"`{pol}`"
             lines.append(
-                f"| `{pol}` | {rate:.2f} ± {fig.get('ci95', float('nan')):.2f} | {score} |"
+                f"| {label} | {rate:.2f} ± {fig.get('ci95', float('nan')):.2f} | {score} |"
             )
         if refs.get("bound_reward_rate_per_s") is not None:
             lines.append(f"| bound | {refs['bound_reward_rate_per_s']:.2f} | 1.000 |")
