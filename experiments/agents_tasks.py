@@ -30,7 +30,11 @@ finished runs are reused, interrupted ones resumed) and evaluated deterministica
   is compared with every stored reference of the task (``tasks_references.json``)
   paired per held-out seed (same arrivals; the run-averaged figure per seed against the
   reference's, with the protocol's stratified CI on load-grid tasks), and scored with
-  the paired normalized score;
+  the paired normalized score. On a task whose env has request classes (``classes`` in
+  its kwargs, e.g. ``LLMTwoClasses-v0``) each class's figures are kept too (SLA
+  attainment, TTFT and TPOT p99, mean latency, goodput; ``run_protocol``'s ``classes``)
+  and set against greedy's and the best realizable reference's, whose protocols are run
+  again for them (cached under ``_baselines/``), paired per seed;
 * at the **check** loads, where given: one episode per (load, seed), every summary
   metric kept, the same for each check baseline (cached under
   ``<runs_dir>/<config name>/_baselines/``; an oracle baseline, ``smdp-oracle``, is the
@@ -332,6 +336,14 @@ def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:
     kind, task_id, arg, check, cache = job
     check = check or {}
     kwargs = dict(tasks.get(task_id).kwargs)
+    if kind == "reference":  # a stored reference again, for its per-class figures
+        fig = tasks.references()[task_id]["policies"][arg]
+        key = digest(task_id, kwargs, list(tasks.get(task_id).seeds), fig["policy"], fig["params"])
+        return Store(Path(cache).parent, then=THEN).cached_for(
+            Path(cache).stem,
+            key,
+            lambda: run_protocol(task_id, fig["policy"], params=fig["params"]),
+        )
     if kind == "baseline":
         key = digest(task_id, kwargs, arg, _episodes_part(check))
         return Store(Path(cache).parent, then=THEN).cached_for(
@@ -390,6 +402,10 @@ def run_entries(
         runs = [str(root / f"{n}-s{s}") for s in e.get("train_seeds", cfg["train_seeds"])]
         if e.get("protocol", True):
             evals += [("protocol", e["task"], r, None, "") for r in runs]
+            for label in class_references(e["task"]):
+                cache = str(base_dir / f"{e['task'].split('/')[-1]}-{label}-protocol.json")
+                if all(job[4] != cache for job in evals):
+                    evals.append(("reference", e["task"], label, None, cache))
         check = e.get("check")
         if check:
             evals += [("check", e["task"], r, check, "") for r in runs]
@@ -406,7 +422,9 @@ def run_entries(
     by_run = {
         (job[0], job[2]): r for job, r in zip(evals, done, strict=True) if job[0] != "baseline"
     }
-    by_cache = {job[4]: r for job, r in zip(evals, done, strict=True) if job[0] == "baseline"}
+    by_cache = {
+        job[4]: r for job, r in zip(evals, done, strict=True) if job[0] in ("baseline", "reference")
+    }
     out = {}
     for n in names:
         e = cfg["tasks"][n]
@@ -418,8 +436,24 @@ def run_entries(
             protocol=[by_run[("protocol", r)] for r in runs if ("protocol", r) in by_run],
             checks=[by_run[("check", r)] for r in runs if ("check", r) in by_run],
             base={b["label"]: by_cache[cache_of(e, b)] for b in check["baselines"]},
+            class_refs={
+                label: by_cache[str(base_dir / f"{e['task'].split('/')[-1]}-{label}-protocol.json")]
+                for label in (class_references(e["task"]) if e.get("protocol", True) else [])
+            },
         )
     return out
+
+
+def class_references(task_id: str) -> list[str]:
+    """The stored references a task's agents are compared with per request class: greedy
+    and the best realizable reference, on a task whose env has request classes (none
+    otherwise)."""
+    task = tasks.get(task_id)
+    if not task.kwargs.get("classes"):
+        return []
+    ref = tasks.references().get(task_id, {})
+    labels = ["greedy", str(ref.get("best_policy"))]
+    return [lb for lb in dict.fromkeys(labels) if lb in ref.get("policies", {})]
 
 
 def summarize_entry(
@@ -428,11 +462,14 @@ def summarize_entry(
     protocol: list[dict[str, Any]],
     checks: list[dict[str, Any]],
     base: dict[str, Any],
+    class_refs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The figures of one entry (see the module docstring)."""
     row: dict[str, Any] = {"task": entry["task"], "runs": runs}
     if protocol:
         row["protocol"] = _summarize_protocol(entry["task"], protocol)
+        if class_refs is not None and all("classes" in r for r in protocol):
+            row["protocol"]["classes"] = _summarize_classes(protocol, class_refs)
     if checks:
         row["check"] = _summarize_check(entry["task"], entry["check"], checks, base)
     return row
@@ -487,6 +524,36 @@ def _summarize_protocol(tid: str, per_run: list[dict[str, Any]]) -> dict[str, An
     if "bound_reward_rate_per_s" in ref:
         out["bound_reward_rate_per_s"] = ref["bound_reward_rate_per_s"]
     out["best_reference"] = ref.get("best_policy")
+    return out
+
+
+def _summarize_classes(
+    per_run: list[dict[str, Any]], refs: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """Per request class and metric (:data:`experiments.benchmark.CLASS_METRICS`): the
+    agent's mean over runs ± a CI over them, and against each reference (its protocol
+    run again, ``refs``) the agent (runs averaged per seed) minus the reference, paired
+    per held-out seed."""
+    out: dict[str, Any] = {}
+    for name, figs in per_run[0]["classes"].items():
+        out[name] = {}
+        for m in figs:
+            per = np.array([r["classes"][name][m]["per_seed"] for r in per_run], dtype=np.float64)
+            seed_mean = per.mean(axis=0)
+            row: dict[str, Any] = {
+                **mean_ci(per.mean(axis=1)),
+                "per_run": per.mean(axis=1).tolist(),
+            }
+            row["vs"] = {}
+            for label, ref in refs.items():
+                v = np.asarray(ref.get("classes", {}).get(name, {}).get(m, {}).get("per_seed", []))
+                if v.shape != seed_mean.shape:
+                    continue
+                row["vs"][label] = {
+                    "reference": float(v.mean()),
+                    "agent_minus_reference": mean_ci(seed_mean - v),
+                }
+            out[name][m] = row
     return out
 
 
@@ -627,6 +694,10 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         table,
     )
     for n, row in rows.items():
+        classes = (row.get("protocol") or {}).get("classes")
+        if classes:
+            lines += _class_lines(n, row["task"], classes)
+    for n, row in rows.items():
         c = row.get("check")
         if not c:
             continue
@@ -681,6 +752,46 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
                     f"of {', '.join(f'`{x}`' for x in c['gap']['from'])}) and "
                     f"`{gc['to']}` ({gc['to_cost_per_s']:.3f} per s).",
                 ]
+    return lines
+
+
+#: the per-class metrics shown in the tables (all are kept in the summary)
+CLASS_TABLE_METRICS = (
+    ("sla_attainment", "SLA attainment", 4),
+    ("ttft_p99_ms", "TTFT p99 ms", 0),
+    ("tpot_p99_ms", "TPOT p99 ms", 1),
+)
+
+
+def _class_lines(name: str, task_id: str, classes: dict[str, Any]) -> list[str]:
+    """An entry's per-class table on the protocol: the agent (± over runs), each
+    reference, and the agent minus the reference paired per seed."""
+    refs = list(next(iter(next(iter(classes.values())).values()))["vs"])
+    lines = [
+        "",
+        f"### {name}: per request class (`{task_id}`, the protocol)",
+        "",
+        "Each class against its own SLAs; the agent's ± is over training runs, "
+        "'agent - it' is paired per held-out seed.",
+        "",
+    ]
+    table = []
+    for cls, figs in classes.items():
+        for m, label, digits in CLASS_TABLE_METRICS:
+            f = figs.get(m)
+            if f is None:
+                continue
+            cells = [cls, label, pm_fixed(f["mean"], f["ci95"], digits)]
+            for r in refs:
+                v = f["vs"].get(r)
+                cells.append(
+                    "n/a"
+                    if v is None
+                    else f"{v['reference']:.{digits}f} "
+                    f"({pm_fixed(v['agent_minus_reference']['mean'], v['agent_minus_reference']['ci95'], digits)})"
+                )
+            table.append(tuple(cells))
+    lines += md_table(("class", "metric", "agent", *(f"{r} (agent - it)" for r in refs)), table)
     return lines
 
 

@@ -748,6 +748,65 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a / b
 
 
+def score_span_on_episodes(
+    task: str, env_kwargs: dict[str, Any], n_episodes: int, seed: int
+) -> dict[str, Any]:
+    """Greedy's and the best realizable reference's mean reward rates on the evaluation
+    episodes of a training run (``env_kwargs``: the run's, e.g. the shipped episode
+    length; seeds ``seed`` ... ``seed + n_episodes - 1``, the loads a periodic
+    evaluation plays), deterministic, each with the policy and parameters its stored
+    reference of ``task`` names: the span of a normalized score paired on those very
+    episodes (0 at greedy, 1 at the best).
+
+    :raises ValueError: when ``task`` has no defined score (no stored reference above
+        greedy), or when on these episodes the best reference is no better than greedy.
+    """
+    from agents.callbacks import eval_load_grid
+    from baselines import make as make_baseline
+    from batch_env import tasks
+
+    ref = tasks.references().get(task, {})
+    best = ref.get("best_policy")
+    pols = ref.get("policies", {})
+    if (
+        best in (None, "greedy")
+        or "greedy" not in pols
+        or best not in pols
+        or ref.get("score_undefined")
+    ):
+        raise ValueError(
+            f"task={task!r} has no defined normalized score (no stored reference above greedy): "
+            "pick a task with an exact SMDP bound or a defined score (docs/benchmark.md)"
+        )
+    env = gym.make(task, **env_kwargs)
+    try:
+        loads = eval_load_grid(env, n_episodes)
+        rates = {}
+        for label in ("greedy", best):
+            fig = pols[label]
+            res = batch_env.evaluate(
+                make_baseline(fig["policy"], env, **fig["params"]),
+                env,
+                n_episodes=n_episodes,
+                seed=seed,
+                options=None if loads is None else [{"load": x} for x in loads],
+            )
+            rates[label] = {
+                "policy": fig["policy"],
+                "params": fig["params"],
+                "reward_rate_per_s": res.mean("reward_rate_per_s"),
+            }
+    finally:
+        env.close()
+    low, top = rates["greedy"]["reward_rate_per_s"], rates[best]["reward_rate_per_s"]
+    if top <= low:
+        raise ValueError(
+            f"task={task!r}: on these evaluation episodes {best} ({top:.4f} per s) is no better "
+            f"than greedy ({low:.4f} per s): no score span; evaluate on more episodes"
+        )
+    return {"greedy": rates["greedy"], "best": {"label": best, **rates[best]}}
+
+
 def bench_wallclock(
     seeds: tuple[int, ...] = (0, 1, 2),
     budget_steps: int | None = None,
@@ -759,9 +818,12 @@ def bench_wallclock(
     task: str = WALLCLOCK_TASK,
     task_kwargs: dict[str, Any] | None = None,
     run_root: str | Path | None = None,
+    score_target: float = 0.5,
 ) -> dict[str, Any]:
     """Wall-clock to a good agent: PPO on ``task`` to within ``gap_tolerance`` of the SMDP
-    gain, against CartPole-v1 to a mean return of ``cartpole_target``, same PPO settings.
+    gain (a task with an exact bound) or to a normalized score of ``score_target`` (a task
+    without one, e.g. the LLM tasks), against CartPole-v1 to a mean return of
+    ``cartpole_target``, same PPO settings.
 
     Both train with ``agents.train.train``: the task with the shipped
     ``agents/hyperparams/ppo.yml`` (its base env's entry: 4 envs, 512-step rollouts, 10
@@ -782,7 +844,13 @@ def bench_wallclock(
     (``baselines.smdp.solve``); CartPole's when their mean return is at least
     ``cartpole_target``. Training stops at the first evaluation that meets it, and that
     evaluation's step count is the run's ``steps`` (a multiple of ``eval_freq``: the
-    resolution). ``seconds`` is the training's wall-clock up to that evaluation without
+    resolution). On a task without an exact bound the target is a normalized score
+    paired on the evaluation episodes: greedy and the task's best realizable reference
+    play the same episodes first (:func:`score_span_on_episodes`, with the run's env
+    kwargs: the shipped episode length, not the protocol's), and the target is met when
+    ``(r - r_greedy) / (r_best - r_greedy) >= score_target`` for the deterministic mean
+    reward rate ``r``; the run's figure is that score. ``seconds`` is the training's
+    wall-clock up to that evaluation without
     the time spent in evaluations; ``seconds_with_eval`` includes every evaluation up to
     and including that one (when the run knew it had reached the target); ``run_s`` is the
     whole ``train`` call (set-up, greedy's centring gain, saving). A run that does not meet
@@ -798,19 +866,29 @@ def bench_wallclock(
     :param eval_seed: seed of the first evaluation episode.
     :param gap_tolerance: the task's target, relative to the SMDP gain.
     :param cartpole_target: CartPole-v1's target mean return.
-    :param task: a task with an exact SMDP bound.
+    :param task: a task with an exact SMDP bound, or one with a defined normalized score.
     :param task_kwargs: env kwargs over the task's (tests shorten its episodes).
     :param run_root: keep the runs under this folder (default: a temporary one, removed).
+    :param score_target: the normalized score to reach on a task without an exact bound.
     """
 
-    from agents.train import smdp_gain_if_exact
+    from agents.train import _entry_env_kwargs, smdp_gain_if_exact
 
     t_start = time.perf_counter()
+    if task not in TASKS:
+        raise ValueError(f"task={task!r} is not a benchmark task: allowed are {', '.join(TASKS)}")
     task_kwargs = dict(task_kwargs or {})
-    gain = smdp_gain_if_exact(task, task_kwargs)
-    if gain is None:
-        raise ValueError(f"task={task!r} has no exact SMDP bound: pick one with bound 'smdp'")
     hp = load_hyperparams("ppo", task)
+    gain = smdp_gain_if_exact(task, task_kwargs)
+    span = None
+    if gain is None:
+        if not (isinstance(score_target, (int, float)) and 0.0 < score_target <= 1.0):
+            raise ValueError(
+                f"score_target={score_target!r} is invalid: expected a number in (0, 1]"
+            )
+        span = score_span_on_episodes(
+            task, _entry_env_kwargs(hp, task_kwargs), eval_episodes, eval_seed
+        )
     budget = int(budget_steps if budget_steps is not None else float(hp["n_timesteps"]))
     settings = {
         "budget_steps": budget,
@@ -818,13 +896,40 @@ def bench_wallclock(
         "eval_episodes": eval_episodes,
         "eval_seed": eval_seed,
     }
-    target_cost = (1.0 + gap_tolerance) * gain
+    best_of: Callable[[list[float]], float]
+    if span is None:
+        assert gain is not None
+        target_cost = (1.0 + gap_tolerance) * gain
 
-    def task_reached(rec: dict[str, Any]) -> bool:
-        return -rec["deterministic"]["reward_rate_per_s"][0] <= target_cost
+        def task_reached(rec: dict[str, Any]) -> bool:
+            return -rec["deterministic"]["reward_rate_per_s"][0] <= target_cost
 
-    def task_gap(rec: dict[str, Any]) -> float:
-        return 100.0 * (-rec["deterministic"]["reward_rate_per_s"][0] - gain) / gain
+        def task_gap(rec: dict[str, Any]) -> float:
+            return 100.0 * (-rec["deterministic"]["reward_rate_per_s"][0] - gain) / gain
+
+        target = (
+            f"deterministic mean cost rate <= {1 + gap_tolerance:g} x SMDP gain "
+            f"({target_cost:.4f} per s)"
+        )
+        figure = "gap_percent (deterministic cost rate above the SMDP gain, %)"
+        best_of = min
+    else:
+        low = span["greedy"]["reward_rate_per_s"]
+        top = span["best"]["reward_rate_per_s"]
+
+        def task_score(rec: dict[str, Any]) -> float:
+            return float((rec["deterministic"]["reward_rate_per_s"][0] - low) / (top - low))
+
+        def task_reached(rec: dict[str, Any]) -> bool:
+            return task_score(rec) >= score_target
+
+        task_gap = task_score
+        target = (
+            f"deterministic normalized score >= {score_target:g}, paired on the evaluation "
+            f"episodes (greedy {low:.4f}, {span['best']['label']} {top:.4f} per s there)"
+        )
+        figure = "normalized score (0 at greedy, 1 at the best realizable reference, same episodes)"
+        best_of = max
 
     def cart_reached(rec: dict[str, Any]) -> bool:
         return rec["deterministic"]["return"][0] >= cartpole_target
@@ -832,7 +937,8 @@ def bench_wallclock(
     def cart_return(rec: dict[str, Any]) -> float:
         return float(rec["deterministic"]["return"][0])
 
-    cart_hp = {k: v for k, v in hp.items() if k not in ("env_wrapper", "callback")}
+    # the task entry less what is the task's own (its wrappers, callback and env kwargs)
+    cart_hp = {k: v for k, v in hp.items() if k not in ("env_wrapper", "callback", "env_kwargs")}
     task_runs, cart_runs = [], []
     with tempfile.TemporaryDirectory(prefix="bench-wallclock-") as tmp:
         root = Path(run_root) if run_root is not None else Path(tmp)
@@ -848,7 +954,7 @@ def bench_wallclock(
                     settings,
                     task_reached,
                     task_gap,
-                    min,
+                    best_of,
                     root / f"task-s{seed}",
                 )
             )
@@ -865,12 +971,7 @@ def bench_wallclock(
                     root / f"cartpole-s{seed}",
                 )
             )
-    ours = _summary(
-        task,
-        f"deterministic mean cost rate <= {1 + gap_tolerance:g} x SMDP gain ({target_cost:.4f} per s)",
-        "gap_percent (deterministic cost rate above the SMDP gain, %)",
-        task_runs,
-    )
+    ours = _summary(task, target, figure, task_runs)
     ref = _summary(
         WALLCLOCK_REFERENCE,
         f"deterministic mean return >= {cartpole_target:g}",
@@ -882,6 +983,7 @@ def bench_wallclock(
         "cartpole": ref,
         "smdp_gain": gain,
         "gap_tolerance": gap_tolerance,
+        **({} if span is None else {"score_target": score_target, "score_span": span}),
         "cartpole_target_return": cartpole_target,
         "ratio_steps_vs_cartpole": _ratio(ours["median_steps"], ref["median_steps"]),
         "ratio_seconds_vs_cartpole": _ratio(ours["median_seconds"], ref["median_seconds"]),
@@ -1127,17 +1229,41 @@ def cmd_bench(args: argparse.Namespace) -> int:
     cadence; the median over --wallclock-seeds seeds in steps and in seconds, and each
     seed's figures (a run that misses within its budget is reported as not reached, with
     its best figure). It goes into bench.json and into wallclock.json beside it;
-    --wallclock-only runs that item alone and writes wallclock.json only."""
+    --wallclock-only runs that item alone and writes wallclock.json only.
+
+    --wallclock-task picks another task: one with an exact SMDP bound (target: within 1%
+    of it), or one without, such as the LLM tasks, whose target is the normalized score
+    --wallclock-score (default 0.5) paired on the evaluation episodes (greedy and the
+    task's best realizable reference play the same episodes first; the runs' episodes
+    are the shipped training episodes, e.g. 2,000 requests on the LLM tasks). Its figures
+    go to wallclock-<task name>.json (e.g. wallclock-LLMBurstyLongPrompts-v0.json)."""
 
     check_folder("--out", args.out)
+    if args.wallclock_task not in TASKS:
+        raise ValueError(
+            f"--wallclock-task={args.wallclock_task!r} is not a benchmark task: allowed are "
+            + ", ".join(TASKS)
+        )
+    if not 0.0 < args.wallclock_score <= 1.0:
+        raise ValueError(
+            f"--wallclock-score={args.wallclock_score!r} is invalid: expected a number in (0, 1]"
+        )
     wallclock_kwargs = {
         "seeds": tuple(range(args.wallclock_seeds)),
         "budget_steps": args.wallclock_budget,
         "eval_freq": args.wallclock_eval_freq,
+        "eval_episodes": args.wallclock_eval_episodes,
+        "task": args.wallclock_task,
+        "score_target": args.wallclock_score,
     }
+    wc_name = (
+        "wallclock.json"
+        if args.wallclock_task == WALLCLOCK_TASK
+        else f"wallclock-{args.wallclock_task.split('/')[-1]}.json"
+    )
     if args.wallclock_only:
         wc = {**bench_wallclock(**wallclock_kwargs), "machine": machine_description()}
-        path = write_results(wc, args.out, "wallclock.json")
+        path = write_results(wc, args.out, wc_name)
         if args.json:
             print(dumps(wc, indent=2))
             return 0
@@ -1167,9 +1293,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     path = write_results(result, args.out)
     if "wallclock" in result:
-        write_results(
-            {**result["wallclock"], "machine": result["machine"]}, args.out, "wallclock.json"
-        )
+        write_results({**result["wallclock"], "machine": result["machine"]}, args.out, wc_name)
     if args.json:
         print(dumps(result, indent=2))
         return 0
@@ -1370,6 +1494,26 @@ def add_parser(sub: Any) -> None:
         type=count(1),
         default=10_000,
         help="steps between the wall-clock runs' evaluations (default 10000)",
+    )
+    p.add_argument(
+        "--wallclock-task",
+        default=WALLCLOCK_TASK,
+        help=f"task of the wall-clock item (default {WALLCLOCK_TASK}); one without an exact "
+        "SMDP bound (e.g. batch_env/LLMBurstyLongPrompts-v0) is timed to --wallclock-score",
+    )
+    p.add_argument(
+        "--wallclock-score",
+        type=float,
+        default=0.5,
+        help="normalized score the wall-clock runs must reach on a task without an exact "
+        "bound, paired with greedy and the best realizable reference on the evaluation "
+        "episodes (default 0.5)",
+    )
+    p.add_argument(
+        "--wallclock-eval-episodes",
+        type=count(1),
+        default=3,
+        help="episodes per evaluation of the wall-clock runs (default 3)",
     )
     p.add_argument(
         "--vector-sizes",

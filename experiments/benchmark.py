@@ -37,7 +37,7 @@ from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
 from .harness.report import md_table, pyplot, save_figure
-from .harness.stats import by_group, ci_half_width, grouped_mean
+from .harness.stats import by_group, ci_half_width, grouped_mean, mean_ci
 from .harness.store import Store
 
 #: Triton's dynamic batcher, tuned: the grid searched (on :data:`TUNING_SEEDS`, never on
@@ -332,6 +332,8 @@ def run_protocol(
     try:
         pol = _policy(policy, env, **(params or {})) if isinstance(policy, str) else policy(env)
         rates = []
+        # per request class (an env with classes), per metric, per seed
+        by_class: dict[str, dict[str, list[float]]] = {}
         max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
         for i, s in enumerate(seeds):
             load = loads[i] if loads else None
@@ -340,6 +342,7 @@ def run_protocol(
             if done is not None:
                 pol.reset()  # as the skipped episode would have
                 rates.append(float(done["reward_rate_per_s"]))
+                _add_classes(by_class, done.get("classes"))
                 wall += float(done["wall_s"])
                 if tick is not None:
                     tick(i + 1, len(seeds))
@@ -358,14 +361,28 @@ def run_protocol(
             rate = res.episodes[0]["reward_rate_per_s"]
             dt = time.perf_counter() - t0
             rates.append(rate)
+            classes = _class_figures(res.episodes[0])
+            _add_classes(by_class, classes)
             wall += dt
             if store is not None:
-                store.put(key, {"reward_rate_per_s": rate, "wall_s": dt})
+                store.put(
+                    key,
+                    {
+                        "reward_rate_per_s": rate,
+                        "wall_s": dt,
+                        **({"classes": classes} if classes else {}),
+                    },
+                )
             if tick is not None:
                 tick(i + 1, len(seeds))
     finally:
         env.close()
     out = summarize_rates(rates, loads)
+    if by_class and all(len(v) == len(rates) for c in by_class.values() for v in c.values()):
+        out["classes"] = {
+            name: {m: {**mean_ci(v), "per_seed": v} for m, v in figs.items()}
+            for name, figs in by_class.items()
+        }
     out.update(
         seeds=list(seeds),
         **({"loads": list(loads)} if loads else {}),
@@ -373,6 +390,32 @@ def run_protocol(
         wall_s=wall,
     )
     return out
+
+
+#: the figures kept per request class of a protocol episode (an env with request
+#: classes: ``serving["classes"]``), for ``run_protocol``'s ``classes``
+CLASS_METRICS = ("sla_attainment", "ttft_p99_ms", "tpot_p99_ms", "latency_mean_ms", "goodput_rps")
+
+
+def _class_figures(episode: dict[str, Any]) -> dict[str, dict[str, float]] | None:
+    """An episode's :data:`CLASS_METRICS` per request class (None without classes)."""
+    classes = episode.get("classes")
+    if not isinstance(classes, dict) or not classes:
+        return None
+    return {
+        name: {m: float(fig.get(m, math.nan)) for m in CLASS_METRICS}
+        for name, fig in classes.items()
+    }
+
+
+def _add_classes(
+    by_class: dict[str, dict[str, list[float]]], classes: dict[str, dict[str, float]] | None
+) -> None:
+    """Append one episode's per-class figures (a cached episode from before classes were
+    kept has none: the protocol's ``classes`` is then left out)."""
+    for name, figs in (classes or {}).items():
+        for m, v in figs.items():
+            by_class.setdefault(name, {}).setdefault(m, []).append(float(v))
 
 
 def _protocol_env(task: tasks.Task, policy: Any, kw: dict[str, Any]) -> gym.Env:

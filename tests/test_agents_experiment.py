@@ -199,6 +199,68 @@ def test_protocol_summary_pairs_runs_with_the_stored_references():
     assert half["vs_reference"]["greedy"]["agent_minus_reference_cost_percent"]["mean"] < 0
 
 
+def test_protocol_keeps_each_request_class_and_pairs_it(tmp_path):
+    """On a task with request classes the protocol keeps each class's figures per seed
+    (those of a direct evaluation, also when read back from its episode cache), and the
+    per-class summary pairs the runs with a reference per seed: a run equal to the
+    reference is 0 from it, and the agent's figure is the mean over runs."""
+    import gymnasium as gym
+
+    import baselines
+    import batch_env
+    from experiments.agents_tasks import _class_lines, _summarize_classes, class_references
+    from experiments.benchmark import CLASS_METRICS, run_protocol
+
+    tid = "batch_env/LLMTwoClasses-v0"
+    seeds = (7, 8)
+    cache = tmp_path / "episodes.jsonl"
+    got = run_protocol(
+        tid,
+        "static-budget",
+        seeds=seeds,
+        horizon_requests=150,
+        params={"budget": 2048},
+        cache=cache,
+    )
+    assert set(got["classes"]) == {"chat", "batch"}
+    env = gym.make(tid, horizon_requests=150)
+    for i, s in enumerate(seeds):
+        ep = batch_env.evaluate(
+            baselines.make("static-budget", env, budget=2048), env, n_episodes=1, seed=s
+        ).episodes[0]
+        for name in ("chat", "batch"):
+            for m in CLASS_METRICS:
+                assert got["classes"][name][m]["per_seed"][i] == pytest.approx(
+                    ep["classes"][name][m], rel=1e-12, nan_ok=True
+                )
+    again = run_protocol(
+        tid,
+        "static-budget",
+        seeds=seeds,
+        horizon_requests=150,
+        params={"budget": 2048},
+        cache=cache,
+    )
+    assert json.dumps(again["classes"]) == json.dumps(got["classes"])
+    other = run_protocol(
+        tid, "static-budget", seeds=seeds, horizon_requests=150, params={"budget": 256}
+    )
+    summary = _summarize_classes([got, other], {"greedy": got})
+    att = summary["chat"]["sla_attainment"]
+    runs = [
+        got["classes"]["chat"]["sla_attainment"]["mean"],
+        other["classes"]["chat"]["sla_attainment"]["mean"],
+    ]
+    assert att["per_run"] == pytest.approx(runs) and att["mean"] == pytest.approx(sum(runs) / 2)
+    same = _summarize_classes([got, got], {"greedy": got})
+    d = same["batch"]["ttft_p99_ms"]["vs"]["greedy"]["agent_minus_reference"]
+    assert d["mean"] == pytest.approx(0.0, abs=1e-12)
+    assert "| chat | SLA attainment |" in "\n".join(_class_lines("x", tid, summary))
+    # greedy and the best realizable reference where the env has classes; none where not
+    assert class_references(tid) == ["greedy", "budget-best"]
+    assert class_references("batch_env/LLMBurstyLongPrompts-v0") == []
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -107,3 +107,45 @@ def test_stop_when_needs_evaluations_and_writes_nothing(tmp_path):
     with pytest.raises(ValueError, match="stop_when needs periodic evaluations"):
         train(args, stop_when=lambda record: True)
     assert not (tmp_path / "run").exists()
+
+
+def test_llm_task_target_is_a_score_paired_on_the_evaluation_episodes(tmp_path):
+    """On a task without an exact bound (an LLM task) the target is a normalized score:
+    greedy and the best realizable reference play the evaluation episodes first, with
+    the policies their stored references name, and each evaluation's score is the
+    agent's rate placed between theirs on those very episodes."""
+    import baselines
+    from batch_env import tasks
+    from experiments.bench import score_span_on_episodes
+
+    tid = "batch_env/LLMBurstyLongPrompts-v0"
+    kw = {"horizon_requests": 300, "warmup_requests": 20}
+    wc = bench_wallclock(
+        **{**TINY, "task_kwargs": kw}, task=tid, score_target=1.0, run_root=tmp_path
+    )
+    span = wc["score_span"]
+    ref = tasks.references()[tid]
+    assert span["best"]["label"] == ref["best_policy"] == "budget-best"
+    assert span["best"]["params"] == ref["policies"]["budget-best"]["params"]
+    env = gym.make(tid, **kw)  # the run's env kwargs: the shipped entry's, then these
+    direct = evaluate(
+        baselines.make("static-budget", env, **span["greedy"]["params"]),
+        env,
+        n_episodes=1,
+        seed=100_000,
+    ).mean("reward_rate_per_s")
+    assert span["greedy"]["reward_rate_per_s"] == pytest.approx(direct, rel=1e-12)
+    low, top = span["greedy"]["reward_rate_per_s"], span["best"]["reward_rate_per_s"]
+    assert top > low
+    (run,) = wc["task"]["seeds"]
+    hist = _history(tmp_path / "task-s0")
+    scores = [(r["deterministic"]["reward_rate_per_s"][0] - low) / (top - low) for r in hist]
+    assert run["best_figure"] == pytest.approx(max(scores))
+    assert run["reached"] == any(s >= 1.0 for s in scores)
+    assert "normalized score >= 1" in wc["task"]["target"] and wc["smdp_gain"] is None
+    assert json.loads(json.dumps(wc)) == wc
+    # a task with neither an exact bound nor a defined score, and a bad target, are named
+    with pytest.raises(ValueError, match="no defined normalized score"):
+        score_span_on_episodes("batch_env/LLMMemoryPressure-v0", {}, 1, 0)
+    with pytest.raises(ValueError, match="score_target=1.5 is invalid"):
+        bench_wallclock(**{**TINY, "task_kwargs": kw}, task=tid, score_target=1.5)
