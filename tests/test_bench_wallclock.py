@@ -149,3 +149,14 @@ def test_llm_task_target_is_a_score_paired_on_the_evaluation_episodes(tmp_path):
         score_span_on_episodes("batch_env/LLMMemoryPressure-v0", {}, 1, 0)
     with pytest.raises(ValueError, match="score_target=1.5 is invalid"):
         bench_wallclock(**{**TINY, "task_kwargs": kw}, task=tid, score_target=1.5)
+
+
+def test_bench_cli_names_a_bad_wallclock_task_or_score(tmp_path, capsys):
+    from experiments.cli import main
+
+    out = ["--out", str(tmp_path)]
+    assert main(["bench", "--wallclock-only", "--wallclock-task", "nope", *out]) == 2
+    assert "--wallclock-task='nope' is not a benchmark task" in capsys.readouterr().err
+    assert main(["bench", "--wallclock-only", "--wallclock-score", "0", *out]) == 2
+    assert "--wallclock-score=0.0 is invalid" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written
