@@ -51,6 +51,7 @@ finished runs are reused, interrupted ones resumed) and evaluated deterministica
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ import baselines
 import batch_env
 from agents import load_policy
 from agents.common import check_int
+from agents.files import read_json
 from baselines.smdp import gains_at_loads
 from batch_env import tasks
 
@@ -103,6 +105,43 @@ CHECK_METRICS = (
     "batch_size_mean",
 )
 DEFAULT_CHECK_HORIZON = 20_000
+#: a run whose final training evaluation scores below this (normalized, paired with the
+#: task's greedy and best reference on the same episodes) has diverged: see
+#: :func:`diverged`
+DIVERGED_SCORE = -10.0
+
+
+def diverged(run: str | Path) -> dict[str, Any] | None:
+    """The figures of a run that diverged in training, or None.
+
+    A run has diverged when its final evaluation (``final_evaluation.json``: the last
+    model, deterministic, on the training's evaluation episodes, paired with the task's
+    greedy and best reference there) has a normalized score below
+    :data:`DIVERGED_SCORE`: it costs more than greedy by ten times what separates greedy
+    from the best reference, e.g. a policy that holds the LLM cap at 1 and lets the queue
+    grow without bound. Such a run is not evaluated (neither on the protocol nor on a
+    check): its episodes would run to the task's step net, each step slower as the queue
+    grows (hours for a protocol); it is reported with these figures instead. A run
+    without that record (a task without a score) is never counted as diverged.
+    """
+    path = Path(run) / "final_evaluation.json"
+    if not path.exists():
+        return None
+    rec = read_json(path, "evaluating the run as usual")
+    if not isinstance(rec, dict):
+        return None
+    ref = rec.get("reference") or {}
+    score = ref.get("normalized_score")
+    if not isinstance(score, (int, float)) or not score < DIVERGED_SCORE:
+        return None
+    return {
+        "run": str(run),
+        "timesteps": rec.get("timesteps"),
+        "normalized_score": float(score),
+        "reward_rate_per_s": rec["deterministic"]["reward_rate_per_s"][0],
+        "reference_reward_rate_per_s": ref["reward_rate_per_s"][0],
+        "batch_size_mean": rec["deterministic"].get("batch_size_mean", [math.nan])[0],
+    }
 
 
 def check_seeds(where: str, seeds: Any) -> list[int]:
@@ -397,9 +436,19 @@ def run_entries(
             / f"{e['task'].split('/')[-1]}-{b['label']}-{digest(b, _episodes_part(e['check']))}.json"
         )
 
+    gone = {
+        r: d
+        for n in names
+        for s in cfg["tasks"][n].get("train_seeds", cfg["train_seeds"])
+        if (d := diverged(r := str(root / f"{n}-s{s}"))) is not None
+    }
     for n in names:
         e = cfg["tasks"][n]
-        runs = [str(root / f"{n}-s{s}") for s in e.get("train_seeds", cfg["train_seeds"])]
+        runs = [
+            r
+            for s in e.get("train_seeds", cfg["train_seeds"])
+            if (r := str(root / f"{n}-s{s}")) not in gone
+        ]
         if e.get("protocol", True):
             evals += [("protocol", e["task"], r, None, "") for r in runs]
             for label in class_references(e["task"]):
@@ -432,7 +481,7 @@ def run_entries(
         check = e.get("check") or {"baselines": []}
         out[n] = summarize_entry(
             e,
-            runs,
+            [r for r in runs if r not in gone],
             protocol=[by_run[("protocol", r)] for r in runs if ("protocol", r) in by_run],
             checks=[by_run[("check", r)] for r in runs if ("check", r) in by_run],
             base={b["label"]: by_cache[cache_of(e, b)] for b in check["baselines"]},
@@ -441,6 +490,7 @@ def run_entries(
                 for label in (class_references(e["task"]) if e.get("protocol", True) else [])
             },
         )
+        out[n]["diverged"] = [gone[r] for r in runs if r in gone]
     return out
 
 
@@ -654,7 +704,16 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         "",
     ]
     table = []
+    gone_lines = []
     for n, row in rows.items():
+        for d in row.get("diverged", []):
+            gone_lines.append(
+                f"- `{n}`: `{Path(d['run']).name}` diverged in training (normalized score "
+                f"{d['normalized_score']:,.0f} on its final evaluation's episodes: "
+                f"{d['reward_rate_per_s']:,.2f} per s against greedy's "
+                f"{d['reference_reward_rate_per_s']:.2f}, mean batch {d['batch_size_mean']:.2f}); "
+                "not evaluated further"
+            )
         p = row.get("protocol")
         if not p:
             continue
@@ -670,11 +729,12 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
             for k, v in p["vs_reference"].items()
             if k != "random"
         )
+        n_gone = len(row.get("diverged", []))
         table.append(
             (
                 n,
                 f"`{row['task']}`",
-                len(p["per_run"]),
+                f"{len(p['per_run'])}" + (f" (+{n_gone} diverged)" if n_gone else ""),
                 pm_fixed(p["agent"]["mean"], p["agent"]["ci95"]),
                 score,
                 per,
@@ -693,6 +753,14 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         ),
         table,
     )
+    if gone_lines:
+        lines += [
+            "",
+            "Runs that diverged in training (`experiments.agents_tasks.diverged`) are left "
+            "out of the figures above; a mean over the rest overstates the entry:",
+            "",
+            *gone_lines,
+        ]
     for n, row in rows.items():
         classes = (row.get("protocol") or {}).get("classes")
         if classes:

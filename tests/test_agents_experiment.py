@@ -261,6 +261,33 @@ def test_protocol_keeps_each_request_class_and_pairs_it(tmp_path):
     assert class_references("batch_env/LLMBurstyLongPrompts-v0") == []
 
 
+def test_a_run_that_diverged_in_training_is_named_and_left_out(tmp_path):
+    """A run whose final training evaluation scores below DIVERGED_SCORE (paired with
+    greedy on the same episodes) is diverged: named with its figures, not evaluated, and
+    listed under the table; a run above it, or without a paired record, is not."""
+    from experiments.agents_tasks import DIVERGED_SCORE, diverged, markdown
+
+    def run(name, score):
+        d = tmp_path / name
+        d.mkdir()
+        rec = {
+            "timesteps": 200704,
+            "deterministic": {"reward_rate_per_s": [-986.5, 300.0], "batch_size_mean": [1.25, 0.1]},
+        }
+        if score is not None:
+            rec["reference"] = {"reward_rate_per_s": [-3.56, 0.6], "normalized_score": score}
+        (d / "final_evaluation.json").write_text(json.dumps(rec))
+        return d
+
+    gone = diverged(run("a", DIVERGED_SCORE - 1))
+    assert gone["normalized_score"] == DIVERGED_SCORE - 1 and gone["reward_rate_per_s"] == -986.5
+    assert diverged(run("b", DIVERGED_SCORE + 1)) is None
+    assert diverged(run("c", None)) is None
+    assert diverged(tmp_path / "missing") is None
+    lines = "\n".join(markdown({"tasks": {}}, {"x": {"task": "t", "diverged": [gone]}}))
+    assert "`x`: `a` diverged in training" in lines and "-986.50 per s" in lines
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
