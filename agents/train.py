@@ -310,6 +310,12 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
     """
     saved = _saved_settings(cfg, where)
     given = given_settings(args)
+    if "env_kwargs" in given and given["env_kwargs"] != saved["env_kwargs"]:
+        # a new run's env kwargs are its hyperparameter entry's with the given ones over
+        # them (e.g. a task's training episodes): the same given kwargs resume it
+        merged = _entry_env_kwargs(_hyperparams_that_fit(saved), given["env_kwargs"])
+        if merged == saved["env_kwargs"]:
+            given["env_kwargs"] = merged
     for key, value in given.items():
         if key not in RESUME_OVERRIDES and value != saved[key]:
             raise ValueError(

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium as gym
@@ -558,6 +559,23 @@ def test_resume_keeps_every_setting_of_the_run(tmp_path):
     assert {k: v for k, v in resumed.items() if k not in ("args", "n_timesteps")} == {
         k: v for k, v in saved.items() if k not in ("args", "n_timesteps")
     }
+
+
+def test_resume_takes_the_same_kwargs_under_an_entry_that_gives_env_kwargs(tmp_path):
+    """A run whose hyperparameter entry gives env kwargs (a task's training episodes)
+    keeps them with the given ones over them; giving the same kwargs again resumes it
+    (``batch-env agents`` resumes an interrupted run so), other kwargs are refused."""
+    from stable_baselines3 import PPO
+
+    hp = tmp_path / "entry.yml"
+    hp.write_text(yaml.safe_dump({ENV_ID: {**TINY_PPO[ENV_ID], "env_kwargs": TINY_ENV}}))
+    run = train(tiny_args(tmp_path, env_kwargs={}, hyperparams=str(hp)))
+    assert yaml.safe_load((run / "config.yaml").read_text())["env_kwargs"] == TINY_ENV
+    again = TrainArgs(run_dir=str(run), resume=True, env_kwargs={}, hyperparams=str(hp))
+    train(replace(again, n_timesteps=192, progress=False))
+    assert PPO.load(run / "model.zip").num_timesteps == 192
+    with pytest.raises(ValueError, match="env_kwargs=.* was given"):
+        train(replace(again, env_kwargs={"horizon_requests": 60}, n_timesteps=256))
 
 
 @pytest.mark.parametrize(
