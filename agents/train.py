@@ -313,7 +313,7 @@ def resume_settings(args: TrainArgs, cfg: dict[str, Any], where: str) -> dict[st
     if "env_kwargs" in given and given["env_kwargs"] != saved["env_kwargs"]:
         # a new run's env kwargs are its hyperparameter entry's with the given ones over
         # them (e.g. a task's training episodes): the same given kwargs resume it
-        merged = _entry_env_kwargs(_hyperparams_that_fit(saved), given["env_kwargs"])
+        merged = entry_env_kwargs(_hyperparams_that_fit(saved), given["env_kwargs"])
         if merged == saved["env_kwargs"]:
             given["env_kwargs"] = merged
     for key, value in given.items():
@@ -496,7 +496,7 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     hp = _hyperparams_that_fit(st)
     specs = wrapper_specs(hp.get("env_wrapper"))
     # the entry's env kwargs (rl-zoo3's key: e.g. a task's training episodes), the run's over them
-    st["env_kwargs"] = _entry_env_kwargs(hp, st["env_kwargs"])
+    st["env_kwargs"] = entry_env_kwargs(hp, st["env_kwargs"])
     env = make_env(st["env_id"], st["env_kwargs"], run_specs(specs, 1.0))  # bad kwargs first
     misfit = algo_misfit(st["algo"], env)
     env.close()
@@ -587,7 +587,7 @@ def _hyperparams_that_fit(st: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(_misfit_message(st, misfit)) from None
 
 
-def _entry_env_kwargs(hp: dict[str, Any], env_kwargs: dict[str, Any]) -> dict[str, Any]:
+def entry_env_kwargs(hp: dict[str, Any], env_kwargs: dict[str, Any]) -> dict[str, Any]:
     """A run's env kwargs: its hyperparameter entry's ``env_kwargs`` with the run's over them."""
     return {**(literal(hp.get("env_kwargs"), "env_kwargs") or {}), **env_kwargs}
 
@@ -599,7 +599,7 @@ def fitting_algos(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
     for algo in ALGO_NAMES:
         try:
             hp = load_hyperparams(algo, env_id)
-            kwargs = _entry_env_kwargs(hp, env_kwargs)
+            kwargs = entry_env_kwargs(hp, env_kwargs)
             env = make_env(env_id, kwargs, run_specs(wrapper_specs(hp.get("env_wrapper")), 1.0))
         except ValueError:
             continue

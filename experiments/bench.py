@@ -872,7 +872,7 @@ def bench_wallclock(
     :param score_target: the normalized score to reach on a task without an exact bound.
     """
 
-    from agents.train import _entry_env_kwargs, smdp_gain_if_exact
+    from agents.train import entry_env_kwargs, smdp_gain_if_exact
 
     t_start = time.perf_counter()
     if task not in TASKS:
@@ -887,7 +887,7 @@ def bench_wallclock(
                 f"score_target={score_target!r} is invalid: expected a number in (0, 1]"
             )
         span = score_span_on_episodes(
-            task, _entry_env_kwargs(hp, task_kwargs), eval_episodes, eval_seed
+            task, entry_env_kwargs(hp, task_kwargs), eval_episodes, eval_seed
         )
     budget = int(budget_steps if budget_steps is not None else float(hp["n_timesteps"]))
     settings = {
