@@ -214,14 +214,18 @@ def test_protocol_keeps_each_request_class_and_pairs_it(tmp_path):
     tid = "batch_env/LLMTwoClasses-v0"
     seeds = (7, 8)
     cache = tmp_path / "episodes.jsonl"
-    got = run_protocol(
-        tid,
-        "static-budget",
-        seeds=seeds,
-        horizon_requests=150,
-        params={"budget": 2048},
-        cache=cache,
-    )
+
+    def budget_2048():  # run (first) or read back from the episode cache (again)
+        return run_protocol(
+            tid,
+            "static-budget",
+            seeds=seeds,
+            horizon_requests=150,
+            params={"budget": 2048},
+            cache=cache,
+        )
+
+    got = budget_2048()
     assert set(got["classes"]) == {"chat", "batch"}
     env = gym.make(tid, horizon_requests=150)
     for i, s in enumerate(seeds):
@@ -233,14 +237,7 @@ def test_protocol_keeps_each_request_class_and_pairs_it(tmp_path):
                 assert got["classes"][name][m]["per_seed"][i] == pytest.approx(
                     ep["classes"][name][m], rel=1e-12, nan_ok=True
                 )
-    again = run_protocol(
-        tid,
-        "static-budget",
-        seeds=seeds,
-        horizon_requests=150,
-        params={"budget": 2048},
-        cache=cache,
-    )
+    again = budget_2048()
     assert json.dumps(again["classes"]) == json.dumps(got["classes"])
     other = run_protocol(
         tid, "static-budget", seeds=seeds, horizon_requests=150, params={"budget": 256}
