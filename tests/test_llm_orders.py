@@ -303,3 +303,127 @@ def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
         baselines.make(
             "edf", make(V2, **{**kw, "orders": ["edf"], "oracle_info": False}), budget=300
         )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_waiting_queues_indexes_agree_with_sorting_it(seed):
+    """Random arrivals, preemptions back to the head and admissions from anywhere (head
+    and middle, as the orders admit), in phases that grow and drain the queue: at every
+    point, each order's first ``room`` entries are the queue sorted by (key, place in the
+    queue), each class's count and first entry are the queue's own, the queue itself is
+    the deque it replaces, and no index holds more than twice the queue (stale entries
+    are dropped). One order's index is built only halfway, on a queue with a history."""
+    from collections import deque
+
+    from batch_env.llm.orders import candidates, leave_queue
+    from batch_env.llm.state import LLMServerState
+
+    rng = np.random.default_rng(seed)
+    s = LLMServerState(block_size=16, kv_total=1000, kv_watermark=0)
+    model: deque[int] = deque()
+    outside: list[int] = []  # admitted entries, which may be preempted back
+    keys = {
+        "edf": lambda e: s.ttft_deadline[e],
+        "shortest-prompt": lambda e: s.prompt[e] + s.generated[e],
+        "class-priority": lambda e: s.request_class[e],
+        "srpt": lambda e: s.output[e] - s.generated[e],
+    }
+    s.waiting.by_class(3)  # the per-class index from the start
+    n_steps = 1600
+    for step in range(n_steps):
+        asked = [o for o in keys if o != "srpt" or step >= n_steps // 2]
+        grow = (step // 200) % 2 == 0
+        u = rng.random()
+        if u < (0.45 if grow else 0.12) or not model:  # arrivals (a few at once)
+            k = int(rng.integers(1, 4))
+            n0 = s.admit(
+                [int(x) for x in rng.integers(1, 50, k)],
+                [int(x) for x in rng.integers(1, 50, k)],
+                [int(x) for x in rng.integers(0, 3, k)],
+                [float(x) for x in rng.integers(0, 20, k)],  # ties on purpose
+            )
+            model.extend(range(n0, n0 + k))
+        elif u < 0.6 and outside:  # preempted back to the head, having generated some
+            k = min(len(outside), int(rng.integers(1, 3)))
+            victims = [outside.pop() for _ in range(k)]
+            for v in victims:
+                s.generated[v] = int(rng.integers(0, s.output[v]))
+            s.waiting.extendleft(victims)
+            model.extendleft(victims)
+        else:  # admissions: the first of some order, or one at random
+            order = str(rng.choice(["fcfs", *asked]))
+            pick = (
+                next(iter(candidates(s, 1, order)))
+                if rng.random() < 0.7
+                else int(rng.choice(list(model)))
+            )
+            leave_queue(s, pick)
+            model.remove(pick)
+            outside.append(pick)
+        assert list(s.waiting) == list(model) and len(s.waiting) == len(model)
+        if model:
+            assert s.waiting[0] == model[0]
+        place = {e: i for i, e in enumerate(model)}
+        for order in asked:
+            key = keys[order]
+            room = int(rng.integers(1, len(model) + 3))
+            want = sorted(model, key=lambda e, key=key: (key(e), place[e]))[:room]
+            assert list(candidates(s, room, order)) == want, (step, order)
+        assert list(candidates(s, 5, "fcfs")) == list(model)[:5]
+        counts, first = s.waiting.by_class(3)
+        for c in range(3):
+            mine = [e for e in model if s.request_class[e] == c]
+            assert counts[c] == len(mine)
+            assert first[c] == (mine[0] if mine else -1)
+        for _key, heap in s.waiting._heaps.values():
+            assert len(heap) <= 2 * len(model) + 33
+
+
+def test_order_features_show_what_each_order_would_admit():
+    """``order_features=True``: two features per order after the class features, the
+    first waiting request in that order (by sorting the queue), its tokens to prefill /
+    the budget and its age / its class's TTFT SLA; 0 when none waits. Off, the
+    observation is the same without them, and the trajectory does not change."""
+    kw = kwargs(workload="poisson", memory="tight", setting="budgets", n=120)
+    kw["classes"] = CLASSES
+    on = make(V2, **kw, orders=ORDERS, order_features=True)
+    off = make(V2, **kw, orders=ORDERS)
+    u = on.unwrapped
+    n_extra = 2 * len(ORDERS)
+    assert on.observation_space.shape[0] == off.observation_space.shape[0] + n_extra
+    o1, _ = on.reset(seed=5)
+    o0, _ = off.reset(seed=5)
+    rng = np.random.default_rng(1)
+    seen = 0
+    for _ in range(600):
+        a = int(rng.integers(on.action_space.n))
+        o1, r1, _, t1, _ = on.step(a)
+        o0, r0, _, t0, _ = off.step(a)
+        assert np.array_equal(o1[:-n_extra], o0) and r1 == r0 and t1 == t0
+        srv = u._server  # the same object at every step
+        waiting = list(srv.waiting)
+        keys = {
+            "fcfs": lambda e: 0,
+            "edf": srv.ttft_deadline.__getitem__,
+            "shortest-prompt": srv.context,
+            "class-priority": srv.request_class.__getitem__,
+        }
+        for k, order in enumerate(ORDERS):
+            got = o1[-n_extra + 2 * k : len(o1) - n_extra + 2 * k + 2]
+            if not waiting:
+                assert got.tolist() == [0.0, 0.0]
+                continue
+            key = keys[order]
+            h = min(waiting, key=lambda e, key=key: (key(e), waiting.index(e)))
+            ttft = CLASSES[srv.request_class[h]].get("ttft_sla_ms", kw.get("ttft_sla_ms", 1000.0))
+            want = [
+                min(srv.context(h) / u._budget, 100.0),
+                min((u._now - u._arr[h]) / (ttft / 1000.0), 100.0),
+            ]
+            np.testing.assert_allclose(got, np.float32(want), rtol=1e-6)
+            seen += 1
+        if t1:
+            break
+    assert seen > 100
+    with pytest.raises(ValueError, match="order_features='yes' is invalid"):
+        make(V2, **kw, order_features="yes")

@@ -430,9 +430,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             )
         n = len(self._grid) * len(self._budgets) * len(self._orders)
         self.action_space = spaces.Discrete(n)
+        self._order_feats = bool(self._more_arguments.get("order_features", False))
         high = np.array(
             [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
-            + ([_CLIP, 1.0, _CLIP] * len(self._classes) if self._multi else []),
+            + ([_CLIP, 1.0, _CLIP] * len(self._classes) if self._multi else [])
+            + ([_CLIP, _CLIP] * len(self._orders) if self._order_feats else []),
             dtype=np.float32,
         )
         self.observation_space = spaces.Box(
@@ -836,25 +838,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 min(self._last_preempted / 10.0, 1.0),
                 self._last_kind,
                 *(self._class_features() if self._multi else ()),
+                *(self._order_features() if self._order_feats else ()),
             ],
             dtype=np.float32,
         )
 
     def _class_counts(self) -> tuple[list[int], list[int], list[float]]:
         """Per class: waiting and running requests, and its oldest waiting request's
-        arrival time (``inf``: none waits). The waiting deque is in arrival order but for
+        arrival time (``inf``: none waits). The waiting queue is in arrival order but for
         preempted requests at its head, which are older still, so a class's first entry
-        in it is its oldest."""
+        in it is its oldest (the queue keeps both per class: O(1), not O(queue))."""
         srv, n = self._server, len(self._classes)
         cls = srv.request_class
-        waiting, running = [0] * n, [0] * n
-        oldest = [math.inf] * n
+        waiting, first = srv.waiting.by_class(n)
         arr = self._arr
-        for e in srv.waiting:
-            c = cls[e]
-            if not waiting[c]:
-                oldest[c] = arr[e]
-            waiting[c] += 1
+        oldest = [arr[e] if e >= 0 else math.inf for e in first]
+        running = [0] * n
         for e in srv.running:
             running[cls[e]] += 1
         return waiting, running, oldest
@@ -869,6 +868,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         for c in range(len(self._classes)):
             age = (now - oldest[c]) / ttft[c] if waiting[c] else 0.0
             out += [min(waiting[c] / N, _CLIP), running[c] / N, min(age, _CLIP)]
+        return out
+
+    def _order_features(self) -> list[float]:
+        """Two features per admission order (``LLMBatching-v2``, ``order_features=True``):
+        the tokens to prefill of the first waiting request the order would admit /
+        max_num_batched_tokens (clipped at 100), and its age / its class's TTFT SLA
+        (clipped at 100); both 0 when none waits."""
+        srv, now, ttft = self._server, self._now, self._sla_books.ttft_s
+        out: list[float] = []
+        for order in self._orders:
+            if not srv.waiting:
+                out += [0.0, 0.0]
+                continue
+            h = next(iter(candidates(srv, 1, order)))
+            age = (now - self._arr[h]) / ttft[srv.request_class[h]]
+            out += [min(srv.context(h) / self._budget, _CLIP), min(age, _CLIP)]
         return out
 
     def _first_prefills_late(self) -> int:
@@ -1325,10 +1340,19 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     class's requests, completions, drops, attainment (TTFT, TPOT, both), goodput and
     latency percentiles against its own SLAs. One class (or none) is v1's behaviour.
 
+    ## What each order would admit
+
+    ``order_features=True`` (default ``False``) appends two features per admission order
+    of ``orders``, after the class features: the first waiting request that order would
+    admit, its tokens to prefill (prompt + generated) / ``max_num_batched_tokens`` and
+    its age / its class's TTFT SLA (both clipped at 100; 0 when none waits). A server
+    knows both (no output length is shown). The LLM tasks' agents leave it off; their
+    observation ablation turns it on (``docs/results/agents-llm.md``).
+
     ## Version History
 
     * v2: decisions only where they matter (v1's scheduler, arguments and observation);
-      request classes.
+      request classes; admission orders; ``order_features``.
     """
 
     _config_class = LLMConfigV2
@@ -1371,14 +1395,18 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         classes: list[dict] | tuple | None = None,
         orders: list[str] | tuple[str, ...] = ("fcfs",),
         oracle_info: bool = False,
+        order_features: bool = False,
     ) -> None:
         args = dict(locals())
         args.pop("self")
         args.pop("__class__", None)
         # v2's own arguments, which v0's and v1's constructors do not name
-        if not isinstance(oracle_info, bool):
-            raise ValueError(f"oracle_info={oracle_info!r} is invalid: expected true or false")
-        self._more_arguments = {k: args.pop(k) for k in ("classes", "orders", "oracle_info")}
+        for name in ("oracle_info", "order_features"):
+            if not isinstance(args[name], bool):
+                raise ValueError(f"{name}={args[name]!r} is invalid: expected true or false")
+        self._more_arguments = {
+            k: args.pop(k) for k in ("classes", "orders", "oracle_info", "order_features")
+        }
         super().__init__(**args)
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:

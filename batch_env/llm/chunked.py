@@ -22,6 +22,8 @@ preemption costs no scan of the running requests.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .orders import FCFS, candidates, leave_queue
@@ -160,10 +162,12 @@ class ChunkedScheduler:
         todo, done, split = s.prefill_left, s.prefill_done, self.split_prompts
         free = s.kv_total - used - s.kv_watermark
         out: list[tuple[int, int, int, int]] = []
-        cands = s.running[n_run - npart : n_run]  # prefills in progress, in admission order
+        # the prefills in progress, in admission order, then (admit) the waiting entries
+        # in the order, read lazily (the scan stops early); waiting ones have nothing computed
+        cands: Iterable[int] = s.running[n_run - npart : n_run]
         room = cap - n_run
         if admit and room > 0:
-            cands += candidates(s, room, order)  # waiting entries have nothing computed
+            cands = chain(cands, candidates(s, room, order))
         for e in cands:
             if left <= 0:
                 break

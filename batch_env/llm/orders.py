@@ -1,10 +1,11 @@
 """Admission orders: which waiting requests a scheduler offers a prefill first.
 
-The waiting queue (:attr:`batch_env.llm.LLMServerState.waiting`) stays first come first
-served: arrivals join its tail and preempted requests return to its head. An order is a
-view of it: :func:`candidates` gives the first ``room`` waiting entries in that order, and
-a scheduler scans them as it scans the queue's head under FCFS (the scan stops at the
-first it cannot serve). Ties, and the order within a class, follow the queue.
+The waiting queue (:attr:`batch_env.llm.LLMServerState.waiting`, a :class:`WaitingQueue`)
+stays first come first served: arrivals join its tail and preempted requests return to
+its head. An order is a view of it: :func:`candidates` gives the first ``room`` waiting
+entries in that order, and a scheduler scans them as it scans the queue's head under FCFS
+(the scan stops at the first it cannot serve). Ties, and the order within a class, follow
+the queue.
 
 * ``fcfs``: the queue itself;
 * ``edf``: earliest TTFT deadline first (arrival + its class's TTFT SLA);
@@ -13,40 +14,213 @@ first it cannot serve). Ties, and the order within a class, follow the queue.
 * ``class-priority``: the first class of ``classes`` first, then the second, ...;
 * ``srpt``: fewest output tokens left first, the true remaining length: an oracle, offered
   only on an env made with ``oracle_info=True``.
+
+Cost. Every order's key is fixed while a request waits (its prompt, generated tokens,
+deadline, class and output change only while it runs), so the queue keeps, for each order
+a scheduler has asked for, a heap of ``(key, position, entry)``: an entry's position is
+its place in the queue (the tail's grows, the head's shrinks), the tie-break the queue
+gives. An entry that leaves stays in the heaps, stale, until it reaches a heap's top
+(popped when the heap is next read) or the heap holds more than twice the queue (then it
+is rebuilt: amortised O(1) a removal). :func:`candidates` walks a heap
+in order without popping it, lazily: the first ``k`` entries cost O(k log k) (stale ones
+walked past included), not O(queue) as a sort or ``heapq.nsmallest`` over the queue
+would. A queue of thousands of requests (a policy that starves the server) keeps a step
+as cheap as a short one.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from heapq import heapify, heappop, heappush
 from itertools import islice
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .state import LLMServerState
+from typing import Any, Protocol
 
 FCFS = "fcfs"
 
 
-def _keys(state: LLMServerState) -> dict[str, Callable[[int], float]]:
+class LLMServerState(Protocol):
+    """What the orders read of the server (:class:`batch_env.llm.LLMServerState`, which
+    imports this module: a protocol here keeps the imports one way)."""
+
+    prompt: list[int]
+    generated: list[int]
+    output: list[int]
+    ttft_deadline: list[float]
+    request_class: list[int]
+    waiting: WaitingQueue
+
+
+_SLACK = 32  # stale heap entries tolerated beyond the queue's length before a rebuild
+
+
+def _key(state: LLMServerState, order: str) -> Callable[[int], Any]:
+    """Order ``order``'s key of a waiting entry (fixed while it waits)."""
     P, G, O = state.prompt, state.generated, state.output  # noqa: E741 (the state's names)
-    return {
-        "edf": state.ttft_deadline.__getitem__,
-        "shortest-prompt": lambda e: P[e] + G[e],
-        "class-priority": state.request_class.__getitem__,
-        "srpt": lambda e: O[e] - G[e],
-    }
+    if order == "edf":
+        return state.ttft_deadline.__getitem__
+    if order == "shortest-prompt":
+        return lambda e: P[e] + G[e]
+    if order == "class-priority":
+        return state.request_class.__getitem__
+    if order == "srpt":
+        return lambda e: O[e] - G[e]
+    raise ValueError(f"order: unknown admission order {order!r}")
+
+
+class WaitingQueue:
+    """The waiting entries, first come first served (a deque's ``len``, iteration, ``[0]``,
+    ``extend``, ``extendleft``, ``popleft`` and ``remove``), with an index per admission
+    order and per request class, kept as entries come and go (module docstring, "Cost").
+
+    :param state: the server whose columns give the orders' keys and the classes.
+    """
+
+    __slots__ = ("_state", "_q", "_pos", "_head", "_tail", "_heaps", "_class_heaps", "_counts")
+
+    def __init__(self, state: LLMServerState) -> None:
+        self._state = state
+        self._q: deque[int] = deque()
+        self._pos: dict[int, int] = {}  # a waiting entry's position
+        self._head, self._tail = -1, 0  # the next positions at the head and at the tail
+        self._heaps: dict[str, tuple[Callable[[int], Any], list[tuple[Any, int, int]]]] = {}
+        self._class_heaps: list[list[tuple[int, int]]] | None = None
+        self._counts: list[int] | None = None
+
+    # -- the deque's interface ------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __bool__(self) -> bool:
+        return bool(self._q)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._q)
+
+    def __getitem__(self, i: int) -> int:
+        return self._q[i]
+
+    def __repr__(self) -> str:
+        return f"WaitingQueue({list(self._q)})"
+
+    def extend(self, entries: Iterable[int]) -> None:
+        """Entries join the tail, in turn."""
+        for e in entries:
+            self._q.append(e)
+            self._enter(e, self._tail)
+            self._tail += 1
+
+    def extendleft(self, entries: Iterable[int]) -> None:
+        """Entries join the head, in turn (the last ends up first, as a deque's)."""
+        for e in entries:
+            self._q.appendleft(e)
+            self._enter(e, self._head)
+            self._head -= 1
+
+    def popleft(self) -> int:
+        """The head leaves."""
+        e = self._q.popleft()
+        self._leave(e)
+        return e
+
+    def remove(self, e: int) -> None:
+        """Entry ``e`` leaves (``ValueError`` if it does not wait)."""
+        self._q.remove(e)
+        self._leave(e)
+
+    # -- the indexes ----------------------------------------------------------------------
+    def _enter(self, e: int, pos: int) -> None:
+        self._pos[e] = pos
+        for key, heap in self._heaps.values():
+            heappush(heap, (key(e), pos, e))
+        if self._counts is not None:
+            assert self._class_heaps is not None
+            c = self._state.request_class[e]
+            self._counts[c] += 1
+            heappush(self._class_heaps[c], (pos, e))
+
+    def _leave(self, e: int) -> None:
+        del self._pos[e]
+        n = len(self._q)
+        for order, (key, heap) in self._heaps.items():
+            if len(heap) > 2 * n + _SLACK:
+                self._heaps[order] = (key, self._built(key))
+        if self._counts is not None:
+            assert self._class_heaps is not None
+            c = self._state.request_class[e]
+            self._counts[c] -= 1
+            ch = self._class_heaps[c]
+            if len(ch) > 2 * self._counts[c] + _SLACK:
+                self._class_heaps[c] = [(self._pos[x], x) for x in self._q if self._cls(x) == c]
+                heapify(self._class_heaps[c])
+
+    def _cls(self, e: int) -> int:
+        return self._state.request_class[e]
+
+    def _built(self, key: Callable[[int], Any]) -> list[tuple[Any, int, int]]:
+        pos = self._pos
+        heap = [(key(e), pos[e], e) for e in self._q]
+        heapify(heap)
+        return heap
+
+    def in_order(self, order: str, room: int) -> Iterator[int]:
+        """The first ``room`` waiting entries in ``order`` (not ``fcfs``), lazily: read
+        them before the queue changes (a scheduler plans, then runs its plan)."""
+        if order not in self._heaps:
+            key = _key(self._state, order)
+            self._heaps[order] = (key, self._built(key))
+        heap, pos = self._heaps[order][1], self._pos
+        while heap and pos.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)  # a stale head (it left): gone for good
+        return self._walk(heap, room)
+
+    def _walk(self, heap: list[tuple[Any, int, int]], room: int) -> Iterator[int]:
+        """Heap ``heap``'s valid items in order, at most ``room`` (a frontier heap of the
+        heap's nodes: each step pops the least and offers its two children)."""
+        pos, n = self._pos, len(heap)
+        if not n or room <= 0:
+            return
+        front = [(heap[0], 0)]
+        while front:
+            item, i = heappop(front)
+            if pos.get(item[2]) == item[1]:  # not stale
+                yield item[2]
+                room -= 1
+                if not room:
+                    return
+            c = 2 * i + 1
+            if c < n:
+                heappush(front, (heap[c], c))
+                if c + 1 < n:
+                    heappush(front, (heap[c + 1], c + 1))
+
+    def by_class(self, n_classes: int) -> tuple[list[int], list[int]]:
+        """Per class: its waiting entries, and its first waiting entry (-1: none)."""
+        if self._counts is None:
+            self._counts = [0] * n_classes
+            self._class_heaps = [[] for _ in range(n_classes)]
+            for e in self._q:
+                c = self._cls(e)
+                self._counts[c] += 1
+                self._class_heaps[c].append((self._pos[e], e))
+            for h in self._class_heaps:
+                heapify(h)
+        assert self._class_heaps is not None
+        pos, first = self._pos, []
+        for h in self._class_heaps:
+            while h and pos.get(h[0][1]) != h[0][0]:
+                heappop(h)  # stale: it left
+            first.append(h[0][1] if h else -1)
+        return list(self._counts), first
 
 
 def candidates(state: LLMServerState, room: int, order: str) -> Iterable[int]:
-    """The first ``room`` waiting entries in ``order`` (module docstring)."""
+    """The first ``room`` waiting entries in ``order`` (module docstring), lazily: the
+    scheduler's scan reads only as far as it admits."""
     W = state.waiting
     if order == FCFS or room <= 0:
         return islice(W, max(room, 0))
-    key = _keys(state)[order]
-    if room >= len(W):
-        return sorted(W, key=key)  # stable: ties keep the queue's order
-    return [e for _, _, e in heapq.nsmallest(room, ((key(e), i, e) for i, e in enumerate(W)))]
+    return W.in_order(order, room)
 
 
 def leave_queue(state: LLMServerState, e: int) -> None:

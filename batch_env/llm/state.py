@@ -23,7 +23,7 @@ Invariants (``tests/test_llm_batching.py`` checks them at every step):
 
 from __future__ import annotations
 
-from collections import deque
+from .orders import WaitingQueue
 
 
 class LLMServerState:
@@ -85,8 +85,9 @@ class LLMServerState:
         #: its TTFT deadline: arrival + its class's TTFT SLA (the ``edf`` order's key)
         self.ttft_deadline: list[float] = []
         # the queues
-        #: entries waiting for admission, in admission order (preempted ones at the head)
-        self.waiting: deque[int] = deque()
+        #: entries waiting for admission, in admission order (preempted ones at the head),
+        #: with an index per admission order (:class:`batch_env.llm.orders.WaitingQueue`)
+        self.waiting = WaitingQueue(self)
         #: prompt + generated tokens of the waiting entries
         self.waiting_tokens = 0
         #: entries admitted and not finished, in admission order
