@@ -45,7 +45,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam
 
-from batch_env import evaluate, paired_difference
+from batch_env import MAX_EPISODE_STEPS, EpisodeCut, evaluate, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
@@ -213,6 +213,16 @@ class PeriodicEvaluation(BaseCallback):
     With ``stop_when``, training stops at the first evaluation whose record it accepts
     (``stopped`` is then True): the callback returns False, which ends SB3's ``learn()``.
 
+    An evaluation episode is cut at :data:`EVAL_STEPS_FACTOR` times the steps the env's
+    reference baseline (``compare_with_reference``'s) takes on the longest of the same
+    episodes (at least :data:`EVAL_MIN_STEPS`, at most :data:`batch_env.MAX_EPISODE_STEPS`,
+    the bound of every evaluation): a model
+    that starves the server (an LLM cap of 1: the queue grows for ever) would otherwise
+    run each episode to the step net of a million steps and then fail the run. A cut
+    mode's record is ``{"unfinished": {"seed", "steps", "max_steps"}}`` (the stochastic
+    mode is not run after a cut deterministic one: ``{"unfinished": {"skipped": true}}``),
+    its score is minus infinity (:func:`eval_score`), and training goes on.
+
     With ``keep_best`` (a folder), the model is also evaluated when training starts (after
     a warm start: the cloned policy is a candidate), and the model and its observation
     statistics of the best evaluation so far (:func:`eval_score`: the deterministic
@@ -261,8 +271,13 @@ class PeriodicEvaluation(BaseCallback):
             # the bound at the very loads evaluated: the gap is then the protocol's
             self.smdp_gain = float(np.mean(gains_at_loads(self.env, self.loads)))
         self.history: list[dict[str, Any]] = []
-        #: the last evaluation's results per mode (``deterministic``, ``stochastic``)
+        #: the last evaluation's results per mode (``deterministic``, ``stochastic``; None
+        #: where it was cut)
         self._last: dict[str, Any] = {}
+        #: the reference baseline's evaluation on the same episodes, once run
+        self._reference: Any = None
+        #: the evaluation episodes' step bound (None: not known yet)
+        self.max_steps: int | None = None
         if self.path.exists():  # a resumed run: keep its history unless the file is damaged
             self.history = (
                 read_json(self.path, "starting a new evaluation history", _check_history) or []
@@ -308,14 +323,27 @@ class PeriodicEvaluation(BaseCallback):
             "train_s": start - self._t0 - self._eval_s,
             **({} if self.loads is None else {"loads": self.loads}),
         }
+        bound = self.step_bound()
         for mode, det in (("deterministic", True), ("stochastic", False)):
-            res = self._last[mode] = evaluate(
-                self._policy(det),
-                self.env,
-                n_episodes=self.n_episodes,
-                seed=self.seed,
-                options=None if self.loads is None else [{"load": x} for x in self.loads],
-            )
+            self._last[mode] = None
+            if unfinished(record):
+                record[mode] = {"unfinished": {"skipped": True}}
+                continue
+            try:
+                res = self._last[mode] = evaluate(
+                    self._policy(det),
+                    self.env,
+                    n_episodes=self.n_episodes,
+                    seed=self.seed,
+                    max_steps=bound,
+                    options=None if self.loads is None else [{"load": x} for x in self.loads],
+                )
+            except EpisodeCut as cut:
+                record[mode] = {
+                    "unfinished": {"seed": cut.seed, "steps": cut.steps, "max_steps": bound}
+                }
+                self.logger.record(f"eval/{mode}/unfinished", 1)
+                continue
             keys = EVAL_KEYS if "reward_rate_per_s" in res.episodes[0] else OTHER_ENV_KEYS
             record[mode] = {k: (res.mean(k), res.ci95(k)) for k in keys}
             for k in keys:
@@ -328,11 +356,41 @@ class PeriodicEvaluation(BaseCallback):
         self._eval_s += record["eval_s"]
         self.history.append(record)
         atomic_write_text(self.path, json.dumps(self.history, indent=1))
-        if self.keep_best is not None and (
-            self.best is None or eval_score(record) > self.best["score"]
+        if (
+            self.keep_best is not None
+            and not unfinished(record)
+            and (self.best is None or eval_score(record) > self.best["score"])
         ):
             self._save_best(record)
         return record
+
+    def _reference_result(self) -> Any:
+        """The reference baseline's evaluation on the evaluation episodes (run once)."""
+        if self._reference is None:
+            import baselines
+
+            self._reference = evaluate(
+                baselines.make(reference_baseline(self.env), env=self.env),
+                self.env,
+                n_episodes=self.n_episodes,
+                seed=self.seed,
+                options=None if self.loads is None else [{"load": x} for x in self.loads],
+            )
+        return self._reference
+
+    def step_bound(self) -> int:
+        """The evaluation episodes' step bound (class docstring): from the reference
+        baseline's longest episode on an env with a serving summary, else
+        :data:`batch_env.MAX_EPISODE_STEPS`."""
+        if self.max_steps is None:
+            if not _serving(self.env):
+                self.max_steps = MAX_EPISODE_STEPS
+            else:
+                ref = max(int(ep["steps"]) for ep in self._reference_result().episodes)
+                self.max_steps = int(
+                    min(max(EVAL_STEPS_FACTOR * ref, EVAL_MIN_STEPS), MAX_EPISODE_STEPS)
+                )
+        return self.max_steps
 
     def compare_with_reference(self, score_reference: Any = None) -> dict[str, Any] | None:
         """The last evaluation's deterministic agent against the env's reference baseline
@@ -345,19 +403,11 @@ class PeriodicEvaluation(BaseCallback):
         task's span from greedy to its bound or best reference, an estimate of the
         score on these episodes (the protocol's figure: ``batch-env benchmark``); None
         on an env without a serving summary, or before any evaluation."""
-        import baselines
-
         agent = self._last.get("deterministic")
         if agent is None or "reward_rate_per_s" not in agent.episodes[0]:
             return None
         name = reference_baseline(self.env)
-        ref = evaluate(
-            baselines.make(name, env=self.env),
-            self.env,
-            n_episodes=self.n_episodes,
-            seed=self.seed,
-            options=None if self.loads is None else [{"load": x} for x in self.loads],
-        )
+        ref = self._reference_result()
         key = "reward_rate_per_s"
         diff = paired_difference(agent, ref, key)
         out: dict[str, Any] = {
@@ -409,9 +459,31 @@ class PeriodicEvaluation(BaseCallback):
         return True
 
 
+#: an evaluation episode is cut at this many times the reference baseline's steps
+EVAL_STEPS_FACTOR = 100
+#: ... and never below this many steps
+EVAL_MIN_STEPS = 10_000
+
+
+def _serving(env: Any) -> bool:
+    from batch_env.core import ServingCore
+
+    return isinstance(env.unwrapped, ServingCore)
+
+
+def unfinished(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What cut an evaluation record's deterministic episodes (``{"seed", "steps",
+    "max_steps"}``: :class:`PeriodicEvaluation`), or None when they all ended."""
+    det = record.get("deterministic")
+    return det.get("unfinished") if isinstance(det, dict) else None
+
+
 def eval_score(record: dict[str, Any]) -> float:
     """What ``keep_best`` maximises in an evaluation record: the deterministic policy's
-    mean reward rate per second (its mean return on an env without a serving summary)."""
+    mean reward rate per second (its mean return on an env without a serving summary);
+    minus infinity when its episodes were cut (:func:`unfinished`)."""
+    if unfinished(record):
+        return -math.inf
     det = record["deterministic"]
     return float(det["reward_rate_per_s"][0] if "reward_rate_per_s" in det else det["return"][0])
 

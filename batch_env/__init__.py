@@ -102,7 +102,7 @@ from .envs import (  # noqa: E402
     LLMBatchingV2Env,
     NodeBatchingEnv,
 )
-from .evaluate import EvaluationResult, evaluate, paired_difference  # noqa: E402
+from .evaluate import EpisodeCut, EvaluationResult, evaluate, paired_difference  # noqa: E402
 
 __all__ = [
     "ENV_IDS",
@@ -112,6 +112,7 @@ __all__ = [
     "LLMBatchingV1Env",
     "LLMBatchingV2Env",
     "NodeBatchingEnv",
+    "EpisodeCut",
     "EvaluationResult",
     "evaluate",
     "paired_difference",

@@ -171,6 +171,7 @@ def evaluate(
         with a ``load_range``), or a sequence of ``n_episodes`` of them, one per episode
         (e.g. a grid of loads).
     :returns: the per-episode summaries with confidence intervals.
+    :raises EpisodeCut: an episode did not end, with its summary, within the step bound.
     """
     if not isinstance(n_episodes, int) or n_episodes < 1:
         raise ValueError(f"n_episodes={n_episodes!r} is invalid: expected an integer >= 1")
@@ -204,6 +205,24 @@ def evaluate(
     return result
 
 
+class EpisodeCut(RuntimeError):
+    """An episode of :func:`evaluate` ended without its summary (``info["serving"]``):
+    the step bound (``max_steps``, or the registration's ``max_episode_steps``) cut it.
+
+    :param seed: the episode's seed.
+    :param steps: the steps it ran.
+    :param max_steps: the evaluation's step bound.
+    """
+
+    def __init__(self, seed: int, steps: int, max_steps: int) -> None:
+        self.seed, self.steps, self.max_steps = seed, steps, max_steps
+        super().__init__(
+            f"episode with seed {seed} ended after {steps} steps without info['serving']: "
+            f"the step bound (max_steps={max_steps} here, or the registration's "
+            "max_episode_steps) cut it; raise it or lower horizon_requests"
+        )
+
+
 def _run_episodes(
     policy: Policy,
     env: gym.Env,
@@ -232,11 +251,7 @@ def _run_episodes(
                 ended = True
                 break
         if "serving" not in info and (serving_env or not ended):
-            raise RuntimeError(
-                f"episode with seed {s} ended after {steps} steps without info['serving']: "
-                f"the step bound (max_steps={max_steps} here, or the registration's "
-                "max_episode_steps) cut it; raise it or lower horizon_requests"
-            )
+            raise EpisodeCut(s, steps, max_steps)
         serving = info.get("serving", {})
         result.episodes.append({**serving, "return": total, "steps": steps, "seed": s})
         message = summary_warning(serving)

@@ -121,15 +121,23 @@ def diverged(run: str | Path) -> dict[str, Any] | None:
     from the best reference, e.g. a policy that holds the LLM cap at 1 and lets the queue
     grow without bound. Such a run is not evaluated (neither on the protocol nor on a
     check): its episodes would run to the task's step net, each step slower as the queue
-    grows (hours for a protocol); it is reported with these figures instead. A run
-    without that record (a task without a score) is never counted as diverged.
+    grows (hours for a protocol); it is reported with these figures instead. A run whose
+    final evaluation's episodes did not even end within the evaluation's step bound
+    (``agents.callbacks.unfinished``) has diverged too (``unfinished`` says where it was
+    cut). A run without that record (a task without a score) is never counted as
+    diverged.
     """
+    from agents.callbacks import unfinished
+
     path = Path(run) / "final_evaluation.json"
     if not path.exists():
         return None
     rec = read_json(path, "evaluating the run as usual")
     if not isinstance(rec, dict):
         return None
+    cut = unfinished(rec)
+    if cut:
+        return {"run": str(run), "timesteps": rec.get("timesteps"), "unfinished": cut}
     ref = rec.get("reference") or {}
     score = ref.get("normalized_score")
     if not isinstance(score, (int, float)) or not score < DIVERGED_SCORE:
@@ -707,6 +715,14 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     gone_lines = []
     for n, row in rows.items():
         for d in row.get("diverged", []):
+            if "unfinished" in d:
+                cut = d["unfinished"]
+                gone_lines.append(
+                    f"- `{n}`: `{Path(d['run']).name}` diverged in training (its final "
+                    f"evaluation's episode of seed {cut['seed']} had not ended after "
+                    f"{cut['steps']:,} steps, the evaluation's bound); not evaluated further"
+                )
+                continue
             gone_lines.append(
                 f"- `{n}`: `{Path(d['run']).name}` diverged in training (normalized score "
                 f"{d['normalized_score']:,.0f} on its final evaluation's episodes: "

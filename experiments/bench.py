@@ -872,6 +872,7 @@ def bench_wallclock(
     :param score_target: the normalized score to reach on a task without an exact bound.
     """
 
+    from agents.callbacks import eval_score
     from agents.train import entry_env_kwargs, smdp_gain_if_exact
 
     t_start = time.perf_counter()
@@ -902,10 +903,10 @@ def bench_wallclock(
         target_cost = (1.0 + gap_tolerance) * gain
 
         def task_reached(rec: dict[str, Any]) -> bool:
-            return -rec["deterministic"]["reward_rate_per_s"][0] <= target_cost
+            return -eval_score(rec) <= target_cost
 
         def task_gap(rec: dict[str, Any]) -> float:
-            return 100.0 * (-rec["deterministic"]["reward_rate_per_s"][0] - gain) / gain
+            return 100.0 * (-eval_score(rec) - gain) / gain
 
         target = (
             f"deterministic mean cost rate <= {1 + gap_tolerance:g} x SMDP gain "
@@ -918,7 +919,7 @@ def bench_wallclock(
         top = span["best"]["reward_rate_per_s"]
 
         def task_score(rec: dict[str, Any]) -> float:
-            return float((rec["deterministic"]["reward_rate_per_s"][0] - low) / (top - low))
+            return float((eval_score(rec) - low) / (top - low))
 
         def task_reached(rec: dict[str, Any]) -> bool:
             return task_score(rec) >= score_target

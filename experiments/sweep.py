@@ -295,7 +295,10 @@ def trials(cfg: dict[str, Any], root: str | os.PathLike[str]) -> list[dict[str, 
 
 
 def _score(final: dict[str, Any]) -> tuple[float, float]:
-    mean, ci = final["deterministic"]["reward_rate_per_s"]
+    det = final["deterministic"]
+    if "unfinished" in det:  # agents.callbacks.unfinished: no episode ended
+        return -math.inf, float("nan")
+    mean, ci = det["reward_rate_per_s"]
     return float(mean), float("nan") if ci is None else float(ci)
 
 

@@ -115,6 +115,14 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
     shaped rewards the algorithm learned from), against greedy on the same held-out
     episodes, and the normalized score on a benchmark task."""
     det = ev["deterministic"]
+    if "unfinished" in det:  # agents.callbacks.unfinished: the model starves the server
+        cut = det["unfinished"]
+        print(
+            f"deterministic evaluation: the episode of seed {cut['seed']} had not ended "
+            f"after {cut['steps']:,} steps (the evaluation's bound): the model does not "
+            "serve the requests; no reward rate"
+        )
+        return
     m, h = det["reward_rate_per_s"]
     gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
     what = "(minus the serving cost per second, not the shaped rewards training sees)"

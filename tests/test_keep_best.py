@@ -101,3 +101,32 @@ def test_refused_keep_best_writes_nothing(tmp_path, kw, match):
     with pytest.raises(ValueError, match=match):
         train(_args(tmp_path, **kw))
     assert not (tmp_path / "run").exists()
+
+
+def test_a_model_that_does_not_finish_its_episodes_is_cut_not_fatal(tmp_path, monkeypatch):
+    """Evaluation episodes are cut at EVAL_STEPS_FACTOR x the reference baseline's longest
+    one: with the bound made shorter than any episode, every evaluation is recorded as
+    unfinished (the stochastic mode skipped), none is kept as the best, the run still
+    ends, and its final evaluation says where it was cut, which marks it diverged."""
+    import baselines
+    from agents import callbacks
+    from experiments.agents_tasks import diverged
+
+    monkeypatch.setattr(callbacks, "EVAL_STEPS_FACTOR", 0.5)
+    monkeypatch.setattr(callbacks, "EVAL_MIN_STEPS", 1)
+    env = gym.make(ENV_ID, **SMALL_ENV)
+    ref = evaluate(baselines.make("greedy", env=env), env, n_episodes=2, seed=100_000)
+    bound = int(0.5 * max(ep["steps"] for ep in ref.episodes))
+    run = train(_args(tmp_path))
+    history = json.loads((run / "evaluations.json").read_text())
+    assert len(history) >= 3
+    for r in history:
+        cut = r["deterministic"]["unfinished"]
+        assert cut["max_steps"] == bound and cut["steps"] == bound and cut["seed"] == 100_000
+        assert r["stochastic"] == {"unfinished": {"skipped": True}}
+        assert eval_score(r) == float("-inf")
+    assert not (run / "best").exists()
+    final = json.loads((run / "final_evaluation.json").read_text())
+    assert "reference" not in final and final["deterministic"]["unfinished"]["max_steps"] == bound
+    gone = diverged(run)
+    assert gone is not None and gone["unfinished"]["seed"] == 100_000
