@@ -375,7 +375,7 @@ def test_the_waiting_queues_indexes_agree_with_sorting_it(seed):
             mine = [e for e in model if s.request_class[e] == c]
             assert counts[c] == len(mine)
             assert first[c] == (mine[0] if mine else -1)
-        for _key, heap in s.waiting._heaps.values():
+        for heap in s.waiting._heaps.values():
             assert len(heap) <= 2 * len(model) + 33
 
 

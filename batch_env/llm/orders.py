@@ -54,18 +54,30 @@ class LLMServerState(Protocol):
 _SLACK = 32  # stale heap entries tolerated beyond the queue's length before a rebuild
 
 
-def _key(state: LLMServerState, order: str) -> Callable[[int], Any]:
-    """Order ``order``'s key of a waiting entry (fixed while it waits)."""
-    P, G, O = state.prompt, state.generated, state.output  # noqa: E741 (the state's names)
-    if order == "edf":
-        return state.ttft_deadline.__getitem__
-    if order == "shortest-prompt":
-        return lambda e: P[e] + G[e]
-    if order == "class-priority":
-        return state.request_class.__getitem__
-    if order == "srpt":
-        return lambda e: O[e] - G[e]
-    raise ValueError(f"order: unknown admission order {order!r}")
+def _edf(s: LLMServerState, e: int) -> float:
+    return s.ttft_deadline[e]
+
+
+def _shortest_prompt(s: LLMServerState, e: int) -> int:
+    return s.prompt[e] + s.generated[e]
+
+
+def _class_priority(s: LLMServerState, e: int) -> int:
+    return s.request_class[e]
+
+
+def _srpt(s: LLMServerState, e: int) -> int:
+    return s.output[e] - s.generated[e]
+
+
+#: each order's key of a waiting entry (fixed while it waits); module functions, so that
+#: an env pickles (``copy.deepcopy``, vector envs' workers)
+_KEYS: dict[str, Callable[[LLMServerState, int], Any]] = {
+    "edf": _edf,
+    "shortest-prompt": _shortest_prompt,
+    "class-priority": _class_priority,
+    "srpt": _srpt,
+}
 
 
 class WaitingQueue:
@@ -83,7 +95,7 @@ class WaitingQueue:
         self._q: deque[int] = deque()
         self._pos: dict[int, int] = {}  # a waiting entry's position
         self._head, self._tail = -1, 0  # the next positions at the head and at the tail
-        self._heaps: dict[str, tuple[Callable[[int], Any], list[tuple[Any, int, int]]]] = {}
+        self._heaps: dict[str, list[tuple[Any, int, int]]] = {}  # per order asked for
         self._class_heaps: list[list[tuple[int, int]]] | None = None
         self._counts: list[int] | None = None
 
@@ -131,8 +143,8 @@ class WaitingQueue:
     # -- the indexes ----------------------------------------------------------------------
     def _enter(self, e: int, pos: int) -> None:
         self._pos[e] = pos
-        for key, heap in self._heaps.values():
-            heappush(heap, (key(e), pos, e))
+        for order, heap in self._heaps.items():
+            heappush(heap, (_KEYS[order](self._state, e), pos, e))
         if self._counts is not None:
             assert self._class_heaps is not None
             c = self._state.request_class[e]
@@ -142,9 +154,9 @@ class WaitingQueue:
     def _leave(self, e: int) -> None:
         del self._pos[e]
         n = len(self._q)
-        for order, (key, heap) in self._heaps.items():
+        for order, heap in self._heaps.items():
             if len(heap) > 2 * n + _SLACK:
-                self._heaps[order] = (key, self._built(key))
+                self._heaps[order] = self._built(order)
         if self._counts is not None:
             assert self._class_heaps is not None
             c = self._state.request_class[e]
@@ -157,9 +169,9 @@ class WaitingQueue:
     def _cls(self, e: int) -> int:
         return self._state.request_class[e]
 
-    def _built(self, key: Callable[[int], Any]) -> list[tuple[Any, int, int]]:
-        pos = self._pos
-        heap = [(key(e), pos[e], e) for e in self._q]
+    def _built(self, order: str) -> list[tuple[Any, int, int]]:
+        pos, key, st = self._pos, _KEYS[order], self._state
+        heap = [(key(st, e), pos[e], e) for e in self._q]
         heapify(heap)
         return heap
 
@@ -167,9 +179,10 @@ class WaitingQueue:
         """The first ``room`` waiting entries in ``order`` (not ``fcfs``), lazily: read
         them before the queue changes (a scheduler plans, then runs its plan)."""
         if order not in self._heaps:
-            key = _key(self._state, order)
-            self._heaps[order] = (key, self._built(key))
-        heap, pos = self._heaps[order][1], self._pos
+            if order not in _KEYS:
+                raise ValueError(f"order: unknown admission order {order!r}")
+            self._heaps[order] = self._built(order)
+        heap, pos = self._heaps[order], self._pos
         while heap and pos.get(heap[0][2]) != heap[0][1]:
             heappop(heap)  # a stale head (it left): gone for good
         return self._walk(heap, room)
