@@ -148,9 +148,9 @@ AGENTS_ARGV = [
 #: the benchmark's reference runs of one task's greedy policy, on a short protocol (four
 #: seeds of 300 requests, as tests/test_benchmark.py shortens it; the real one is long):
 #: ``python refs.py CACHE_DIR [--resume]`` prints the figures as JSON; run from the
-#: command line it pauses 0.2 s after each episode (its line written: an episode takes
+#: command line it pauses 1 s after each episode (its line written: an episode takes
 #: milliseconds), so that the test sees the episode log grow and kills it between two
-#: episodes
+#: episodes (0.2 s was too short on a loaded machine: the run finished first)
 REFERENCES_SCRIPT = """\
 import json
 import sys
@@ -180,7 +180,7 @@ def references(cache_dir, resume=False, pause_s=0.0):
 
 
 if __name__ == "__main__":
-    print(json.dumps(references(sys.argv[1], "--resume" in sys.argv, pause_s=0.2)))
+    print(json.dumps(references(sys.argv[1], "--resume" in sys.argv, pause_s=1.0)))
 """
 REFERENCES_LOG = "eps/LowLoadEnergy-v0/greedy.jsonl"
 
