@@ -123,6 +123,11 @@ def test_bench_reports_ratio(tmp_path):
     assert result["step_cost_ratio_vs_cartpole"] == pytest.approx(
         float(np.median(result["round_ratios"]))
     )
+    orders = result["llm_orders"]  # each admission order against FCFS, a long queue waiting
+    assert orders["waiting_at_start"] >= 400
+    assert list(orders["orders"]) == ["fcfs", "edf", "shortest-prompt", "class-priority"]
+    for r in orders["orders"].values():
+        assert r["cost_ratio_vs_fcfs"] == pytest.approx(float(np.median(r["round_ratios"])))
     assert len(result["round_ratios"]) == 1
     llm = result["llm"]
     for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
