@@ -295,10 +295,11 @@ def trials(cfg: dict[str, Any], root: str | os.PathLike[str]) -> list[dict[str, 
 
 
 def _score(final: dict[str, Any]) -> tuple[float, float]:
-    det = final["deterministic"]
-    if "unfinished" in det:  # agents.callbacks.unfinished: no episode ended
+    from agents.callbacks import unfinished
+
+    if unfinished(final):  # no episode ended within the evaluation's bound
         return -math.inf, float("nan")
-    mean, ci = det["reward_rate_per_s"]
+    mean, ci = final["deterministic"]["reward_rate_per_s"]
     return float(mean), float("nan") if ci is None else float(ci)
 
 

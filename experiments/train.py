@@ -114,9 +114,11 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
     """``train``'s lines on its final evaluation: the real reward rate per second (not the
     shaped rewards the algorithm learned from), against greedy on the same held-out
     episodes, and the normalized score on a benchmark task."""
+    from agents.callbacks import unfinished
+
     det = ev["deterministic"]
-    if "unfinished" in det:  # agents.callbacks.unfinished: the model starves the server
-        cut = det["unfinished"]
+    cut = unfinished(ev)
+    if cut:  # the model starves the server
         print(
             f"deterministic evaluation: the episode of seed {cut['seed']} had not ended "
             f"after {cut['steps']:,} steps (the evaluation's bound): the model does not "

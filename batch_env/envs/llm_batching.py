@@ -876,11 +876,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         max_num_batched_tokens (clipped at 100), and its age / its class's TTFT SLA
         (clipped at 100); both 0 when none waits."""
         srv, now, ttft = self._server, self._now, self._sla_books.ttft_s
+        if not srv.waiting:
+            return [0.0, 0.0] * len(self._orders)
         out: list[float] = []
         for order in self._orders:
-            if not srv.waiting:
-                out += [0.0, 0.0]
-                continue
             h = next(iter(candidates(srv, 1, order)))
             age = (now - self._arr[h]) / ttft[srv.request_class[h]]
             out += [min(srv.context(h) / self._budget, _CLIP), min(age, _CLIP)]

@@ -95,8 +95,10 @@ class WaitingQueue:
         self._q: deque[int] = deque()
         self._pos: dict[int, int] = {}  # a waiting entry's position
         self._head, self._tail = -1, 0  # the next positions at the head and at the tail
-        self._heaps: dict[str, list[tuple[Any, int, int]]] = {}  # per order asked for
-        self._class_heaps: list[list[tuple[int, int]]] | None = None
+        # per order asked for, and per class (keyed by the class: the queue's order within
+        # it), heaps of (key, position, entry); an item is stale once its entry has left
+        self._heaps: dict[str, list[tuple[Any, int, int]]] = {}
+        self._class_heaps: list[list[tuple[Any, int, int]]] | None = None
         self._counts: list[int] | None = None
 
     # -- the deque's interface ------------------------------------------------------------
@@ -149,31 +151,36 @@ class WaitingQueue:
             assert self._class_heaps is not None
             c = self._state.request_class[e]
             self._counts[c] += 1
-            heappush(self._class_heaps[c], (pos, e))
+            heappush(self._class_heaps[c], (c, pos, e))
 
     def _leave(self, e: int) -> None:
         del self._pos[e]
         n = len(self._q)
         for order, heap in self._heaps.items():
             if len(heap) > 2 * n + _SLACK:
-                self._heaps[order] = self._built(order)
+                self._heaps[order] = self._built(_KEYS[order])
         if self._counts is not None:
             assert self._class_heaps is not None
             c = self._state.request_class[e]
             self._counts[c] -= 1
-            ch = self._class_heaps[c]
-            if len(ch) > 2 * self._counts[c] + _SLACK:
-                self._class_heaps[c] = [(self._pos[x], x) for x in self._q if self._cls(x) == c]
-                heapify(self._class_heaps[c])
+            if len(self._class_heaps[c]) > 2 * self._counts[c] + _SLACK:
+                self._class_heaps[c] = self._built(_class_priority, c)
 
-    def _cls(self, e: int) -> int:
-        return self._state.request_class[e]
-
-    def _built(self, order: str) -> list[tuple[Any, int, int]]:
-        pos, key, st = self._pos, _KEYS[order], self._state
-        heap = [(key(st, e), pos[e], e) for e in self._q]
+    def _built(
+        self, key: Callable[[LLMServerState, int], Any], c: int | None = None
+    ) -> list[tuple[Any, int, int]]:
+        """A heap of the waiting entries by ``key`` (of class ``c`` only, when given)."""
+        pos, st = self._pos, self._state
+        cls = st.request_class
+        heap = [(key(st, e), pos[e], e) for e in self._q if c is None or cls[e] == c]
         heapify(heap)
         return heap
+
+    def _drop_stale_top(self, heap: list[tuple[Any, int, int]]) -> None:
+        """Pop the heap's stale items from its top (their entries left): gone for good."""
+        pos = self._pos
+        while heap and pos.get(heap[0][2]) != heap[0][1]:
+            heappop(heap)
 
     def in_order(self, order: str, room: int) -> Iterator[int]:
         """The first ``room`` waiting entries in ``order`` (not ``fcfs``), lazily: read
@@ -181,10 +188,9 @@ class WaitingQueue:
         if order not in self._heaps:
             if order not in _KEYS:
                 raise ValueError(f"order: unknown admission order {order!r}")
-            self._heaps[order] = self._built(order)
-        heap, pos = self._heaps[order], self._pos
-        while heap and pos.get(heap[0][2]) != heap[0][1]:
-            heappop(heap)  # a stale head (it left): gone for good
+            self._heaps[order] = self._built(_KEYS[order])
+        heap = self._heaps[order]
+        self._drop_stale_top(heap)
         return self._walk(heap, room)
 
     def _walk(self, heap: list[tuple[Any, int, int]], room: int) -> Iterator[int]:
@@ -209,21 +215,14 @@ class WaitingQueue:
 
     def by_class(self, n_classes: int) -> tuple[list[int], list[int]]:
         """Per class: its waiting entries, and its first waiting entry (-1: none)."""
-        if self._counts is None:
-            self._counts = [0] * n_classes
-            self._class_heaps = [[] for _ in range(n_classes)]
-            for e in self._q:
-                c = self._cls(e)
-                self._counts[c] += 1
-                self._class_heaps[c].append((self._pos[e], e))
-            for h in self._class_heaps:
-                heapify(h)
-        assert self._class_heaps is not None
-        pos, first = self._pos, []
+        if self._class_heaps is None:
+            self._class_heaps = [self._built(_class_priority, c) for c in range(n_classes)]
+            self._counts = [len(h) for h in self._class_heaps]
+        assert self._counts is not None
+        first = []
         for h in self._class_heaps:
-            while h and pos.get(h[0][1]) != h[0][0]:
-                heappop(h)  # stale: it left
-            first.append(h[0][1] if h else -1)
+            self._drop_stale_top(h)
+            first.append(h[0][2] if h else -1)
         return list(self._counts), first
 
 
