@@ -100,6 +100,7 @@ def test_repository_tables_are_present_and_documented():
         "resnet50_cpu_stage_latency.json",
         "vidur_llama_linear_ops_ms.csv",
         "splitwise_llm_perf_model.csv",
+        "h200_llm_ops.json",
     ):
         assert (ROOT / "data" / f).is_file() and f"`{f}`" in readme, f
 
