@@ -646,7 +646,8 @@ def add_parser(sub: Any) -> None:
     """Add this module's subcommand(s) to ``batch-env``'s subparsers."""
     p = sub.add_parser(
         "profile",
-        help="measure a real PyTorch model's latency/power profile (JSON)",
+        help="measure a real PyTorch model's latency/power profile (JSON); "
+        "`profile llm`: an LLM profile from a config.json and a GPU spec",
         description=cmd_profile.__doc__,
     )
     p.add_argument(
@@ -687,6 +688,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="profile.json", help="output JSON path (default profile.json)")
     add_json(p, "the profile")
     p.set_defaults(func=cmd_profile)
+    # batch-env profile llm: an LLM profile from a config.json and a GPU spec
+    from experiments.profile_llm import add_llm_subparser
+
+    add_llm_subparser(p)
 
     p = sub.add_parser(
         "roundtrip",

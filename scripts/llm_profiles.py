@@ -619,13 +619,48 @@ def dumps(obj: Any, indent: int = 0) -> str:
     return json.dumps(obj)
 
 
+#: The clock model of the measured profiles: the roofline model of the same model on the
+#: same GPU (batch_env/profiles/llm_arch.py), named by its shipped model config and GPU spec.
+CLOCK_MODELS = {
+    "llama-2-70b-tp8-a100": ("llama-2-70b", "a100-80gb", 8),
+    "llama-2-7b-a100": ("llama-2-7b", "a100-80gb", 1),
+    "llama-2-7b-h100": ("llama-2-7b", "h100-sxm", 1),
+}
+#: The profiles built from a model's architecture and a GPU spec (llm_arch.build_profile):
+#: name -> (shipped model config, shipped GPU spec, tensor-parallel degree).
+ARCH_PROFILES = {
+    f"{m}{'' if tp == 1 else f'-tp{tp}'}-{g.split('-')[0]}": (m, g, tp)
+    for m, tps in (
+        ("llama-3.1-8b", (1,)),
+        ("qwen2.5-7b", (1,)),
+        ("llama-3.1-70b", (4, 8)),
+        ("mixtral-8x7b", (2,)),
+    )
+    for tp in tps
+    for g in ("a100-80gb", "h100-sxm", "h200")
+}
+
+
 def build(data_dir: Path) -> dict[str, dict[str, Any]]:
-    """The shipped profiles by name, built from the two CSV tables in ``data_dir``."""
+    """The shipped profiles by name: the measured ones from the two CSV tables in
+    ``data_dir``, the others from the roofline model (which reads no table)."""
+    from batch_env.profiles import llm_arch
+
     sw = splitwise_70b(read_splitwise(data_dir / SPLITWISE))
     out = {"llama-2-70b-tp8-a100": llama70b(sw)}
     for key in ("a100", "h100"):
         xs, ys = read_vidur(data_dir / VIDUR, GPUS[key]["vidur_gpu"])
         out[f"llama-2-7b-{key}"] = llama7b(key, xs, ys, sw)
+    for name, (model, gpu, tp) in CLOCK_MODELS.items():
+        out[name]["arch"] = {
+            "model": model,
+            "gpu": gpu,
+            "tp": tp,
+            "_about": "the clock model (LLMProfile.at_clock): the roofline model of this model on "
+            "this GPU, whose ratios at another SM clock scale this profile's figures",
+        }
+    for name, (model, gpu, tp) in ARCH_PROFILES.items():
+        out[name] = llm_arch.build_profile(model, gpu, tp, name=name)
     return out
 
 

@@ -18,7 +18,20 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"  # data/README.md: the published tables
 VIDUR = DATA / "vidur_llama_linear_ops_ms.csv"
 SPLITWISE = DATA / "splitwise_llm_perf_model.csv"
-SHIPPED = ["llama-2-70b-tp8-a100", "llama-2-7b-a100", "llama-2-7b-h100"]
+#: the measured profiles (the others are built by the roofline model: tests/test_llm_arch.py)
+MEASURED = ["llama-2-70b-tp8-a100", "llama-2-7b-a100", "llama-2-7b-h100"]
+ARCH = sorted(
+    f"{m}{'' if tp == 1 else f'-tp{tp}'}-{g}"
+    for m, tps in (
+        ("llama-3.1-8b", (1,)),
+        ("qwen2.5-7b", (1,)),
+        ("llama-3.1-70b", (4, 8)),
+        ("mixtral-8x7b", (2,)),
+    )
+    for tp in tps
+    for g in ("a100", "h100", "h200")
+)
+SHIPPED = sorted(MEASURED + ARCH)
 KIB = 1024
 
 
@@ -136,7 +149,7 @@ def test_kv_capacity_errors():
         p.kv_blocks_total(block_size=0)
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", MEASURED)
 def test_decode_time_grows_with_batch_and_context(name):
     p = L.load(name)
     per_req = 1000
@@ -145,7 +158,7 @@ def test_decode_time_grows_with_batch_and_context(name):
     assert p.decode_time_s(16, 40_000) > p.decode_time_s(16, 10_000) > p.decode_time_s(16, 0)
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", MEASURED)
 def test_prefill_time_grows_with_tokens(name):
     p = L.load(name)
     t = [p.prefill_time_s(n, n * n) for n in (128, 512, 2048, 4096)]
@@ -259,7 +272,7 @@ def test_max_num_seqs_checks():
         p7.check_max_num_seqs(4097)
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", MEASURED)
 def test_power_positive_and_bounded(name):
     p = L.load(name)
     top = p.num_gpus * p.gpu_rated_power_w

@@ -205,6 +205,11 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     ``rate_window_s``, ``recent_iterations``, ``scheduler``, ``decode_first``,
     ``split_prompts``, ``budget_grid``).
 
+    * ``clock_mhz``: the GPU's SM clock in MHz, fixed for the episode (``None``: the GPU's
+      default, its maximum): the profile becomes ``profile.at_clock(clock_mhz)``
+      (:meth:`batch_env.llm_profile.LLMProfile.at_clock`: compute-bound prefills slow
+      with the clock, memory-bound decodes barely, power falls). The profile must have a
+      clock model (every shipped one has); the clock must be in the GPU's range.
     * ``task``: set by a benchmark task's registration (its id, e.g. ``batch_env/LLMMemoryPressure-v0``);
       the other kwargs must then keep the task's values, except ``render_mode``
       and the episode length (:func:`batch_env.tasks.check_task_kwargs`).
@@ -237,6 +242,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
       unchanged; the ``scheduler`` option (``"chunked"``) added later, the default
       unchanged.
     * v1: :class:`LLMBatchingV1Env`, the chunked scheduler by default.
+    * All, later: ``clock_mhz`` (the GPU's SM clock) added, the default unchanged.
     * Both, later: observation feature 4 no longer counts the chunked scheduler's
       prefills in progress as waiting (it could exceed 1, outside the space, when they
       were past their TTFT deadline); the dynamics, rewards and summaries are unchanged.
@@ -311,6 +317,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         torch_device: str = "auto",
         executor_options: dict | None = None,
         task: str | None = None,
+        clock_mhz: float | None = None,
     ) -> None:
         # (a subclass's own arguments, e.g. v2's classes, join the constructor's here)
         config = self._config_class.from_arguments({**locals(), **self._more_arguments})
@@ -319,7 +326,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         # the iterations' timeline of the frame modes (None otherwise: nothing per step)
         self._iterations = Timeline() if render_mode in ("rgb_array", "human") else None
         self._iter_tokens = 0
-        prof = load_llm_profile(profile)
+        prof = _profile_at_clock(profile, clock_mhz)
         prof.check_max_num_seqs(config.max_num_seqs)
         budget = config.max_num_batched_tokens
         assert budget is not None  # LLMConfig.__post_init__ fills the default
@@ -1279,11 +1286,18 @@ class LLMBatchingV1Env(LLMBatchingEnv):
         torch_device: str = "auto",
         executor_options: dict | None = None,
         task: str | None = None,
+        clock_mhz: float | None = None,
     ) -> None:
         args = dict(locals())
         args.pop("self")
         args.pop("__class__", None)
         super().__init__(**args)
+
+
+def _profile_at_clock(profile: str | dict | LLMProfile, clock_mhz: float | None) -> LLMProfile:
+    """The env's profile, at the GPU's SM clock ``clock_mhz`` (``None``: its default)."""
+    prof = load_llm_profile(profile)
+    return prof if clock_mhz is None else prof.at_clock(clock_mhz)
 
 
 #: Iterations one step of ``LLMBatching-v2`` may run at most (a bound, never reached: a
@@ -1391,6 +1405,7 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
         torch_device: str = "auto",
         executor_options: dict | None = None,
         task: str | None = None,
+        clock_mhz: float | None = None,
         classes: list[dict] | tuple | None = None,
         orders: list[str] | tuple[str, ...] = ("fcfs",),
         oracle_info: bool = False,

@@ -110,6 +110,7 @@ _REQUIRED = (
     "power",
 )
 _OPTIONAL = (
+    "arch",
     "idle_power_source",
     "overhead_ms",
     "extrapolation",
@@ -678,6 +679,122 @@ class LLMProfile:
         if chunk_tokens == 0:
             return self.decode_power_w(decode_batch)
         return self.prefill_power_w(chunk_tokens + max(decode_batch, 0))
+
+    # ----------------------------------------------------------------- the clock
+
+    @property
+    def max_clock_mhz(self) -> float | None:
+        """The GPU's default (maximum) SM clock in MHz, where the profile has a clock model
+        (field ``arch``: see :mod:`batch_env.profiles.llm_arch`); ``None`` otherwise."""
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            return None
+        return self._arch_gpu().max_clock_mhz
+
+    @property
+    def clock_mhz(self) -> float | None:
+        """The SM clock this profile's figures are at (``None``: the default, or no clock
+        model)."""
+        arch = self.raw.get("arch")
+        return None if not isinstance(arch, Mapping) else arch.get("clock_mhz")
+
+    def _arch_gpu(self) -> Any:
+        from . import llm_arch
+
+        arch = self.raw["arch"]
+        try:
+            return llm_arch.load_gpu(arch["gpu"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._err(
+                "arch.gpu",
+                arch.get("gpu") if isinstance(arch, Mapping) else arch,
+                f"a shipped GPU name or a GPU spec ({exc})",
+            ) from None
+
+    def at_clock(self, mhz: float) -> LLMProfile:
+        """This profile with the GPU's SM clock set to ``mhz``.
+
+        Compute-bound work slows by the clock ratio below the clock the GPU runs it at by
+        default (at its power limit, compute-bound iterations already run below the
+        maximum), memory-bound work does not, and power falls with the clock; the model
+        and its constants are :mod:`batch_env.profiles.llm_arch`'s. Every table point,
+        coefficient and power figure is multiplied by the ratio of the roofline model's
+        figure at ``mhz`` to its figure at the default, so a profile built by that model
+        becomes exactly the model at ``mhz``, and a measured profile (the Llama-2 ones)
+        keeps its measurements at the default and scales as the model does. At
+        :attr:`max_clock_mhz` every figure is unchanged.
+
+        :param mhz: the SM clock, within the GPU's supported range.
+        :returns: a new :class:`LLMProfile` (this one is unchanged).
+        :raises ValueError: the profile has no clock model (no field ``arch``), or ``mhz``
+            is outside the GPU's range.
+        """
+        from . import llm_arch
+
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            raise ValueError(
+                f"profile '{self.name}' has no clock model (no field 'arch'): build one from the "
+                "model's config.json with `batch-env profile llm` (batch_env.profiles.llm_arch)"
+            )
+        gpu = self._arch_gpu()
+        f = gpu.check_clock(mhz, "clock_mhz")
+        base_clock = arch.get("clock_mhz")
+        if base_clock is not None and float(base_clock) != gpu.max_clock_mhz:
+            raise ValueError(
+                f"profile '{self.name}' is already at {base_clock} MHz: call at_clock on the "
+                "profile at the default clock"
+            )
+        kw = {k: arch[k] for k in ("max_tokens", "max_batch", "power_context_tokens") if k in arch}
+        tp = int(arch.get("tp", self.num_gpus))
+        ref = LLMProfile(llm_arch.build_profile(arch["model"], gpu, tp, **kw), origin="clock model")
+        new = LLMProfile(
+            llm_arch.build_profile(arch["model"], gpu, tp, clock_mhz=f, **kw), origin="clock model"
+        )
+        d = copy.deepcopy(self.raw)
+        pre, dec, pw = d["prefill"], d["decode"], d["power"]
+
+        def ratio(a: Any, b: Any, x: int) -> float:
+            return float(a(x) / b(x))
+
+        pre["time_ms"] = [
+            y * ratio(new._prefill, ref._prefill, min(x, ref._tok_lim))
+            for x, y in zip(pre["tokens"], pre["time_ms"], strict=True)
+        ]
+        dec["time_ms"] = [
+            y * ratio(new._decode, ref._decode, min(x, ref._bs_lim))
+            for x, y in zip(dec["batch_sizes"], dec["time_ms"], strict=True)
+        ]
+        for sec, key, a, b in (
+            (pre, "ms_per_token", new._p_tok_s, ref._p_tok_s),
+            (pre, "ms_per_sq_token", new._p_sq_s, ref._p_sq_s),
+            (dec, "ms_per_context_token", new._ctx_s, ref._ctx_s),
+        ):
+            sec[key] = sec[key] * (a / b if b > 0 else 1.0)
+
+        def pratio(a: Any, b: Any, x: int, idle: float) -> float:
+            return (a(x) - idle) / max(b(x) - idle, 1e-9)
+
+        idle = self.idle_power_w
+        pw["prefill_w"] = [
+            min(
+                idle
+                + (y - idle) * pratio(new._prefill_power, ref._prefill_power, x, ref.idle_power_w),
+                self.num_gpus * self.gpu_rated_power_w,
+            )
+            for x, y in zip(pw["prefill_tokens"], pw["prefill_w"], strict=True)
+        ]
+        pw["decode_w"] = [
+            min(
+                idle
+                + (y - idle) * pratio(new._decode_power, ref._decode_power, x, ref.idle_power_w),
+                self.num_gpus * self.gpu_rated_power_w,
+            )
+            for x, y in zip(pw["decode_batch_sizes"], pw["decode_w"], strict=True)
+        ]
+        d["arch"] = dict(arch, clock_mhz=f)
+        d["device"] = f"{self.device}, SM clock set to {f:g} MHz"
+        return LLMProfile(d, origin=f"{self.origin} at {f:g} MHz")
 
     # ----------------------------------------------------------------- misc
 
