@@ -21,8 +21,10 @@ Inputs
     idle power, SM clock range, NVLink and all-reduce figures), the fitted efficiencies and
     the power model, each with its source.
 
-The iteration model (per GPU of a tensor-parallel group of ``tp``; every operator of
-every layer, as vLLM runs it: fused norms, rotary and SiLU kernels, one attention call)
+The iteration model
+    Per GPU of a tensor-parallel group of ``tp``, every operator of every layer as vLLM
+    runs it (fused norms, rotary and SiLU kernels, one attention call):
+
     * a GEMM of ``m`` tokens through an ``n x k`` weight:
       ``gemm_floor + max(2 m n k / (peak(f) x eta_compute), bytes / (bandwidth x eta_memory))``,
       bytes = 2 (m k + n k + m n);
@@ -38,6 +40,7 @@ every layer, as vLLM runs it: fused norms, rotary and SiLU kernels, one attentio
       its share of the ``m x top_k`` routed tokens (active experts: the expected number
       under uniform routing, ``E (1 - (1 - k/E)**m)``), plus shared experts;
     * the LM head on one row per prefill iteration and one per decode request.
+
     The GEMMs and elementwise kernels of ``m`` tokens make the profile's tables; the
     attention terms its coefficients (``ms_per_sq_token``, ``ms_per_context_token``;
     ``ms_per_token`` is 0); the attention floors go into the tables.
