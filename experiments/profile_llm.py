@@ -76,6 +76,7 @@ def cmd_profile_llm(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         max_batch=args.max_batch,
         overhead_ms=args.overhead_ms,
+        overhead_ms_per_seq=args.overhead_ms_per_seq,
     )
     prof = llm_profile.load(d)
     path = out or Path(f"{d['name']}.json")
@@ -136,7 +137,13 @@ def add_llm_subparser(profile_parser: argparse.ArgumentParser) -> None:
         "--overhead-ms",
         type=float,
         default=0.0,
-        help="CPU overhead per iteration in ms (default 0)",
+        help="CPU time per iteration the GPU waits for, ms (default 0: overlapped, as vLLM V1)",
+    )
+    p.add_argument(
+        "--overhead-ms-per-seq",
+        type=float,
+        default=0.0,
+        help="CPU time per decoded request per iteration, ms (default 0; vLLM <= 0.5: ~0.06-0.09)",
     )
     add_json(p, "the profile's path and key figures")
     p.set_defaults(func=cmd_profile_llm)

@@ -292,6 +292,7 @@ def test_power_limit_holds_h200_prefill_below_its_maximum_clock():
 def _load_script(name):
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up there
     spec.loader.exec_module(mod)
     return mod
 
@@ -412,3 +413,44 @@ def test_cli_writes_a_profile_and_refuses_mistakes(tmp_path):
     ):
         r = subprocess.run(cmd + args, capture_output=True, text=True, cwd=ROOT)
         assert r.returncode == 2 and needle in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+# --------------------------------------------------------------------------- published runs
+
+
+def test_published_vllm_runs_reproduce():
+    """``scripts/validate_llm_runs.py`` (docs/validation.md, "Architecture-built profiles
+    against published runs"). Sources, as the script's RUNS cite them:
+
+    * vLLM blog, "The State of FP8 KV-Cache and Attention Quantization in vLLM",
+      2026-04-22 (vllm-project/vllm-project.github.io@5ffe2dd): Llama-3.1-8B BF16 on one
+      H100, vLLM v0.19.1; concurrency 1: median ITL = 6.44 ms + 4.37e-5 ms per input token
+      (the post's fit), TTFT about 1.3 s at 32k and 3.55 s at 65k input tokens (chart);
+      Table 4, 150 requests at concurrency 8, ~20k/~2k tokens: median ITL 15.18 ms,
+      672.6 s, 450.3 output tokens/s.
+    * vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction",
+      2024-09-05: 500 prompts of ~462 tokens at QPS inf, 16 or 256 output tokens: Llama-3-8B
+      on an A100 28.5 and 14.8 req/s, on an H100 59 and 31, Llama-3-70B on 4 H100s 25.3 and
+      15.4 (chart).
+    * vLLM blog, "Notes on vLLM v.s. DeepSpeed-FastGen", 2023-11-14 (six printed
+      throughputs, scripts/validate_llm_published.py), with vLLM's per-sequence CPU time
+      measured by WukLab (2024, vLLM v0.5.4: 14.31 ms per iteration at 256 sequences).
+
+    Held: every printed figure within 10% (measured: at most 7.9%), their median within 6%
+    (5.4%); the vLLM V1 runs within 8%; the v0.6.0 A100 runs within 8% (chart-read). Not
+    held, as docs/validation.md says: the v0.6.0 H100 runs are 10-42% faster in the
+    simulator, which lacks v0.6.0's CPU time per iteration (the post's own diagnosis)."""
+    mod = _load_script("validate_llm_runs")
+    figs = mod.run_all()
+    printed = [abs(f.error) for f in figs if not f.chart_read]
+    assert len(printed) == 13 and max(printed) <= 0.10 and statistics.median(printed) <= 0.06
+    v1 = [f for f in figs if f.run.startswith("fp8")]
+    assert len(v1) == 9 and all(abs(f.error) <= 0.08 for f in v1)
+    v060 = {f.what.split(":")[0]: f.error for f in figs if f.run == "v060-blog"}
+    assert all(abs(e) <= 0.08 for w, e in v060.items() if "A100" in w)
+    assert all(0.05 < e < 0.5 for w, e in v060.items() if "H100" in w)
+    v02 = [f.error for f in figs if f.run == "v02-blog"]
+    assert len(v02) == 6 and all(0 < e <= 0.08 for e in v02)
+    # without the CPU term the 2023 runs are 6-20% fast (docs/validation.md)
+    bare = mod.run_v02(0.0)
+    assert max(f.error for f in bare) > 0.19

@@ -690,6 +690,8 @@ def build_profile(
     power_context_tokens: int = 1024,
     gpu_memory_utilization: float = 0.9,
     overhead_ms: float = 0.0,
+    overhead_ms_per_seq: float = 0.0,
+    overhead_source: str | None = None,
 ) -> dict[str, Any]:
     """An LLM profile (the dict :func:`batch_env.llm_profile.load` reads) of ``model`` on
     ``tp`` GPUs of kind ``gpu`` with the SM clock set to ``clock_mhz``.
@@ -705,7 +707,12 @@ def build_profile(
     :param power_context_tokens: the context per request at which decode time and power
         are split into table and coefficient (exact there) and decode power tabulated.
     :param gpu_memory_utilization: vLLM's fraction of GPU memory for weights and cache.
-    :param overhead_ms: a constant per-iteration CPU overhead (the profile's ``overhead_ms``).
+    :param overhead_ms: the serving stack's CPU time per iteration that the GPU waits for
+        (the profile's ``overhead_ms``; 0: none, as vLLM's V1 engine overlaps it).
+    :param overhead_ms_per_seq: the same per request decoded in an iteration (vLLM <= 0.5's
+        scheduling and output processing: 0.056-0.085 ms, docs/validation.md).
+    :param overhead_source: where the overhead figures come from (the profile's
+        ``overhead_source``).
     :raises ValueError: invalid inputs, named.
     """
     arch = load_model_config(model)
@@ -720,6 +727,7 @@ def build_profile(
         "gpu_memory_utilization", gpu_memory_utilization, low=0.0, low_inclusive=False, high=1.0
     )
     check_number("overhead_ms", overhead_ms, low=0.0)
+    check_number("overhead_ms_per_seq", overhead_ms_per_seq, low=0.0)
     f_req = g.max_clock_mhz if clock_mhz is None else g.check_clock(clock_mhz)
     cm = CostModel(arch, g, tp)
     weights = arch.params() * arch.dtype_bytes
@@ -779,6 +787,14 @@ def build_profile(
         "idle_power_w": g.idle_power_w * tp,
         "idle_power_source": str(g.raw.get("sources", {}).get("idle_power_w", "the GPU spec")),
         "overhead_ms": float(overhead_ms),
+        "overhead_ms_per_seq": float(overhead_ms_per_seq),
+        "overhead_source": overhead_source
+        or (
+            "none: the CPU's scheduling is taken as overlapped with the GPU, as vLLM's V1 engine "
+            "does (docs/validation.md)"
+            if not (overhead_ms or overhead_ms_per_seq)
+            else "given by the user"
+        ),
         "extrapolation": "none",
         "prefill": {
             "tokens": p_pts,
@@ -816,7 +832,6 @@ def build_profile(
             "max_batch": int(max_batch),
             "power_context_tokens": int(power_context_tokens),
             "gpu_memory_utilization": gpu_memory_utilization,
-            "overhead_ms": float(overhead_ms),
         },
         "citations": _citations(arch, g, tp),
         "notes": {

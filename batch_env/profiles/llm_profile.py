@@ -12,7 +12,8 @@ Iteration time::
 
     prefill_time(p_1..p_k) = overhead_ms + prefill.table(n) + prefill.ms_per_token * n
                              + prefill.ms_per_sq_token * sum p_i**2,      n = sum p_i
-    decode_time(b, C)      = overhead_ms + decode.table(b) + decode.ms_per_context_token * C
+    decode_time(b, C)      = overhead_ms + overhead_ms_per_seq * b + decode.table(b)
+                             + decode.ms_per_context_token * C
 
 ``C`` is the sum of the KV-context lengths of the ``b`` running requests. The tables carry
 the batch-size / token-count dependent part (e.g. the weight-bound linear layers), the
@@ -26,7 +27,10 @@ Fields (``kind: "llm"``, JSON object or dict)
     ``gpu_memory_utilization`` (in (0, 1]; vLLM's default 0.9); ``gpu_rated_power_w`` (per
     GPU, > 0); ``idle_power_w`` (whole server, i.e. all ``num_gpus`` GPUs, >= 0 and <=
     num_gpus x rated); ``idle_power_source`` (string, optional); ``overhead_ms`` (>= 0,
-    optional, default 0: a constant added to every iteration); ``extrapolation``
+    optional, default 0: a constant added to every iteration); ``overhead_ms_per_seq``
+    (>= 0, optional, default 0: added per running request decoded in an iteration, the
+    serving stack's CPU work per sequence, e.g. vLLM <= 0.5's output processing; see
+    ``docs/validation.md``); ``overhead_source`` (string, optional); ``extrapolation``
     (``"none"``, the default, or ``"linear"``);
 
     ``prefill``: ``tokens`` (strictly increasing integers >= 1, at least two), ``time_ms``
@@ -113,6 +117,8 @@ _OPTIONAL = (
     "arch",
     "idle_power_source",
     "overhead_ms",
+    "overhead_ms_per_seq",
+    "overhead_source",
     "extrapolation",
     "model_shape",
     "hardware",
@@ -303,6 +309,11 @@ class LLMProfile:
         self.idle_power_source = ips
         self._number("overhead_ms", d.get("overhead_ms", 0.0), low=0.0)
         self.overhead_ms = float(d.get("overhead_ms", 0.0))
+        self._number("overhead_ms_per_seq", d.get("overhead_ms_per_seq", 0.0), low=0.0)
+        self.overhead_ms_per_seq = float(d.get("overhead_ms_per_seq", 0.0))
+        src = d.get("overhead_source", "")
+        if not isinstance(src, str):
+            raise self._err("overhead_source", src, "a string")
         return server_max
 
     def _read_extrapolation(self) -> bool:
@@ -335,6 +346,7 @@ class LLMProfile:
         self._p_sq_s = float(pre["ms_per_sq_token"]) / 1000.0
         self._ctx_s = float(dec["ms_per_context_token"]) / 1000.0
         self._overhead_s = self.overhead_ms / 1000.0
+        self._per_seq_s = self.overhead_ms_per_seq / 1000.0
         self.max_batch_tokens = None if linear else p_x[-1]
         self.max_batch_size = None if linear else d_x[-1]
         self._tok_lim = math.inf if linear else float(p_x[-1])
@@ -584,7 +596,12 @@ class LLMProfile:
             raise self._eval_error("batch_size", batch_size, self._bs_lim)
         if context_tokens_total < 0:
             raise self._eval_error("context_tokens_total", context_tokens_total, 0)
-        return self._overhead_s + self._decode(batch_size) + self._ctx_s * context_tokens_total
+        return (
+            self._overhead_s
+            + self._per_seq_s * batch_size
+            + self._decode(batch_size)
+            + self._ctx_s * context_tokens_total
+        )
 
     def prefill_power_w(self, prompt_tokens_total: int) -> float:
         """Average whole-server power during a prefill of ``prompt_tokens_total`` tokens.
@@ -608,7 +625,7 @@ class LLMProfile:
         if not 1 <= batch_size <= self._bs_lim:
             raise self._eval_error("batch_size", batch_size, self._bs_lim)
         return (
-            self._overhead_s + self._decode(batch_size),
+            self._overhead_s + self._per_seq_s * batch_size + self._decode(batch_size),
             self._ctx_s,
             self._decode_power(batch_size),
         )
@@ -663,6 +680,7 @@ class LLMProfile:
             raise self._eval_error("decode_context", decode_context, 0)
         return (
             self._overhead_s
+            + self._per_seq_s * decode_batch
             + self._prefill(n)
             + self._p_tok_s * n
             + self._p_sq_s * chunk_attention
