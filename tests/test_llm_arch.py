@@ -209,6 +209,7 @@ def test_bad_gpu_spec_is_one_line(change, needle):
         A.load_gpu(d)
     with pytest.raises(ValueError, match="--gpu='b200' is invalid"):
         A.load_gpu("b200")
+    assert A.load_gpu("H100").name == "h100-sxm" and A.load_gpu("a100").name == "a100-80gb"
 
 
 # --------------------------------------------------------------------------- the clock

@@ -389,8 +389,21 @@ def available_gpus() -> list[str]:
     return sorted(p.name[:-5] for p in _gpu_dir().iterdir() if p.name.endswith(".json"))
 
 
+#: Other names of the shipped GPU specs (case does not matter).
+GPU_ALIASES = {
+    "a100": "a100-80gb",
+    "a100-sxm": "a100-80gb",
+    "a100-sxm4-80gb": "a100-80gb",
+    "h100": "h100-sxm",
+    "h100-80gb": "h100-sxm",
+    "h100-sxm5-80gb": "h100-sxm",
+    "h200-sxm": "h200",
+}
+
+
 def load_gpu(x: str | os.PathLike[str] | Mapping[str, Any] | GPUSpec) -> GPUSpec:
-    """A :class:`GPUSpec` from a shipped name, a JSON path or a dict.
+    """A :class:`GPUSpec` from a shipped name (or one of :data:`GPU_ALIASES`), a JSON path
+    or a dict.
 
     :raises ValueError: an unknown name, or a missing or invalid field (named).
     """
@@ -398,14 +411,16 @@ def load_gpu(x: str | os.PathLike[str] | Mapping[str, Any] | GPUSpec) -> GPUSpec
         return x
     if isinstance(x, Mapping):
         return _gpu_from_dict(dict(x), "GPU spec")
+    if isinstance(x, str) and not os.path.exists(x):
+        x = GPU_ALIASES.get(x.lower(), x.lower())
     if isinstance(x, str) and x in available_gpus():
         data = json.loads(_gpu_dir().joinpath(f"{x}.json").read_text(encoding="utf-8"))
         return _gpu_from_dict(data, f"GPU spec '{x}'")
     if isinstance(x, (str, os.PathLike)) and os.path.exists(os.fspath(x)):
         return _gpu_from_dict(_read_json(x, "GPU spec"), f"GPU spec {os.fspath(x)!r}")
     raise ValueError(
-        f"--gpu={x!r} is invalid: expected a shipped GPU ({', '.join(available_gpus())}) or a "
-        "path to a GPU spec JSON file"
+        f"--gpu={x!r} is invalid: expected a shipped GPU ({', '.join(available_gpus())}; also "
+        f"{', '.join(sorted(GPU_ALIASES))}) or a path to a GPU spec JSON file"
     )
 
 
