@@ -118,7 +118,9 @@ def add_llm_subparser(profile_parser: argparse.ArgumentParser) -> None:
         help="a model hub config.json, or a shipped name (llama-3.1-8b, qwen2.5-7b, ...)",
     )
     p.add_argument(
-        "--gpu", required=True, help="a100-80gb, h100-sxm, h200, or a GPU spec JSON file"
+        "--gpu",
+        required=True,
+        help="a100-80gb (or a100), h100-sxm (or h100), h200, or a GPU spec JSON file",
     )
     p.add_argument("--tp", type=count(1), default=1, help="tensor-parallel degree (default 1)")
     p.add_argument(
