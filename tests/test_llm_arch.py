@@ -421,37 +421,45 @@ def test_cli_writes_a_profile_and_refuses_mistakes(tmp_path):
 
 def test_published_vllm_runs_reproduce():
     """``scripts/validate_llm_runs.py`` (docs/validation.md, "Architecture-built profiles
-    against published runs"). Sources, as the script's RUNS cite them:
+    against published runs"); the sources, with every figure, are in the script:
 
     * vLLM blog, "The State of FP8 KV-Cache and Attention Quantization in vLLM",
-      2026-04-22 (vllm-project/vllm-project.github.io@5ffe2dd): Llama-3.1-8B BF16 on one
-      H100, vLLM v0.19.1; concurrency 1: median ITL = 6.44 ms + 4.37e-5 ms per input token
-      (the post's fit), TTFT about 1.3 s at 32k and 3.55 s at 65k input tokens (chart);
-      Table 4, 150 requests at concurrency 8, ~20k/~2k tokens: median ITL 15.18 ms,
-      672.6 s, 450.3 output tokens/s.
-    * vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement and 5x Latency Reduction",
-      2024-09-05: 500 prompts of ~462 tokens at QPS inf, 16 or 256 output tokens: Llama-3-8B
-      on an A100 28.5 and 14.8 req/s, on an H100 59 and 31, Llama-3-70B on 4 H100s 25.3 and
-      15.4 (chart).
-    * vLLM blog, "Notes on vLLM v.s. DeepSpeed-FastGen", 2023-11-14 (six printed
-      throughputs, scripts/validate_llm_published.py), with vLLM's per-sequence CPU time
-      measured by WukLab (2024, vLLM v0.5.4: 14.31 ms per iteration at 256 sequences).
+      2026-04-22: Llama-3.1-8B BF16 on one H100, vLLM v0.19.1 (V1); median ITL = 6.44 ms
+      + 4.37e-5 ms per input token at concurrency 1; TTFT about 1.3 s at 32k and 3.55 s at
+      65k input tokens (chart); Table 4: median ITL 15.18 ms, 672.6 s, 450.3 tokens/s.
+    * vLLM's CI latency tests (Buildkite performance-benchmark builds 9523, 9555, 9515,
+      late 2024): 8 prompts of 32 tokens, 128 output tokens, mean latency 1579.27 /
+      997.542 / 833.421 ms (Llama-3-8B on A100 / H100 / H200), 3990.59 / 2444.47 / 2077.53
+      (Llama-3-70B TP4), 3643.84 / 2326.97 / 1917.44 (Mixtral-8x7B TP2).
+    * Argonne LLM-Inference-Bench (arXiv 2411.00136, argonne-lcf/LLM-Inference-Bench@4211f5d
+      Plots/All_results.csv): vLLM 0.5.x on an H100, Llama-3-8B TP1, Llama-3-70B TP4,
+      Qwen2-7B TP1, L/L tokens x b prompts, 60 latencies and one TTFT.
+    * vLLM blog, "vLLM v0.6.0: 2.7x Throughput Improvement...", 2024-09-05 (chart): 500
+      prompts of ~462 tokens, 16 or 256 out: 28.5 / 14.8 req/s (8B A100), 59 / 31 (8B
+      H100), 25.3 / 15.4 (70B 4x H100).
+    * vLLM blog, "Notes on vLLM v.s. DeepSpeed-FastGen", 2023-11-14: six throughputs.
 
-    Held: every printed figure within 10% (measured: at most 7.9%), their median within 6%
-    (5.4%); the vLLM V1 runs within 8%; the v0.6.0 A100 runs within 8% (chart-read). Not
-    held, as docs/validation.md says: the v0.6.0 H100 runs are 10-42% faster in the
-    simulator, which lacks v0.6.0's CPU time per iteration (the post's own diagnosis)."""
+    The V0-era runs carry vLLM V0's CPU terms, each from a source other than the runs it
+    is used on (WukLab's per-sequence time; Argonne's batch-1 step against V1's fit).
+
+    Held (measured): the 82 printed figures' median error 4.2% (at most 5%); 69 of them
+    within 10%; every V1 figure within 8%; every 2023 figure within 6%; Llama-3-8B at
+    TP 1 on an H100 (19 Argonne runs) within 9%. Not held, as docs/validation.md says:
+    Llama-3-70B at TP 4 with 16-64 prompts is 8-19% faster in the simulator, Qwen2-7B with
+    long outputs up to 14%, Mixtral on the A100 13% slower, and vLLM v0.6.0 on an H100
+    10-42% slower than simulated."""
     mod = _load_script("validate_llm_runs")
     figs = mod.run_all()
     printed = [abs(f.error) for f in figs if not f.chart_read]
-    assert len(printed) == 13 and max(printed) <= 0.10 and statistics.median(printed) <= 0.06
-    v1 = [f for f in figs if f.run.startswith("fp8")]
-    assert len(v1) == 9 and all(abs(f.error) <= 0.08 for f in v1)
+    assert len(printed) == 82 and statistics.median(printed) <= 0.05
+    assert sum(e <= 0.10 for e in printed) >= 69
+    assert all(abs(f.error) <= 0.08 for f in figs if f.run.startswith("fp8"))
+    assert all(0 < f.error <= 0.06 for f in figs if f.run == "v02-blog")
+    llama8 = [f for f in figs if f.run == "argonne" and f.what.startswith("llama-3.1-8b TP1")]
+    assert len(llama8) == 20 and all(abs(f.error) <= 0.09 for f in llama8)
     v060 = {f.what.split(":")[0]: f.error for f in figs if f.run == "v060-blog"}
     assert all(abs(e) <= 0.08 for w, e in v060.items() if "A100" in w)
     assert all(0.05 < e < 0.5 for w, e in v060.items() if "H100" in w)
-    v02 = [f.error for f in figs if f.run == "v02-blog"]
-    assert len(v02) == 6 and all(0 < e <= 0.08 for e in v02)
-    # without the CPU term the 2023 runs are 6-20% fast (docs/validation.md)
-    bare = mod.run_v02(0.0)
-    assert max(f.error for f in bare) > 0.19
+    # the V0 CPU terms: without them the 2023 runs are 6-20% fast (docs/validation.md)
+    assert max(f.error for f in mod.run_v02(cpu=False)) > 0.19
+    assert mod.V0_MS_PER_ITERATION == pytest.approx(1.2635, abs=1e-3)

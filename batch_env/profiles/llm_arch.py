@@ -38,7 +38,8 @@ The iteration model
       2 (tp - 1) / tp x bytes / bus bandwidth``;
     * mixture of experts: the router, then each active expert's gate-up and down GEMMs on
       its share of the ``m x top_k`` routed tokens (active experts: the expected number
-      under uniform routing, ``E (1 - (1 - k/E)**m)``), plus shared experts;
+      under uniform routing, ``E (1 - (1 - k/E)**m)``), in one fused kernel each (one
+      floor), plus shared experts;
     * the LM head on one row per prefill iteration and one per decode request.
 
     The GEMMs and elementwise kernels of ``m`` tokens make the profile's tables; the
@@ -567,12 +568,16 @@ class CostModel:
 
     # ---- operators
 
-    def _gemm(self, c: IterationCost, m: float, n: int, k: int, times: float = 1.0) -> None:
+    def _gemm(
+        self, c: IterationCost, m: float, n: int, k: int, times: float = 1.0, kernels: float | None = None
+    ) -> None:
+        """``times`` GEMMs of ``m`` tokens through an ``n x k`` weight, in ``kernels``
+        launches (default one each; a fused MoE kernel runs every expert in one)."""
         if m <= 0:
             return
         comp = 2.0 * m * n * k / (self.flops * self.eta_c)
         mem = self.w * (m * k + n * k + m * n) / (self.bw * self.eta_m)
-        c.floor_s += self.g_floor * times
+        c.floor_s += self.g_floor * (times if kernels is None else kernels)
         for _ in range(int(times)):
             c.add_roofline(comp, mem)
         frac = times - int(times)
@@ -601,9 +606,10 @@ class CostModel:
         routed = m * a.experts_per_token
         active = a.experts * (1.0 - (1.0 - a.experts_per_token / a.experts) ** m)
         per = routed / active
-        self._gemm(c, per, 2 * self.inter, h, times=active)
+        # vLLM's fused MoE kernel: every active expert's GEMM in one launch
+        self._gemm(c, per, 2 * self.inter, h, times=active, kernels=1)
         self._elementwise(c, 3 * routed * self.inter * self.w)
-        self._gemm(c, per, h, self.inter, times=active)
+        self._gemm(c, per, h, self.inter, times=active, kernels=1)
         if self.shared:
             self._gemm(c, m, 2 * self.shared, h)
             self._elementwise(c, 3 * m * self.shared * self.w)
