@@ -569,7 +569,13 @@ class CostModel:
     # ---- operators
 
     def _gemm(
-        self, c: IterationCost, m: float, n: int, k: int, times: float = 1.0, kernels: float | None = None
+        self,
+        c: IterationCost,
+        m: float,
+        n: int,
+        k: int,
+        times: float = 1.0,
+        kernels: float | None = None,
     ) -> None:
         """``times`` GEMMs of ``m`` tokens through an ``n x k`` weight, in ``kernels``
         launches (default one each; a fused MoE kernel runs every expert in one)."""
