@@ -11,6 +11,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import batch_env  # noqa: F401 (registers the ids)
+
 V2 = "batch_env/LLMBatching-v2"
 CHAT = {
     "name": "chat",
@@ -231,3 +233,45 @@ def test_own_arrivals_and_shares_do_not_mix():
         make(classes=[{**OWN[0], "share": 0.5}, OWN[1]])
     with pytest.raises(ValueError, match=r"classes\[1\]\.workload"):
         make(classes=[OWN[0], {**OWN[1], "workload": {"kind": "poisson"}}])
+
+
+def test_one_class_with_its_own_lengths_beats_the_trace_columns(tmp_path):
+    """Lengths given twice (a trace's token columns and the only class's ``lengths``): the
+    class's win, in the episode as in the construction-time check. The long fuzz profile
+    found the episode drawing the trace's 64-token prompts under max_model_len 64 while
+    the check had passed the class's 30-token ones (issue 48, item 8)."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"{0.1 * i:.1f},64,8\n" for i in range(50))
+    )
+    cls = {"name": "only", "lengths": {"kind": "fixed", "prompt_tokens": 30, "output_tokens": 8}}
+    env = make(
+        workload={"kind": "trace", "path": str(path)},
+        classes=[cls],
+        max_model_len=64,
+        max_num_seqs=8,
+        horizon_requests=40,
+    )
+    episode(env, 0)
+    u = env.unwrapped
+    assert set(u._server.prompt) == {30} and len(u._server.prompt) >= 40
+    # the same with the env's own (drawn) lengths: the class's win there too
+    env = make(
+        workload={"kind": "poisson", "rate_per_s": 5.0},
+        lengths={"kind": "fixed", "prompt_tokens": 100, "output_tokens": 8},
+        classes=[cls],
+        max_model_len=64,
+        horizon_requests=40,
+    )
+    episode(env, 0)
+    assert set(env.unwrapped._server.prompt) == {30}
+    # and a class whose lengths never fit is refused when the env is made, named
+    with pytest.raises(ValueError, match=r"classes\[0\]\.lengths"):
+        make(
+            workload={"kind": "trace", "path": str(path)},
+            classes=[
+                {**cls, "lengths": {"kind": "fixed", "prompt_tokens": 70, "output_tokens": 8}}
+            ],
+            max_model_len=64,
+        )

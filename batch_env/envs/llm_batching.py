@@ -584,7 +584,9 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             if len(times) == 0:
                 self._ended = True
                 return False
-            if self._multi or self._by_source:
+            if self._multi or self._by_source or self._own_lengths[0] is not None:
+                # a class's own lengths win over the env's and a trace's token columns
+                # (RequestClass), as the construction-time checks assume
                 cls, p, o = self._class_lengths(ch)
             else:
                 cls = None
@@ -626,6 +628,8 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         n = len(ch.times)
         if self._by_source:  # the classes' own arrivals: the part is the class
             cls = np.asarray(ch.source, np.int64)
+        elif not self._multi:  # one class: nothing to draw
+            cls = np.zeros(n, np.int64)
         else:
             cls = rng.choice(len(self._classes), size=n, p=self._shares)
         p = np.empty(n, np.int64)
