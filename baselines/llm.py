@@ -47,6 +47,7 @@ from typing import Any
 import gymnasium as gym
 
 from batch_env.checks import check_number
+from batch_env.llm.actions import ActionCodec
 
 from .common import env_config
 
@@ -101,6 +102,7 @@ class _CapPolicy:
         self._budget_index = len(self.budgets) - 1
         self.orders = _orders(env)
         self._order_index = self.orders.index("fcfs") if "fcfs" in self.orders else 0
+        self._codec = ActionCodec(self.grid, self.budgets, self.orders)
 
     def action_for(
         self, cap: int, budget_index: int | None = None, order_index: int | None = None
@@ -111,7 +113,7 @@ class _CapPolicy:
         i = self._budget_index if budget_index is None else budget_index
         o = self._order_index if order_index is None else order_index
         cap_index = max(bisect_right(self.grid, cap) - 1, 0)
-        return (o * len(self.budgets) + i) * len(self.grid) + cap_index
+        return self._codec.encode(cap_index, i, o)
 
     def sarathi_budget_index(self, info: dict[str, Any]) -> int:
         """Sarathi-Serve's rule (:class:`SarathiBudgetPolicy`): the index of the largest

@@ -27,6 +27,7 @@ from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, LLMConfigV1, LLMConfigV2, 
 from ..core import ServingCore
 from ..executor import LLMExecutor, LLMProfileExecutor, make_llm_executor
 from ..llm import ChunkedScheduler, Iteration, LLMServerState, Plan, SLABooks, make_scheduler
+from ..llm.actions import ActionCodec, LLMAction
 from ..llm.orders import FCFS, candidates
 from ..metrics import llm_metrics, summarize
 from ..profiles.llm_profile import LLMProfile
@@ -435,8 +436,10 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 "orders: 'srpt' admits by the true remaining output lengths, which no "
                 "realizable policy knows: make the env with oracle_info=True to offer it"
             )
-        n = len(self._grid) * len(self._budgets) * len(self._orders)
-        self.action_space = spaces.Discrete(n)
+        #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`,
+        #: :meth:`action_of`
+        self.actions = ActionCodec(self._grid, self._budgets, self._orders)
+        self.action_space = spaces.Discrete(self.actions.n)
         self._order_feats = bool(self._more_arguments.get("order_features", False))
         high = np.array(
             [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
@@ -447,7 +450,7 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self.observation_space = spaces.Box(
             np.zeros(high.size, dtype=np.float32), high, dtype=np.float32
         )
-        self._mask = np.ones(n, dtype=bool)
+        self._mask = np.ones(self.actions.n, dtype=bool)
 
         # last, once the configuration is valid: a real executor builds a model and a meter
         self.executor = make_llm_executor(
@@ -730,13 +733,36 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._sla_books.finish(e, t, self._server.output[e])
 
     def _setting(self, action: int) -> tuple[int, int, str]:
-        """The cap, budget and admission order of ``action``, now in force:
-        ``a = (order index * len(budgets) + budget index) * len(grid) + cap index``."""
-        ng, nb = len(self._grid), len(self._budgets)
-        self._cap_now = self._grid[action % ng]
-        self._budget_now = self._budgets[(action // ng) % nb]
-        self._order_now = self._orders[action // (ng * nb)]
+        """The cap, budget and admission order of ``action``, now in force
+        (:class:`batch_env.llm.actions.ActionCodec`)."""
+        c, b, o = self.actions.indices(action)
+        self._cap_now, self._budget_now, self._order_now = (
+            self._grid[c],
+            self._budgets[b],
+            self._orders[o],
+        )
         return self._cap_now, self._budget_now, self._order_now
+
+    def action_parts(self, action: int) -> LLMAction:
+        """The parts of ``action``: ``LLMAction(cap, budget, order)``.
+
+        ``action = (order index * len(budgets) + budget index) * len(grid) + cap index``
+        over the caps :attr:`grid`, the token budgets (``budget_grid``, else
+        ``max_num_batched_tokens``) and the admission orders (v2's ``orders``, else FCFS).
+
+        :raises ValueError: ``action`` is not an action of this env.
+        """
+        return self.actions.parts(action)
+
+    def action_of(self, cap: int, budget: int | None = None, order: str | None = None) -> int:
+        """The action that sets this cap, token budget and admission order.
+
+        :param cap: one of :attr:`grid`.
+        :param budget: one of the env's budgets (default: the largest, as vLLM runs).
+        :param order: one of the env's admission orders (default ``"fcfs"``).
+        :raises ValueError: a part the env does not offer, naming those it does.
+        """
+        return self.actions.action(cap, budget, order)
 
     def _run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
         """One iteration of the scheduler at this setting and the order in force

@@ -12,7 +12,9 @@
 - :mod:`.vllm_v0`: ``"vllm-v0"``, vLLM v0's default scheduler (an iteration is a prefill of
   whole prompts or one decode step of every running request);
 - :mod:`.chunked`: ``"chunked"``, vLLM v1's / Sarathi-Serve's chunked prefill (decodes
-  first, then prompt chunks filling the token budget, in one mixed iteration).
+  first, then prompt chunks filling the token budget, in one mixed iteration);
+- :mod:`.actions`: :class:`ActionCodec`, the LLM envs' action encoding (cap, token
+  budget, admission order), and :class:`LLMAction`, an action's parts.
 
 The envs (:mod:`batch_env.envs.llm_batching`) keep the MDP: spaces, decision epochs,
 reward, observation, the SLA bookkeeping and the summary. A scheduler changes only the
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .actions import ActionCodec, LLMAction
 from .chunked import ChunkedScheduler
 from .scheduler import Host, Iteration, Plan, Scheduler
 from .sla import SLABooks
@@ -59,9 +62,11 @@ def make_scheduler(
 
 __all__ = [
     "SCHEDULERS",
+    "ActionCodec",
     "ChunkedScheduler",
     "Host",
     "Iteration",
+    "LLMAction",
     "LLMServerState",
     "Plan",
     "SLABooks",

@@ -1,0 +1,116 @@
+"""An LLM env's action and its parts: the cap, the token budget and the admission order.
+
+The LLM envs (``LLMBatching-v0/v1/v2``) offer one ``Discrete`` action that picks a cap on
+running requests from ``grid``, a token budget from ``budgets`` (v1/v2 with a
+``budget_grid``; else the one budget) and an admission order from ``orders`` (v2's
+``orders``; else FCFS)::
+
+    action = (order index * len(budgets) + budget index) * len(grid) + cap index
+
+:class:`ActionCodec` is that encoding, the only place it is written: the envs decode their
+actions with it, the baselines encode theirs, and a user's policy goes between an action
+and its parts with ``env.unwrapped.action_parts(action)`` and
+``env.unwrapped.action_of(cap=..., budget=..., order=...)``
+(``docs/tutorials/policy.md``, "An LLM policy").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+__all__ = ["ActionCodec", "LLMAction"]
+
+
+class LLMAction(NamedTuple):
+    """The parts of one LLM action."""
+
+    cap: int
+    budget: int
+    order: str
+
+
+class ActionCodec:
+    """The action encoding of an LLM env with these caps, budgets and orders.
+
+    :param grid: the caps (increasing).
+    :param budgets: the token budgets (increasing; one where the action does not pick it).
+    :param orders: the admission orders (``("fcfs",)`` where the action does not pick it).
+    """
+
+    def __init__(self, grid: Sequence[int], budgets: Sequence[int], orders: Sequence[str]) -> None:
+        self.grid = tuple(int(c) for c in grid)
+        self.budgets = tuple(int(b) for b in budgets)
+        self.orders = tuple(str(o) for o in orders)
+        if not (self.grid and self.budgets and self.orders):
+            raise ValueError("an LLM action needs at least one cap, one budget and one order")
+
+    @property
+    def n(self) -> int:
+        """The number of actions: ``len(grid) * len(budgets) * len(orders)``."""
+        return len(self.grid) * len(self.budgets) * len(self.orders)
+
+    def encode(self, cap_index: int, budget_index: int = 0, order_index: int = 0) -> int:
+        """The action of these indices (each checked against its list)."""
+        for name, i, seq in (
+            ("cap_index", cap_index, self.grid),
+            ("budget_index", budget_index, self.budgets),
+            ("order_index", order_index, self.orders),
+        ):
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(seq):
+                raise ValueError(
+                    f"{name}={i!r} is out of range: expected an integer in 0..{len(seq) - 1}"
+                )
+        return (order_index * len(self.budgets) + budget_index) * len(self.grid) + cap_index
+
+    def indices(self, action: int) -> tuple[int, int, int]:
+        """``(cap index, budget index, order index)`` of ``action`` (in ``0..n-1``)."""
+        ng, nb = len(self.grid), len(self.budgets)
+        return action % ng, (action // ng) % nb, action // (ng * nb)
+
+    def parts(self, action: int) -> LLMAction:
+        """The cap, budget and order of ``action``.
+
+        :raises ValueError: ``action`` is not an integer in ``0..n-1``.
+        """
+        if isinstance(action, bool) or not isinstance(action, int) or not 0 <= action < self.n:
+            try:
+                ok = float(action).is_integer() and 0 <= int(action) < self.n
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"action={action!r} is out of range: expected an integer in 0..{self.n - 1}"
+                )
+            action = int(action)
+        c, b, o = self.indices(action)
+        return LLMAction(self.grid[c], self.budgets[b], self.orders[o])
+
+    def action(self, cap: int, budget: int | None = None, order: str | None = None) -> int:
+        """The action that sets ``cap``, ``budget`` and ``order``.
+
+        :param cap: one of :attr:`grid`.
+        :param budget: one of :attr:`budgets` (default: the largest, the configured
+            ``max_num_batched_tokens``, as vLLM runs).
+        :param order: one of :attr:`orders` (default: ``"fcfs"`` where offered, else the
+            first).
+        :raises ValueError: a part the env does not offer, naming the values it does.
+        """
+        if cap not in self.grid:
+            raise ValueError(f"cap={cap!r} is not one of the env's caps: grid={list(self.grid)}")
+        if budget is None:
+            budget = self.budgets[-1]
+        if budget not in self.budgets:
+            raise ValueError(
+                f"budget={budget!r} is not one of the env's token budgets: {list(self.budgets)} "
+                "(budget_grid, or max_num_batched_tokens)"
+            )
+        if order is None:
+            order = "fcfs" if "fcfs" in self.orders else self.orders[0]
+        if order not in self.orders:
+            raise ValueError(
+                f"order={order!r} is not one of the env's admission orders: {list(self.orders)}"
+            )
+        return self.encode(
+            self.grid.index(cap), self.budgets.index(budget), self.orders.index(order)
+        )
