@@ -28,6 +28,7 @@ from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import (
     ClassPriorityPolicy,
     EDFPolicy,
+    LLMGreedyPolicy,
     MemoryAwarePolicy,
     OracleSRPTPolicy,
     Pang2025Policy,
@@ -42,8 +43,19 @@ from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .smdp_mmpp import MMPPBeliefPolicy, MMPPOraclePolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
 
+
+def _greedy(env: gym.Env | None = None, **params: Any) -> Policy:
+    """``greedy``: serve as much as fits at every decision. On DynamicBatching and
+    NodeBatching :class:`GreedyPolicy` (``min(queue, max_batch_size)``); on an LLM env
+    :class:`LLMGreedyPolicy`, vLLM's defaults (the largest cap and token budget, first
+    come first served), the benchmark's ``greedy`` reference on the LLM tasks."""
+    if env is not None and hasattr(getattr(env, "unwrapped", env), "action_parts"):
+        return LLMGreedyPolicy(env=env, **params)
+    return GreedyPolicy(env=env, **params)
+
+
 _REGISTRY: dict[str, Callable[..., Any]] = {
-    "greedy": GreedyPolicy,
+    "greedy": _greedy,
     "static": StaticPolicy,
     "timeout": TritonTimeoutPolicy,
     "tfserving": TFServingPolicy,
@@ -91,6 +103,7 @@ __all__ = [
     "EDFPolicy",
     "GraphBatchingPolicy",
     "GreedyPolicy",
+    "LLMGreedyPolicy",
     "LazyBatchingPolicy",
     "MMPPBeliefPolicy",
     "MMPPOraclePolicy",

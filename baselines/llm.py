@@ -168,6 +168,22 @@ class StaticCapPolicy(_CapPolicy):
         return self._action
 
 
+class LLMGreedyPolicy(StaticCapPolicy):
+    """``greedy`` on an LLM env: vLLM's defaults, as much as fits at every iteration: the
+    largest cap (the env's ``max_num_seqs``), the largest token budget
+    (``max_num_batched_tokens``) and first come first served. What the benchmark's
+    ``greedy`` reference runs on the LLM tasks (score 0); ``baselines.make("greedy", env)``
+    builds it on an LLM env (:class:`~baselines.heuristics.GreedyPolicy` on the others).
+
+    :param env: an LLMBatching env.
+    """
+
+    name = "greedy"
+
+    def __init__(self, env: gym.Env | None = None) -> None:
+        super().__init__(env)
+
+
 class MemoryAwarePolicy(_CapPolicy):
     """Algorithm 1 of Pang et al.: the cap the KV cache can hold at the current footprint.
 

@@ -61,3 +61,36 @@ def test_the_baselines_encode_with_it():
     pol.reset()
     part = u.action_parts(pol.act(obs, info))
     assert part.budget == 512 and part.cap == u.grid[-1]
+
+
+@pytest.mark.parametrize(
+    "task",
+    [
+        "batch_env/LLMMemoryPressure-v0",
+        "batch_env/LLMMemoryPressure-v1",
+        "batch_env/LLMBurstyLongPrompts-v0",
+        "batch_env/LLMTwoClasses-v0",
+    ],
+)
+def test_greedy_is_the_benchmarks_greedy_on_the_llm_tasks(task):
+    """One name, one policy: ``baselines.make("greedy", env)`` on an LLM env is vLLM's
+    defaults, the policy the benchmark's ``greedy`` reference runs (score 0)."""
+    import warnings
+
+    from experiments.benchmark import REFERENCE_POLICIES
+
+    name, params = REFERENCE_POLICIES[task]["greedy"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make(task, horizon_requests=50)
+    ref, mine = baselines.make(name, env, **params), baselines.make("greedy", env)
+    assert mine.name == "greedy"
+    obs, info = env.reset(seed=0)
+    ref.reset()
+    mine.reset()
+    for _ in range(200):
+        a = mine.act(obs, info)
+        assert a == ref.act(obs, info)
+        obs, _, term, trunc, info = env.step(a)
+        if term or trunc:
+            break
