@@ -618,6 +618,11 @@ class AgentPolicy:
             chain.append(env)
             env = env.env
         chain.reverse()  # innermost first
+        #: the raw env the policy acts on: its spaces and id (batch_env.evaluate checks
+        #: an env against them before the first step)
+        self.env_id = env_id
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
         self._obs_steps: list[tuple[bool, Any]] = []  # (stateful, wrapper or function)
         for w in chain:
             if isinstance(w, gym.ObservationWrapper):

@@ -143,6 +143,39 @@ class EvaluationResult:
         )
 
 
+def check_policy_fits(policy: Policy, env: gym.Env, label: str | None = None) -> None:
+    """Refuse, before any step, a policy whose observation or action space does not fit
+    ``env``'s: a policy that declares the spaces it was trained on (``observation_space``,
+    ``action_space``, and ``env_id`` where it knows it, as a trained agent does) against
+    the raw env's.
+
+    :raises ValueError: naming both shapes (or sizes) and both env ids.
+    """
+    want_obs = getattr(policy, "observation_space", None)
+    want_act = getattr(policy, "action_space", None)
+    if want_obs is None and want_act is None:
+        return
+    raw = getattr(env, "unwrapped", env)
+    here = getattr(getattr(env, "spec", None), "id", None) or type(raw).__name__
+    trained = getattr(policy, "env_id", None) or "its training env"
+    who = label or getattr(policy, "name", None) or type(policy).__name__
+    o_have = getattr(raw.observation_space, "shape", None)
+    o_want = getattr(want_obs, "shape", None)
+    if want_obs is not None and o_want != o_have:
+        raise ValueError(
+            f"policy {who!r} does not fit the env: it observes shape {o_want} ({trained}) where "
+            f"{here} gives shape {o_have}; evaluate it on the env it was trained on (leave "
+            "out --env-id) or train it on this one"
+        )
+    a_have, a_want = getattr(raw.action_space, "n", None), getattr(want_act, "n", None)
+    if want_act is not None and a_want != a_have:
+        raise ValueError(
+            f"policy {who!r} does not fit the env: it chooses among {a_want} actions ({trained}) "
+            f"where {here} offers {a_have}; evaluate it on the env it was trained on or train "
+            "it on this one"
+        )
+
+
 def evaluate(
     policy: Policy,
     env: gym.Env | str | Callable[[], gym.Env],
@@ -185,6 +218,7 @@ def evaluate(
     elif not isinstance(env, gym.Env) and callable(env):
         env = env()
     label = name or getattr(policy, "name", None) or type(policy).__name__
+    check_policy_fits(policy, env, label)
     seeds = [seed + k for k in range(n_episodes)]
     if options is None or isinstance(options, dict):
         per_episode: list[dict[str, Any] | None] = [options] * n_episodes

@@ -19,6 +19,7 @@ from baselines import available
 from baselines.smdp import SMDPProblem, solve
 from batch_env.evaluate import Policy
 from batch_env.metrics import HEADLINE_KEYS
+from batch_env.tasks import TASKS
 from experiments.harness.options import (
     DEFAULT_ENV_ID,
     ENV_DEFAULTS,
@@ -85,10 +86,12 @@ def env_differences(
 def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     """Evaluate baselines (default parameters) and trained agents (``<algo>:<run_dir>``).
 
-    The env: the one the env options describe when any is given; else, with an agent
-    among the policies, the env the first agent was trained on (its env id and kwargs);
-    else the default env. An agent evaluated on an env other than its training env gets
-    a one-line notice on stderr naming the differing keyword arguments.
+    The env: with an agent among the policies, the env the first agent was trained on
+    (its env id and kwargs), changed by the env options given (e.g. ``--horizon-requests``),
+    unless ``--env-id`` names another env; else the env the options describe (the default
+    env without ``--env-id``). An agent evaluated on an env other than its training env
+    gets a one-line notice on stderr naming the differing keyword arguments, and one whose
+    observation or actions do not fit the env is refused before the first step.
     """
 
     runs = {}
@@ -102,14 +105,18 @@ def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
                     f"give {cfg['algo']}:{run_dir}"
                 )
             runs[name] = (run_dir, cfg)
-    if runs and not env_options_given(args):
-        _, first = next(iter(runs.values()))
-        env_id, env_kwargs = first["env_id"], dict(first["env_kwargs"])
+    given_id = getattr(args, "env_id", None)
+    first = next(iter(runs.values()))[1] if runs else None
+    if first is not None and given_id in (None, first["env_id"]):
+        # the run's env, with what the env options change (e.g. the episode length)
+        env_id = str(first["env_id"])
+        env_kwargs = {
+            **dict(first["env_kwargs"]),
+            **env_options_kwargs(args, env_id, defaults=False),
+        }
     else:
-        env_id, env_kwargs = (
-            getattr(args, "env_id", None) or DEFAULT_ENV_ID,
-            env_options_kwargs(args),
-        )
+        env_id = given_id or DEFAULT_ENV_ID
+        env_kwargs = env_options_kwargs(args, env_id)
     env = make_raw_env(env_id, env_kwargs, "--env-kwargs")
     results = []
     for name in names:
@@ -135,10 +142,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     """Evaluate baselines and trained agents on one env configuration.
 
     A trained agent is <algo>:<run_dir>, a batch-env train run or an rl-zoo3 run folder
-    (logs/<algo>/<env name>_<n>). With no env option (--env-id, --env-kwargs, --profile,
-    --load, ...), the env is the one the (first) agent was trained on, its env id and
-    kwargs; with env options, it is the env they describe, and an agent trained on another
-    env gets a one-line note on stderr naming the differing keyword arguments.
+    (logs/<algo>/<env name>_<n>). The env is the one the (first) agent was trained on, its
+    env id and kwargs, with what the env options change (--horizon-requests, --profile,
+    --env-kwargs, ...); --env-id names another env. An agent evaluated on an env other than
+    its training env gets a one-line note on stderr naming what differs, and one whose
+    observation does not fit the env is refused before the first step.
     """
     results = run_policies(args, args.policy)
     if args.json:
@@ -215,9 +223,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--env-id",
         default=None,
-        choices=list(batch_env.ENV_IDS),
-        help="registered env id (default batch_env/DynamicBatching-v0; with an agent and no env option, "
-        "the agent's own env); an option above that the env "
+        choices=[*batch_env.ENV_IDS, *TASKS],
+        metavar="ENV_ID",
+        help="an env id or a benchmark task id: "
+        + ", ".join([*batch_env.ENV_IDS, *TASKS])
+        + " (default: the agent's own env, else batch_env/DynamicBatching-v0); an option above that the env "
         "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
         "--decision-interval-ms, --service, --service-cv: give its own kwargs, e.g. ttft_sla_ms, "
         "tpot_sla_ms, max_num_seqs, with --env-kwargs)",

@@ -14,9 +14,11 @@ from typing import Any
 
 import yaml
 
+import batch_env
 from agents.common import HYPERPARAMS_DIR
 from agents.policy import read_run_config
 from batch_env import tasks
+from batch_env.tasks import TASKS
 from experiments.harness.config import load_yaml_mapping, parse_mapping
 from experiments.harness.options import add_backend_args, add_json, count, stdout_to_stderr
 from experiments.harness.strict_json import dumps
@@ -294,7 +296,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--env-id",
         default=None,
-        help=f"registered env id (default batch_env/DynamicBatching-v0{kept})",
+        help="an env id or a benchmark task id: "
+        + ", ".join([*batch_env.ENV_IDS, *TASKS])
+        + f" (default batch_env/DynamicBatching-v0{kept})",
     )
     p.add_argument(
         "--env-kwargs",

@@ -279,19 +279,44 @@ def test_evaluate_keeps_an_agent_on_its_own_env(tmp_path, capsys):
         40,
         40,
     ]
+    # an env option changes the run's env, it does not replace it (issue 48, item 2)
     assert (
-        main(["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--horizon-requests", "40"])
+        main(["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--horizon-requests", "30"])
         == 0
     )
     err = capsys.readouterr().err
     assert err.count("note:") == 1 and err.count("\n") == 1
-    for key in (
-        "profile (trained 'resnet50-t4-trt', here 'resnet50-v100')",
-        "sla_ms (trained 20.0, here 15.0)",
-        "max_batch_size (trained 8, here 32)",
-    ):
-        assert key in err
-    assert "horizon_requests" not in err
+    assert "horizon_requests (trained 40, here 30)" in err
+    for key in ("profile", "sla_ms", "max_batch_size"):
+        assert key not in err
+    assert (
+        main(
+            ["evaluate", "--policy", f"ppo:{run}", "--episodes", "1", "--profile", "resnet50-v100"]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "profile (trained 'resnet50-t4-trt', here 'resnet50-v100')" in err
+    assert "sla_ms" not in err and "max_batch_size" not in err
+    # another env whose observation does not fit: refused before the first step
+    assert (
+        main(
+            [
+                "evaluate",
+                "--policy",
+                f"ppo:{run}",
+                "--episodes",
+                "1",
+                "--env-id",
+                "batch_env/LLMBatching-v2",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert (
+        "does not fit the env: it observes shape (5,)" in err and "batch_env/LLMBatching-v2" in err
+    )
 
 
 def test_bench_rounds_interleave_and_the_ratio_is_the_rounds_median():

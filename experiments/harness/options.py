@@ -96,16 +96,22 @@ def config_default(name: str) -> str:
     return f"default {field_default(ServingConfig, name):g}"
 
 
-def env_options_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def env_options_kwargs(
+    args: argparse.Namespace, env_id: str | None = None, defaults: bool = True
+) -> dict[str, Any]:
     """The env kwargs that evaluate's and solve-smdp's options give.
 
     An option is refused (``ValueError`` naming it, the env and what it takes) when the
     env has no such keyword argument (LLMBatching-v0 has no --sla-ms, --max-batch-size,
     --load, ...), and when two options give the same setting (--load and --workload,
     an option and a key of --env-kwargs), instead of one silently winning.
+
+    :param env_id: the env the options are for (default ``--env-id``, else the default env).
+    :param defaults: start from this command's defaults for DynamicBatching-v0 and
+        NodeBatching-v0 (``False``: only what the options give, to change a run's kwargs).
     """
 
-    env_id = getattr(args, "env_id", None) or DEFAULT_ENV_ID
+    env_id = env_id or getattr(args, "env_id", None) or DEFAULT_ENV_ID
     names = env_kwarg_names(env_id)
     given = [(opt, dest, kw) for opt, dest, kw in ENV_OPTIONS if getattr(args, dest) is not None]
     for opt, dest, key in given:
@@ -119,7 +125,7 @@ def env_options_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             f"--load={args.load!r} and --workload={args.workload!r} both set the workload: give one"
         )
     kw: dict[str, Any] = {}
-    if "max_batch_size" in names:  # DynamicBatching-v0 and NodeBatching-v0: this command's defaults
+    if defaults and "max_batch_size" in names:  # DynamicBatching-v0 and NodeBatching-v0
         kw = {
             "profile": ENV_DEFAULTS["profile"],
             "max_batch_size": ENV_DEFAULTS["max_batch_size"],
