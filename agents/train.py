@@ -154,7 +154,7 @@ class TrainArgs:
     """Arguments of a training run (each is a ``batch-env train`` option).
 
     The run's settings (:data:`RUN_SETTINGS`, every field but ``run_dir``, ``resume``,
-    ``progress``, ``announce`` and ``verbose``) default to None, "not given": a new run takes
+    ``overwrite``, ``progress``, ``announce`` and ``verbose``) default to None, "not given": a new run takes
     :data:`DEFAULTS` (the value in brackets below), a resumed run the value saved in its
     ``config.yaml``. Counts must be integers: ``n_timesteps`` (0 only with ``warm_start``),
     ``num_envs``, ``threads``, ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``,
@@ -207,6 +207,9 @@ class TrainArgs:
     choice is recorded in final_evaluation.json's ``kept_best`` [False]."""
     resume: bool = False
     """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
+    overwrite: bool = False
+    """start anew in a run_dir that already holds a run, replacing it (the old run's files
+    are deleted); without it such a run_dir is refused."""
     progress: bool = True
     """show a progress bar."""
     announce: bool = False
@@ -490,9 +493,12 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     if run.exists() and not run.is_dir():
         raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")
     if (run / "config.yaml").exists():
-        raise FileExistsError(
-            f"run directory {str(run)!r} already holds a run: use --resume or another --run-dir"
-        )
+        if not args.overwrite:
+            raise FileExistsError(
+                f"run directory {str(run)!r} already holds a run: use --resume to continue it, "
+                "--overwrite to replace it, or another --run-dir"
+            )
+        shutil.rmtree(run)
     hp = _hyperparams_that_fit(st)
     specs = wrapper_specs(hp.get("env_wrapper"))
     # the entry's env kwargs (rl-zoo3's key: e.g. a task's training episodes), the run's over them

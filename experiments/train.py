@@ -67,6 +67,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         }
     if args.resume and args.run_dir is None:
         raise ValueError("--resume needs --run-dir <the run to continue>")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume continues a run and --overwrite replaces it: give one")
     targs = TrainArgs(
         algo=args.algo,
         env_id=args.env_id,
@@ -86,6 +88,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         warm_start=parse_mapping(args.warm_start, "--warm-start"),
         keep_best=True if args.keep_best else None,
         resume=args.resume,
+        overwrite=args.overwrite,
         progress=not args.no_progress and not args.json,
         announce=not args.json,
         verbose=args.verbose,
@@ -198,6 +201,7 @@ _SET_BY_SWEEP = (
     ("--warm-start", "warm_start", "(trials start from scratch)"),
     ("--keep-best", "keep_best", "(a trial keeps its last model)"),
     ("--resume", "resume", "(a rerun resumes)"),
+    ("--overwrite", "overwrite", "(a rerun resumes)"),
     ("--device", "device", "(trials train on the CPU)"),
     ("--threads", "threads", "(one thread per trial)"),
     ("--checkpoint-freq", "checkpoint_freq", "(one checkpoint at the end)"),
@@ -404,6 +408,11 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="continue --run-dir from its newest usable checkpoint with its saved settings; an option "
         "given again must equal the saved value, except a larger --n-timesteps (extends the run)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start anew in a --run-dir that already holds a run, deleting that run",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(

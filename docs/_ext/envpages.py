@@ -106,6 +106,27 @@ def _spaces(env_id: str) -> tuple[str, str]:
         env.close()
 
 
+#: How to train on an id with the shipped hyperparameters, on every env and task page.
+def training_section(env_id: str) -> list[str]:
+    """The "Train on it" section of an env or task page."""
+    return [
+        "## Train on it",
+        "",
+        "With the shipped hyperparameters (`agents/hyperparams/`, chosen for these envs):",
+        "",
+        "```console",
+        f"$ batch-env train --env-id {env_id} --run-dir runs/{slug(env_id).lower()}",
+        f"$ python -m rl_zoo3.train --algo ppo --gym-packages batch_env --env {env_id} \\",
+        "      --conf-file agents.hyperparams.ppo -tb tb",
+        "```",
+        "",
+        "rl-zoo3 finds them only through `--conf-file agents.hyperparams.<algo>`: without it, it "
+        "trains with its plain defaults, which collapse on these envs "
+        "([training](../tutorials/train.md)).",
+        "",
+    ]
+
+
 def env_page(env_id: str, docs: Path) -> str:
     """The Markdown of one env page."""
     cls = env_class(env_id)
@@ -143,6 +164,7 @@ def env_page(env_id: str, docs: Path) -> str:
         for head, body in sections.items():
             if head != "Version History":
                 lines += [f"## {head}", "", body, ""]
+    lines += training_section(env_id)
     if (docs / "envs" / "usage" / f"{name}.md").exists():
         # included, so that its links stay relative to its own folder (as on GitHub)
         lines += [
@@ -230,6 +252,7 @@ def task_page(task_id: str, frame: str | None = None) -> str:
         kwargs,
         "```",
         "",
+        *training_section(task_id),
     ]
     if task.eval_loads:
         lines += [
