@@ -17,7 +17,10 @@ Tags (grouped as in CleanRL, mirroring ``info["serving"]``):
   on ``DynamicBatching-v0`` and the benchmark tasks built on it with SLA weight 0: the
   SMDP optimum under Poisson arrivals, the phase-aware optimum under MMPP arrivals.
 * ``optimality/normalized_score`` on a benchmark task made with its own settings: 0 at
-  greedy's stored reward rate, 1 at the bound's (``batch_env.tasks.normalized_score``).
+  greedy's stored reward rate, 1 at the bound's (``batch_env.tasks.normalized_score``),
+  per *training* episode (the stochastic policy, as it learns). ``eval/normalized_score``
+  is the figure ``batch-env train`` prints at the end: the final model on the held-out
+  evaluation episodes, paired with greedy on them.
 * ``eval/deterministic/<key>`` and ``eval/stochastic/<key>``: periodic evaluation on a
   separate env with fixed seeds (and, where the env draws its load per episode, fixed
   loads spread over its range), plus ``optimality/gap_eval_deterministic``; on an env
@@ -314,8 +317,13 @@ class PeriodicEvaluation(BaseCallback):
             deterministic=deterministic,
         )
 
-    def evaluate_now(self) -> dict[str, Any]:
-        """Run the evaluation, log it and return the record."""
+    def evaluate_now(self, final: bool = False) -> dict[str, Any]:
+        """Run the evaluation, log it and return the record.
+
+        :param final: the run's last evaluation: the stochastic policy is evaluated even
+            where the deterministic one's episodes were cut (a periodic evaluation skips
+            it then, so that training goes on).
+        """
         start = time.perf_counter()
         record: dict[str, Any] = {
             "timesteps": int(self.num_timesteps),
@@ -326,7 +334,7 @@ class PeriodicEvaluation(BaseCallback):
         bound = self.step_bound()
         for mode, det in (("deterministic", True), ("stochastic", False)):
             self._last[mode] = None
-            if unfinished(record):
+            if unfinished(record) and not final:
                 record[mode] = {"unfinished": {"skipped": True}}
                 continue
             try:
@@ -340,7 +348,12 @@ class PeriodicEvaluation(BaseCallback):
                 )
             except EpisodeCut as cut:
                 record[mode] = {
-                    "unfinished": {"seed": cut.seed, "steps": cut.steps, "max_steps": bound}
+                    "unfinished": {
+                        "seed": cut.seed,
+                        "steps": cut.steps,
+                        "max_steps": bound,
+                        **({"partial": cut.partial} if cut.partial else {}),
+                    }
                 }
                 self.logger.record(f"eval/{mode}/unfinished", 1)
                 continue
@@ -393,7 +406,8 @@ class PeriodicEvaluation(BaseCallback):
         return self.max_steps
 
     def compare_with_reference(self, score_reference: Any = None) -> dict[str, Any] | None:
-        """The last evaluation's deterministic agent against the env's reference baseline
+        """The last evaluation's deterministic agent (its stochastic one where the
+        deterministic episodes were cut: ``agent_mode``) against the env's reference baseline
         on the same episodes (seeds and loads): greedy, or on an LLM env the static cap
         at ``max_num_seqs`` (vLLM's default), the policies the default centring gain and
         a task's normalized score start from. Returns ``{"policy", "reward_rate_per_s":
@@ -403,7 +417,8 @@ class PeriodicEvaluation(BaseCallback):
         task's span from greedy to its bound or best reference, an estimate of the
         score on these episodes (the protocol's figure: ``batch-env benchmark``); None
         on an env without a serving summary, or before any evaluation."""
-        agent = self._last.get("deterministic")
+        mode = "deterministic" if self._last.get("deterministic") is not None else "stochastic"
+        agent = self._last.get(mode)  # the stochastic policy where the deterministic starved
         if agent is None or "reward_rate_per_s" not in agent.episodes[0]:
             return None
         name = reference_baseline(self.env)
@@ -412,15 +427,18 @@ class PeriodicEvaluation(BaseCallback):
         diff = paired_difference(agent, ref, key)
         out: dict[str, Any] = {
             "policy": name,
+            "agent_mode": mode,
             key: [ref.mean(key), ref.ci95(key)],
             "difference": list(diff),
         }
         self.logger.record(f"eval/{name}/{key}", ref.mean(key))
-        self.logger.dump(self.num_timesteps)  # after learn(): nothing else writes it out
         if score_reference is not None:
             low, top = score_reference
             out["normalized_score"] = diff[0] / (top - low)
             out["normalized_score_ci95"] = diff[1] / (top - low)
+            # the held-out estimate; optimality/normalized_score is the training episodes'
+            self.logger.record("eval/normalized_score", out["normalized_score"])
+        self.logger.dump(self.num_timesteps)
         return out
 
     def best_record(self) -> dict[str, Any] | None:

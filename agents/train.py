@@ -800,7 +800,7 @@ def _final_evaluation(
     benchmark task's problem); with ``keep_best`` the best evaluation's model."""
     # stopped at a target: the model is the one that evaluation saw (a periodic
     # evaluation at the last step ran before that rollout's update: evaluate again)
-    final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now()
+    final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now(final=True)
     if keep_best:
         final = _keep_best(run, evaluator, final, norm)
     kb = final.get("kept_best")

@@ -222,9 +222,11 @@ def _rate_curve(env: gym.Env) -> list[list[float]]:
 
 
 def reference_baseline(env: gym.Env) -> str:
-    """The baseline a run is centred on and set against by default: ``greedy``, or on an
-    LLM env (no batch size to fill) ``static-cap`` at ``max_num_seqs``, vLLM's default."""
-    return "greedy" if hasattr(env_config(env), "max_batch_size") else "static-cap"
+    """The baseline a run is centred on and set against by default: ``greedy`` (on an LLM
+    env, vLLM's defaults: :class:`baselines.llm.LLMGreedyPolicy`, the largest cap and
+    token budget, first come first served)."""
+    del env  # the same name on every env since greedy means vLLM's defaults on an LLM env
+    return "greedy"
 
 
 def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:

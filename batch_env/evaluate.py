@@ -246,10 +246,18 @@ class EpisodeCut(RuntimeError):
     :param seed: the episode's seed.
     :param steps: the steps it ran.
     :param max_steps: the evaluation's step bound.
+    :param partial: what the episode did until it was cut, where the env says:
+        ``elapsed_s`` (simulated seconds), ``return`` and ``reward_rate_per_s`` (the
+        rewards' sum over those seconds: minus the cost per second while it ran), and the
+        env's request counts (``arrived``, ``completed``, ``waiting``, ``in_service``,
+        ``dropped``) at the cut.
     """
 
-    def __init__(self, seed: int, steps: int, max_steps: int) -> None:
+    def __init__(
+        self, seed: int, steps: int, max_steps: int, partial: dict[str, Any] | None = None
+    ) -> None:
         self.seed, self.steps, self.max_steps = seed, steps, max_steps
+        self.partial = dict(partial or {})
         super().__init__(
             f"episode with seed {seed} ended after {steps} steps without info['serving']: "
             f"the step bound (max_steps={max_steps} here, or the registration's "
@@ -285,7 +293,7 @@ def _run_episodes(
                 ended = True
                 break
         if "serving" not in info and (serving_env or not ended):
-            raise EpisodeCut(s, steps, max_steps)
+            raise EpisodeCut(s, steps, max_steps, _partial(env, info, total, serving_env))
         serving = info.get("serving", {})
         result.episodes.append({**serving, "return": total, "steps": steps, "seed": s})
         message = summary_warning(serving)
@@ -293,6 +301,18 @@ def _run_episodes(
             result.warnings.append(f"seed {s}: {message}")
         if progress is not None:
             progress(k + 1)
+
+
+def _partial(env: gym.Env, info: dict[str, Any], total: float, serving_env: bool) -> dict[str, Any]:
+    """What a cut episode did until the cut (:class:`EpisodeCut`'s ``partial``)."""
+    out: dict[str, Any] = {"return": total}
+    now = info.get("now_s")
+    if isinstance(now, (int, float)) and now > 0:
+        out["elapsed_s"] = float(now)
+        out["reward_rate_per_s"] = total / float(now)
+    if serving_env:
+        out.update(env.unwrapped.request_counts())  # type: ignore[attr-defined]
+    return out
 
 
 def paired_difference(a: EvaluationResult, b: EvaluationResult, key: str) -> tuple[float, float]:

@@ -109,6 +109,25 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_cut(cut: dict[str, Any]) -> None:
+    """The deterministic evaluation's line where its episode did not end: how far it got,
+    its cost rate over the time it ran and the queue it left."""
+    p = cut.get("partial") or {}
+    did = ""
+    if "elapsed_s" in p:
+        did = (
+            f" In {p['elapsed_s']:.4g} simulated seconds it completed "
+            f"{p.get('completed', '?')} of {p.get('arrived', '?')} requests and left "
+            f"{p.get('waiting', '?')} waiting and {p.get('in_service', '?')} in service; "
+            f"its reward rate over that time: {p['reward_rate_per_s']:.4g} per second."
+        )
+    print(
+        f"deterministic evaluation: the episode of seed {cut['seed']} had not ended after "
+        f"{cut['steps']:,} steps (the evaluation's bound): the model serves too little to "
+        f"finish it.{did}"
+    )
+
+
 def _read_algo(run: Any) -> str:
     """The algorithm a ``batch-env train`` run was trained with (its config.yaml)."""
 
@@ -123,24 +142,29 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
 
     det = ev["deterministic"]
     cut = unfinished(ev)
-    if cut:  # the model starves the server
-        print(
-            f"deterministic evaluation: the episode of seed {cut['seed']} had not ended "
-            f"after {cut['steps']:,} steps (the evaluation's bound): the model does not "
-            "serve the requests; no reward rate"
-        )
-        return
-    m, h = det["reward_rate_per_s"]
-    gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
     what = "(minus the serving cost per second, not the shaped rewards training sees)"
-    if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
-        at = ", ".join(f"{x:g}" for x in ev["loads"])
-        gap = gap.replace("the SMDP optimum", "the optimum at those loads")
-        print(
-            f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per second {what}{gap}"
-        )
+    if cut:  # the deterministic policy starves the server: say what it did, then the rest
+        _print_cut(cut)
+        sto = ev.get("stochastic") or {}
+        if "reward_rate_per_s" in sto:
+            m, h = sto["reward_rate_per_s"]
+            print(
+                f"stochastic evaluation (the policy sampling its actions, as in training): "
+                f"reward rate {m:.4g} ± {h:.2g} per second {what}"
+            )
+        elif unfinished({"deterministic": sto}):
+            print("stochastic evaluation: its episodes were cut too (the same bound)")
     else:
-        print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
+        m, h = det["reward_rate_per_s"]
+        gap = f", {det['gap_percent']:.2f}% above the SMDP optimum" if "gap_percent" in det else ""
+        if ev.get("loads"):  # one episode per load: the spread is the loads', not noise
+            at = ", ".join(f"{x:g}" for x in ev["loads"])
+            gap = gap.replace("the SMDP optimum", "the optimum at those loads")
+            print(
+                f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per second {what}{gap}"
+            )
+        else:
+            print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
     ref = ev.get("reference")
     if ref:
         d, dh = ref["difference"]
@@ -153,17 +177,24 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
             else f"not distinguishable from {name} on these episodes"
         )
         hint = "; train longer (--n-timesteps) or see docs/tutorials/train.md" if d < 0 else ""
+        who = (
+            "the agent"
+            if ref.get("agent_mode", "deterministic") == "deterministic"
+            else ("the agent's stochastic policy")
+        )
         print(
             f"{name} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
-            f"second; the agent is {verdict} ({d:+.4g} ± {dh:.2g} per second, paired){hint}"
+            f"second; {who} is {verdict} ({d:+.4g} ± {dh:.2g} per second, paired){hint}"
         )
         if "normalized_score" in ref:
             algo = _read_algo(run)
             print(
                 f"normalized score on {ref['task']} ≈ {ref['normalized_score']:.3g} ± "
-                f"{ref['normalized_score_ci95']:.2g} (0 = greedy, 1 = the task's bound or best "
-                f"reference; paired with greedy on these episodes; the protocol's figure: "
-                f"batch-env benchmark --policy {algo}:{run} --tasks {ref['task']})"
+                f"{ref['normalized_score_ci95']:.2g} ({who}'s, held out: TensorBoard's "
+                f"eval/normalized_score; optimality/normalized_score is the training episodes'; "
+                f"0 = greedy, 1 = the task's bound or best reference; paired with greedy on "
+                f"these episodes; the protocol's figure: batch-env benchmark --policy "
+                f"{algo}:{run} --tasks {ref['task']})"
             )
     kb = ev.get("kept_best")
     if kb:

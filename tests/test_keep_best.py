@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import gymnasium as gym
@@ -123,10 +124,76 @@ def test_a_model_that_does_not_finish_its_episodes_is_cut_not_fatal(tmp_path, mo
     for r in history:
         cut = r["deterministic"]["unfinished"]
         assert cut["max_steps"] == bound and cut["steps"] == bound and cut["seed"] == 100_000
-        assert r["stochastic"] == {"unfinished": {"skipped": True}}
+        # what the cut episode did: simulated time, its reward rate over it, the requests
+        part = cut["partial"]
+        assert part["elapsed_s"] > 0 and math.isfinite(part["reward_rate_per_s"])
+        assert part["arrived"] == (
+            part["completed"]
+            + part["waiting"]
+            + part["in_service"]
+            + part["dropped"]
+            + part["rejected"]
+        )
         assert eval_score(r) == float("-inf")
+    # periodic evaluations skip the stochastic policy (training goes on); the final one
+    # evaluates it too, so that the run ends with its figures (issue 48, item 1)
+    assert all(r["stochastic"] == {"unfinished": {"skipped": True}} for r in history[:-1])
+    assert history[-1]["stochastic"]["unfinished"]["seed"] == 100_000
     assert not (run / "best").exists()
     final = json.loads((run / "final_evaluation.json").read_text())
     assert "reference" not in final and final["deterministic"]["unfinished"]["max_steps"] == bound
     gone = diverged(run)
     assert gone is not None and gone["unfinished"]["seed"] == 100_000
+
+
+def test_train_prints_figures_when_the_deterministic_policy_starves(tmp_path, capsys, monkeypatch):
+    """``batch-env train``'s last lines when the deterministic policy's episode was cut:
+    how far it got, its cost rate over that time and the queue it left; the stochastic
+    policy's figures; the comparison with greedy and the normalized score, named as the
+    stochastic policy's and as TensorBoard's eval/normalized_score (issue 48, item 1)."""
+    from experiments.train import _print_final_evaluation
+
+    monkeypatch.setattr("experiments.train._read_algo", lambda run: "ppo")
+    ev = {
+        "deterministic": {
+            "unfinished": {
+                "seed": 100000,
+                "steps": 251700,
+                "max_steps": 251700,
+                "partial": {
+                    "elapsed_s": 2806.0,
+                    "reward_rate_per_s": -758.0,
+                    "arrived": 5560,
+                    "completed": 3653,
+                    "waiting": 1462,
+                    "in_service": 2,
+                },
+            }
+        },
+        "stochastic": {"reward_rate_per_s": [-3.376, 0.37]},
+        "reference": {
+            "policy": "greedy",
+            "agent_mode": "stochastic",
+            "reward_rate_per_s": [-3.557, 0.3],
+            "difference": [0.18, 0.37],
+            "normalized_score": 0.479,
+            "normalized_score_ci95": 0.99,
+            "task": "batch_env/LLMTwoClasses-v0",
+        },
+    }
+    _print_final_evaluation(ev, tmp_path)
+    out = capsys.readouterr().out
+    assert (
+        "In 2806 simulated seconds it completed 3653 of 5560 requests and left 1462 waiting" in out
+    )
+    assert "its reward rate over that time: -758 per second" in out
+    assert (
+        "stochastic evaluation (the policy sampling its actions, as in training): reward rate -3.376"
+        in out
+    )
+    assert (
+        "greedy on the same held-out episodes: -3.557 per second; the agent's stochastic policy is"
+        in out
+    )
+    assert "normalized score on batch_env/LLMTwoClasses-v0 ≈ 0.479" in out
+    assert "eval/normalized_score" in out and "no reward rate" not in out
