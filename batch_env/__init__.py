@@ -102,7 +102,13 @@ from .envs import (  # noqa: E402
     LLMBatchingV2Env,
     NodeBatchingEnv,
 )
-from .evaluate import EpisodeCut, EvaluationResult, evaluate, paired_difference  # noqa: E402
+from .evaluate import (  # noqa: E402
+    EpisodeCut,
+    EvaluationResult,
+    SeedWarning,
+    evaluate,
+    paired_difference,
+)
 
 __all__ = [
     "ENV_IDS",
@@ -113,6 +119,7 @@ __all__ = [
     "LLMBatchingV2Env",
     "NodeBatchingEnv",
     "EpisodeCut",
+    "SeedWarning",
     "EvaluationResult",
     "evaluate",
     "paired_difference",

@@ -52,7 +52,7 @@ from gymnasium.error import ResetNeeded
 
 from .checks import ArgumentError, check_number, init_arguments
 from .config import DEFAULT_WORKLOAD, ServingConfig
-from .metrics import WindowStart, summarize, warn_summaries
+from .metrics import SeedWarning, WindowStart, summarize, warn_summaries
 from .profiles.batch_profile import Profile
 from .profiles.batch_profile import load as load_profile
 from .render import HumanWindow, ServerView
@@ -64,6 +64,17 @@ if TYPE_CHECKING:
 _INF = math.inf
 _BEFORE_RESET = "call reset() before step(), action_masks() or render()"
 _AFTER_END = "the episode ended (truncated=True): call reset() before step()"
+
+
+def _fixed_arrivals(workload: Workload) -> bool:
+    """Whether a workload's arrivals are the same for every seed: a trace without
+    ``random_offset``, or a superposition of such traces."""
+    parts = getattr(workload, "parts", None)
+    if parts is not None:
+        return all(_fixed_arrivals(p) for p in parts)
+    return getattr(workload, "kind", None) == "trace" and not getattr(
+        workload, "random_offset", True
+    )
 
 
 class ServingCore(gym.Env):
@@ -190,6 +201,28 @@ class ServingCore(gym.Env):
         self._check_drop_weight()
         return prof
 
+    def _draws_beyond_arrivals(self) -> bool:
+        """Whether an episode draws anything from the seed besides its arrivals (here:
+        lognormal service times; the LLM env adds its request lengths and classes)."""
+        return getattr(self.config, "service", "deterministic") != "deterministic"
+
+    def _warn_if_seed_invariant(self, executor: str) -> None:
+        """Warn once, at construction, where no seed can change an episode: arrivals from a
+        trace without ``random_offset`` (every episode starts at the trace's first record)
+        and nothing else drawn (a profile executor; real execution's measured times vary)."""
+        if executor != "profile" or not _fixed_arrivals(self.workload):
+            return
+        if self._draws_beyond_arrivals():
+            return
+        warnings.warn(
+            f"{type(self).__name__}: every seed gives the same episode: the workload is a trace "
+            "without random_offset (each episode starts at its first record) and nothing else "
+            "is drawn; an evaluation over seeds will report a spread of 0. Set random_offset: "
+            "true on the trace to draw a start per seed",
+            SeedWarning,
+            stacklevel=4,
+        )
+
     def _set_render_mode(self, render_mode: str | None) -> None:
         """Check and set ``render_mode`` (``ValueError`` naming the allowed values)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -252,6 +285,7 @@ class ServingCore(gym.Env):
             options=executor_options,
         )
         self._executor_spec: dict[str, Any] = {"executor": executor}
+        self._warn_if_seed_invariant(executor)
         if executor != "profile":
             self._executor_spec.update(
                 model=model,

@@ -36,7 +36,7 @@ import numpy as np
 from scipy import stats
 
 from .checks import check_number
-from .metrics import SummaryWarning, hides_outside_drops, summary_warning
+from .metrics import SeedWarning, SummaryWarning, hides_outside_drops, summary_warning
 
 
 class Policy(Protocol):
@@ -84,6 +84,28 @@ class EvaluationResult:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def seeds_change_nothing(self) -> bool:
+        """Whether every episode came out the same although the seeds differ (an env
+        that draws nothing from the seed: e.g. a trace without ``random_offset`` and
+        fixed lengths): its CI of 0 says nothing about the noise of the figures."""
+        if len(self.episodes) < 2:
+            return False
+        strip = [{k: v for k, v in ep.items() if k != "seed"} for ep in self.episodes]
+        return all(_same(strip[0], other) for other in strip[1:])
+
+    def note(self) -> str | None:
+        """A sentence for a reader of the figures, or ``None``: said where
+        :attr:`seeds_change_nothing`."""
+        if not self.seeds_change_nothing:
+            return None
+        return (
+            f"{self.policy}: the {len(self.episodes)} seeds gave the same episode (the env "
+            "draws nothing from the seed, e.g. a trace without random_offset with its own or "
+            "fixed lengths): the ± 0 is no confidence interval; set random_offset: true on the "
+            "trace to draw a start per seed"
+        )
+
     def values(self, key: str) -> np.ndarray:
         """Per-episode values of ``key`` (a ``serving`` key, ``return`` or ``steps``)."""
         if self.episodes and key not in self.episodes[0]:
@@ -115,6 +137,7 @@ class EvaluationResult:
             "episodes": self.episodes,
             "summary": {k: {"mean": m, "ci95": h} for k, (m, h) in self.summary().items()},
             "warnings": list(self.warnings),
+            **({"note": self.note()} if self.note() else {}),
         }
 
     def warning(self) -> str | None:
@@ -236,7 +259,23 @@ def evaluate(
     message = result.warning()
     if message:
         warnings.warn(message, SummaryWarning, stacklevel=2)
+    note = result.note()
+    if note:
+        warnings.warn(note, SeedWarning, stacklevel=2)
     return result
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Equal summaries (NaN equal to NaN)."""
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y):
+            continue
+        if x != y:
+            return False
+    return True
 
 
 class EpisodeCut(RuntimeError):

@@ -103,6 +103,12 @@ HEADLINE_KEYS: tuple[str, ...] = (
 )
 
 
+class SeedWarning(UserWarning):
+    """Different seeds give the same episode: the env draws nothing from the seed (a trace
+    workload without ``random_offset``, and nothing else drawn), so an evaluation's spread
+    over seeds is 0 and says nothing of the figures' noise."""
+
+
 class SummaryWarning(UserWarning):
     """An episode summary whose headline figures misdescribe the episode (module docstring:
     Warnings)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import warnings
 from typing import Any
 
 import baselines
@@ -148,11 +149,16 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     its training env gets a one-line note on stderr naming what differs, and one whose
     observation does not fit the env is refused before the first step.
     """
-    results = run_policies(args, args.policy)
+    with warnings.catch_warnings():  # said once below, not as a warning per policy
+        warnings.simplefilter("ignore", batch_env.SeedWarning)
+        results = run_policies(args, args.policy)
     if args.json:
         print(dumps([r.to_dict() for r in results], indent=2))
     else:
         print(format_table(results))
+        notes = [r.note() for r in results if r.note()]
+        if notes:
+            print(f"note: {notes[0].split(': ', 1)[1]}")
     return 0
 
 

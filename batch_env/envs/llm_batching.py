@@ -478,6 +478,22 @@ class LLMBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 executor_options=dict(executor_options or {}),
                 executor_metadata=self.executor.metadata(),
             )
+        self._warn_if_seed_invariant(executor)
+
+    def _draws_beyond_arrivals(self) -> bool:
+        """Whether an episode draws request lengths or classes from the seed (a trace's
+        own token columns and fixed lengths draw nothing)."""
+        if self._multi and not self._by_source:
+            return True  # each arrival's class, by share
+        for own, tokens in zip(self._own_lengths, self._part_tokens, strict=True):
+            lens = (
+                own
+                if own is not None
+                else (None if self._lengths_from_trace or tokens else self._lengths)
+            )
+            if lens is not None and lens.kind != "fixed":
+                return True
+        return False
 
     def _check_llm_drop_weight(self) -> None:
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
