@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo bench docs fuzz lint format clean
+.PHONY: setup test test-fast demo bench docs fuzz lint lint-static format clean
 
 setup: $(STAMP)
 
@@ -24,14 +24,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# The full suite, as CI runs it (.ci/run).
+# The full suite, as CI runs it (.ci/run): everything that times nothing on two workers
+# (pytest-xdist), then the tests that time real work or race processes against the clock
+# (marker `serial`, tests/conftest.py) one at a time on a machine the workers have left.
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 -m "not serial"
+	$(PY) -m pytest -m serial
 
 # The quick loop while editing: every test not marked `slow` (training runs, rl-zoo3,
 # the wheel build, long simulations; see pyproject's pytest markers).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n 2 -m "not slow and not serial"
+	$(PY) -m pytest -m "not slow and serial"
 
 demo: $(STAMP)
 	$(VENV)/bin/batch-env demo
@@ -42,7 +46,8 @@ bench: $(STAMP)
 # The documentation site (Sphinx, MyST, furo) in docs/_build/html, built from scratch with
 # warnings as errors: a broken link, a docstring reStructuredText cannot read or a public
 # class or function without a docstring fails it. The env, task and API pages are
-# generated from the code at build time (docs/_ext/). CI runs it (.ci/run).
+# generated from the code at build time (docs/_ext/). CI builds the same site inside
+# `make test` (tests/test_docs.py), not twice.
 docs: $(STAMP)
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -W --keep-going -j 2 -b html docs docs/_build/html
@@ -55,14 +60,17 @@ fuzz: $(STAMP)
 
 # ruff (pyproject's rules, mccabe complexity at most 15), the formatter's check (`make
 # format` applies it), mypy on the four packages ([tool.mypy]) and the import
-# contract between the packages (tests/test_layering.py). CI runs it before the tests
-# (.ci/run).
+# contract between the packages (tests/test_layering.py). CI runs lint-static before the
+# tests, which run the contract themselves (.ci/run).
 LINT_PATHS = batch_env baselines agents experiments tests scripts docs/conf.py docs/_ext
-lint: $(STAMP)
+lint: lint-static
+	$(PY) -m pytest -q tests/test_layering.py
+
+# lint without the import contract test, which `make test` runs too (.ci/run runs this)
+lint-static: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy batch_env baselines agents experiments
-	$(PY) -m pytest -q tests/test_layering.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format $(LINT_PATHS)

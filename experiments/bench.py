@@ -875,7 +875,6 @@ def bench_wallclock(
     :param score_target: the normalized score to reach on a task without an exact bound.
     """
 
-    from agents.callbacks import eval_score
     from agents.train import entry_env_kwargs, smdp_gain_if_exact
 
     t_start = time.perf_counter()
@@ -900,40 +899,109 @@ def bench_wallclock(
         "eval_episodes": eval_episodes,
         "eval_seed": eval_seed,
     }
-    best_of: Callable[[list[float]], float]
+    task_reached, task_gap, best_of, target, figure = _task_target(
+        gain, span, gap_tolerance, score_target
+    )
+
+    # the task entry less what is the task's own (its wrappers, callback and env kwargs)
+    cart_hp = {k: v for k, v in hp.items() if k not in ("env_wrapper", "callback", "env_kwargs")}
+    task_runs, cart_runs = _interleaved_runs(
+        task,
+        task_kwargs,
+        seeds,
+        settings,
+        (task_reached, task_gap, best_of),
+        cart_hp,
+        cartpole_target,
+        run_root,
+    )
+    ours = _summary(task, target, figure, task_runs)
+    ref = _summary(
+        WALLCLOCK_REFERENCE,
+        f"deterministic mean return >= {cartpole_target:g}",
+        "return (deterministic mean episode return)",
+        cart_runs,
+    )
+    return {
+        "task": ours,
+        "cartpole": ref,
+        "smdp_gain": gain,
+        "gap_tolerance": gap_tolerance,
+        **({} if span is None else {"score_target": score_target, "score_span": span}),
+        "cartpole_target_return": cartpole_target,
+        "ratio_steps_vs_cartpole": _ratio(ours["median_steps"], ref["median_steps"]),
+        "ratio_seconds_vs_cartpole": _ratio(ours["median_seconds"], ref["median_seconds"]),
+        "task_kwargs_override": task_kwargs,
+        "settings": {
+            **settings,
+            "seeds": list(seeds),
+            "n_envs": hp["n_envs"],
+            "algo": "ppo",
+            **{k: v for k, v in cart_hp.items() if k not in ("n_envs", "n_timesteps")},
+            "device": "cpu",
+            "threads": 1,
+        },
+        "measured_s": time.perf_counter() - t_start,
+    }
+
+
+def _task_target(
+    gain: float | None, span: dict[str, Any] | None, gap_tolerance: float, score_target: float
+) -> tuple[Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], float], Any, str, str]:
+    """The task's target for :func:`bench_wallclock`: ``(reached(record), figure(record),
+    best_of, target text, figure text)``, within ``gap_tolerance`` of the SMDP gain (a
+    task with an exact bound) or a paired normalized score of ``score_target`` (``span``)."""
+    from agents.callbacks import eval_score
+
     if span is None:
         assert gain is not None
         target_cost = (1.0 + gap_tolerance) * gain
 
-        def task_reached(rec: dict[str, Any]) -> bool:
+        def reached(rec: dict[str, Any]) -> bool:
             return -eval_score(rec) <= target_cost
 
-        def task_gap(rec: dict[str, Any]) -> float:
+        def gap(rec: dict[str, Any]) -> float:
             return 100.0 * (-eval_score(rec) - gain) / gain
 
         target = (
             f"deterministic mean cost rate <= {1 + gap_tolerance:g} x SMDP gain "
             f"({target_cost:.4f} per s)"
         )
-        figure = "gap_percent (deterministic cost rate above the SMDP gain, %)"
-        best_of = min
-    else:
-        low = span["greedy"]["reward_rate_per_s"]
-        top = span["best"]["reward_rate_per_s"]
-
-        def task_score(rec: dict[str, Any]) -> float:
-            return float((eval_score(rec) - low) / (top - low))
-
-        def task_reached(rec: dict[str, Any]) -> bool:
-            return task_score(rec) >= score_target
-
-        task_gap = task_score
-        target = (
-            f"deterministic normalized score >= {score_target:g}, paired on the evaluation "
-            f"episodes (greedy {low:.4f}, {span['best']['label']} {top:.4f} per s there)"
+        return (
+            reached,
+            gap,
+            min,
+            target,
+            "gap_percent (deterministic cost rate above the SMDP gain, %)",
         )
-        figure = "normalized score (0 at greedy, 1 at the best realizable reference, same episodes)"
-        best_of = max
+    low = span["greedy"]["reward_rate_per_s"]
+    top = span["best"]["reward_rate_per_s"]
+
+    def score(rec: dict[str, Any]) -> float:
+        return float((eval_score(rec) - low) / (top - low))
+
+    def reached_score(rec: dict[str, Any]) -> bool:
+        return score(rec) >= score_target
+
+    target = (
+        f"deterministic normalized score >= {score_target:g}, paired on the evaluation "
+        f"episodes (greedy {low:.4f}, {span['best']['label']} {top:.4f} per s there)"
+    )
+    figure = "normalized score (0 at greedy, 1 at the best realizable reference, same episodes)"
+    return reached_score, score, max, target, figure
+
+
+def _interleaved_runs(
+    task: str,
+    task_kwargs: dict[str, Any],
+    seeds: tuple[int, ...],
+    settings: dict[str, Any],
+    task_target: tuple[Any, Any, Any],
+    cart_hp: dict[str, Any],
+    cartpole_target: float,
+    run_root: str | Path | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """:func:`bench_wallclock`'s runs: for each seed the task's, then CartPole's."""
 
     def cart_reached(rec: dict[str, Any]) -> bool:
         return rec["deterministic"]["return"][0] >= cartpole_target
@@ -941,8 +1009,7 @@ def bench_wallclock(
     def cart_return(rec: dict[str, Any]) -> float:
         return float(rec["deterministic"]["return"][0])
 
-    # the task entry less what is the task's own (its wrappers, callback and env kwargs)
-    cart_hp = {k: v for k, v in hp.items() if k not in ("env_wrapper", "callback", "env_kwargs")}
+    task_reached, task_gap, best_of = task_target
     task_runs, cart_runs = [], []
     with tempfile.TemporaryDirectory(prefix="bench-wallclock-") as tmp:
         root = Path(run_root) if run_root is not None else Path(tmp)
@@ -975,34 +1042,7 @@ def bench_wallclock(
                     root / f"cartpole-s{seed}",
                 )
             )
-    ours = _summary(task, target, figure, task_runs)
-    ref = _summary(
-        WALLCLOCK_REFERENCE,
-        f"deterministic mean return >= {cartpole_target:g}",
-        "return (deterministic mean episode return)",
-        cart_runs,
-    )
-    return {
-        "task": ours,
-        "cartpole": ref,
-        "smdp_gain": gain,
-        "gap_tolerance": gap_tolerance,
-        **({} if span is None else {"score_target": score_target, "score_span": span}),
-        "cartpole_target_return": cartpole_target,
-        "ratio_steps_vs_cartpole": _ratio(ours["median_steps"], ref["median_steps"]),
-        "ratio_seconds_vs_cartpole": _ratio(ours["median_seconds"], ref["median_seconds"]),
-        "task_kwargs_override": task_kwargs,
-        "settings": {
-            **settings,
-            "seeds": list(seeds),
-            "n_envs": hp["n_envs"],
-            "algo": "ppo",
-            **{k: v for k, v in cart_hp.items() if k not in ("n_envs", "n_timesteps")},
-            "device": "cpu",
-            "threads": 1,
-        },
-        "measured_s": time.perf_counter() - t_start,
-    }
+    return task_runs, cart_runs
 
 
 def _time_llm(env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:

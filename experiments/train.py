@@ -454,6 +454,13 @@ def add_parser(sub: Any) -> None:
         "rollout/ep_reward_rate_per_s (the real reward rate per second) sits beside the "
         "shaped rollout/ep_rew_mean, with serving/ and eval/ (default 0)",
     )
+    _add_sweep_args(p)
+    add_json(p)
+    p.set_defaults(func=cmd_train)
+
+
+def _add_sweep_args(p: argparse.ArgumentParser) -> None:
+    """``train``'s options of ``--sweep``."""
     p.add_argument(
         "--sweep",
         default=None,
@@ -474,5 +481,3 @@ def add_parser(sub: Any) -> None:
         default="runs",
         help="--sweep: outputs go to <runs-dir>/sweeps/<name>/ (default runs)",
     )
-    add_json(p)
-    p.set_defaults(func=cmd_train)

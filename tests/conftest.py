@@ -8,7 +8,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+import batch_env  # noqa: F401 (registers the ids for every test module, in every worker)
 
 settings.register_profile(
     "ci",
@@ -21,6 +24,31 @@ settings.register_profile(
     "dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+#: Test files that time real work or race processes against the clock: ``make test`` runs
+#: them after the others, one at a time (marker ``serial``), so that the parallel workers
+#: do not load the machine under them; everything else runs on ``-n 2`` workers.
+SERIAL_FILES = {
+    "test_real_mode.py",
+    "test_torch_executor.py",
+    "test_llm_real_mode.py",
+    "test_energy.py",
+    "test_profiling.py",
+    "test_reliability.py",
+    "test_faults.py",
+    "test_bench_wallclock.py",
+    "test_backends.py",
+    "test_ray_backend.py",
+    "test_sweep.py",
+}
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """Mark the tests of :data:`SERIAL_FILES` ``serial``."""
+    for item in items:
+        if item.path.name in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+
 
 #: The published tables the shipped profiles are derived from (``data/README.md``), in the repository.
 DATA = Path(__file__).resolve().parents[1] / "data"
