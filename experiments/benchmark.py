@@ -288,6 +288,7 @@ def run_protocol(
     params: dict[str, Any] | None = None,
     cache: Path | str | None = None,
     tick: Callable[[int, int], None] | None = None,
+    agent_bound: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -304,8 +305,14 @@ def run_protocol(
         stay as in an uninterrupted run), and each episode run is appended as it ends. A
         long protocol (``--references``) resumes where it stopped.
     :param tick: called with ``(episodes done, episodes)`` after each episode.
+    :param agent_bound: cut an episode at the bound training's evaluations use (100 x
+        greedy's steps on the first seed, at least 10,000; :func:`agent_step_bound`)
+        instead of the task's net: a trained agent that starves the server is stopped
+        there (:class:`batch_env.EpisodeCut`, with what it did) instead of running to the
+        million-step net on every seed.
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
         ``wall_s`` (the episodes' own seconds, cached ones included).
+    :raises batch_env.EpisodeCut: with ``agent_bound``, an episode the bound cut.
     """
     task = tasks.get(task_id)
     seeds = task.seeds if seeds is None else tuple(seeds)
@@ -335,6 +342,9 @@ def run_protocol(
         # per request class (an env with classes), per metric, per seed
         by_class: dict[str, dict[str, list[float]]] = {}
         max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
+        if agent_bound:
+            bound = agent_step_bound(env, seeds[0], None if not loads else loads[0])
+            max_steps = bound if max_steps is None else min(max_steps, bound)
         for i, s in enumerate(seeds):
             load = loads[i] if loads else None
             key = "" if cache is None else _episode_key(task, policy, params, s, load, horizon)
@@ -390,6 +400,22 @@ def run_protocol(
         wall_s=wall,
     )
     return out
+
+
+def agent_step_bound(env: gym.Env, seed: int, load: float | None) -> int:
+    """The step bound of a trained agent's protocol episode: training's evaluation bound
+    (``agents.callbacks.EVAL_STEPS_FACTOR`` x greedy's steps on ``seed``, at least
+    ``EVAL_MIN_STEPS``), so that a starving agent is named in a bounded time."""
+    from agents.callbacks import EVAL_MIN_STEPS, EVAL_STEPS_FACTOR
+
+    greedy = batch_env.evaluate(
+        baselines.make("greedy", env=env),
+        env,
+        n_episodes=1,
+        seed=seed,
+        options=None if load is None else {"load": load},
+    )
+    return int(max(EVAL_STEPS_FACTOR * int(greedy.episodes[0]["steps"]), EVAL_MIN_STEPS))
 
 
 #: the figures kept per request class of a protocol episode (an env with request
@@ -834,10 +860,20 @@ def run_benchmark(
         ticker = None if progress is None else _Ticker(progress, f"[{k + 1}/{len(ids)}] {tid}")
         try:
             if ":" in policy:  # a trained agent
-                res = run_protocol(tid, factory, horizon_requests=horizon_requests, tick=ticker)
                 diff = trained_on(policy, tid)
                 if diff is not None:
                     row["trained_on"] = diff
+                try:
+                    res = run_protocol(
+                        tid,
+                        factory,
+                        horizon_requests=horizon_requests,
+                        tick=ticker,
+                        agent_bound=True,
+                    )
+                except batch_env.EpisodeCut as cut:
+                    rows.append({**row, "error": _starved(cut), "unfinished": cut.partial})
+                    continue
             else:  # a baseline by name (so an oracle gets its info)
                 name, params = task_policy(tid, policy)
                 res = run_protocol(
@@ -859,6 +895,21 @@ def run_benchmark(
         row["protocol"] = horizon_requests is None
         rows.append(row)
     return rows
+
+
+def _starved(cut: Any) -> str:
+    """The row's error where an agent's protocol episode was cut (:func:`agent_step_bound`)."""
+    p = cut.partial
+    did = (
+        f"; in {p['elapsed_s']:.4g} simulated s it completed {p.get('completed', '?')} of "
+        f"{p.get('arrived', '?')} requests and left {p.get('waiting', '?')} waiting"
+        if "elapsed_s" in p
+        else ""
+    )
+    return (
+        f"the episode of seed {cut.seed} had not ended after {cut.steps:,} steps (100 x "
+        f"greedy's): the agent serves too little to finish it{did}; no score"
+    )
 
 
 def _score_cell(r: dict[str, Any]) -> str:

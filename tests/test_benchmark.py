@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
+import baselines
 import batch_env
 import experiments.benchmark as bm
 from batch_env import tasks
@@ -399,3 +400,41 @@ def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
     table = format_benchmark(rows)
     assert "trained on batch_env/LowLoadEnergy-v0 with horizon_requests=30" in table
     assert "the task's problem, other episodes" in table
+
+
+def test_benchmark_names_an_agent_that_does_not_finish_its_episodes(tmp_path, monkeypatch):
+    """A trained agent's protocol episode is cut at training's evaluation bound
+    (EVAL_STEPS_FACTOR x greedy's steps): an agent that serves too little gets a row that
+    says so, with what it did, instead of running to the task's million-step net on every
+    seed. Here the bound is made shorter than any episode, so every agent is cut."""
+    from agents import callbacks
+    from agents.train import TrainArgs, train
+    from experiments.benchmark import agent_step_bound, format_benchmark, run_benchmark
+
+    low = "batch_env/LowLoadEnergy-v0"
+    run = train(
+        TrainArgs(
+            env_id=low,
+            env_kwargs={"horizon_requests": 30},
+            n_timesteps=64,
+            num_envs=1,
+            eval_freq=0,
+            run_dir=str(tmp_path / "run"),
+            progress=False,
+        )
+    )
+    env = gym.make(low, horizon_requests=40)
+    greedy = batch_env.evaluate(baselines.make("greedy", env=env), env, n_episodes=1, seed=0)
+    steps = int(greedy.episodes[0]["steps"])
+    assert agent_step_bound(env, 0, None) == max(100 * steps, 10_000)
+    monkeypatch.setattr(callbacks, "EVAL_STEPS_FACTOR", 0.5)
+    monkeypatch.setattr(callbacks, "EVAL_MIN_STEPS", 1)
+    assert agent_step_bound(env, 0, None) == int(0.5 * steps)
+    env.close()
+    (row,) = run_benchmark(f"ppo:{run}", [low], horizon_requests=40)
+    assert row["error"].startswith("the episode of seed ")
+    assert "the agent serves too little to finish it" in row["error"]
+    assert "simulated s it completed" in row["error"]
+    part = row["unfinished"]
+    assert part["elapsed_s"] > 0 and part["arrived"] >= part["completed"]
+    assert "serves too little" in format_benchmark([row])
