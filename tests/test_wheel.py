@@ -172,6 +172,59 @@ def test_wheel_installs_and_trains_outside_the_checkout(tmp_path):
         env,
     )
     assert "ppo-node-fraction.yml" in (work / "named" / "config.yaml").read_text()
+    _readme_llm_path(cli, work, env)
+
+
+def _readme_llm_path(cli: str, work: Path, env: dict[str, str]) -> None:
+    """The README's LLM path from the wheel, shortened (issue 48's must-hold): ``train``
+    ends with a held-out score whatever the short run's agent does, TensorBoard holds the
+    same figure as ``eval/normalized_score``, ``benchmark`` scores the run on the task's
+    seeds and ``record`` writes the agent's frames."""
+    import re
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    task = "batch_env/LLMBurstyLongPrompts-v0"
+    out = sh(
+        [
+            cli,
+            "train",
+            "--env-id",
+            task,
+            "--n-timesteps",
+            "1024",
+            "--env-kwargs",
+            "{horizon_requests: 30, warmup_requests: 0}",
+            "--eval-episodes",
+            "2",
+            "--run-dir",
+            "bursty",
+            "--no-progress",
+        ],
+        work,
+        env,
+    )
+    assert "evaluation" in out and "greedy on the same held-out episodes" in out
+    m = re.search(rf"normalized score on {re.escape(task)} ≈ (-?[0-9.e+-]+) ± ", out)
+    assert m is not None, out
+    (tb,) = (work / "bursty" / "tb").iterdir()
+    acc = EventAccumulator(str(tb))
+    acc.Reload()
+    assert "rollout/ep_reward_rate_per_s" in acc.Tags()["scalars"]
+    (last,) = acc.Scalars("eval/normalized_score")[-1:]
+    assert last.value == pytest.approx(float(m.group(1)), rel=6e-3, abs=1e-9)  # printed .3g
+    table = sh(
+        [cli, "benchmark", "--policy", "ppo:bursty", "--tasks", task, "--horizon-requests", "30"],
+        work,
+        env,
+    )
+    row = next(line for line in table.splitlines() if line.startswith(f"| {task} | ppo:bursty |"))
+    score = row.split("|")[4].strip()
+    assert re.fullmatch(r"-?[0-9.]+( \+- [0-9.]+)?", score), row
+    assert "50 x 30 requests" in row
+    rec = sh([cli, "record", "bursty", "--out", "bursty.mp4", "--max-frames", "5"], work, env)
+    assert f"of ppo:bursty on {task}" in rec
+    assert (work / "bursty.mp4").exists() or any((work / "bursty.mp4").glob("episode-1/*.png"))
 
 
 def _ids() -> list[str]:
