@@ -27,9 +27,10 @@ $(STAMP): pyproject.toml
 # The full suite, as CI runs it (.ci/run): everything that times nothing on two workers
 # (pytest-xdist), then the tests that time real work or race processes against the clock
 # (marker `serial`, tests/conftest.py) one at a time on a machine the workers have left.
+# Each part names its ten slowest tests.
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not serial"
-	$(PY) -m pytest -m serial
+	$(PY) -m pytest -n 2 -m "not serial" --durations=10
+	$(PY) -m pytest -m serial --durations=10
 
 # The quick loop while editing: every test not marked `slow` (training runs, rl-zoo3,
 # the wheel build, long simulations; see pyproject's pytest markers).
