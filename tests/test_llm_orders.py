@@ -10,7 +10,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_llm_v2 import _outcome, _server_signature, check_invariants, kwargs
+from test_llm_v2 import _frozen, _outcome, _server_signature, check_invariants, kwargs
 
 V1, V2 = "batch_env/LLMBatching-v1", "batch_env/LLMBatching-v2"
 ORDERS = ["fcfs", "edf", "shortest-prompt", "class-priority"]
@@ -100,13 +100,14 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
             forced = u._forced_plan(u._cap_now, u._budget_now)
             assert _server_signature(u._server) == before
             outcomes = []
+            frozen = _frozen(u)
             for a in range(ng * nb * no):
                 cap, budget, order = (
                     u._grid[a % ng],
                     u._budgets[(a // ng) % nb],
                     u._orders[a // (ng * nb)],
                 )
-                outcomes.append(_outcome(u, cap, budget, order))
+                outcomes.append(_outcome(u, cap, budget, order, server=frozen))
             same = all(o == outcomes[0] for o in outcomes)
             assert (forced is not None) == same, step
             counts["forced" if same else "epoch"] += 1

@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import math
+import pickle
 import warnings
 
 import gymnasium as gym
@@ -126,10 +126,11 @@ def _server_signature(srv):
     )
 
 
-def _outcome(u, cap, budget, order="fcfs"):
+def _outcome(u, cap, budget, order="fcfs", server=None):
     """Run one iteration at ``(cap, budget, order)`` on a copy of the env's server: what
-    it did."""
-    srv = copy.deepcopy(u._server)
+    it did. ``server``: the server pickled (:func:`_frozen`), made once for the many
+    settings tried at one epoch (a pickle round trip copies as deepcopy does, 20x faster)."""
+    srv = pickle.loads(server if server is not None else _frozen(u))
     host = _RecordingHost(u._now)
     options = (
         {"decode_first": u.config.decode_first, "split_prompts": u.config.split_prompts}
@@ -139,6 +140,11 @@ def _outcome(u, cap, budget, order="fcfs"):
     sch = make_scheduler(u.config.scheduler, srv, host, u.executor, **options)
     it = sch.run(sch.plan(cap, budget, order))
     return it, host.events, _server_signature(srv)
+
+
+def _frozen(u):
+    """The env's server, pickled: :func:`_outcome` runs each setting on a copy of it."""
+    return pickle.dumps(u._server, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _settings(u):
@@ -172,7 +178,8 @@ def test_the_epoch_test_agrees_with_trying_every_action(memory, setting):
                 before = _server_signature(srv)
                 forced = u._forced_plan(u._cap_now, u._budget_now)
                 assert _server_signature(srv) == before  # planning changed nothing
-                outcomes = [_outcome(u, c, b) for c, b in _settings(u)]
+                frozen = _frozen(u)
+                outcomes = [_outcome(u, c, b, server=frozen) for c, b in _settings(u)]
                 same = all(o == outcomes[0] for o in outcomes)
                 assert (forced is not None) == same, (seed, step, forced)
                 counts["forced" if same else "epoch"] += 1
