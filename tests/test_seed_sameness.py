@@ -35,7 +35,15 @@ def _seed_warnings(**kw):
         ),
         ({"id": "batch_env/LLMBatching-v0", "workload": TRACE}, True),
         ({"id": "batch_env/DynamicBatching-v0", "workload": TRACE}, True),
-        ({"id": "batch_env/DynamicBatching-v0", "workload": TRACE, "service": "lognormal", "service_cv": 0.2}, False),
+        (
+            {
+                "id": "batch_env/DynamicBatching-v0",
+                "workload": TRACE,
+                "service": "lognormal",
+                "service_cv": 0.2,
+            },
+            False,
+        ),
         ({"id": "batch_env/DynamicBatching-v0"}, False),
     ],
 )
