@@ -88,10 +88,11 @@ MAX_MODEL_LEN = 4096
 
 
 class _BurstStream(ArrivalStream):
-    """``n`` arrivals at time 0, then nothing (a finite stream)."""
+    """``n`` arrivals ``gap_s`` apart from time 0 (all at 0 by default), then nothing (a
+    finite stream)."""
 
-    def __init__(self, n: int) -> None:
-        self._n = n
+    def __init__(self, n: int, gap_s: float = 0.0) -> None:
+        self._times = np.arange(n, dtype=np.float64) * gap_s
         self._sent = False
 
     def next_chunk(self) -> ArrivalChunk:
@@ -99,7 +100,7 @@ class _BurstStream(ArrivalStream):
             self.exhausted = True
             return ArrivalChunk(np.empty(0, dtype=np.float64))
         self._sent = True
-        return ArrivalChunk(np.zeros(self._n, dtype=np.float64))
+        return ArrivalChunk(self._times)
 
 
 @dataclass(frozen=True)

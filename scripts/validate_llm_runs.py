@@ -77,7 +77,7 @@ import baselines  # noqa: E402
 import batch_env  # noqa: E402
 from batch_env.profiles import llm_arch  # noqa: E402
 from batch_env.profiles.llm_profile import load as load_llm_profile  # noqa: E402
-from batch_env.workload.arrivals import ArrivalChunk, ArrivalStream, Workload  # noqa: E402
+from batch_env.workload.arrivals import ArrivalStream, Workload  # noqa: E402
 
 FP8_BLOG = (
     'vLLM Team, "The State of FP8 KV-Cache and Attention Quantization in vLLM", vLLM blog, '
@@ -215,25 +215,10 @@ def v0_profile(model: str, gpu: str, tp: int, max_tokens: int = 8192) -> dict[st
     )
 
 
-class _SpacedStream(ArrivalStream):
-    """``n`` arrivals ``gap_s`` apart from time 0, then nothing."""
-
-    def __init__(self, n: int, gap_s: float) -> None:
-        self._times = np.arange(n, dtype=np.float64) * gap_s
-        self._sent = False
-
-    def next_chunk(self) -> ArrivalChunk:
-        if self._sent:
-            self.exhausted = True
-            return ArrivalChunk(np.empty(0, dtype=np.float64))
-        self._sent = True
-        return ArrivalChunk(self._times)
-
-
 @dataclass(frozen=True)
-class Spaced(Workload):
+class Spaced(Burst):
     """``n`` requests ``gap_s`` apart: one at a time where each takes less than the gap
-    (a benchmark client at concurrency 1)."""
+    (a benchmark client at concurrency 1); :class:`Burst` otherwise."""
 
     kind: ClassVar[str] = "spaced"
     n: int = 10
@@ -249,22 +234,13 @@ class Spaced(Workload):
         """0: deterministic gaps."""
         return 0.0
 
-    @property
-    def total_arrivals(self) -> int:
-        """``n``."""
-        return self.n
-
-    def with_mean_rate(self, rate_per_s: float) -> Workload:
-        """Not defined here."""
-        raise ValueError("Spaced has no rate to rescale")
-
     def to_dict(self) -> dict[str, Any]:
         """For the record."""
         return {"kind": self.kind, "n": self.n, "gap_s": self.gap_s}
 
     def stream(self, rng: np.random.Generator, chunk_size: int = 1) -> ArrivalStream:
         """The stream (``rng``, ``chunk_size`` unused)."""
-        return _SpacedStream(self.n, self.gap_s)
+        return v02._BurstStream(self.n, self.gap_s)
 
 
 @dataclass

@@ -371,17 +371,13 @@ def test_extend_to_precision_adds_protocol_episodes_on_extra_seeds():
     assert "normalized_score_ci95" in score
 
 
-def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
-    """A run is scored on each task's protocol whatever it trained on; the row and the
-    table say how its env differs from the task's (another problem, or the task's
-    problem in other episodes), and the progress callback gets the plan and episodes."""
+def _tiny_run(env_id, tmp_path):
+    """A 64-step PPO run on ``env_id`` with 30-request episodes: the agent the tests score."""
     from agents.train import TrainArgs, train
-    from experiments.benchmark import format_benchmark, run_benchmark, trained_on
 
-    low = "batch_env/LowLoadEnergy-v0"
-    run = train(
+    return train(
         TrainArgs(
-            env_id=low,
+            env_id=env_id,
             env_kwargs={"horizon_requests": 30},
             n_timesteps=64,
             num_envs=1,
@@ -390,6 +386,16 @@ def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
             progress=False,
         )
     )
+
+
+def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
+    """A run is scored on each task's protocol whatever it trained on; the row and the
+    table say how its env differs from the task's (another problem, or the task's
+    problem in other episodes), and the progress callback gets the plan and episodes."""
+    from experiments.benchmark import format_benchmark, run_benchmark, trained_on
+
+    low = "batch_env/LowLoadEnergy-v0"
+    run = _tiny_run(low, tmp_path)
     spec = f"ppo:{run}"
     same = trained_on(spec, low)
     assert same == {
@@ -416,21 +422,10 @@ def test_benchmark_names_an_agent_that_does_not_finish_its_episodes(tmp_path, mo
     says so, with what it did, instead of running to the task's million-step net on every
     seed. Here the bound is made shorter than any episode, so every agent is cut."""
     from agents import callbacks
-    from agents.train import TrainArgs, train
     from experiments.benchmark import agent_step_bound, format_benchmark, run_benchmark
 
     low = "batch_env/LowLoadEnergy-v0"
-    run = train(
-        TrainArgs(
-            env_id=low,
-            env_kwargs={"horizon_requests": 30},
-            n_timesteps=64,
-            num_envs=1,
-            eval_freq=0,
-            run_dir=str(tmp_path / "run"),
-            progress=False,
-        )
-    )
+    run = _tiny_run(low, tmp_path)
     env = gym.make(low, horizon_requests=40)
     greedy = batch_env.evaluate(baselines.make("greedy", env=env), env, n_episodes=1, seed=0)
     steps = int(greedy.episodes[0]["steps"])
