@@ -77,43 +77,17 @@ def _fixed_arrivals(workload: Workload) -> bool:
     )
 
 
-class ServingCore(gym.Env):
-    """Base class: clock, arrivals, FIFO queue, reward counters, summary window.
-
-    Subclasses call :meth:`_init_env` (which calls :meth:`_setup_core`; the LLM env,
-    whose profile and configuration are its own, calls :meth:`_setup_core` itself) in
-    ``__init__`` and :meth:`_reset_core` in
-    ``reset``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`.
+class ServingEnv(gym.Env):
+    """Gymnasium's side of every batch-env env: argument checks, the order of calls,
+    render modes, actions, configuration.
 
     Order of calls (Gymnasium's convention, enforced here so that it also holds without
     ``gymnasium.make``'s wrappers): ``step``, ``action_masks`` and ``render`` before the
     first ``reset`` raise :class:`gymnasium.error.ResetNeeded`, and so does ``step`` after
     the step that returned ``truncated=True``.
 
-    Extension hooks (the last section of this class; an env overrides them and reaches the
-    base behaviour with ``super()``; the rest of the class is the loop and is not overridden)
-
-    * ``_more() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM env adds
-      each arrival's lengths and rejects prompts that cannot fit).
-    * ``_absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
-      index ``j`` (the LLM env also admits the new entries' lengths and integrates KV use).
-    * ``_on_mark()``: snapshot at the summary window's start and end marks (the LLM env adds
-      its token and iteration counters).
-    * ``_in_service_count()`` and ``_rejected_count()``: requests in service, and arrivals
-      rejected before admission, for :meth:`request_counts` (0 and 0 here).
-    * ``_misses()`` and ``_misses_exact(t)``: cumulative SLA misses whose deadline has
-      passed (at an epoch; at any instant); the LLM env counts TTFT and TPOT misses.
-    * ``_summary_done()``: every summary request has completed or been dropped.
-    * ``_serving_summary()``: ``info["serving"]`` at the end of an episode (the LLM env
-      adds token-level figures).
-    * ``_render_text()``, ``_make_view()`` and ``_render_frame(view)``: the frames, called by
-      :meth:`render`.
-
-    Subclasses also call :meth:`_init_env` (or :meth:`_setup_core`) and
-    :meth:`_init_executor` in ``__init__``, :meth:`_reset_core` in ``reset``, and the loop's
-    :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`, :meth:`_admit`,
-    :meth:`_record_completions`, :meth:`_finish_batch` and :meth:`_step_accounting` in
-    ``step``.
+    Hooks: ``_render_text()``, ``_make_view()`` and ``_render_frame(view)``: the frames,
+    called by :meth:`render`.
     """
 
     #: Why the env cannot step now (``None``: it can). Set until the first ``reset``, and
@@ -121,8 +95,12 @@ class ServingCore(gym.Env):
     _needs_reset: str | None = _BEFORE_RESET
     #: Every env's actions are integers (``Discrete``), which :meth:`_coerce_action` checks.
     action_space: gym.spaces.Discrete
-    #: What executes the batches (built in ``__init__``); each env narrows the type.
-    executor: Executor | LLMExecutor
+    #: What :meth:`get_config` reports: the profile, workload and configuration the env
+    #: was built with, and its time horizon (set in ``__init__``).
+    profile: Any
+    workload: Workload
+    config: Any
+    horizon_s: float
 
     #: The workload's mean load (mean arrival rate / max throughput; None on an LLM server,
     #: where load is not defined). On a workload that draws its load per episode (a
@@ -149,7 +127,7 @@ class ServingCore(gym.Env):
     #: registration passes ``task=<id>`` with its fixed kwargs (:mod:`batch_env.tasks`).
     task: str | None = None
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> ServingCore:
+    def __new__(cls, *args: Any, **kwargs: Any) -> ServingEnv:
         """Refuse unknown keyword arguments, listing the allowed ones (Python's own
         ``TypeError`` names only the first bad key), and, with ``task=<id>``, any kwarg
         that would change that task's problem
@@ -177,52 +155,6 @@ class ServingCore(gym.Env):
             self._refuse(call)
 
     # -- construction -------------------------------------------------------------------
-    def _init_env(
-        self,
-        profile: str | dict | Profile,
-        workload: dict | Workload | None,
-        config: ServingConfig,
-        render_mode: str | None,
-    ) -> Profile:
-        """Shared construction of every env: render mode, profile, workload, load, weights.
-
-        :returns: the loaded profile (checked against ``max_batch_size``).
-        """
-        self._set_render_mode(render_mode)
-        prof = load_profile(profile)
-        prof.check_max_batch_size(config.max_batch_size)
-        self.max_throughput_rps = prof.max_throughput_rps(config.max_batch_size)
-        if workload is None:
-            workload = dict(DEFAULT_WORKLOAD)
-        wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
-        self._setup_core(prof, wl, config)
-        self.mean_load = self.mean_rate_per_s / self.max_throughput_rps
-        self._B = config.max_batch_size
-        self._check_drop_weight()
-        return prof
-
-    def _draws_beyond_arrivals(self) -> bool:
-        """Whether an episode draws anything from the seed besides its arrivals (here:
-        lognormal service times; the LLM env adds its request lengths and classes)."""
-        return getattr(self.config, "service", "deterministic") != "deterministic"
-
-    def _warn_if_seed_invariant(self, executor: str) -> None:
-        """Warn once, at construction, where no seed can change an episode: arrivals from a
-        trace without ``random_offset`` (every episode starts at the trace's first record)
-        and nothing else drawn (a profile executor; real execution's measured times vary)."""
-        if executor != "profile" or not _fixed_arrivals(self.workload):
-            return
-        if self._draws_beyond_arrivals():
-            return
-        warnings.warn(
-            f"{type(self).__name__}: every seed gives the same episode: the workload is a trace "
-            "without random_offset (each episode starts at its first record) and nothing else "
-            "is drawn; an evaluation over seeds will report a spread of 0. Set random_offset: "
-            "true on the trace to draw a start per seed",
-            SeedWarning,
-            stacklevel=4,
-        )
-
     def _set_render_mode(self, render_mode: str | None) -> None:
         """Check and set ``render_mode`` (``ValueError`` naming the allowed values)."""
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -262,49 +194,6 @@ class ServingCore(gym.Env):
             self._human = HumanWindow(type(self).__name__, self.metadata["render_fps"])
         self._human.show(frame, self._render_text())
         return None
-
-    def _init_executor(
-        self,
-        executor: str,
-        model: str | None,
-        torch_device: str,
-        executor_options: dict | None,
-    ) -> None:
-        """Build ``self.executor`` (docs/design.md: Executors) and record how, for ``get_config``."""
-        from .executor import make_executor
-
-        cfg = self.config
-        self.executor = make_executor(
-            executor,
-            self.profile,
-            cfg.max_batch_size,
-            cfg.service,
-            cfg.service_cv,
-            model=model,
-            torch_device=torch_device,
-            options=executor_options,
-        )
-        self._executor_spec: dict[str, Any] = {"executor": executor}
-        self._warn_if_seed_invariant(executor)
-        if executor != "profile":
-            self._executor_spec.update(
-                model=model,
-                torch_device=torch_device,
-                executor_options=dict(executor_options or {}),
-                executor_metadata=self.executor.metadata(),
-            )
-
-    def _check_drop_weight(self) -> None:
-        """Warn when dropping a request costs less than serving it (docs/design.md: Dropping)."""
-        lat, energy = self.profile.tables(self._B)
-        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
-        w = self.config.reward_weights
-        if w.drop < w.energy * cheapest:
-            warnings.warn(
-                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
-                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
-                stacklevel=4,
-            )
 
     def _coerce_action(self, action: Any) -> int:
         """An integer action in the action space, or ``ValueError`` naming the value."""
@@ -350,6 +239,71 @@ class ServingCore(gym.Env):
             **getattr(self, "_executor_spec", {}),
         }
 
+    def _warn_summary(self, summary: dict[str, Any], now_s: float) -> None:
+        """Warn once for this episode if its summary hides something (metrics: Warnings)."""
+        name = self.spec.id if self.spec is not None else type(self).__name__
+        warn_summaries(summary, f"{name} episode ending at t={now_s:.6g} s", stacklevel=4)
+
+    def _episode_seed(self, seed: int | None) -> int:
+        """An episode's seed (``None``: one drawn from ``np_random``); ``step`` is refused
+        from now until the reset is complete (:meth:`_episode_started`)."""
+        if seed is None:
+            seed = int(self.np_random.integers(0, 2**63 - 1))
+        self._needs_reset = _BEFORE_RESET
+        return seed
+
+    def _episode_started(self) -> None:
+        """The reset is complete: ``step`` is allowed."""
+        self._needs_reset = None
+
+    def _episode_ended(self) -> None:
+        """The episode ended: ``step`` is refused until ``reset``."""
+        self._needs_reset = _AFTER_END
+
+    def _render_text(self) -> str:
+        """The ``"ansi"`` text (each env its own)."""
+        raise NotImplementedError
+
+    def _make_view(self) -> ServerView:
+        """The env's frame layout (captions of its panels)."""
+        raise NotImplementedError
+
+    def _render_frame(self, view: ServerView) -> np.ndarray:
+        """Draw the current state with ``view`` and return the frame."""
+        raise NotImplementedError
+
+
+class ServingLoop:
+    """The loop: clock, arrivals, FIFO queue, reward counters, summary window.
+
+    Not an env: :class:`ServingCore` puts Gymnasium's side on it for the whole-model and
+    node-level envs, and the LLM server (:class:`batch_env.llm.LLMServer`) is one of its
+    own, which the LLM envs hold. ``_setup_core`` in construction, ``_reset_core`` at an
+    episode's start, then the loop's :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`,
+    :meth:`_admit`, :meth:`_record_completions`, :meth:`_finish_batch` and
+    :meth:`_step_accounting`, and :meth:`_over` at each epoch.
+
+    Extension hooks (the last section of this class; a subclass overrides them and reaches
+    the base behaviour with ``super()``; the rest of the class is the loop and is not
+    overridden)
+
+    * ``_more() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM server
+      adds each arrival's lengths and rejects prompts that cannot fit).
+    * ``_absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
+      index ``j`` (the LLM server also admits the new entries' lengths and integrates KV use).
+    * ``_on_mark()``: snapshot at the summary window's start and end marks (the LLM server
+      adds its token and iteration counters).
+    * ``_in_service_count()`` and ``_rejected_count()``: requests in service, and arrivals
+      rejected before admission, for :meth:`request_counts` (0 and 0 here).
+    * ``_misses()`` and ``_misses_exact(t)``: cumulative SLA misses whose deadline has
+      passed (at an epoch; at any instant); the LLM server counts TTFT and TPOT misses.
+    * ``_summary_done()``: every summary request has completed or been dropped.
+    * ``_serving_summary()``: ``info["serving"]`` at the end of an episode.
+    """
+
+    #: What executes the batches (built in ``__init__``); each subclass narrows the type.
+    executor: Executor | LLMExecutor
+
     def _setup_core(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:
         self.profile = profile
         self.workload = workload
@@ -382,6 +336,28 @@ class ServingCore(gym.Env):
         self._end_summary = n_sum
 
     # -- episode start --------------------------------------------------------------------
+    def _draws_beyond_arrivals(self) -> bool:
+        """Whether an episode draws anything from the seed besides its arrivals (here:
+        lognormal service times; the LLM env adds its request lengths and classes)."""
+        return getattr(self.config, "service", "deterministic") != "deterministic"
+
+    def _warn_if_seed_invariant(self, executor: str, name: str | None = None) -> None:
+        """Warn once, at construction, where no seed can change an episode: arrivals from a
+        trace without ``random_offset`` (every episode starts at the trace's first record)
+        and nothing else drawn (a profile executor; real execution's measured times vary)."""
+        if executor != "profile" or not _fixed_arrivals(self.workload):
+            return
+        if self._draws_beyond_arrivals():
+            return
+        warnings.warn(
+            f"{name or type(self).__name__}: every seed gives the same episode: the workload is a trace "
+            "without random_offset (each episode starts at its first record) and nothing else "
+            "is drawn; an evaluation over seeds will report a spread of 0. Set random_offset: "
+            "true on the trace to draw a start per seed",
+            SeedWarning,
+            stacklevel=4,
+        )
+
     def _episode_workload(self, options: dict[str, Any] | None) -> Workload:
         """This episode's workload: the env's, or, with ``options={"load": x}`` on a
         workload with a ``load_range``, that workload at load ``x`` for this episode (an
@@ -407,18 +383,16 @@ class ServingCore(gym.Env):
         return dataclasses.replace(self.workload, load_range=(float(load), float(load)))
 
     def _reset_core(
-        self, seed: int | None, options: dict[str, Any] | None = None
+        self, seed: int, options: dict[str, Any] | None = None
     ) -> tuple[np.random.Generator, np.random.Generator]:
         """Seed the streams, reset the executor and advance to the first arrival.
 
+        :param seed: the episode's seed (its three streams are spawned from it).
         :param options: the reset's options (:meth:`_episode_workload`).
 
         :returns: the service-time and request-size generators (the arrival stream is
             consumed here; the service stream is handed to the executor).
         """
-        if seed is None:
-            seed = int(self.np_random.integers(0, 2**63 - 1))
-        self._needs_reset = _BEFORE_RESET  # until this reset is complete
         arrivals, service, sizes = (
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
@@ -453,7 +427,6 @@ class ServingCore(gym.Env):
         self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
         self._rate_base = (self._now, self._arrived)
         self.executor.reset(service)
-        self._needs_reset = None
         return service, sizes
 
     @property
@@ -478,7 +451,6 @@ class ServingCore(gym.Env):
         drop counter, the latency integral's request count), so the identities are checks.
         ``rejected`` counts LLM prompts that can never fit (0 elsewhere).
         """
-        self._check_started("request_counts")
         rejected = self._rejected_count()
         return {
             "arrived": self._arrived + rejected,
@@ -626,12 +598,10 @@ class ServingCore(gym.Env):
         elif n > n0:
             self._rate += (n - n0) / self._rate_tau
 
-    def _episode_over(self) -> bool:
-        """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""
-        if self._now >= self.horizon_s or self._summary_done():
-            self._needs_reset = _AFTER_END
-            return True
-        return False
+    def _over(self) -> bool:
+        """Whether the episode ends now: the horizon is reached or every summary request is
+        done (completed or dropped)."""
+        return self._now >= self.horizon_s or self._summary_done()
 
     def _summary_drops(self) -> int:
         """Dropped summary requests: drops between the window's start and its end mark."""
@@ -645,15 +615,6 @@ class ServingCore(gym.Env):
             "arrived_total": self._arrived + self._rejected_count(),
             "completed_total": self._n_done,
         }
-
-    def _warn_summary(self, summary: dict[str, Any]) -> None:
-        """Warn once for this episode if its summary hides something (metrics: Warnings)."""
-        name = self.spec.id if self.spec is not None else type(self).__name__
-        warn_summaries(summary, f"{name} episode ending at t={self._now:.6g} s", stacklevel=4)
-
-    # == extension hooks ==================================================================
-    # The subclass API (ServingCore's docstring: Extension hooks). An env overrides these
-    # and reaches the base behaviour with super(); everything else here is the loop itself.
 
     def _more(self) -> bool:
         """Append the next chunk of arrivals to the buffer; False when the stream ended."""
@@ -739,8 +700,7 @@ class ServingCore(gym.Env):
         return self._entry_hi is not None and self._n_done >= self._entry_hi
 
     def _serving_summary(self) -> dict[str, Any]:
-        """The episode summary (``info["serving"]``), from the one metrics recorder; warns
-        (:class:`batch_env.metrics.SummaryWarning`) when it hides something."""
+        """The episode summary (``info["serving"]``), from the one metrics recorder."""
         summary = summarize(
             arrivals=self._arr,
             completions=self._comp,
@@ -760,17 +720,112 @@ class ServingCore(gym.Env):
             weights=(self._wl, self._we, self._ws, self._wd),
             **self._episode_totals(),
         )
-        self._warn_summary(summary)
         return summary
 
-    def _render_text(self) -> str:
-        """The ``"ansi"`` text (each env its own)."""
-        raise NotImplementedError
 
-    def _make_view(self) -> ServerView:
-        """The env's frame layout (captions of its panels)."""
-        raise NotImplementedError
+class ServingCore(ServingEnv, ServingLoop):
+    """Base class of the whole-model and node-level envs: :class:`ServingLoop` with
+    Gymnasium's side (:class:`ServingEnv`).
 
-    def _render_frame(self, view: ServerView) -> np.ndarray:
-        """Draw the current state with ``view`` and return the frame."""
-        raise NotImplementedError
+    Subclasses call :meth:`_init_env` (which calls :meth:`_setup_core`) and
+    :meth:`_init_executor` in ``__init__``, :meth:`_reset_core` in ``reset``, and the loop's
+    :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`, :meth:`_admit`,
+    :meth:`_record_completions`, :meth:`_finish_batch` and :meth:`_step_accounting` in
+    ``step``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`. Extension
+    hooks: :class:`ServingLoop`'s and :class:`ServingEnv`'s.
+    """
+
+    def _init_env(
+        self,
+        profile: str | dict | Profile,
+        workload: dict | Workload | None,
+        config: ServingConfig,
+        render_mode: str | None,
+    ) -> Profile:
+        """Shared construction of every env: render mode, profile, workload, load, weights.
+
+        :returns: the loaded profile (checked against ``max_batch_size``).
+        """
+        self._set_render_mode(render_mode)
+        prof = load_profile(profile)
+        prof.check_max_batch_size(config.max_batch_size)
+        self.max_throughput_rps = prof.max_throughput_rps(config.max_batch_size)
+        if workload is None:
+            workload = dict(DEFAULT_WORKLOAD)
+        wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
+        self._setup_core(prof, wl, config)
+        self.mean_load = self.mean_rate_per_s / self.max_throughput_rps
+        self._B = config.max_batch_size
+        self._check_drop_weight()
+        return prof
+
+    def _init_executor(
+        self,
+        executor: str,
+        model: str | None,
+        torch_device: str,
+        executor_options: dict | None,
+    ) -> None:
+        """Build ``self.executor`` (docs/design.md: Executors) and record how, for ``get_config``."""
+        from .executor import make_executor
+
+        cfg = self.config
+        self.executor = make_executor(
+            executor,
+            self.profile,
+            cfg.max_batch_size,
+            cfg.service,
+            cfg.service_cv,
+            model=model,
+            torch_device=torch_device,
+            options=executor_options,
+        )
+        self._executor_spec: dict[str, Any] = {"executor": executor}
+        self._warn_if_seed_invariant(executor)
+        if executor != "profile":
+            self._executor_spec.update(
+                model=model,
+                torch_device=torch_device,
+                executor_options=dict(executor_options or {}),
+                executor_metadata=self.executor.metadata(),
+            )
+
+    def _check_drop_weight(self) -> None:
+        """Warn when dropping a request costs less than serving it (docs/design.md: Dropping)."""
+        lat, energy = self.profile.tables(self._B)
+        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
+        w = self.config.reward_weights
+        if w.drop < w.energy * cheapest:
+            warnings.warn(
+                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
+                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
+                stacklevel=4,
+            )
+
+    def _reset_core(
+        self, seed: int | None, options: dict[str, Any] | None = None
+    ) -> tuple[np.random.Generator, np.random.Generator]:
+        """:meth:`ServingLoop._reset_core`, ``seed=None`` drawing one from the env's
+        ``np_random``; ``step`` is refused until it is complete."""
+        streams = super()._reset_core(self._episode_seed(seed), options)
+        self._episode_started()
+        return streams
+
+    def request_counts(self) -> dict[str, int]:
+        """:meth:`ServingLoop.request_counts`, refused before the first ``reset``."""
+        self._check_started("request_counts")
+        return super().request_counts()
+
+    def _episode_over(self) -> bool:
+        """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""
+        if self._over():
+            self._episode_ended()
+            return True
+        return False
+
+    def _serving_summary(self) -> dict[str, Any]:
+        """:meth:`ServingLoop._serving_summary`, with a
+        :class:`batch_env.metrics.SummaryWarning` when it hides something."""
+        summary = super()._serving_summary()
+        self._warn_summary(summary, self._now)
+        return summary

@@ -51,11 +51,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import astuple, dataclass
+from bisect import bisect_right
+from dataclasses import astuple, dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
+
+_NAN = float("nan")
 
 SERVING_KEYS: tuple[str, ...] = (
     "completed",
@@ -572,3 +575,185 @@ def llm_metrics(
         "rejected": int(rejected),
         "clipped": int(clipped),
     }
+
+
+#: the keys of each class's summary (``serving["classes"]``) taken from :func:`llm_metrics`
+_CLASS_KEYS = (
+    "sla_attainment",
+    "ttft_attainment",
+    "tpot_attainment",
+    "goodput_rps",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "tpot_p50_ms",
+    "tpot_p99_ms",
+)
+
+
+def llm_episode_summary(
+    *,
+    arrivals: list[float],
+    finished_at: list[float | None],
+    first_token: list[float],
+    output: list[int],
+    request_class: list[int],
+    window: WindowStart | None,
+    entry_hi: int | None,
+    drops_summary: int,
+    now_s: float,
+    latency_integral_s: float,
+    energy_j: float,
+    misses: float,
+    drops: int,
+    n_batches: int,
+    sum_batch: int,
+    in_system: int,
+    weights: tuple[float, float, float, float],
+    totals: dict[str, int],
+    counters: tuple[int, int, float, int, int, int],
+    counters_at_start: tuple[int, int, float, int, int, int] | None,
+    kv_total: int,
+    rejected_at: list[float],
+    classes: tuple[Any, ...] | None,
+    ttft_sla_s: list[float],
+    tpot_sla_s: list[float],
+    class_drops: tuple[list[int] | None, list[int] | None, list[int]],
+) -> dict[str, Any]:
+    """An LLM server's episode summary (``info["serving"]`` of the LLM envs): the keys of
+    :func:`summarize` (latency = end-to-end) over the summary requests that completed, and
+    :func:`llm_metrics`' LLM keys; with several request classes, ``"classes"``: each one's
+    figures against its own SLAs.
+
+    :param arrivals: each entry's arrival time (entries in admission order); with
+        ``finished_at`` (completion, ``None`` while in the system), ``first_token`` (``nan``
+        before it), ``output`` (true output tokens) and ``request_class``.
+    :param window: the summary window's start (``None``: it never opened); ``entry_hi``
+        the entry count at its end mark (``None``: not reached).
+    :param counters: output tokens, preemptions, KV-use integral (block-seconds),
+        iterations, prefill iterations and clipped outputs now; ``counters_at_start``
+        the same when the window opened (``None``: it never did).
+    :param rejected_at: arrival times of the rejected prompts (sorted).
+    :param classes: the request classes when there are several, else ``None``.
+    :param ttft_sla_s: each class's TTFT SLA, and ``tpot_sla_s`` its TPOT SLA.
+    :param class_drops: drops per class at the window's start, at its end mark and now.
+
+    The other parameters are :func:`summarize`'s.
+    """
+    n = len(arrivals)
+    lo = window.entry if window is not None else n
+    hi = entry_hi if entry_hi is not None else n
+    fin = np.array([_NAN if f is None else f for f in finished_at[lo:hi]], dtype=np.float64)
+    arr = np.asarray(arrivals[lo:hi], dtype=np.float64)
+    first = np.asarray(first_token[lo:hi], dtype=np.float64)
+    out = np.asarray(output[lo:hi], dtype=np.int64)
+    done = ~np.isnan(fin)
+    base = summarize(
+        arrivals=arr[done].tolist(),
+        completions=fin[done].tolist(),
+        n_done=int(done.sum()),
+        window=None if window is None else replace(window, entry=0),
+        entry_hi=int(done.sum()),
+        drops_summary=drops_summary,
+        now_s=now_s,
+        latency_integral_s=latency_integral_s,
+        energy_j=energy_j,
+        misses=misses,
+        drops=drops,
+        n_batches=n_batches,
+        sum_batch=sum_batch,
+        in_system=in_system,
+        sla_s=math.inf,
+        weights=weights,
+        **totals,
+    )
+    w0 = counters_at_start if counters_at_start is not None else counters
+    t0 = window.time_s if window is not None else now_s
+    cls = np.asarray(request_class[lo:hi], dtype=np.intp)
+
+    def per_request(per_class: list[float]) -> float | np.ndarray:
+        return per_class[0] if classes is None else np.asarray(per_class)[cls]
+
+    base.update(
+        llm_metrics(
+            arrivals=arr,
+            first_token=first,
+            completion=fin,
+            output_lengths=out,
+            ttft_sla_s=per_request(ttft_sla_s),
+            tpot_sla_s=per_request(tpot_sla_s),
+            dropped=drops_summary,
+            elapsed_s=base["elapsed_s"],
+            output_tokens=counters[0] - w0[0],
+            preemptions=counters[1] - w0[1],
+            kv_utilization_mean=(
+                (counters[2] - w0[2]) / kv_total / (now_s - t0) if now_s > t0 else _NAN
+            ),
+            iterations=counters[3] - w0[3],
+            prefill_iterations=counters[4] - w0[4],
+            rejected=bisect_right(rejected_at, now_s) - bisect_right(rejected_at, t0),
+            clipped=counters[5] - w0[5],
+        )
+    )
+    if classes is not None:
+        drops_w0, drops_end, drops_now = class_drops
+        base["classes"] = _class_summaries(
+            classes,
+            cls,
+            (arr, first, fin, out),
+            (drops_w0 or drops_now, drops_end or drops_now),
+            (ttft_sla_s, tpot_sla_s),
+            base["elapsed_s"],
+        )
+    return base
+
+
+def _class_summaries(
+    classes: tuple[Any, ...],
+    cls: np.ndarray,
+    requests: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    drops: tuple[list[int], list[int]],
+    slas: tuple[list[float], list[float]],
+    elapsed_s: float,
+) -> dict[str, dict[str, Any]]:
+    """``serving["classes"]``: per class, its summary requests' completions, drops,
+    attainment (TTFT, TPOT, both: of completed + dropped), goodput and latency
+    percentiles, against its own SLAs. ``requests``: the summary requests' arrival, first
+    token, completion and output tokens; ``drops``: per class at the window's start and
+    end mark; ``slas``: per class TTFT and TPOT SLAs (s)."""
+    arr, first, fin, out = requests
+    w0, end = drops
+    ttft, tpot = slas
+    out_d: dict[str, dict[str, Any]] = {}
+    for c, rc in enumerate(classes):
+        m = cls == c
+        done = ~np.isnan(fin[m])
+        figures = llm_metrics(
+            arrivals=arr[m],
+            first_token=first[m],
+            completion=fin[m],
+            output_lengths=out[m],
+            ttft_sla_s=ttft[c],
+            tpot_sla_s=tpot[c],
+            dropped=end[c] - w0[c],
+            elapsed_s=elapsed_s,
+            output_tokens=0,
+            preemptions=0,
+            kv_utilization_mean=_NAN,
+            iterations=0,
+            prefill_iterations=0,
+            rejected=0,
+            clipped=0,
+        )
+        e2e = (fin[m] - arr[m])[done]
+        out_d[rc.name] = {
+            "requests": int(m.sum()),
+            "completed": int(done.sum()),
+            "in_system_at_end": int(m.sum() - done.sum()),
+            "dropped": end[c] - w0[c],
+            "latency_mean_ms": float(e2e.mean() * 1000.0) if e2e.size else _NAN,
+            **{k: figures[k] for k in _CLASS_KEYS},
+            "ttft_sla_ms": ttft[c] * 1000.0,
+            "tpot_sla_ms": tpot[c] * 1000.0,
+            "weight": rc.weight,
+        }
+    return out_d

@@ -33,6 +33,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -602,6 +603,69 @@ def llm_panel(
         c.text(x0 + 2, y1 - 5, f"KV {kv_used}/{kv_total} BLOCKS {100 * kv:.0f}%", TEXT)
 
     return draw
+
+
+#: the request classes' colours on the LLM frame (class k: ``CLASS_COLORS[k % 4]``)
+CLASS_COLORS = (TEAL, ORANGE, BLUE, TEXT)
+
+
+def llm_frame(view: ServerView, server: Any, cap: int, dropped: int) -> np.ndarray:
+    """The LLM envs' frame: the queue (waiting requests' age over their TTFT SLA, purple
+    when preempted), the running requests and the KV cache (:func:`llm_panel`), the
+    iteration timeline, and with several request classes a stripe per waiting request in
+    its class's colour and each class's waiting / running counts.
+
+    :param server: the LLM server (:class:`batch_env.llm.LLMServer`): its requests
+        (``state``), clock, SLAs, ``max_model_len`` and ``config.max_num_seqs``.
+    :param cap: the cap in force; ``dropped``: arrivals dropped so far.
+    """
+    srv = server.state
+    arr, now, P, G = server.arrivals, server.now, srv.prompt, srv.generated
+    waiting = list(islice(srv.waiting, QUEUE_BARS))
+    ttft = server.sla_books.ttft_s
+    waits = np.array(
+        [(now - arr[e]) / ttft[srv.request_class[e]] for e in waiting], dtype=np.float64
+    )
+    colors = sla_colors(waits)
+    colors[np.array([G[e] > 0 for e in waiting], dtype=bool)] = PURPLE  # preempted
+    R = srv.running
+    ctx = np.array([P[e] + G[e] for e in R[:QUEUE_BARS]], dtype=np.float64) / server.max_model_len
+    header = (
+        f"T {now:.2f} S  WAIT {len(srv.waiting)}  RUN {len(R)}  PREEMPT {srv.preemptions}  "
+        f"DROP {dropped}"
+    )
+    n = server.config.max_num_seqs
+    panel = llm_panel(ctx, len(R), n, cap, srv.kv_used, srv.kv_total, srv.kv_watermark)
+    img = view.frame(
+        header,
+        waits,
+        len(srv.waiting),
+        server.queue_capacity,
+        panel,
+        view.timeline,
+        queue_colors=colors,
+    )
+    if server.multi:
+        _draw_classes(view, server, waiting)
+    return img
+
+
+def _draw_classes(view: ServerView, server: Any, waiting: list[int]) -> None:
+    """Request classes on the LLM frame: a stripe in the class's colour under each waiting
+    request's bar, and at the bottom left each class's colour, name and requests
+    waiting / running."""
+    c, cls = view.canvas, server.state.request_class
+    x0, _, _, y1 = QUEUE_BOX
+    for i, e in enumerate(waiting):
+        x = x0 + 2 + i * (BAR_W + BAR_GAP)
+        c.fill(x, y1, x + BAR_W, y1 + 2, CLASS_COLORS[cls[e] % len(CLASS_COLORS)])
+    waiting_n, running_n, _ = server.class_counts()
+    x = 4
+    for k, rc in enumerate(server.classes):
+        c.fill(x, HEIGHT - 5, x + 4, HEIGHT - 1, CLASS_COLORS[k % len(CLASS_COLORS)])
+        label = f"{rc.name.upper()} {waiting_n[k]}/{running_n[k]}"
+        c.text(x + 6, HEIGHT - 5, label, TEXT)
+        x += 6 + 4 * len(label) + 8
 
 
 class Timeline:

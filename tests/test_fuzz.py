@@ -263,13 +263,13 @@ def llm_v2_kwargs(draw) -> dict:
 
 def _check_llm_server(env) -> None:
     """The LLM server's books: requests in one place each, tokens and KV blocks conserved."""
-    srv = env._server
+    srv = env.server.state
     running, waiting = srv.running, srv.waiting
     assert len(set(running) | set(waiting)) == len(running) + len(waiting)
-    assert env._n_sys == len(running) + len(waiting)
+    assert env.server.in_system == len(running) + len(waiting)
     assert srv.kv_used == sum(srv.kv_blocks) <= srv.kv_total
     assert sum(srv.generated) == srv.tokens_out  # every output token produced once
-    for e, t in enumerate(env._finished_at):
+    for e, t in enumerate(env.server.finished_at):
         if t is not None:
             assert srv.generated[e] == srv.output[e] and srv.kv_blocks[e] == 0
     for e in waiting:
@@ -282,7 +282,7 @@ def _check_llm_server(env) -> None:
     )
     assert srv.decode_context == sum(srv.context(e) for e in srv.decoding())
     # per class: every admitted request finished, waiting or running, once
-    done = [t is not None for t in env._finished_at]
+    done = [t is not None for t in env.server.finished_at]
     for c in set(srv.request_class):
         mine = [e for e, k in enumerate(srv.request_class) if k == c]
         placed = sum(done[e] for e in mine)
@@ -431,7 +431,8 @@ def _check_summary(env, summary: dict) -> None:
         and env.request_counts()["in_system"] == 0
         and summary["in_system_at_end"] == 0
     ):
-        assert done == H or env._now >= env.horizon_s, summary  # noqa: SLF001
+        now = env.server.now if hasattr(env, "server") else env._now  # noqa: SLF001
+        assert done == H or now >= env.horizon_s, summary
 
 
 def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int = 0) -> list:

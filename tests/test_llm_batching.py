@@ -45,26 +45,26 @@ def pressure(**kw):
 def check_invariants(env: LLMBatchingEnv) -> None:
     """Conservation of requests and tokens; KV accounting."""
     u = env
-    running, waiting = len(u._server.running), len(u._server.waiting)
-    assert len(u._arr) == u._n_done + running + waiting
-    assert u._n_sys == running + waiting
-    assert u._server.kv_used == sum(u._server.kv_blocks)
-    assert 0 <= u._server.kv_used <= u._server.kv_total
-    assert sum(u._server.generated) == u._server.tokens_out
-    for e in u._server.running:
+    running, waiting = len(u.server.state.running), len(u.server.state.waiting)
+    assert len(u.server.arrivals) == u.server.completed + running + waiting
+    assert u.server.in_system == running + waiting
+    assert u.server.state.kv_used == sum(u.server.state.kv_blocks)
+    assert 0 <= u.server.state.kv_used <= u.server.state.kv_total
+    assert sum(u.server.state.generated) == u.server.state.tokens_out
+    for e in u.server.state.running:
         assert (
-            u._server.kv_blocks[e] * u._server.block_size
-            >= u._server.prompt[e] + u._server.generated[e] - 1
+            u.server.state.kv_blocks[e] * u.server.state.block_size
+            >= u.server.state.prompt[e] + u.server.state.generated[e] - 1
         )  # every token in the KV has a slot
-        assert 1 <= u._server.generated[e] < u._server.output[e]
-    for e in u._server.waiting:
-        assert u._server.kv_blocks[e] == 0
-    assert len(set(u._server.running) | set(u._server.waiting)) == running + waiting
-    assert u._server.decode_context == sum(
-        u._server.prompt[e] + u._server.generated[e] for e in u._server.running
+        assert 1 <= u.server.state.generated[e] < u.server.state.output[e]
+    for e in u.server.state.waiting:
+        assert u.server.state.kv_blocks[e] == 0
+    assert len(set(u.server.state.running) | set(u.server.state.waiting)) == running + waiting
+    assert u.server.state.decode_context == sum(
+        u.server.state.prompt[e] + u.server.state.generated[e] for e in u.server.state.running
     )
-    assert u._server.waiting_tokens == sum(
-        u._server.prompt[e] + u._server.generated[e] for e in u._server.waiting
+    assert u.server.state.waiting_tokens == sum(
+        u.server.state.prompt[e] + u.server.state.generated[e] for e in u.server.state.waiting
     )
 
 
@@ -118,7 +118,7 @@ def test_invariants_and_summary_with_random_caps():
     for k in SERVING_KEYS + LLM_KEYS:
         assert k in s, k
     assert s["completed"] == 150
-    assert s["in_system_at_end"] == env._n_sys
+    assert s["in_system_at_end"] == env.server.in_system
     assert s["output_tokens_per_s"] > 0
     assert 0 < s["kv_utilization_mean"] <= 1
     # the reward is minus the weighted components
@@ -132,24 +132,24 @@ def test_invariants_and_summary_with_random_caps():
         )
     )
     # latency integral over the episode = total time in system of every request
-    fin = [f if f is not None else env._now for f in env._finished_at]
+    fin = [f if f is not None else env.server.now for f in env.server.finished_at]
     assert comps["latency"] == pytest.approx(
-        sum(f - a for f, a in zip(fin, env._arr, strict=True)), rel=1e-9
+        sum(f - a for f, a in zip(fin, env.server.arrivals, strict=True)), rel=1e-9
     )
 
 
 def test_ttft_below_e2e_and_first_tokens_in_arrival_order():
     env = pressure()
     run(env, baselines.make("static-cap", env=env), seed=2, check_every=50)
-    per_entry = env._sla_books.first_at  # NaN: no first token yet
+    per_entry = env.server.sla_books.first_at  # NaN: no first token yet
     first = [f for f in per_entry if f == f]
     assert all(f != f for f in per_entry[len(first) :])  # FCFS: the first ones have them
     assert all(b >= a for a, b in zip(first, first[1:], strict=False))
-    for e, f in enumerate(env._finished_at):
+    for e, f in enumerate(env.server.finished_at):
         if f is not None:
-            assert env._arr[e] <= first[e] <= f
+            assert env.server.arrivals[e] <= first[e] <= f
             assert (
-                env._server.generated[e] == env._server.output[e]
+                env.server.state.generated[e] == env.server.state.output[e]
             )  # a completed request has all its tokens
 
 
@@ -159,9 +159,10 @@ def test_preempted_requests_complete_with_all_their_tokens():
     s = info["serving"]
     assert s["preemptions"] > 0
     assert s["completed"] == 300  # every summary request completed, preempted ones included
-    lo = env._window.entry
+    lo = env.server.window.entry
     assert all(
-        env._finished_at[e] is not None and env._server.generated[e] == env._server.output[e]
+        env.server.finished_at[e] is not None
+        and env.server.state.generated[e] == env.server.state.output[e]
         for e in range(lo, lo + 300)
     )
 
@@ -182,9 +183,14 @@ def test_sla_misses_counted_once_per_request():
         ttft_sla_ms=150.0, tpot_sla_ms=25.0, workload={"kind": "poisson", "rate_per_s": 40.0}
     )
     _, comps, info = run(env, baselines.make("static-cap", env=env), seed=5, check_every=0)
-    arr, first, fin, out = env._arr, env._sla_books.first_at, env._finished_at, env._server.output
-    ttft, tpot = env._sla, env._tpot
-    now = env._now
+    arr, first, fin, out = (
+        env.server.arrivals,
+        env.server.sla_books.first_at,
+        env.server.finished_at,
+        env.server.state.output,
+    )
+    ttft, tpot = env.server.ttft_scale_s, env.server.tpot_scale_s
+    now = env.server.now
     expected = 0
     for e, a in enumerate(arr):
         f = first[e] if first[e] == first[e] else None  # NaN: none yet
@@ -210,8 +216,11 @@ def test_rejected_and_clipped_are_counted():
     s = info["serving"]
     assert s["rejected"] > 0 and s["clipped"] > 0
     assert info["rejected_total"] >= s["rejected"]
-    assert max(p + o for p, o in zip(env._server.prompt, env._server.output, strict=True)) <= 512
-    assert min(env._server.prompt) + 1 <= 512
+    assert (
+        max(p + o for p, o in zip(env.server.state.prompt, env.server.state.output, strict=True))
+        <= 512
+    )
+    assert min(env.server.state.prompt) + 1 <= 512
 
 
 def test_info_never_shows_output_lengths():
@@ -364,5 +373,5 @@ def test_azure_trace_lengths_come_from_the_trace():
         for r in rows
         if int(r["ContextTokens"]) + 1 <= 4096
     ]
-    assert env._server.prompt[:50] == [p for p, _ in fits[:50]]
+    assert env.server.state.prompt[:50] == [p for p, _ in fits[:50]]
     assert info["serving"]["completed"] == 100

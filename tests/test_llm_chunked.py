@@ -104,21 +104,21 @@ class _Recorder(LLMBatchingEnv):
     scheduler's ``run`` and ``_run_mixed`` wrapped on the instance, at the first reset)."""
 
     def _wrap_scheduler(self):
-        sch = self._scheduler
+        sch = self.server.scheduler
         run, run_mixed = sch.run, sch._run_mixed
 
         def recorded_run(plan):
-            srv = self._server
+            srv = self.server.state
             ready = [e for e in srv.running if not srv.prefill_left[e]]
             before = (list(ready), list(srv.running), srv.preemptions)
-            self._pending = {"budget": self._budget_now, "cap": self._cap_now, "before": before}
+            self._pending = {"budget": self.server.budget, "cap": self.server.cap, "before": before}
             for v in plan.victims:  # newest first, as they are preempted
                 self.log.append({"preempted": v})
             self._victims = list(plan.victims)
             return run(plan)
 
         def recorded_mixed(chunks, dec):
-            srv = self._server
+            srv = self.server.state
             rec = dict(self._pending)
             rec.update(
                 chunks=[(e, c, x) for e, c, x, _nb in chunks],
@@ -205,9 +205,9 @@ def test_conservation_and_invariants(setting):
             produced[e] += 1
         mixed += bool(rec["chunks"]) and bool(rec["dec"])
     u = env.unwrapped
-    for e, fin in enumerate(u._finished_at):
+    for e, fin in enumerate(u.server.finished_at):
         if fin is not None:
-            assert produced[e] == u._server.output[e], (
+            assert produced[e] == u.server.state.output[e], (
                 e
             )  # each output token once (recompute included)
     assert max(s["kv_blocks_used"] for s in steps) <= u.kv_blocks_total
@@ -336,19 +336,24 @@ def test_block_phase_buckets_are_the_decodes_whose_blocks_are_full(setting):
     rng = np.random.default_rng(2)
     checked = needs = 0
     for _ in range(100_000):
-        n = len(u._server.running) - u._server.prefilling
-        decoding = u._server.running[:n]
+        n = len(u.server.state.running) - u.server.state.prefilling
+        decoding = u.server.state.running[:n]
         full = {
             e
             for e in decoding
-            if u._server.prompt[e] + u._server.generated[e]
-            > u._server.kv_blocks[e] * u._server.block_size
+            if u.server.state.prompt[e] + u.server.state.generated[e]
+            > u.server.state.kv_blocks[e] * u.server.state.block_size
         }
         assert (
-            set().union(*u._server.block_phase) == set(decoding)
-            and sum(map(len, u._server.block_phase)) == n
+            set().union(*u.server.state.block_phase) == set(decoding)
+            and sum(map(len, u.server.state.block_phase)) == n
         )
-        assert u._server.block_phase[(1 - u._server.decode_steps) % u._server.block_size] == full
+        assert (
+            u.server.state.block_phase[
+                (1 - u.server.state.decode_steps) % u.server.state.block_size
+            ]
+            == full
+        )
         checked += 1
         needs += len(full)
         *_, trunc, info = env.step(int(rng.integers(env.action_space.n)))

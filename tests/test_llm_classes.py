@@ -69,7 +69,7 @@ def test_shares_lengths_and_features_per_class():
         obs, _, _, trunc, info = env.step(env.action_space.n - 1)
         steps += 1
         if steps % 25 == 0 or trunc:  # the features are the per-class queue at this epoch
-            srv = u._server
+            srv = u.server.state
             waiting = [sum(1 for e in srv.waiting if srv.request_class[e] == c) for c in (0, 1)]
             running = [sum(1 for e in srv.running if srv.request_class[e] == c) for c in (0, 1)]
             assert info["waiting_by_class"] == waiting and info["running_by_class"] == running
@@ -78,10 +78,10 @@ def test_shares_lengths_and_features_per_class():
                 assert obs[14 + 3 * c] == np.float32(running[c] / 256)
         if trunc:
             break
-    cls = np.asarray(u._server.request_class)
+    cls = np.asarray(u.server.state.request_class)
     share = float((cls == 0).mean())
     assert abs(share - 0.8) < 0.03, share  # 1500+ arrivals: 3 standard errors ~ 0.03
-    prompts = np.asarray(u._server.prompt)
+    prompts = np.asarray(u.server.state.prompt)
     # the batch class's lognormal prompts (mean 2000, CV 0.3; 0.5% above max_model_len and
     # rejected) against the chat trace's (about 1k)
     assert abs(prompts[cls == 1].mean() - 2000) < 150
@@ -99,26 +99,31 @@ def test_weighted_misses_and_per_class_attainment_by_brute_force():
     env = make(**TWO, horizon_requests=300)
     _, _, comps, info = episode(env, 2)
     u = env.unwrapped
-    books, srv = u._sla_books, u._server
-    now = u._now
+    books, srv = u.server.sla_books, u.server.state
+    now = u.server.now
     expected = 0.0
-    for e, a in enumerate(u._arr):
+    for e, a in enumerate(u.server.arrivals):
         c = srv.request_class[e]
         ttft, tpot, w = books.ttft_s[c], books.tpot_s[c], books.weights[c]
         f = books.first_at[e]
-        fin = u._finished_at[e]
+        fin = u.server.finished_at[e]
         out = srv.output[e]
         if now - a > ttft and (math.isnan(f) or f - a > ttft):
             expected += w
         elif fin is not None and f - a <= ttft and out >= 2 and (fin - f) / (out - 1) > tpot:
             expected += w
     assert comps["sla"] == pytest.approx(expected, rel=1e-12) and expected > 0
-    lo = u._window.entry
+    lo = u.server.window.entry
     for c, name in enumerate(("chat", "batch")):
         idx = [e for e in range(lo, lo + 300) if srv.request_class[e] == c]
         ok = 0
         for e in idx:
-            fin, f, a, out = u._finished_at[e], books.first_at[e], u._arr[e], srv.output[e]
+            fin, f, a, out = (
+                u.server.finished_at[e],
+                books.first_at[e],
+                u.server.arrivals[e],
+                srv.output[e],
+            )
             if fin is None:
                 continue
             tpot_ok = out < 2 or (fin - f) / (out - 1) <= books.tpot_s[c]
@@ -157,7 +162,7 @@ def test_v0_and_v1_have_no_classes():
 def test_the_frame_shows_each_waiting_requests_class():
     """Under each drawn waiting request's bar, a stripe in its class's colour."""
     from batch_env import render as R
-    from batch_env.envs.llm_batching import CLASS_COLORS
+    from batch_env.render import CLASS_COLORS
 
     env = make(**TWO, horizon_requests=300, render_mode="rgb_array")
     u = env.unwrapped
@@ -166,11 +171,11 @@ def test_the_frame_shows_each_waiting_requests_class():
     for _ in range(400):
         *_, trunc, _ = env.step(0)  # cap 1: a queue builds
         frame = env.render()
-        waiting = list(u._server.waiting)[: R.QUEUE_BARS]
+        waiting = list(u.server.state.waiting)[: R.QUEUE_BARS]
         x0, y1 = R.QUEUE_BOX[0], R.QUEUE_BOX[3]
         for i, e in enumerate(waiting):
             x = x0 + 2 + i * (R.BAR_W + R.BAR_GAP)
-            assert np.array_equal(frame[y1, x], CLASS_COLORS[u._server.request_class[e]])
+            assert np.array_equal(frame[y1, x], CLASS_COLORS[u.server.state.request_class[e]])
             checked += 1
         if trunc:
             break
@@ -209,7 +214,7 @@ def test_classes_with_their_own_arrivals():
     u = env.unwrapped
     assert u.workload.kind == "superposition" and u.workload.mean_rate_per_s == pytest.approx(4.0)
     episode(env, 0)
-    cls = np.asarray(u._server.request_class)
+    cls = np.asarray(u.server.state.request_class)
     assert abs((cls == 0).mean() - 0.75) < 0.06  # rates 3 and 1
     # the chat class's prompts are the trace's rows (those that fit), in order
     import csv
@@ -217,10 +222,11 @@ def test_classes_with_their_own_arrivals():
     with open(data.path("azure-conv-2023-excerpt")) as fh:
         rows = [int(r["ContextTokens"]) for r in csv.DictReader(fh)]
     fits = [p for p in rows if p + 1 <= 4096]
-    chat = [p for p, c in zip(u._server.prompt, cls, strict=True) if c == 0]
+    chat = [p for p, c in zip(u.server.state.prompt, cls, strict=True) if c == 0]
     assert chat == fits[: len(chat)] and len(chat) > 100
     assert (
-        abs(np.mean([p for p, c in zip(u._server.prompt, cls, strict=True) if c == 1]) - 2000) < 200
+        abs(np.mean([p for p, c in zip(u.server.state.prompt, cls, strict=True) if c == 1]) - 2000)
+        < 200
     )
 
 
@@ -255,7 +261,7 @@ def test_one_class_with_its_own_lengths_beats_the_trace_columns(tmp_path):
     )
     episode(env, 0)
     u = env.unwrapped
-    assert set(u._server.prompt) == {30} and len(u._server.prompt) >= 40
+    assert set(u.server.state.prompt) == {30} and len(u.server.state.prompt) >= 40
     # the same with the env's own (drawn) lengths: the class's win there too
     env = make(
         workload={"kind": "poisson", "rate_per_s": 5.0},
@@ -265,7 +271,7 @@ def test_one_class_with_its_own_lengths_beats_the_trace_columns(tmp_path):
         horizon_requests=40,
     )
     episode(env, 0)
-    assert set(env.unwrapped._server.prompt) == {30}
+    assert set(env.unwrapped.server.state.prompt) == {30}
     # and a class whose lengths never fit is refused when the env is made, named
     with pytest.raises(ValueError, match=r"classes\[0\]\.lengths"):
         make(

@@ -39,7 +39,7 @@ def make(env_id, **kw):
 
 
 def _sizes(u):
-    return len(u._grid), len(u._budgets), len(u._orders)
+    return len(u.server.caps), len(u.server.budgets), len(u.server.orders)
 
 
 @pytest.mark.parametrize("memory", ["roomy", "tight"])
@@ -57,7 +57,7 @@ def test_fcfs_in_a_v2_with_orders_is_v1(memory, workload):
     epochs = {}
     while True:
         a = int(rng.integers(ng * nb))  # order index 0: fcfs
-        epochs[u2._n_iter] = (a, obs.copy())
+        epochs[u2.server.iterations] = (a, obs.copy())
         obs, _, _, trunc, info2 = env2.step(a)
         if trunc:
             break
@@ -66,7 +66,7 @@ def test_fcfs_in_a_v2_with_orders_is_v1(memory, workload):
     obs, _ = env1.reset(seed=2)
     other = np.random.default_rng(5)
     while True:
-        k = u1._n_iter
+        k = u1.server.iterations
         if k in epochs:
             a, obs2 = epochs[k]
             keep = np.arange(obs.size) != 9
@@ -95,17 +95,17 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
     env.reset(seed=3)
     # walk v2's boundaries one iteration at a time (v1's stepping on v2's server)
     for step in range(4000):
-        if u._n_sys and step % 5 == 0:
-            before = _server_signature(u._server)
-            forced = u._forced_plan(u._cap_now, u._budget_now)
-            assert _server_signature(u._server) == before
+        if u.server.in_system and step % 5 == 0:
+            before = _server_signature(u.server.state)
+            forced = u.server.forced_plan(u.server.cap, u.server.budget)
+            assert _server_signature(u.server.state) == before
             outcomes = []
             frozen = _frozen(u)
             for a in range(ng * nb * no):
                 cap, budget, order = (
-                    u._grid[a % ng],
-                    u._budgets[(a // ng) % nb],
-                    u._orders[a // (ng * nb)],
+                    u.server.caps[a % ng],
+                    u.server.budgets[(a // ng) % nb],
+                    u.server.orders[a // (ng * nb)],
                 )
                 outcomes.append(_outcome(u, cap, budget, order, server=frozen))
             same = all(o == outcomes[0] for o in outcomes)
@@ -136,7 +136,7 @@ def test_every_order_keeps_the_invariants_and_admits_what_it_says(order):
     kw["classes"] = CLASSES
     env = make(V2, **kw, orders=[order], oracle_info=order == "srpt")
     u = env.unwrapped
-    srv, sch = u._server, u._scheduler
+    srv, sch = u.server.state, u.server.scheduler
     run = sch.run
     seen = {"iterations": 0, "admitted_first": 0}
 
@@ -144,7 +144,7 @@ def test_every_order_keeps_the_invariants_and_admits_what_it_says(order):
         waiting = list(srv.waiting)
         decoding = srv.decoding()
         running = len(srv.running)
-        budget, cap = u._budget_now, u._cap_now
+        budget, cap = u.server.budget, u.server.cap
         new = [e for e, _c, x, _nb in plan.chunks if x == 0 and e in waiting]
         if new:  # the first admitted is the order's first waiting request
             key = {
@@ -188,7 +188,9 @@ def test_srpt_needs_the_oracle():
     _, info = env.reset(seed=0)
     rem = info["oracle"]["waiting_remaining_output"]
     u = env.unwrapped
-    assert rem == [u._server.output[e] - u._server.generated[e] for e in u._server.waiting]
+    assert rem == [
+        u.server.state.output[e] - u.server.state.generated[e] for e in u.server.state.waiting
+    ]
 
 
 @pytest.mark.parametrize(
@@ -285,7 +287,7 @@ def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
         "horizon_requests": 40,
     }
     env = make(V2, **kw)
-    grid = len(env.unwrapped._grid)
+    grid = len(env.unwrapped.server.caps)
     obs, info = env.reset(seed=1)
     for name, params, budget, order in (
         ("static-budget", {"budget": 512, "order": "shortest-prompt"}, 512, "shortest-prompt"),
@@ -295,9 +297,9 @@ def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
     ):
         a = baselines.make(name, env, **params).act(obs, info)
         cap_i, rest = a % grid, a // grid
-        assert env.unwrapped._grid[cap_i] == max(env.unwrapped._grid)
-        assert env.unwrapped._budgets[rest % 4] == budget
-        assert env.unwrapped._orders[rest // 4] == order
+        assert env.unwrapped.server.caps[cap_i] == max(env.unwrapped.server.caps)
+        assert env.unwrapped.server.budgets[rest % 4] == budget
+        assert env.unwrapped.server.orders[rest // 4] == order
     with pytest.raises(ValueError, match="order='edf' is not an order the env's actions"):
         baselines.make("static-budget", env, budget=512, order="edf")
     with pytest.raises(ValueError, match="budget=300 is not a budget the env's actions"):
@@ -401,7 +403,7 @@ def test_order_features_show_what_each_order_would_admit():
         o1, r1, _, t1, _ = on.step(a)
         o0, r0, _, t0, _ = off.step(a)
         assert np.array_equal(o1[:-n_extra], o0) and r1 == r0 and t1 == t0
-        srv = u._server  # the same object at every step
+        srv = u.server.state  # the same object at every step
         waiting = list(srv.waiting)
         keys = {
             "fcfs": lambda e: 0,
@@ -418,8 +420,8 @@ def test_order_features_show_what_each_order_would_admit():
             h = min(waiting, key=lambda e, key=key: (key(e), waiting.index(e)))
             ttft = CLASSES[srv.request_class[h]].get("ttft_sla_ms", kw.get("ttft_sla_ms", 1000.0))
             want = [
-                min(srv.context(h) / u._budget, 100.0),
-                min((u._now - u._arr[h]) / (ttft / 1000.0), 100.0),
+                min(srv.context(h) / u.server.config.max_num_batched_tokens, 100.0),
+                min((u.server.now - u.server.arrivals[h]) / (ttft / 1000.0), 100.0),
             ]
             np.testing.assert_allclose(got, np.float32(want), rtol=1e-6)
             seen += 1

@@ -114,11 +114,12 @@ def test_episode_runs_real_iterations_with_one_cache_per_running_request():
         # exactly the running requests hold a cache, each with its prompt + generated tokens
         # but the last one (which the next decode writes)
         assert (
-            ex.live_sequences == set(u._server.running)
+            ex.live_sequences == set(u.server.state.running)
             and len(ex.live_sequences) == info["running"]
         )
         assert ex.context_lengths() == {
-            e: u._server.prompt[e] + u._server.generated[e] - 1 for e in u._server.running
+            e: u.server.state.prompt[e] + u.server.state.generated[e] - 1
+            for e in u.server.state.running
         }
         if trunc:
             break
@@ -128,8 +129,8 @@ def test_episode_runs_real_iterations_with_one_cache_per_running_request():
     assert s["latency_mean_ms"] > 0 and s["power_mean_w"] > 0 and s["output_tokens_per_s"] > 0
     assert kinds["prefill"] > 0 and kinds["decode"] > 0
     # no cache for a finished or a preempted (waiting) request
-    assert all(u._finished_at[e] is None for e in ex.live_sequences)
-    assert not ex.live_sequences & set(u._server.waiting)
+    assert all(u.server.finished_at[e] is None for e in ex.live_sequences)
+    assert not ex.live_sequences & set(u.server.state.waiting)
     assert info["energy_source"] == ex.energy_source in ("nvml", "rapl", "profile")
     env.reset(seed=1)  # a new episode starts with no cache
     assert not ex.live_sequences and ex.cache_nbytes == 0
@@ -328,7 +329,7 @@ def test_cuda_episode():
     env.reset(seed=0)
     for _ in range(10_000):
         _, _, _, trunc, info = env.step(7)
-        assert u.executor.live_sequences == set(u._server.running)
+        assert u.executor.live_sequences == set(u.server.state.running)
         if trunc:
             break
     assert info["serving"]["completed"] == 40 and info["serving"]["preemptions"] > 0
@@ -359,14 +360,14 @@ def test_chunked_scheduler_runs_real_mixed_batches():
         kinds[info["iteration"]] += 1
         if info["iteration"] != "idle" and info["iteration_time_s"] > 0:
             assert info["iteration_time_s"] == log[-1][1] > 0
-        assert ex.live_sequences == set(u._server.running)
+        assert ex.live_sequences == set(u.server.state.running)
         want = {
             e: (
-                u._server.prefill_done[e]
-                if u._server.prefill_left[e]
-                else u._server.prompt[e] + u._server.generated[e] - 1
+                u.server.state.prefill_done[e]
+                if u.server.state.prefill_left[e]
+                else u.server.state.prompt[e] + u.server.state.generated[e] - 1
             )
-            for e in u._server.running
+            for e in u.server.state.running
         }
         assert ex.context_lengths() == want
         if trunc:
@@ -374,7 +375,7 @@ def test_chunked_scheduler_runs_real_mixed_batches():
     s = info["serving"]
     assert s["completed"] == 40 and s["preemptions"] > 0
     assert kinds["mixed"] > 0 and kinds["prefill"] > 0 and kinds["decode"] > 0
-    assert not ex.live_sequences & set(u._server.waiting)
+    assert not ex.live_sequences & set(u.server.state.waiting)
     env.close()
 
 
@@ -410,14 +411,14 @@ def test_v2_in_real_mode_runs_every_iteration_on_the_model():
 
         setattr(ex, name, counted)
     env.reset(seed=0)
-    assert u._decode_runs is False  # no decode loop around the model
+    assert u.server.decode_runs is False  # no decode loop around the model
     steps = 0
     while True:
         *_, trunc, info = env.step(env.action_space.n - 1)
         steps += 1
-        assert ex.live_sequences == set(u._server.running)
+        assert ex.live_sequences == set(u.server.state.running)
         if trunc:
             break
     assert info["serving"]["completed"] == 30
-    assert sum(calls.values()) == u._n_iter > steps  # every iteration on the model
+    assert sum(calls.values()) == u.server.iterations > steps  # every iteration on the model
     env.close()

@@ -67,10 +67,10 @@ def make(env_id, kw):
 def check_invariants(u):
     """Requests and tokens conserved, KV accounting (both schedulers; a prefill in
     progress holds blocks for the tokens it has computed)."""
-    srv = u._server
+    srv = u.server.state
     running, waiting = len(srv.running), len(srv.waiting)
-    assert len(u._arr) == u._n_done + running + waiting
-    assert u._n_sys == running + waiting
+    assert len(u.server.arrivals) == u.server.completed + running + waiting
+    assert u.server.in_system == running + waiting
     assert srv.kv_used == sum(srv.kv_blocks) and 0 <= srv.kv_used <= srv.kv_total
     assert sum(srv.generated) == srv.tokens_out
     assert len(set(srv.running) | set(srv.waiting)) == running + waiting
@@ -131,7 +131,7 @@ def _outcome(u, cap, budget, order="fcfs", server=None):
     it did. ``server``: the server pickled (:func:`_frozen`), made once for the many
     settings tried at one epoch (a pickle round trip copies as deepcopy does, 20x faster)."""
     srv = pickle.loads(server if server is not None else _frozen(u))
-    host = _RecordingHost(u._now)
+    host = _RecordingHost(u.server.now)
     options = (
         {"decode_first": u.config.decode_first, "split_prompts": u.config.split_prompts}
         if u.config.scheduler == "chunked"
@@ -144,11 +144,11 @@ def _outcome(u, cap, budget, order="fcfs", server=None):
 
 def _frozen(u):
     """The env's server, pickled: :func:`_outcome` runs each setting on a copy of it."""
-    return pickle.dumps(u._server, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(u.server.state, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _settings(u):
-    return [(c, b) for b in u._budgets for c in u._grid]
+    return [(c, b) for b in u.server.budgets for c in u.server.caps]
 
 
 @pytest.mark.parametrize(
@@ -173,10 +173,10 @@ def test_the_epoch_test_agrees_with_trying_every_action(memory, setting):
     for seed in (1, 2):
         env.reset(seed=seed)
         for step in range(20_000):
-            if u._n_sys and step % 3 == 0:
-                srv = u._server
+            if u.server.in_system and step % 3 == 0:
+                srv = u.server.state
                 before = _server_signature(srv)
-                forced = u._forced_plan(u._cap_now, u._budget_now)
+                forced = u.server.forced_plan(u.server.cap, u.server.budget)
                 assert _server_signature(srv) == before  # planning changed nothing
                 frozen = _frozen(u)
                 outcomes = [_outcome(u, c, b, server=frozen) for c, b in _settings(u)]
@@ -184,8 +184,8 @@ def test_the_epoch_test_agrees_with_trying_every_action(memory, setting):
                 assert (forced is not None) == same, (seed, step, forced)
                 counts["forced" if same else "epoch"] += 1
                 if forced is not None:  # and the plan it returns is that iteration
-                    sch = u._scheduler
-                    assert forced.same_iteration(sch.plan(u._cap_now, u._budget_now))
+                    sch = u.server.scheduler
+                    assert forced.same_iteration(sch.plan(u.server.cap, u.server.budget))
             *_, trunc, _ = env.step(int(rng.integers(env.action_space.n)))
             if trunc:
                 break
@@ -212,7 +212,7 @@ def _run_v2(kw, seed, policy):
     epochs, total, steps = {}, 0.0, 0
     while True:
         a = policy(obs, info, env)
-        epochs[u._n_iter] = (a, obs.copy(), info)
+        epochs[u.server.iterations] = (a, obs.copy(), info)
         obs, r, _, trunc, info = env.step(a)
         check_invariants(u)
         total += r
@@ -229,7 +229,7 @@ def _run_v1(kw, seed, epochs, policy, elsewhere):
     obs, info = env.reset(seed=seed)
     total, steps, last = 0.0, 0, None
     while True:
-        k = u._n_iter
+        k = u.server.iterations
         if k in epochs:
             a2, obs2, info2 = epochs[k]
             a = last = policy(obs, info, env)
@@ -366,7 +366,7 @@ def test_info_counts_the_iterations_and_reset_starts_at_an_epoch():
     env = make(V2, kw)
     u = env.unwrapped
     obs, info = env.reset(seed=4)
-    assert u._forced_plan(u._cap_now, u._budget_now) is None
+    assert u.server.forced_plan(u.server.cap, u.server.budget) is None
     ran = info["iterations"]
     while True:
         obs, r, _, trunc, info = env.step(0)
@@ -374,5 +374,7 @@ def test_info_counts_the_iterations_and_reset_starts_at_an_epoch():
         assert info["iterations"] >= 1 and info["dt_s"] >= 0.0
         if trunc:
             break
-        assert u._forced_plan(u._cap_now, u._budget_now) is None  # every step ends at an epoch
-    assert ran == u._n_iter
+        assert (
+            u.server.forced_plan(u.server.cap, u.server.budget) is None
+        )  # every step ends at an epoch
+    assert ran == u.server.iterations

@@ -170,7 +170,7 @@ def test_empty_queue_frames():
     env.reset(seed=0)
     for _ in range(50):
         env.step(len(env.grid) - 1)
-        if not env._server.waiting and env._server.running:
+        if not env.server.state.waiting and env.server.state.running:
             frame = env.render()
             assert not _drawn(_queue_bars(frame)).any()
             break
@@ -229,16 +229,16 @@ def test_llm_kv_nearly_full_and_preemptions():
         env.step(len(env.grid) - 1)
         frame = env.render()
         assert frame.shape == SHAPE
-        used, total = env._server.kv_used, env._server.kv_total
+        used, total = env.server.state.kv_used, env.server.state.kv_total
         filled = np.any(
             frame[kv_row, x0 + 2 : x1 - 2] != np.array(R.GRID, dtype=np.uint8), axis=-1
         ).sum()
         assert abs(filled / (x1 - x0 - 4) - used / total) < 0.02
-        if total - used <= env._server.kv_watermark:
+        if total - used <= env.server.state.kv_watermark:
             assert np.all(frame[kv_row, x0 + 2] == RED)
             seen_full = True
-        waiting = list(env._server.waiting)[: R.QUEUE_BARS]
-        preempted = np.array([env._server.generated[e] > 0 for e in waiting], dtype=bool)
+        waiting = list(env.server.state.waiting)[: R.QUEUE_BARS]
+        preempted = np.array([env.server.state.generated[e] > 0 for e in waiting], dtype=bool)
         if preempted.any():
             bars = _queue_bars(frame)[: len(waiting)]
             assert np.all(bars[preempted] == np.array(R.PURPLE, dtype=np.uint8))
@@ -253,7 +253,7 @@ def test_no_rendering_state_without_a_frame_mode():
         llm = LLMBatchingEnv(render_mode=mode, **SMALL["batch_env/LLMBatching-v0"])
         llm.reset(seed=0)
         llm.step(0)
-        assert llm._iterations is None
+        assert llm.server.timeline is None
         dyn = DynamicBatchingEnv(render_mode=mode)
         dyn.reset(seed=0)
         dyn.step(1)

@@ -1,6 +1,10 @@
-"""The LLM server that the LLM envs drive: its state and its iteration schedulers.
+"""The LLM server that the LLM envs drive: the engine, its state and its iteration schedulers.
 
-- :mod:`.state`: :class:`LLMServerState`, the requests, queues and paged KV cache between
+- :mod:`.server`: :class:`LLMServer`, one simulated LLM server usable without an env:
+  built from a configuration, a profile, a workload and an executor, it admits requests,
+  runs iterations through its scheduler to the next decision point, and keeps the KV
+  cache, the SLA books and the summary's counters;
+- :mod:`.state`: :class:`~batch_env.llm.state.LLMServerState`, the requests, queues and paged KV cache between
   iterations, with names a reader understands;
 - :mod:`.scheduler`: the one written interface every scheduler implements
   (:class:`Scheduler`: ``plan`` the next iteration without changing anything, then
@@ -16,13 +20,16 @@
 - :mod:`.actions`: :class:`ActionCodec`, the LLM envs' action encoding (cap, token
   budget, admission order), and :class:`LLMAction`, an action's parts.
 
-The envs (:mod:`batch_env.envs.llm_batching`) keep the MDP: spaces, decision epochs,
-reward, observation, the SLA bookkeeping and the summary. A scheduler changes only the
-server state, calls the executor, and reports first tokens, completions and the passing
-of time to its host (the env).
+The envs (:mod:`batch_env.envs.llm_batching`) are thin MDPs over a server: spaces,
+decision epochs, reward, observation, info, reset, step, render. A scheduler changes only
+the server state, calls the executor, and reports first tokens, completions and the
+passing of time to its host (the server).
 
-Imports: ``batch_env.executor`` (the :class:`~batch_env.executor.LLMExecutor` Protocol)
-and nothing else of ``batch_env``; never ``batch_env.envs`` (the envs import this).
+Imports: the schedulers, ``batch_env.executor`` (the
+:class:`~batch_env.executor.LLMExecutor` Protocol) and nothing else of ``batch_env``; the
+server also the loop (``batch_env.core``), ``batch_env.config``, ``batch_env.metrics``,
+``batch_env.profiles`` and ``batch_env.workload``; never ``batch_env.envs`` (the envs
+import this).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from .actions import ActionCodec, LLMAction
 from .chunked import ChunkedScheduler
 from .scheduler import Host, Iteration, Plan, Scheduler
+from .server import LLMServer
 from .sla import SLABooks
 from .state import LLMServerState
 from .vllm_v0 import VLLMV0Scheduler
@@ -67,6 +75,7 @@ __all__ = [
     "Host",
     "Iteration",
     "LLMAction",
+    "LLMServer",
     "LLMServerState",
     "Plan",
     "SLABooks",

@@ -1,6 +1,6 @@
 """Admission orders: which waiting requests a scheduler offers a prefill first.
 
-The waiting queue (:attr:`batch_env.llm.LLMServerState.waiting`, a :class:`WaitingQueue`)
+The waiting queue (:attr:`batch_env.llm.state.LLMServerState.waiting`, a :class:`WaitingQueue`)
 stays first come first served: arrivals join its tail and preempted requests return to
 its head. An order is a view of it: :func:`candidates` gives the first ``room`` waiting
 entries in that order, and a scheduler scans them as it scans the queue's head under FCFS
@@ -39,8 +39,8 @@ from typing import Any, Protocol
 FCFS = "fcfs"
 
 
-class LLMServerState(Protocol):
-    """What the orders read of the server (:class:`batch_env.llm.LLMServerState`, which
+class OrderedState(Protocol):
+    """What the orders read of the server (:class:`batch_env.llm.state.LLMServerState`, which
     imports this module: a protocol here keeps the imports one way)."""
 
     prompt: list[int]
@@ -54,25 +54,25 @@ class LLMServerState(Protocol):
 _SLACK = 32  # stale heap entries tolerated beyond the queue's length before a rebuild
 
 
-def _edf(s: LLMServerState, e: int) -> float:
+def _edf(s: OrderedState, e: int) -> float:
     return s.ttft_deadline[e]
 
 
-def _shortest_prompt(s: LLMServerState, e: int) -> int:
+def _shortest_prompt(s: OrderedState, e: int) -> int:
     return s.prompt[e] + s.generated[e]
 
 
-def _class_priority(s: LLMServerState, e: int) -> int:
+def _class_priority(s: OrderedState, e: int) -> int:
     return s.request_class[e]
 
 
-def _srpt(s: LLMServerState, e: int) -> int:
+def _srpt(s: OrderedState, e: int) -> int:
     return s.output[e] - s.generated[e]
 
 
 #: each order's key of a waiting entry (fixed while it waits); module functions, so that
 #: an env pickles (``copy.deepcopy``, vector envs' workers)
-_KEYS: dict[str, Callable[[LLMServerState, int], Any]] = {
+_KEYS: dict[str, Callable[[OrderedState, int], Any]] = {
     "edf": _edf,
     "shortest-prompt": _shortest_prompt,
     "class-priority": _class_priority,
@@ -90,7 +90,7 @@ class WaitingQueue:
 
     __slots__ = ("_state", "_q", "_pos", "_head", "_tail", "_heaps", "_class_heaps", "_counts")
 
-    def __init__(self, state: LLMServerState) -> None:
+    def __init__(self, state: OrderedState) -> None:
         self._state = state
         self._q: deque[int] = deque()
         self._pos: dict[int, int] = {}  # a waiting entry's position
@@ -167,7 +167,7 @@ class WaitingQueue:
                 self._class_heaps[c] = self._built(_class_priority, c)
 
     def _built(
-        self, key: Callable[[LLMServerState, int], Any], c: int | None = None
+        self, key: Callable[[OrderedState, int], Any], c: int | None = None
     ) -> list[tuple[Any, int, int]]:
         """A heap of the waiting entries by ``key`` (of class ``c`` only, when given)."""
         pos, st = self._pos, self._state
@@ -226,7 +226,7 @@ class WaitingQueue:
         return list(self._counts), first
 
 
-def candidates(state: LLMServerState, room: int, order: str) -> Iterable[int]:
+def candidates(state: OrderedState, room: int, order: str) -> Iterable[int]:
     """The first ``room`` waiting entries in ``order`` (module docstring), lazily: the
     scheduler's scan reads only as far as it admits."""
     W = state.waiting
@@ -235,7 +235,7 @@ def candidates(state: LLMServerState, room: int, order: str) -> Iterable[int]:
     return W.in_order(order, room)
 
 
-def leave_queue(state: LLMServerState, e: int) -> None:
+def leave_queue(state: OrderedState, e: int) -> None:
     """Waiting entry ``e`` is admitted: it leaves the queue (at its head under FCFS)."""
     W = state.waiting
     if W[0] == e:
