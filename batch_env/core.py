@@ -4,21 +4,21 @@
 counters that make up the reward (latency integral, energy, SLA misses, drops) and the
 summary window, and implements the normative event semantics of ``docs/design.md``. Concrete
 environments (``envs/``) subclass it and only decide what a step does: wait until the
-next epoch (:meth:`ServingCore._advance`), start a batch (:meth:`_start_batch`), finish
+next epoch (:meth:`ServingCore.advance`), start a batch (:meth:`_start_batch`), finish
 it (:meth:`_finish_batch`).
 
 Data layout (chosen for speed: the hot path is C-level list operations, no per-request
 Python loop):
 
 * ``_buf``: arrival times of every arrival generated so far (global arrival index);
-  ``_i`` is the next arrival not yet processed.
-* ``_arr``: arrival times of *admitted* requests ("entries", in arrival order);
-  ``_ns`` entries have started service, so the waiting queue is ``_arr[_ns:]``.
+  ``arrival_index`` is the next arrival not yet processed.
+* ``arrivals``: arrival times of *admitted* requests ("entries", in arrival order);
+  ``started`` entries have started service, so the waiting queue is ``arrivals[started:]``.
 * ``_comp``: completion time of the first ``_nk`` entries, the ones whose completion time
   is known. Whole-model batches know it when they start (the executor returns the
-  duration before the clock moves), so ``_nk == _ns`` at every epoch of
+  duration before the clock moves), so ``_nk == started`` at every epoch of
   ``DynamicBatching-v0``; node-level groups learn it when their last node finishes, so
-  there ``_nk`` trails ``_ns`` by the requests in flight. Completion is FIFO in both.
+  there ``_nk`` trails ``started`` by the requests in flight. Completion is FIFO in both.
 
 SLA misses. A request misses when ``completion - arrival > sla`` (latency equal to the
 SLA meets it), and the miss is counted when its deadline passes. Misses of the ``_nk``
@@ -95,6 +95,8 @@ class ServingEnv(gym.Env):
     _needs_reset: str | None = _BEFORE_RESET
     #: Every env's actions are integers (``Discrete``), which :meth:`_coerce_action` checks.
     action_space: gym.spaces.Discrete
+    #: What executes the batches (built in ``__init__``); each env narrows the type.
+    executor: Executor | LLMExecutor
     #: What :meth:`get_config` reports: the profile, workload and configuration the env
     #: was built with, and its time horizon (set in ``__init__``).
     profile: Any
@@ -239,10 +241,44 @@ class ServingEnv(gym.Env):
             **getattr(self, "_executor_spec", {}),
         }
 
-    def _warn_summary(self, summary: dict[str, Any], now_s: float) -> None:
+    def _record_executor(
+        self,
+        executor: str,
+        model: str | None,
+        torch_device: str,
+        executor_options: dict | None,
+    ) -> None:
+        """Record how ``self.executor`` was built, for :meth:`get_config` (a real one's
+        model, device, options and metadata too)."""
+        self._executor_spec: dict[str, Any] = {"executor": executor}
+        if executor != "profile":
+            self._executor_spec.update(
+                model=model,
+                torch_device=torch_device,
+                executor_options=dict(executor_options or {}),
+                executor_metadata=self.executor.metadata(),
+            )
+
+    def _checked_action(self, action: Any) -> int:
+        """``action`` as an integer of the action space (:meth:`_coerce_action`), once
+        ``step`` is allowed (:class:`gymnasium.error.ResetNeeded` before ``reset`` and
+        after the step that ended the episode)."""
+        if self._needs_reset is not None:
+            self._refuse("step")
+        if type(action) is not int or action < 0 or action >= self.action_space.n:
+            action = self._coerce_action(action)
+        return action
+
+    def _end_episode(self, summary: dict[str, Any], now_s: float) -> None:
+        """The episode ended at ``now_s`` with ``summary``: ``step`` is refused until
+        ``reset``, and a summary that hides something warns (:meth:`_warn_summary`)."""
+        self._episode_ended()
+        self._warn_summary(summary, now_s, stacklevel=5)
+
+    def _warn_summary(self, summary: dict[str, Any], now_s: float, stacklevel: int = 4) -> None:
         """Warn once for this episode if its summary hides something (metrics: Warnings)."""
         name = self.spec.id if self.spec is not None else type(self).__name__
-        warn_summaries(summary, f"{name} episode ending at t={now_s:.6g} s", stacklevel=4)
+        warn_summaries(summary, f"{name} episode ending at t={now_s:.6g} s", stacklevel=stacklevel)
 
     def _episode_seed(self, seed: int | None) -> int:
         """An episode's seed (``None``: one drawn from ``np_random``); ``step`` is refused
@@ -278,40 +314,43 @@ class ServingLoop:
 
     Not an env: :class:`ServingCore` puts Gymnasium's side on it for the whole-model and
     node-level envs, and the LLM server (:class:`batch_env.llm.LLMServer`) is one of its
-    own, which the LLM envs hold. ``_setup_core`` in construction, ``_reset_core`` at an
-    episode's start, then the loop's :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`,
+    own, which the LLM envs hold. ``setup_loop`` in construction, ``_reset_core`` at an
+    episode's start, then the loop's :meth:`advance`, :meth:`_wait`, :meth:`_start_batch`,
     :meth:`_admit`, :meth:`_record_completions`, :meth:`_finish_batch` and
-    :meth:`_step_accounting`, and :meth:`_over` at each epoch.
+    :meth:`step_accounting`, and :meth:`over` at each epoch.
 
     Extension hooks (the last section of this class; a subclass overrides them and reaches
     the base behaviour with ``super()``; the rest of the class is the loop and is not
     overridden)
 
-    * ``_more() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM server
+    * ``more_arrivals() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM server
       adds each arrival's lengths and rejects prompts that cannot fit).
-    * ``_absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
+    * ``absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
       index ``j`` (the LLM server also admits the new entries' lengths and integrates KV use).
-    * ``_on_mark()``: snapshot at the summary window's start and end marks (the LLM server
+    * ``on_mark()``: snapshot at the summary window's start and end marks (the LLM server
       adds its token and iteration counters).
-    * ``_in_service_count()`` and ``_rejected_count()``: requests in service, and arrivals
+    * ``in_service_count()`` and ``rejected_count()``: requests in service, and arrivals
       rejected before admission, for :meth:`request_counts` (0 and 0 here).
-    * ``_misses()`` and ``_misses_exact(t)``: cumulative SLA misses whose deadline has
+    * ``misses()`` and ``misses_at(t)``: cumulative SLA misses whose deadline has
       passed (at an epoch; at any instant); the LLM server counts TTFT and TPOT misses.
-    * ``_summary_done()``: every summary request has completed or been dropped.
+    * ``summary_done()``: every summary request has completed or been dropped.
     * ``_serving_summary()``: ``info["serving"]`` at the end of an episode.
     """
 
     #: What executes the batches (built in ``__init__``); each subclass narrows the type.
     executor: Executor | LLMExecutor
 
-    def _setup_core(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:
+    def setup_loop(self, profile: Profile, workload: Workload, config: ServingConfig) -> None:
+        """Construction: the profile, workload and configuration the loop runs (an LLM
+        server passes its own, which share what the loop reads), the reward weights,
+        queue capacity, idle power, ticks, horizon, rate window and summary marks."""
         self.profile = profile
         self.workload = workload
         self.config = config
         w = config.reward_weights
         self._wl, self._we, self._ws, self._wd = w.latency, w.energy, w.sla, w.drop
         self._sla = config.sla_ms / 1000.0
-        self._cap = config.queue_capacity
+        self.queue_capacity = config.queue_capacity
         self.idle_power_w = (
             float(config.idle_power_w) if config.idle_power_w is not None else profile.idle_power_w
         )
@@ -327,7 +366,7 @@ class ServingLoop:
             if config.horizon_s is not None
             else 10.0 * n_sum / self.mean_rate_per_s
         )
-        self._rate_tau = (
+        self.rate_window_s = (
             config.rate_window_s
             if config.rate_window_s is not None
             else 200.0 / self.mean_rate_per_s
@@ -336,18 +375,18 @@ class ServingLoop:
         self._end_summary = n_sum
 
     # -- episode start --------------------------------------------------------------------
-    def _draws_beyond_arrivals(self) -> bool:
+    def draws_beyond_arrivals(self) -> bool:
         """Whether an episode draws anything from the seed besides its arrivals (here:
         lognormal service times; the LLM env adds its request lengths and classes)."""
         return getattr(self.config, "service", "deterministic") != "deterministic"
 
-    def _warn_if_seed_invariant(self, executor: str, name: str | None = None) -> None:
+    def warn_if_seed_invariant(self, executor: str, name: str | None = None) -> None:
         """Warn once, at construction, where no seed can change an episode: arrivals from a
         trace without ``random_offset`` (every episode starts at the trace's first record)
         and nothing else drawn (a profile executor; real execution's measured times vary)."""
         if executor != "profile" or not _fixed_arrivals(self.workload):
             return
-        if self._draws_beyond_arrivals():
+        if self.draws_beyond_arrivals():
             return
         warnings.warn(
             f"{name or type(self).__name__}: every seed gives the same episode: the workload is a trace "
@@ -382,7 +421,7 @@ class ServingLoop:
         load = check_number("options['load']", options["load"], low=rng[0], high=rng[1])
         return dataclasses.replace(self.workload, load_range=(float(load), float(load)))
 
-    def _reset_core(
+    def start_loop(
         self, seed: int, options: dict[str, Any] | None = None
     ) -> tuple[np.random.Generator, np.random.Generator]:
         """Seed the streams, reset the executor and advance to the first arrival.
@@ -396,43 +435,50 @@ class ServingLoop:
         arrivals, service, sizes = (
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
-        self._sizes_rng = sizes  # read by _more() in envs whose requests have sizes
+        self.sizes_rng = sizes  # read by arrival_chunk() where requests have sizes
         self._stream: ArrivalStream = self._episode_workload(options).stream(arrivals)
         self._buf: list[float] = []
         self._ended = False
-        self._i = 0
-        self._arr: list[float] = []
+        self.arrival_index = 0
+        self.arrivals: list[float] = []
         self._comp: list[float] = []
-        self._ns = 0
+        self.started = 0
         self._nk = 0
-        self._n_done = 0
-        self._n_sys = 0
-        self._now = 0.0
-        self._L = 0.0
-        self._E = 0.0
-        self._drops = 0
+        self.completed = 0
+        self.in_system = 0
+        self.now = 0.0
+        self.latency_integral_s = 0.0
+        self.energy_j = 0.0
+        self.drops = 0
         self._served_missed = 0
         self._kd = 0  # entries [0, _kd) have passed their deadline
-        self._n_batches = 0
-        self._sum_b = 0
+        self.batches = 0
+        self.batched = 0
         self._arrived = 0  # arrivals processed, for the rate estimate
-        self._rate = self.mean_rate_per_s
+        self.rate_per_s = self.mean_rate_per_s
         self._marks = [self._first_summary, self._end_summary]
         self._mark = self._marks[0]
-        self._window: WindowStart | None = None
-        self._entry_hi: int | None = None
+        self.window: WindowStart | None = None
+        self.window_end: int | None = None
         self._drops_at_end_mark: int | None = None
-        self._more()
-        self._idle_until_arrival()  # (a finite trace with no admissible arrival: to the end)
-        self._base = (self._L, self._E, self._misses(), self._drops, self._now, self._arrived)
-        self._rate_base = (self._now, self._arrived)
+        self.more_arrivals()
+        self.idle_until_arrival()  # (a finite trace with no admissible arrival: to the end)
+        self._base = (
+            self.latency_integral_s,
+            self.energy_j,
+            self.misses(),
+            self.drops,
+            self.now,
+            self._arrived,
+        )
+        self.rate_since = (self.now, self._arrived)
         self.executor.reset(service)
         return service, sizes
 
     @property
     def queue_len(self) -> int:
         """Requests waiting now (not counting those in service)."""
-        return len(self._arr) - self._ns
+        return len(self.arrivals) - self.started
 
     def past_sla_waiting(self) -> int:
         """Waiting requests that have already waited longer than the SLA (they will miss
@@ -440,7 +486,7 @@ class ServingLoop:
         sla = getattr(self, "_sla", None)
         if sla is None:
             return 0
-        return int(np.sum(self._now - np.asarray(self._arr[self._ns :]) > sla))
+        return int(np.sum(self.now - np.asarray(self.arrivals[self.started :]) > sla))
 
     def request_counts(self) -> dict[str, int]:
         """Where every request that has arrived is now (docs/design.md: Request life cycle).
@@ -451,15 +497,15 @@ class ServingLoop:
         drop counter, the latency integral's request count), so the identities are checks.
         ``rejected`` counts LLM prompts that can never fit (0 elsewhere).
         """
-        rejected = self._rejected_count()
+        rejected = self.rejected_count()
         return {
             "arrived": self._arrived + rejected,
-            "completed": self._n_done,
+            "completed": self.completed,
             "waiting": self.queue_len,
-            "in_service": self._in_service_count(),
-            "dropped": self._drops,
+            "in_service": self.in_service_count(),
+            "dropped": self.drops,
             "rejected": rejected,
-            "in_system": self._n_sys,
+            "in_system": self.in_system,
         }
 
     # -- arrivals -------------------------------------------------------------------------
@@ -470,16 +516,22 @@ class ServingLoop:
         will ever arrive has arrived: the end mark is taken then, so the episode can end
         as soon as they are served.
         """
-        if self._i >= len(self._buf) and not self._more():
-            if self._entry_hi is None:
-                self._entry_hi = len(self._arr)
-                self._drops_at_end_mark = self._drops
+        if self.arrival_index >= len(self._buf) and not self.more_arrivals():
+            if self.window_end is None:
+                self.window_end = len(self.arrivals)
+                self._drops_at_end_mark = self.drops
                 self._mark = 1 << 62
             return _INF
-        return self._buf[self._i]
+        return self._buf[self.arrival_index]
+
+    def peek_arrival(self) -> float:
+        """Time of the next unprocessed arrival, drawing more of the stream if need be
+        (``inf`` when it ended); unlike :meth:`_next_arrival`, it takes no end mark."""
+        i = self.arrival_index
+        return self._buf[i] if i < len(self._buf) or self.more_arrivals() else _INF
 
     # -- the clock ------------------------------------------------------------------------
-    def _advance(self, t_end: float, power_w: float) -> None:
+    def advance(self, t_end: float, power_w: float) -> None:
         """Move the clock to ``t_end`` at ``power_w``, admitting or dropping arrivals.
 
         Arrivals at exactly ``t_end`` are processed (they join before the decision). The
@@ -487,24 +539,24 @@ class ServingLoop:
         start only at epochs), so arrivals are admitted while there is room, in bulk.
         """
         buf = self._buf
-        j = bisect_right(buf, t_end, self._i)
-        while j == len(buf) and self._more():
-            j = bisect_right(buf, t_end, self._i)
+        j = bisect_right(buf, t_end, self.arrival_index)
+        while j == len(buf) and self.more_arrivals():
+            j = bisect_right(buf, t_end, self.arrival_index)
         while self._mark < j:
-            self._absorb(buf[self._mark], self._mark, power_w)
-            self._on_mark()
-        self._absorb(t_end, j, power_w)
+            self.absorb(buf[self._mark], self._mark, power_w)
+            self.on_mark()
+        self.absorb(t_end, j, power_w)
 
     def _wait(self) -> None:
         """Idle until the next epoch: the next arrival or relative tick (docs/design.md: Ticks)."""
         t = self._next_arrival()
-        if self._tick is not None and self._now + self._tick < t:
-            t = self._now + self._tick
+        if self._tick is not None and self.now + self._tick < t:
+            t = self.now + self._tick
         if t == _INF:  # a finite trace ended: idle until the horizon, unless all is done
-            t = self._now if self._summary_done() else max(self.horizon_s, self._now)
-        self._advance(t, self.idle_power_w)
+            t = self.now if self.summary_done() else max(self.horizon_s, self.now)
+        self.advance(t, self.idle_power_w)
 
-    def _idle_until_arrival(self) -> bool:
+    def idle_until_arrival(self) -> bool:
         """Idle device, empty queue: idle to the next arrival (no decision is needed).
 
         :returns: False when a finite trace has ended (the clock then moves to the
@@ -512,27 +564,27 @@ class ServingLoop:
         """
         t = self._next_arrival()
         if t == _INF:
-            if not self._summary_done():
-                self._advance(max(self.horizon_s, self._now), self.idle_power_w)
+            if not self.summary_done():
+                self.advance(max(self.horizon_s, self.now), self.idle_power_w)
             return False
-        self._advance(t, self.idle_power_w)
+        self.advance(t, self.idle_power_w)
         return True
 
     # -- batches --------------------------------------------------------------------------
     def _start_batch(self, b: int, completion_s: float) -> None:
         """Start the ``b`` oldest waiting requests; they complete at ``completion_s``."""
-        self._ns += b
+        self.started += b
         self._record_completions(b, completion_s)
-        self._n_batches += 1
-        self._sum_b += b
+        self.batches += 1
+        self.batched += b
 
     def _admit(self, k: int) -> None:
         """The ``k`` oldest waiting requests leave the queue (their completion is unknown)."""
-        self._ns += k
+        self.started += k
 
     def _record_completions(self, n: int, completion_s: float) -> None:
         """The next ``n`` entries of unknown completion complete at ``completion_s``."""
-        arr = self._arr
+        arr = self.arrivals
         s = self._nk
         e = s + n
         sla = self._sla
@@ -548,13 +600,13 @@ class ServingLoop:
 
     def _finish_batch(self, b: int) -> None:
         """The ``b`` requests of the running batch complete now."""
-        self._n_sys -= b
-        self._n_done += b
+        self.in_system -= b
+        self.completed += b
 
     # -- SLA bookkeeping ------------------------------------------------------------------
     def _deadline_prefix(self, t: float) -> int:
         """Number of entries whose deadline has passed at ``t`` (``t - arrival > sla``)."""
-        arr = self._arr
+        arr = self.arrivals
         sla = self._sla
         kd = self._kd
         if kd == len(arr) or not t - arr[kd] > sla:  # no new deadline passed (arrival order)
@@ -569,124 +621,140 @@ class ServingLoop:
         return k
 
     # -- step accounting ------------------------------------------------------------------
-    def _step_accounting(self) -> tuple[float, dict[str, float], float, int]:
+    def step_accounting(self) -> tuple[float, dict[str, float], float, int]:
         """Reward components since the last epoch.
 
         :returns: ``(reward, components, dt_s, arrivals_in_step)``
         """
         L0, E0, M0, D0, t0, n0 = self._base
-        misses = self._misses()
-        L, E, D, now, n = self._L, self._E, self._drops, self._now, self._arrived
+        misses = self.misses()
+        L, E, D, now, n = (
+            self.latency_integral_s,
+            self.energy_j,
+            self.drops,
+            self.now,
+            self._arrived,
+        )
         self._base = (L, E, misses, D, now, n)
         dL, dE, dM, dD = L - L0, E - E0, misses - M0, D - D0
         reward = -(self._wl * dL + self._we * dE + self._ws * dM + self._wd * dD)
-        self._update_rate()
+        self.update_rate()
         return reward, {"latency": dL, "energy": dE, "sla": dM, "drop": dD}, now - t0, n - n0
 
-    def _update_rate(self) -> None:
+    def update_rate(self) -> None:
         """The arrival-rate estimate, brought up to now (at every epoch, from
-        :meth:`_step_accounting`; an env that runs several of its boundaries inside one
+        :meth:`step_accounting`; an env that runs several of its boundaries inside one
         step may update it at each of them)."""
-        t0, n0 = self._rate_base
-        now, n = self._now, self._arrived
-        self._rate_base = (now, n)
+        t0, n0 = self.rate_since
+        now, n = self.now, self._arrived
+        self.rate_since = (now, n)
         dt = now - t0
         # time-decayed arrival count: an unbiased rate estimate in steady state
         if dt > 0.0:
-            decay = math.exp(-dt / self._rate_tau)
-            self._rate = self._rate * decay + (n - n0) / self._rate_tau
+            decay = math.exp(-dt / self.rate_window_s)
+            self.rate_per_s = self.rate_per_s * decay + (n - n0) / self.rate_window_s
         elif n > n0:
-            self._rate += (n - n0) / self._rate_tau
+            self.rate_per_s += (n - n0) / self.rate_window_s
 
-    def _over(self) -> bool:
+    def over(self) -> bool:
         """Whether the episode ends now: the horizon is reached or every summary request is
         done (completed or dropped)."""
-        return self._now >= self.horizon_s or self._summary_done()
+        return self.now >= self.horizon_s or self.summary_done()
 
-    def _summary_drops(self) -> int:
+    def summary_drops(self) -> int:
         """Dropped summary requests: drops between the window's start and its end mark."""
-        end = self._drops_at_end_mark if self._drops_at_end_mark is not None else self._drops
-        return end - (self._window.drops if self._window is not None else self._drops)
+        end = self._drops_at_end_mark if self._drops_at_end_mark is not None else self.drops
+        return end - (self.window.drops if self.window is not None else self.drops)
 
-    def _episode_totals(self) -> dict[str, int]:
+    def episode_totals(self) -> dict[str, int]:
         """The whole episode's arrivals and completions (``summarize``'s ``arrived_total``
         and ``completed_total``), as :meth:`request_counts` counts them."""
         return {
-            "arrived_total": self._arrived + self._rejected_count(),
-            "completed_total": self._n_done,
+            "arrived_total": self._arrived + self.rejected_count(),
+            "completed_total": self.completed,
         }
 
-    def _more(self) -> bool:
-        """Append the next chunk of arrivals to the buffer; False when the stream ended."""
-        if self._ended:
-            return False
-        times = self._stream.next_chunk().times
-        if len(times) == 0:
-            self._ended = True
-            return False
-        self._buf.extend(times.tolist())
-        return True
+    def more_arrivals(self) -> bool:
+        """Append the next chunk of arrivals to the buffer (the times
+        :meth:`arrival_chunk` keeps of it: chunks of which it keeps none are passed
+        over); False when the stream ended."""
+        while not self._ended:
+            chunk = self._stream.next_chunk()
+            if len(chunk.times) == 0:
+                self._ended = True
+                return False
+            times = self.arrival_chunk(chunk)
+            if len(times):
+                self._buf.extend(times.tolist())
+                return True
+        return False
 
-    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
+    def arrival_chunk(self, chunk: Any) -> np.ndarray:
+        """The arrival times of ``chunk`` (an :class:`batch_env.workload.ArrivalChunk`)
+        that join the buffer: all of them here (the LLM server rejects prompts that cannot
+        fit, and keeps each arrival's lengths and class)."""
+        return chunk.times
+
+    def absorb(self, t_end: float, j: int, power_w: float) -> None:
         """Move the clock to ``t_end`` at ``power_w`` and process the arrivals before index
         ``j`` (admitted while there is room, else dropped), integrating latency and energy."""
-        i = self._i
-        now = self._now
-        L = self._n_sys * (t_end - now)
+        i = self.arrival_index
+        now = self.now
+        L = self.in_system * (t_end - now)
         k = j - i
         if k:
-            arr = self._arr
-            room = self._cap - (len(arr) - self._ns)
+            arr = self.arrivals
+            room = self.queue_capacity - (len(arr) - self.started)
             adm = k if k <= room else (room if room > 0 else 0)
             if adm:
                 seg = self._buf[i : i + adm]
                 L += adm * t_end - math.fsum(seg)
                 arr += seg
-                self._n_sys += adm
+                self.in_system += adm
             if k > adm:
-                self._drops += k - adm
-            self._i = j
+                self.drops += k - adm
+            self.arrival_index = j
             self._arrived += k
-        self._L += L
-        self._E += power_w * (t_end - now)
-        self._now = t_end
+        self.latency_integral_s += L
+        self.energy_j += power_w * (t_end - now)
+        self.now = t_end
 
-    def _on_mark(self) -> None:
+    def on_mark(self) -> None:
         """Snapshot at the instant arrival number ``_mark`` is about to be processed."""
-        if self._window is None:
-            self._window = WindowStart(
-                time_s=self._now,
-                latency_integral_s=self._L,
-                energy_j=self._E,
-                misses=self._misses_exact(self._now),
-                drops=self._drops,
-                entry=len(self._arr),
-                n_batches=self._n_batches,
-                sum_batch=self._sum_b,
+        if self.window is None:
+            self.window = WindowStart(
+                time_s=self.now,
+                latency_integral_s=self.latency_integral_s,
+                energy_j=self.energy_j,
+                misses=self.misses_at(self.now),
+                drops=self.drops,
+                entry=len(self.arrivals),
+                n_batches=self.batches,
+                sum_batch=self.batched,
             )
             self._mark = self._marks[1]
         else:
-            self._entry_hi = len(self._arr)
-            self._drops_at_end_mark = self._drops
+            self.window_end = len(self.arrivals)
+            self._drops_at_end_mark = self.drops
             self._mark = 1 << 62
 
-    def _in_service_count(self) -> int:
+    def in_service_count(self) -> int:
         """Requests in service at an epoch: none for whole-model batches (they complete
         inside the step that started them); overridden where work stays in flight."""
         return 0
 
-    def _rejected_count(self) -> int:
+    def rejected_count(self) -> int:
         """Arrivals rejected before admission (LLM prompts that cannot fit); 0 here."""
         return 0
 
-    def _misses(self) -> float:
+    def misses(self) -> float:
         """Cumulative SLA misses whose deadline has passed by now, valid at any epoch."""
-        k = self._deadline_prefix(self._now)
+        k = self._deadline_prefix(self.now)
         return self._served_missed + (k - self._nk if k > self._nk else 0)
 
-    def _misses_exact(self, t: float) -> float:
+    def misses_at(self, t: float) -> float:
         """Cumulative misses whose deadline passed by ``t``, valid at any instant (slow)."""
-        arr, comp, sla = self._arr, self._comp, self._sla
+        arr, comp, sla = self.arrivals, self._comp, self._sla
         n = 0
         for idx, a in enumerate(arr):
             if not t - a > sla:
@@ -695,30 +763,30 @@ class ServingLoop:
                 n += 1
         return n
 
-    def _summary_done(self) -> bool:
+    def summary_done(self) -> bool:
         """All summary requests have arrived and are completed or dropped."""
-        return self._entry_hi is not None and self._n_done >= self._entry_hi
+        return self.window_end is not None and self.completed >= self.window_end
 
     def _serving_summary(self) -> dict[str, Any]:
         """The episode summary (``info["serving"]``), from the one metrics recorder."""
         summary = summarize(
-            arrivals=self._arr,
+            arrivals=self.arrivals,
             completions=self._comp,
-            n_done=self._n_done,
-            window=self._window,
-            entry_hi=self._entry_hi if self._entry_hi is not None else len(self._arr),
-            drops_summary=self._summary_drops(),
-            now_s=self._now,
-            latency_integral_s=self._L,
-            energy_j=self._E,
-            misses=self._misses(),
-            drops=self._drops,
-            n_batches=self._n_batches,
-            sum_batch=self._sum_b,
-            in_system=self._n_sys,
+            n_done=self.completed,
+            window=self.window,
+            entry_hi=self.window_end if self.window_end is not None else len(self.arrivals),
+            drops_summary=self.summary_drops(),
+            now_s=self.now,
+            latency_integral_s=self.latency_integral_s,
+            energy_j=self.energy_j,
+            misses=self.misses(),
+            drops=self.drops,
+            n_batches=self.batches,
+            sum_batch=self.batched,
+            in_system=self.in_system,
             sla_s=self._sla,
             weights=(self._wl, self._we, self._ws, self._wd),
-            **self._episode_totals(),
+            **self.episode_totals(),
         )
         return summary
 
@@ -727,10 +795,10 @@ class ServingCore(ServingEnv, ServingLoop):
     """Base class of the whole-model and node-level envs: :class:`ServingLoop` with
     Gymnasium's side (:class:`ServingEnv`).
 
-    Subclasses call :meth:`_init_env` (which calls :meth:`_setup_core`) and
+    Subclasses call :meth:`_init_env` (which calls :meth:`setup_loop`) and
     :meth:`_init_executor` in ``__init__``, :meth:`_reset_core` in ``reset``, and the loop's
-    :meth:`_advance`, :meth:`_wait`, :meth:`_start_batch`, :meth:`_admit`,
-    :meth:`_record_completions`, :meth:`_finish_batch` and :meth:`_step_accounting` in
+    :meth:`advance`, :meth:`_wait`, :meth:`_start_batch`, :meth:`_admit`,
+    :meth:`_record_completions`, :meth:`_finish_batch` and :meth:`step_accounting` in
     ``step``; see :class:`batch_env.envs.dynamic_batching.DynamicBatchingEnv`. Extension
     hooks: :class:`ServingLoop`'s and :class:`ServingEnv`'s.
     """
@@ -753,7 +821,7 @@ class ServingCore(ServingEnv, ServingLoop):
         if workload is None:
             workload = dict(DEFAULT_WORKLOAD)
         wl = make_workload(workload, max_throughput_rps=self.max_throughput_rps)
-        self._setup_core(prof, wl, config)
+        self.setup_loop(prof, wl, config)
         self.mean_load = self.mean_rate_per_s / self.max_throughput_rps
         self._B = config.max_batch_size
         self._check_drop_weight()
@@ -780,15 +848,8 @@ class ServingCore(ServingEnv, ServingLoop):
             torch_device=torch_device,
             options=executor_options,
         )
-        self._executor_spec: dict[str, Any] = {"executor": executor}
-        self._warn_if_seed_invariant(executor)
-        if executor != "profile":
-            self._executor_spec.update(
-                model=model,
-                torch_device=torch_device,
-                executor_options=dict(executor_options or {}),
-                executor_metadata=self.executor.metadata(),
-            )
+        self.warn_if_seed_invariant(executor)
+        self._record_executor(executor, model, torch_device, executor_options)
 
     def _check_drop_weight(self) -> None:
         """Warn when dropping a request costs less than serving it (docs/design.md: Dropping)."""
@@ -805,9 +866,9 @@ class ServingCore(ServingEnv, ServingLoop):
     def _reset_core(
         self, seed: int | None, options: dict[str, Any] | None = None
     ) -> tuple[np.random.Generator, np.random.Generator]:
-        """:meth:`ServingLoop._reset_core`, ``seed=None`` drawing one from the env's
+        """:meth:`ServingLoop.start_loop`, ``seed=None`` drawing one from the env's
         ``np_random``; ``step`` is refused until it is complete."""
-        streams = super()._reset_core(self._episode_seed(seed), options)
+        streams = self.start_loop(self._episode_seed(seed), options)
         self._episode_started()
         return streams
 
@@ -818,7 +879,7 @@ class ServingCore(ServingEnv, ServingLoop):
 
     def _episode_over(self) -> bool:
         """Whether the episode ends at this epoch; if so, ``step`` is refused until ``reset``."""
-        if self._over():
+        if self.over():
             self._episode_ended()
             return True
         return False
@@ -827,5 +888,5 @@ class ServingCore(ServingEnv, ServingLoop):
         """:meth:`ServingLoop._serving_summary`, with a
         :class:`batch_env.metrics.SummaryWarning` when it hides something."""
         summary = super()._serving_summary()
-        self._warn_summary(summary, self._now)
+        self._warn_summary(summary, self.now)
         return summary

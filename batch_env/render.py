@@ -737,7 +737,7 @@ class CompletionTimeline(Timeline):
     ) -> None:
         """Take in the batches completed since the last call.
 
-        :param arrivals: arrival times by entry (``ServingCore._arr``).
+        :param arrivals: arrival times by entry (``ServingLoop.arrivals``).
         :param completions: completion times of the first entries (``ServingCore._comp``);
             a new list (a new episode) starts the timeline afresh.
         :param max_size: the largest batch (sizes are divided by it).

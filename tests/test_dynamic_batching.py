@@ -165,7 +165,7 @@ def _arrival_times(env, policy, seed):
         obs, _, _, trunc, info = env.step(policy.act(obs, info))
         if trunc:
             break
-    return np.array(core._buf[: core._i])
+    return np.array(core._buf[: core.arrival_index])
 
 
 class _WaitSome:
@@ -266,11 +266,11 @@ def test_properties(cfg, actions, seed):
     comps = np.zeros(4)
     for a in actions:
         a = a % (B + 1)
-        ns_before = core._ns
+        ns_before = core.started
         obs, r, term, trunc, info = env.step(a)
         if a:  # every latency >= its batch's (possibly sampled) service time
-            lat = np.array(core._comp[ns_before : core._ns]) - np.array(
-                core._arr[ns_before : core._ns]
+            lat = np.array(core._comp[ns_before : core.started]) - np.array(
+                core.arrivals[ns_before : core.started]
             )
             assert lat.size == info["last_batch_size"] >= 1
             assert np.all(lat >= info["last_batch_latency_s"] * (1 - 1e-12))
@@ -284,10 +284,13 @@ def test_properties(cfg, actions, seed):
         comps += [info["reward_components"][k] for k in ("latency", "energy", "sla", "drop")]
         # conservation: arrived = completed + waiting + in service + dropped
         assert (
-            core._i
-            == core._n_done + (len(core._arr) - core._ns) + (core._ns - core._n_done) + core._drops
+            core.arrival_index
+            == core.completed
+            + (len(core.arrivals) - core.started)
+            + (core.started - core.completed)
+            + core.drops
         )
-        assert core._n_sys == len(core._arr) - core._n_done
+        assert core.in_system == len(core.arrivals) - core.completed
         # energy >= min(idle power, lowest busy power) x elapsed time (with the rounding
         # of the clock: an elapsed time of a few 1e-15 s after 1e-5 s is known to a few
         # 1e-21 s per step; seen failing on 2.0240049e-13 J against 2.0240055e-13 J)

@@ -11,6 +11,9 @@ absolute names). The rules:
 - ``batch_env/envs`` may import the core; the core (``batch_env`` outside ``envs/``) never
   imports ``batch_env.envs`` except the package ``__init__``, which registers the ids;
 - ``batch_env.checks`` imports nothing from ``batch_env``;
+- ``batch_env.llm`` (the LLM server) imports of ``batch_env`` only itself, the loop
+  (``core``), ``config``, ``executor``, ``metrics``, ``profiles``, ``workload`` and
+  ``checks`` (``render`` for types only): never the envs;
 - ``baselines`` imports ``batch_env`` only (not ``agents``, ``experiments``);
 - ``agents`` imports ``batch_env`` and ``baselines``, not ``experiments``;
 - nothing outside ``experiments`` imports ``experiments``;
@@ -141,8 +144,41 @@ def rule_harness(path: Path, imp: Import) -> str | None:
     return None
 
 
+#: what the LLM server package may import of batch_env (besides itself): the loop and what
+#: the loop's engines share; never the envs, the real executors or the drawing
+LLM_MAY_IMPORT = (
+    "batch_env.llm",
+    "batch_env.core",
+    "batch_env.config",
+    "batch_env.executor",
+    "batch_env.metrics",
+    "batch_env.profiles",
+    "batch_env.workload",
+    "batch_env.checks",
+)
+
+
+def rule_llm(path: Path, imp: Import) -> str | None:
+    if imp.module == "batch_env.render.Timeline" or imp.module == "batch_env.render":
+        return None if not imp.top_level or _type_only(path, imp) else "render only for types"
+    if under(imp.module, "batch_env") and not any(under(imp.module, m) for m in LLM_MAY_IMPORT):
+        return f"batch_env.llm imports only {', '.join(LLM_MAY_IMPORT)}"
+    return None
+
+
+def _type_only(path: Path, imp: Import) -> bool:
+    """Whether the import at ``imp.line`` sits under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            if any(getattr(n, "lineno", 0) == imp.line for n in ast.walk(node)):
+                return True
+    return False
+
+
 RULES = {
     "batch_env": (["batch_env"], rule_batch_env),
+    "llm": (["batch_env/llm"], rule_llm),
     "baselines": (["baselines"], rule_baselines),
     "agents": (["agents"], rule_agents),
     "outside experiments": (["batch_env", "baselines", "agents", "scripts"], rule_not_experiments),
@@ -327,3 +363,105 @@ def test_no_function_in_experiments_is_longer_than_150_lines():
                 if n >= 150:
                     long.append(f"{path.relative_to(root.parent)}:{node.name} ({n} lines)")
     assert not long, long
+
+
+# -- the LLM server and the LLM envs (issue 49) --------------------------------------------
+
+LLM_FILES = [
+    ROOT / "batch_env/envs/llm_batching.py",
+    *sorted((ROOT / "batch_env/llm").glob("*.py")),
+]
+
+
+def core_private_names() -> set[str]:
+    """``ServingCore``'s private names: the methods, the attributes it assigns to ``self``
+    and the annotated class attributes whose names start with one ``_``, in the classes it
+    is made of (``ServingEnv``, ``ServingLoop``, ``ServingCore``)."""
+    tree = ast.parse((ROOT / "batch_env/core.py").read_text(encoding="utf-8"))
+    names: set[str] = set()
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    for cls in tree.body:
+        if not (isinstance(cls, ast.ClassDef) and cls.name in CORE_CLASSES):
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, ast.FunctionDef) and private(node.name):
+                names.add(node.name)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if private(node.target.id):
+                    names.add(node.target.id)
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "self"
+                and private(node.attr)
+            ):
+                names.add(node.attr)
+    return names
+
+
+CORE_CLASSES = ("ServingEnv", "ServingLoop", "ServingCore")
+
+
+def core_names_used(files: list[Path]) -> dict[str, list[str]]:
+    """Each of ``ServingCore``'s private names that ``files`` reference (by name), with the
+    files that do."""
+    import re
+
+    used: dict[str, list[str]] = {}
+    texts = {f.name: f.read_text(encoding="utf-8") for f in files}
+    for name in sorted(core_private_names()):
+        pattern = re.compile(r"\b" + re.escape(name) + r"\b")
+        where = [f for f, text in texts.items() if pattern.search(text)]
+        if where:
+            used[name] = where
+    return used
+
+
+def test_the_llm_files_use_few_private_names_of_the_core():
+    """The LLM env and the LLM server reach the event loop through its public engine API
+    (:class:`batch_env.core.ServingLoop`); of ``ServingCore``'s private names they use at
+    most 12 (Gymnasium's side: the order of calls, the render hooks)."""
+    names = core_private_names()
+    assert {"_needs_reset", "_buf", "_stream", "_coerce_action"} <= names  # it sees them
+    used = core_names_used(LLM_FILES)
+    assert len(used) <= 12, f"{len(used)} private names of ServingCore used: {used}"
+
+
+def test_no_private_name_of_another_module_is_written_in_the_llm_files():
+    """No LLM file assigns a private attribute of an object other than ``self`` (another
+    module's state), nor one of ``ServingCore``'s private attributes on ``self``."""
+    core = core_private_names()
+    bad = []
+    for path in LLM_FILES:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)):
+                continue
+            if not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not own or node.attr in core:
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} writes .{node.attr}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_llm_env_module_is_a_thin_mdp():
+    """``llm_batching.py`` holds the MDP only: at most 600 lines, no class over 400."""
+    path = ROOT / "batch_env/envs/llm_batching.py"
+    text = path.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 600
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef):
+            size = node.end_lineno - node.lineno + 1
+            assert size <= 400, f"class {node.name} is {size} lines"
+
+
+def test_the_core_name_count_sees_a_private_name_in_an_llm_file(tmp_path):
+    """The count above is not blind: a file that reads the loop's buffer is counted."""
+    f = tmp_path / "x.py"
+    f.write_text("def f(loop):\n    return loop._buf, loop.now\n")
+    assert core_names_used([f]) == {"_buf": ["x.py"]}

@@ -39,7 +39,7 @@ def make(env_id, **kw):
 
 
 def _sizes(u):
-    return len(u.server.caps), len(u.server.budgets), len(u.server.orders)
+    return len(u.server.grid), len(u.server.budgets), len(u.server.orders)
 
 
 @pytest.mark.parametrize("memory", ["roomy", "tight"])
@@ -103,7 +103,7 @@ def test_the_epoch_test_agrees_with_trying_every_action_with_orders(setting):
             frozen = _frozen(u)
             for a in range(ng * nb * no):
                 cap, budget, order = (
-                    u.server.caps[a % ng],
+                    u.server.grid[a % ng],
                     u.server.budgets[(a // ng) % nb],
                     u.server.orders[a // (ng * nb)],
                 )
@@ -287,7 +287,7 @@ def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
         "horizon_requests": 40,
     }
     env = make(V2, **kw)
-    grid = len(env.unwrapped.server.caps)
+    grid = len(env.unwrapped.server.grid)
     obs, info = env.reset(seed=1)
     for name, params, budget, order in (
         ("static-budget", {"budget": 512, "order": "shortest-prompt"}, 512, "shortest-prompt"),
@@ -297,7 +297,7 @@ def test_fixed_budgets_and_orders_of_the_tuned_llm_references():
     ):
         a = baselines.make(name, env, **params).act(obs, info)
         cap_i, rest = a % grid, a // grid
-        assert env.unwrapped.server.caps[cap_i] == max(env.unwrapped.server.caps)
+        assert env.unwrapped.server.grid[cap_i] == max(env.unwrapped.server.grid)
         assert env.unwrapped.server.budgets[rest % 4] == budget
         assert env.unwrapped.server.orders[rest // 4] == order
     with pytest.raises(ValueError, match="order='edf' is not an order the env's actions"):

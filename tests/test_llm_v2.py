@@ -148,7 +148,7 @@ def _frozen(u):
 
 
 def _settings(u):
-    return [(c, b) for b in u.server.budgets for c in u.server.caps]
+    return [(c, b) for b in u.server.budgets for c in u.server.grid]
 
 
 @pytest.mark.parametrize(

@@ -130,13 +130,13 @@ def test_properties_random_policy(seed, load, B, cap, bias):
         assert nodes == sorted(nodes) and len(set(nodes)) == len(
             nodes
         )  # least-advanced first, strictly
-        assert core._arrived == core._n_done + info["queue_len"] + info["in_flight"] + core._drops
+        assert core._arrived == core.completed + info["queue_len"] + info["in_flight"] + core.drops
         m = info["action_mask"]
         assert m[0] and m.sum() >= 2 or trunc  # never a forced move at a decision epoch
         if trunc:
             break
     assert tracer.max_group <= B
-    done = core._n_done
+    done = core.completed
     for rid, visits in tracer.visits.items():
         if rid < done:
             assert visits == list(range(N)), (rid, visits)
@@ -224,9 +224,9 @@ def test_lazy_prediction_matches_env_without_admissions():
     for _ in range(400):
         if len(info["groups"]) >= 2:
             core = env.unwrapped
-            n_target = core._n_done + info["in_flight"]
+            n_target = core.completed + info["in_flight"]
             pred = info["now_s"] + lazy.predict_remaining_s(info["groups"], 0)
-            while core._n_done < n_target:
+            while core.completed < n_target:
                 obs, r, _, trunc, info = env.step(0)
             assert core._comp[-1] == pytest.approx(pred, rel=1e-9)
             checked += 1
@@ -476,7 +476,7 @@ def test_the_public_views_of_the_queue_and_the_groups():
     for _ in range(3000):
         if env.step(16 if env.queue_len >= 16 else 0)[3]:
             break
-        ages = env.unwrapped._now - np.asarray(env._arr[env._ns :])
+        ages = env.unwrapped.now - np.asarray(env.arrivals[env.started :])
         assert env.past_sla_waiting() == int(np.sum(ages > env.get_config()["sla_ms"] / 1000))
         seen.add(env.past_sla_waiting() > 0)
     assert seen == {True, False}

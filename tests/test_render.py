@@ -118,18 +118,18 @@ def test_queue_bars_count_and_red_past_the_sla():
     for _ in range(150):
         env.step(0)
         frame = env.render()
-        arr, ns = env._arr, env._ns
+        arr, ns = env.arrivals, env.started
         q = len(arr) - ns
         bars = _queue_bars(frame)
         assert _drawn(bars).sum() == min(q, R.QUEUE_BARS)
-        waits = env._now - np.array(arr[ns : ns + R.QUEUE_BARS])
+        waits = env.now - np.array(arr[ns : ns + R.QUEUE_BARS])
         past = waits > env._sla
         assert np.array_equal(_is_red(bars)[: len(past)], past)
         seen_red |= bool(past.any())
         seen_mixed |= bool(past.any() and not past.all())
     assert seen_red and seen_mixed
     # a full queue: the gauge under it is red to the end
-    assert env.queue_len == 30 and env._drops > 0
+    assert env.queue_len == 30 and env.drops > 0
     x0, _, x1, y1 = R.QUEUE_BOX
     assert np.all(frame[y1 + 5, x0:x1] == RED)
 
@@ -202,7 +202,7 @@ def test_last_batch_panel_and_timeline_follow_the_batches():
     rng = np.random.default_rng(0)
     for _ in range(300):
         _, _, _, _, info = env2.step(int(rng.integers(0, 6)))
-        if env2._n_batches == 150:
+        if env2.batches == 150:
             break
     env2.render()
     assert np.allclose(env2._view.timeline.arrays()[0] * B, sizes[-R.TIMELINE_BARS :])

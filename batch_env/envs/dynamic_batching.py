@@ -207,7 +207,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         return {
             "sla_s": self._sla,
             "tick_s": self._tick,
-            "rate_tau_s": self._rate_tau,
+            "rate_tau_s": self.rate_window_s,
             "reward_weights": (self._wl, self._we, self._ws, self._wd),
             "mask_table": self._mask_table,
             "obs_high": self._obs_high,
@@ -215,13 +215,13 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _obs(self) -> np.ndarray:
         B = self._B
-        q = len(self._arr) - self._ns
-        past = self._kd - self._ns
+        q = len(self.arrivals) - self.started
+        past = self._kd - self.started
         return np.array(
             [
                 q / B,
-                min((self._now - self._arr[self._ns]) / self._sla, OBS_CLIP) if q else 0.0,
-                min(self._rate / self.max_throughput_rps, OBS_CLIP),
+                min((self.now - self.arrivals[self.started]) / self._sla, OBS_CLIP) if q else 0.0,
+                min(self.rate_per_s / self.max_throughput_rps, OBS_CLIP),
                 past / q if past > 0 else 0.0,
                 self._last_b / B,
             ],
@@ -231,26 +231,26 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     def _info(self, q: int, dt: float, comps: dict[str, float]) -> dict[str, Any]:
         info = {
             "queue_len": q,
-            "oldest_wait_s": self._now - self._arr[self._ns] if q else 0.0,
-            "now_s": self._now,
+            "oldest_wait_s": self.now - self.arrivals[self.started] if q else 0.0,
+            "now_s": self.now,
             "dt_s": dt,
             "last_batch_size": self._last_b,
             "last_batch_latency_s": self._last_lat,
             "reward_components": comps,
             "action_mask": self._mask_table[q if q < self._B else self._B].copy(),
             "clipped_action": self._clipped,
-            "dropped_total": self._drops,
+            "dropped_total": self.drops,
             "arrived_total": self._arrived,
             "energy_source": self.executor.energy_source,
         }
         if self._oracle:
-            info["oracle"] = self._stream.oracle(self._now)
+            info["oracle"] = self._stream.oracle(self.now)
         return info
 
     def action_masks(self) -> np.ndarray:
         """Valid actions now: ``0`` and ``1..min(queue, max_batch_size)`` (a new bool array)."""
         self._check_started("action_masks")
-        q = len(self._arr) - self._ns
+        q = len(self.arrivals) - self.started
         return self._mask_table[min(q, self._B)].copy()
 
     # -- Gymnasium API ----------------------------------------------------------------
@@ -268,8 +268,8 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False
-        q = len(self._arr) - self._ns
-        self._deadline_prefix(self._now)  # for the past-deadline feature
+        q = len(self.arrivals) - self.started
+        self._deadline_prefix(self.now)  # for the past-deadline feature
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
         if self.render_mode == "human":
             self.render()
@@ -280,7 +280,7 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         queue runs the queue (the clip ``info["clipped_action"]`` flags). Two actions do
         the same thing exactly when their effective actions are equal."""
         a = int(action)
-        q = len(self._arr) - self._ns
+        q = len(self.arrivals) - self.started
         return q if a > q else a
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
@@ -298,21 +298,21 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             self._last_lat = 0.0
             self._clipped = False
         else:
-            q = len(self._arr) - self._ns
+            q = len(self.arrivals) - self.started
             self._clipped = action > q
             b = q if self._clipped else action
             d, e = self.executor.run(b)
-            c = self._now + d
+            c = self.now + d
             self._start_batch(b, c)
-            self._advance(c, e / d if d > 0.0 else 0.0)
+            self.advance(c, e / d if d > 0.0 else 0.0)
             self._finish_batch(b)
             self._last_b = b
             self._last_lat = d
-            while self._ns == len(self._arr):  # empty queue: idle to the next arrival
-                if not self._idle_until_arrival():
+            while self.started == len(self.arrivals):  # empty queue: idle to the next arrival
+                if not self.idle_until_arrival():
                     break
-        reward, comps, dt, _ = self._step_accounting()
-        q = len(self._arr) - self._ns
+        reward, comps, dt, _ = self.step_accounting()
+        q = len(self.arrivals) - self.started
         info = self._info(q, dt, comps)
         truncated = self._episode_over()
         if truncated:
@@ -324,11 +324,11 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
     def _render_text(self) -> str:
         """Text view of the queue (``render_mode="ansi"``)."""
-        q = len(self._arr) - self._ns
+        q = len(self.arrivals) - self.started
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         return (
-            f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
-            f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self._drops}"
+            f"t={self.now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] "
+            f"last batch={self._last_b:3d} ({self._last_lat * 1000:.3f} ms)  dropped={self.drops}"
         )
 
     def _make_view(self) -> ServerView:
@@ -343,19 +343,19 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue and the completion record."""
-        arr, ns, now, sla, B = self._arr, self._ns, self._now, self._sla, self._B
+        arr, ns, now, sla, B = self.arrivals, self.started, self.now, self._sla, self._B
         q = len(arr) - ns
         waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
         b = self._last_b
         batch = (self._comp[ns - 1] - np.array(arr[ns - b : ns])) / sla if b else np.empty(0)
         # _make_view gave this view a CompletionTimeline (ServerView.timeline is a Timeline)
         cast(CompletionTimeline, view.timeline).sync(arr, self._comp, B, sla)
-        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
+        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self.drops}  MISS {self._base[2]}"
         return view.frame(
             header,
             waits,
             q,
-            self._cap,
+            self.queue_capacity,
             batch_panel(batch, b, B, self._last_lat, sla),
             view.timeline,
         )

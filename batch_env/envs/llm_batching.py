@@ -31,23 +31,10 @@ from ..llm.server import llm_workload, profile_for
 from ..profiles.llm_profile import LLMProfile
 from ..render import ServerView, Timeline, llm_frame
 from ..workload import Workload
+from .llm_observation import OBS_FEATURES, observation_space, observe, step_info
 
-OBS_FEATURES: tuple[str, ...] = (
-    "waiting_over_max_num_seqs",
-    "running_over_max_num_seqs",
-    "kv_utilization",
-    "oldest_wait_over_ttft_sla",
-    "past_ttft_deadline_fraction",
-    "waiting_prompt_tokens_over_budget",
-    "decode_latency_recent_over_tpot_sla",
-    "batch_size_recent_over_max_num_seqs",
-    "arrival_rate_over_10_per_s",
-    "last_cap_over_max_num_seqs",
-    "running_context_mean_over_max_model_len",
-    "preempted_last_step",
-    "last_iteration_was_prefill",
-)
-_CLIP = 100.0
+__all__ = ["OBS_FEATURES", "LLMBatchingEnv", "LLMBatchingV1Env", "LLMBatchingV2Env"]
+
 _NO_COSTS = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
 
 
@@ -104,7 +91,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     ## Observation Space
 
-    ``Box(float32)`` with finite bounds (``OBS_FEATURES``):
+    ``Box(float32)`` with finite bounds (``OBS_FEATURES``; :mod:`batch_env.envs.llm_observation`):
 
     | index | feature | range |
     |-------|---------|-------|
@@ -245,7 +232,9 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         order_features: bool = False,
         **settings: Any,
     ) -> None:
-        # (the signature each id shows, with its configuration's fields: _signature)
+        """The env (class docstring: Arguments); ``settings`` are its configuration's
+        fields (:class:`batch_env.config.LLMConfig`, ``LLMConfigV1``, ``LLMConfigV2``),
+        which each id's signature lists with their defaults."""
         for name, value in (("oracle_info", oracle_info), ("order_features", order_features)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name}={value!r} is invalid: expected true or false")
@@ -282,37 +271,20 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self.executor, self.horizon_s = srv.executor, srv.horizon_s
         self.mean_rate_per_s, self.idle_power_w = srv.mean_rate_per_s, srv.idle_power_w
         self.kv_blocks_total = srv.state.kv_total
-        self._multi = srv.multi
         #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`,
         #: :meth:`action_of`
-        self.actions = ActionCodec(srv.caps, srv.budgets, srv.orders)
+        self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders)
         self.action_space = spaces.Discrete(self.actions.n)
-        n_orders = len(srv.orders) if order_features else 0
-        high = np.array(
-            [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
-            + ([_CLIP, 1.0, _CLIP] * len(srv.classes) if self._multi else [])
-            + [_CLIP, _CLIP] * n_orders,
-            dtype=np.float32,
-        )
-        self.observation_space = spaces.Box(
-            np.zeros(high.size, dtype=np.float32), high, dtype=np.float32
-        )
+        self.observation_space = observation_space(srv, order_features)
         self._mask = np.ones(self.actions.n, dtype=bool)
-        self._executor_spec: dict[str, Any] = {"executor": executor}
-        if executor != "profile":
-            self._executor_spec.update(
-                model=model,
-                torch_device=torch_device,
-                executor_options=dict(executor_options or {}),
-                executor_metadata=self.executor.metadata(),
-            )
+        self._record_executor(executor, model, torch_device, executor_options)
 
     # -- actions ------------------------------------------------------------------------
     def _setting(self, action: int) -> tuple[int, int, str]:
         """The cap, budget and admission order of ``action``, now in force."""
         c, b, o = self.actions.indices(action)
         srv = self.server
-        srv.set(srv.caps[c], srv.budgets[b], srv.orders[o])
+        srv.set(srv.grid[c], srv.budgets[b], srv.orders[o])
         return srv.cap, srv.budget, srv.order
 
     def action_parts(self, action: int) -> LLMAction:
@@ -344,7 +316,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
     @property
     def grid(self) -> tuple[int, ...]:
         """The caps the actions select (``grid[i]`` for action ``i``)."""
-        return self.server.caps
+        return self.server.grid
 
     @property
     def queue_len(self) -> int:
@@ -357,121 +329,13 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self._check_started("request_counts")
         return self.server.request_counts()
 
-    # -- observation / info -------------------------------------------------------------
+    # -- observation / info (batch_env.envs.llm_observation) -----------------------------
     def _obs(self) -> np.ndarray:
-        server = self.server
-        srv = server.state
-        N = server.config.max_num_seqs
-        w = len(srv.waiting)
-        n_run = len(srv.running)
-        n_dec = n_run - srv.prefilling
-        if w:
-            oldest = min(
-                (server.now - server.arrivals[srv.waiting[0]]) / server.ttft_scale_s, _CLIP
-            )
-            past = server.past_ttft_waiting() / w
-            ptoks: float = srv.waiting_tokens
-        else:
-            oldest = past = ptoks = 0.0
-        time_sum, batch_sum, n_recent = server.recent_decode()
-        return np.array(
-            [
-                min(w / N, _CLIP),
-                n_run / N,
-                srv.kv_used / srv.kv_total,
-                oldest,
-                past,
-                min(ptoks / server.max_num_batched_tokens, _CLIP),
-                min(time_sum / n_recent / server.tpot_scale_s, _CLIP) if n_recent else 0.0,
-                batch_sum / n_recent / N if n_recent else 0.0,
-                min(server.rate_per_s / 10.0, _CLIP),
-                server.cap / N,
-                srv.decode_context / n_dec / server.max_model_len if n_dec > 0 else 0.0,
-                min(server.last_preempted / 10.0, 1.0),
-                server.last_prefill,
-                *(self._class_features() if self._multi else ()),
-                *(self._order_features() if self.order_features else ()),
-            ],
-            dtype=np.float32,
-        )
-
-    def _class_features(self) -> list[float]:
-        """Three features per class (several classes): waiting / max_num_seqs (clipped at
-        100), running / max_num_seqs, and its oldest waiting request's age / its TTFT SLA
-        (clipped at 100; 0 when none waits)."""
-        server = self.server
-        waiting, running, oldest = server.class_counts()
-        N, now, ttft = server.config.max_num_seqs, server.now, server.sla_books.ttft_s
-        out: list[float] = []
-        for c in range(len(server.classes)):
-            age = (now - oldest[c]) / ttft[c] if waiting[c] else 0.0
-            out += [min(waiting[c] / N, _CLIP), running[c] / N, min(age, _CLIP)]
-        return out
-
-    def _order_features(self) -> list[float]:
-        """Two features per admission order (``order_features=True``): the tokens to
-        prefill of the first waiting request the order would admit / max_num_batched_tokens
-        (clipped at 100), and its age / its class's TTFT SLA (clipped at 100); both 0 when
-        none waits."""
-        server = self.server
-        srv, now, ttft = server.state, server.now, server.sla_books.ttft_s
-        if not srv.waiting:
-            return [0.0, 0.0] * len(server.orders)
-        budget = server.max_num_batched_tokens
-        out: list[float] = []
-        for order in server.orders:
-            h = server.first_admitted(order)
-            age = (now - server.arrivals[h]) / ttft[srv.request_class[h]]
-            out += [min(srv.context(h) / budget, _CLIP), min(age, _CLIP)]
-        return out
+        return observe(self.server, self.order_features)
 
     def _info(self, dt: float, comps: dict[str, float], last: Iteration | None) -> dict[str, Any]:
-        server = self.server
-        srv = server.state
-        time_sum, batch_sum, n_recent = server.recent_decode()
-        R = srv.running
-        info = {
-            "kv_blocks_used": srv.kv_used,
-            "kv_blocks_total": srv.kv_total,
-            "running": len(R),
-            "waiting": len(srv.waiting),
-            "queue_len": len(srv.waiting),
-            "decode_latency_recent_ms": 1000.0 * time_sum / n_recent if n_recent else 0.0,
-            "batch_size_recent": batch_sum / n_recent if n_recent else 0.0,
-            "cap": server.cap,
-            "budget": server.budget,
-            **({"order": server.order} if len(server.orders) > 1 else {}),
-            **({"oracle": self._oracle_view()} if self.oracle_info else {}),
-            "chunk_tokens": server.last_chunk_tokens,
-            "prefilling": srv.prefilling,
-            "decode_context": srv.decode_context,
-            # tokens computed of the oldest prefill in progress (the running list's tail)
-            "prefill_head_done": srv.prefill_done[R[len(R) - srv.prefilling]]
-            if srv.prefilling
-            else 0,
-            "iteration": last.kind if last else "idle",
-            "iteration_time_s": last.duration_s if last else 0.0,
-            "preempted": server.last_preempted,
-            "preemptions_total": srv.preemptions,
-            "rejected_total": server.rejected_total(),
-            "clipped_total": server.clipped,
-            "dropped_total": server.drops,
-            "now_s": server.now,
-            "dt_s": dt,
-            "reward_components": comps,
-            "action_mask": self._mask.copy(),
-            "energy_source": self.executor.energy_source,
-        }
-        if self._multi:
-            waiting, running, _ = server.class_counts()
-            info.update(waiting_by_class=waiting, running_by_class=running)
-        return info
-
-    def _oracle_view(self) -> dict[str, Any]:
-        """``info["oracle"]`` (``oracle_info=True``): what no realizable policy knows, the
-        true output tokens each waiting request still has to produce, in queue order."""
-        srv = self.server.state
-        return {"waiting_remaining_output": [srv.output[e] - srv.generated[e] for e in srv.waiting]}
+        energy = self.executor.energy_source
+        return step_info(self.server, dt, comps, last, self._mask, self.oracle_info, energy)
 
     # -- Gymnasium API ----------------------------------------------------------------
     def reset(
@@ -500,11 +364,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
         :param action: an action of the space (:meth:`action_parts`).
         """
-        if self._needs_reset is not None:
-            self._refuse("step")
-        if type(action) is not int or action < 0 or action >= self.action_space.n:
-            action = self._coerce_action(action)
-        cap, budget, _order = self._setting(action)
+        cap, budget, _order = self._setting(self._checked_action(action))
         return self._outcome(self.server.run_one(cap, budget), None)
 
     def _outcome(
@@ -513,14 +373,13 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         """The step's return: reward and info since the last epoch (``ran``: iterations
         run, v2), the summary if the episode ended."""
         server = self.server
-        reward, comps, dt, _ = server.settle()
+        reward, comps, dt, _ = server.step_accounting()
         info = self._info(dt, comps, last)
         if ran is not None:
             info["iterations"] = ran
         if server.over():
-            self._episode_ended()
             summary = server.summary()
-            self._warn_summary(summary, server.now)
+            self._end_episode(summary, server.now)
             info["serving"] = summary
             truncated = True
         else:
@@ -695,11 +554,7 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
 
         :param action: an action of the space (:meth:`action_parts`), as in v1.
         """
-        if self._needs_reset is not None:
-            self._refuse("step")
-        if type(action) is not int or action < 0 or action >= self.action_space.n:
-            action = self._coerce_action(action)
-        cap, budget, _order = self._setting(action)
+        cap, budget, _order = self._setting(self._checked_action(action))
         ran, last = self.server.run_to_epoch(cap, budget, chosen=True)
         return self._outcome(last, ran)
 

@@ -220,7 +220,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _group_waits(self) -> list[float]:
         """Age of each group's oldest request, oldest group first."""
-        arr, now = self._arr, self._now
+        arr, now = self.arrivals, self.now
         i = self._nk
         out = []
         for g in self._groups:
@@ -228,13 +228,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             i += g.size
         return out
 
-    def _in_service_count(self) -> int:
+    def in_service_count(self) -> int:
         """Requests in the groups in flight."""
         return sum(g.size for g in self._groups)
 
     def _kmax(self) -> int:
-        q = len(self._arr) - self._ns
-        room = self._B - (self._ns - self._nk)
+        q = len(self.arrivals) - self.started
+        room = self._B - (self.started - self._nk)
         return q if q < room else room
 
     def effective_action(self, action: int) -> int:
@@ -264,16 +264,16 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     def _obs(self) -> np.ndarray:
         B, N, sla = self._B, self._N, self._sla
-        q = len(self._arr) - self._ns
-        past = self._kd - self._ns
+        q = len(self.arrivals) - self.started
+        past = self._kd - self.started
         groups = self._groups
         obs = np.zeros(len(OBS_FEATURES), dtype=np.float32)
         obs[0] = q / B
         if q:
-            obs[1] = min((self._now - self._arr[self._ns]) / sla, _CLIP)
-        obs[2] = min(self._rate / self.max_throughput_rps, _CLIP)
+            obs[1] = min((self.now - self.arrivals[self.started]) / sla, _CLIP)
+        obs[2] = min(self.rate_per_s / self.max_throughput_rps, _CLIP)
         obs[3] = past / q if past > 0 else 0.0
-        obs[4] = (self._ns - self._nk) / B
+        obs[4] = (self.started - self._nk) / B
         obs[11] = 1.0
         if groups:
             least, most = groups[-1], groups[0]
@@ -282,21 +282,21 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             obs[7] = least.size / B
             obs[8] = most.node / N
             obs[9] = most.size / B
-            age = self._now - self._arr[self._nk]
+            age = self.now - self.arrivals[self._nk]
             obs[10] = min(age / sla, _CLIP)
             slack = (sla - age - self._rem[most.size][most.node]) / sla
             obs[11] = min(max(slack, -_CLIP), _CLIP)
         return obs
 
     def _info(self, dt: float, comps: dict[str, float]) -> dict[str, Any]:
-        q = len(self._arr) - self._ns
+        q = len(self.arrivals) - self.started
         waits = self._group_waits()
         return {
             "queue_len": q,
-            "oldest_wait_s": self._now - self._arr[self._ns] if q else 0.0,
-            "now_s": self._now,
+            "oldest_wait_s": self.now - self.arrivals[self.started] if q else 0.0,
+            "now_s": self.now,
             "dt_s": dt,
-            "in_flight": self._ns - self._nk,
+            "in_flight": self.started - self._nk,
             # (next node, size, oldest request's age in s), least-advanced group first
             "groups": tuple(
                 (g.node, g.size, w)
@@ -308,7 +308,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
             "reward_components": comps,
             "action_mask": self._mask(),
             "clipped_action": self._clipped,
-            "dropped_total": self._drops,
+            "dropped_total": self.drops,
             "energy_source": self.executor.energy_source,
         }
 
@@ -330,13 +330,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         g = groups[i]
         node, size = g.node, g.size
         d, e = self.executor.run_node(node, size, g.handle)
-        self._advance(self._now + d, e / d if d > 0.0 else 0.0)
-        self._n_batches += 1
-        self._sum_b += size
+        self.advance(self.now + d, e / d if d > 0.0 else 0.0)
+        self.batches += 1
+        self.batched += size
         self._last_node, self._last_size, self._last_lat = node, size, d
         g.node = node + 1
         if g.node == self._N:  # only the oldest group can finish
-            self._record_completions(size, self._now)
+            self._record_completions(size, self.now)
             self._finish_batch(size)
             del groups[i]
         elif i > 0 and groups[i - 1].node == g.node:  # caught up with the group ahead: merge
@@ -350,7 +350,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         groups = self._groups
         while True:
             if not groups:
-                if self._ns < len(self._arr) or not self._idle_until_arrival():
+                if self.started < len(self.arrivals) or not self.idle_until_arrival():
                     return
                 self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
             elif len(groups) == 1 and self._kmax() == 0:
@@ -373,7 +373,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._groups = []
         self._last_node, self._last_size, self._last_lat = -1, 0, 0.0
         self._clipped = False
-        self._deadline_prefix(self._now)
+        self._deadline_prefix(self.now)
         comps = {"latency": 0.0, "energy": 0.0, "sla": 0.0, "drop": 0.0}
         if self.render_mode == "human":
             self.render()
@@ -404,7 +404,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
                 self._clipped = True
             self._run_node(len(groups) - 1 if d == 0 else 0)
         self._forced_moves()
-        reward, comps, dt, _ = self._step_accounting()
+        reward, comps, dt, _ = self.step_accounting()
         info = self._info(dt, comps)
         truncated = self._episode_over()
         if truncated:
@@ -416,12 +416,12 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     # -- rendering (ServingCore.render dispatches on render_mode) ------------------------
     def _render_text(self) -> str:
         """Text view of the queue and the groups in flight (``render_mode="ansi"``)."""
-        q = len(self._arr) - self._ns
+        q = len(self.arrivals) - self.started
         bar = "#" * min(q, 40) + ("+" if q > 40 else "")
         groups = " ".join(f"{g.size}@{g.node}" for g in self._groups) or "-"
         return (
-            f"t={self._now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] groups(size@node)={groups}"
-            f"  last node={self._last_node} x{self._last_size}  dropped={self._drops}"
+            f"t={self.now * 1000:10.3f} ms  queue={q:5d} [{bar:<41}] groups(size@node)={groups}"
+            f"  last node={self._last_node} x{self._last_size}  dropped={self.drops}"
         )
 
     def _make_view(self) -> ServerView:
@@ -437,7 +437,7 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """The frame (``render_mode="rgb_array"``), from the queue, the groups and the
         completion record."""
-        arr, ns, now, sla, B = self._arr, self._ns, self._now, self._sla, self._B
+        arr, ns, now, sla, B = self.arrivals, self.started, self.now, self._sla, self._B
         q = len(arr) - ns
         waits = (now - np.array(arr[ns : ns + QUEUE_BARS])) / sla
         groups = self._groups
@@ -452,12 +452,12 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         timeline = view.timeline
         assert isinstance(timeline, CompletionTimeline)  # _make_view's
         timeline.sync(arr, self._comp, B, sla)
-        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self._drops}  MISS {self._base[2]}"
+        header = f"T {now * 1000:.1f} MS  Q {q}  DROP {self.drops}  MISS {self._base[2]}"
         return view.frame(
             header,
             waits,
             q,
-            self._cap,
+            self.queue_capacity,
             groups_panel(positions, sizes, ages, self._N, B, last),
             timeline,
         )

@@ -13,7 +13,7 @@ iterations through the scheduler named in the configuration
 The clock, the arrival stream, the FIFO admission with its queue capacity and drops, the
 latency and energy integrals and the summary window are the one event loop's
 (:class:`batch_env.core.ServingLoop`, which this class extends through its hooks:
-``_more``, ``_absorb``, ``_on_mark``, ``_misses``, ``_summary_done``, ...).
+``more_arrivals``, ``absorb``, ``on_mark``, ``misses``, ``summary_done``, ...).
 
 Driving it::
 
@@ -21,7 +21,7 @@ Driving it::
     server.reset(seed=0)
     while not server.over():
         ran, last = server.run_to_epoch(cap, budget)   # to the next decision point
-        reward, costs, dt_s, arrivals = server.settle()  # what happened in between
+        reward, costs, dt_s, arrivals = server.step_accounting()  # what happened in between
 
 :meth:`LLMServer.run_iteration` runs one iteration (``LLMBatching-v0``/``-v1`` ask at
 every iteration boundary); :meth:`LLMServer.run_to_epoch` runs until two settings would
@@ -48,7 +48,7 @@ import numpy as np
 from ..config import LLM_DEFAULT_WORKLOAD, LLMConfig, RequestClass
 from ..core import ServingLoop
 from ..executor import LLMExecutor, LLMProfileExecutor
-from ..metrics import WindowStart, llm_episode_summary
+from ..metrics import llm_episode_summary
 from ..profiles.llm_profile import load as load_llm_profile
 from ..workload import Superposition, check_llm_tokens, make_workload
 from .chunked import ChunkedScheduler
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
 #: Least fraction of drawn prompts that must fit ``max_model_len`` (see ``_check_admissible``).
 _MIN_FIT = 1e-3
-#: Rejected arrivals in a row after which ``_more`` gives up (at least this many; a trace's
+#: Rejected arrivals in a row after which ``more_arrivals`` gives up (at least this many; a trace's
 #: bound is twice its length, so a full loop of it always contains a fitting prompt).
 _MAX_REJECTED_RUN = 100_000
 #: Iterations :meth:`LLMServer.run_to_epoch` may run at most (a bound, never reached: it
@@ -102,7 +102,7 @@ class LLMServer(ServingLoop):
         name: str = "LLMServer",
     ) -> None:
         # ServingLoop reads only what LLMProfile and LLMConfig share with Profile and ServingConfig
-        self._setup_core(profile, workload, config)  # type: ignore[arg-type]
+        self.setup_loop(profile, workload, config)  # type: ignore[arg-type]
         #: the configuration's token limits: a request's context, and an iteration's tokens
         self.max_model_len = config.max_model_len
         assert config.max_num_batched_tokens is not None  # LLMConfig fills the default
@@ -126,22 +126,23 @@ class LLMServer(ServingLoop):
             [(c.tpot_sla_ms or config.tpot_sla_ms) / 1000.0 for c in self.classes],
             [c.weight for c in self.classes],
         )
-        if not self.multi:  # one class: its TTFT SLA is the loop's SLA
-            self._sla = self.sla_books.ttft_s[0]
         #: the TTFT and TPOT SLAs (s) that scale the observation and the frames: the one
         #: class's, else the configuration's
-        self.ttft_scale_s: float = self._sla
+        self.ttft_scale_s: float = (
+            config.ttft_sla_ms / 1000.0 if self.multi else self.sla_books.ttft_s[0]
+        )
         self.tpot_scale_s: float = (
             config.tpot_sla_ms / 1000.0 if self.multi else self.sla_books.tpot_s[0]
         )
-        # the settings a decision chooses among (caps, token budgets, admission orders)
+        # the settings a decision chooses among: the caps (``grid``), the token budgets
+        # (``budget_grid``, else ``max_num_batched_tokens`` alone) and admission orders
         assert config.grid is not None  # LLMConfig.__post_init__ fills the default
-        self.caps: tuple[int, ...] = config.grid
+        self.grid: tuple[int, ...] = config.grid
         self.budgets: tuple[int, ...] = (
             config.budget_grid if config.budget_grid is not None else (self.max_num_batched_tokens,)
         )
         self.orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
-        self._check_drop_weight()
+        self._check_drop_cost()
         self.timeline = timeline
         # last, once the configuration is valid
         self.executor = executor() if callable(executor) else executor
@@ -163,7 +164,7 @@ class LLMServer(ServingLoop):
             and isinstance(self.executor, LLMProfileExecutor)
             and timeline is None
         )
-        self._warn_if_seed_invariant(
+        self.warn_if_seed_invariant(
             "profile" if isinstance(self.executor, LLMProfileExecutor) else "real", name
         )
 
@@ -260,7 +261,7 @@ class LLMServer(ServingLoop):
         Prompts that do not fit are rejected at arrival, so such a configuration would
         reject arrival after arrival without ever reaching a decision. A trace is refused
         when none of its prompts fits; drawn lengths when fewer than :data:`_MIN_FIT` of
-        them would. This bounds the search for an admissible arrival (see :meth:`_more`).
+        them would. This bounds the search for an admissible arrival (see :meth:`more_arrivals`).
         """
         maxlen = self.max_model_len
         if self._lengths_from_trace:
@@ -282,7 +283,7 @@ class LLMServer(ServingLoop):
             )
         self._max_rejected_run = _MAX_REJECTED_RUN
 
-    def _check_drop_weight(self) -> None:
+    def _check_drop_cost(self) -> None:
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
         p = self.profile
         n = self.config.max_num_seqs
@@ -295,7 +296,7 @@ class LLMServer(ServingLoop):
                 stacklevel=4,
             )
 
-    def _draws_beyond_arrivals(self) -> bool:
+    def draws_beyond_arrivals(self) -> bool:
         """Whether an episode draws request lengths or classes from the seed (a trace's
         own token columns and fixed lengths draw nothing)."""
         if self.multi and not self._by_source:
@@ -316,7 +317,7 @@ class LLMServer(ServingLoop):
         the clock to the first arrival.
 
         :param options: ``{"load": x}`` on a workload with a ``load_range``
-            (:meth:`batch_env.core.ServingLoop._episode_workload`).
+            (as :class:`batch_env.core.ServingLoop` draws an episode's workload).
         """
         self._arrival_prompt: list[int] = []  # the buffered arrivals' prompt tokens,
         self._arrival_output: list[int] = []  # output tokens, clipped flags and classes
@@ -326,6 +327,7 @@ class LLMServer(ServingLoop):
         self._class_drops_w0: list[int] | None = None
         self._class_drops_end: list[int] | None = None
         self._rejected_at: list[float] = []  # arrival times of the rejected prompts
+        self._rejected_run = 0  # arrivals rejected in a row
         self.state.clear()
         #: per entry: its completion time (``None`` while in the system)
         self.finished_at: list[float | None] = []
@@ -336,7 +338,7 @@ class LLMServer(ServingLoop):
         self.clipped = 0
         self.iterations = 0
         self.prefill_iterations = 0
-        self._done_upto = 0  # entries before it are all finished (for _summary_done)
+        self._done_upto = 0  # entries before it are all finished (for summary_done)
         self._window_counts0: tuple[int, int, float, int, int, int] | None = None
         n = self.config.recent_iterations
         self._recent_time_s: deque[float] = deque(maxlen=n)  # recent decode iterations'
@@ -344,7 +346,7 @@ class LLMServer(ServingLoop):
         self._recent_time_sum = 0.0  # their sums, kept as they change
         self._recent_batch_sum = 0
         #: the setting in force: cap on running requests, token budget, admission order
-        self.cap = self.caps[-1]
+        self.cap = self.grid[-1]
         self.budget = self.budgets[-1]
         self.order = self.orders[0]
         #: what the last iteration did: requests preempted, prompt tokens chunked, whether
@@ -352,7 +354,7 @@ class LLMServer(ServingLoop):
         self.last_preempted = 0
         self.last_chunk_tokens = 0
         self.last_prefill = 0.0
-        self._reset_core(seed, options)  # (the SLA books' pointers at the first arrival)
+        self.start_loop(seed, options)  # (the SLA books' pointers at the first arrival)
         if self.timeline is not None:
             self.timeline.clear()
             self._timeline_tokens = 0
@@ -365,76 +367,59 @@ class LLMServer(ServingLoop):
     def at_epoch(self) -> None:
         """Bring the arrival-rate estimate and the SLA books up to this boundary (a
         decision epoch reached without a step settling it: the first one of an episode)."""
-        self._update_rate()
-        self._misses()
-
-    def over(self) -> bool:
-        """Whether the episode has ended (the horizon is reached or every summary request
-        is done)."""
-        return self._over()
-
-    def settle(self) -> tuple[float, dict[str, float], float, int]:
-        """What happened since the last call: ``(reward, costs, dt_s, arrivals)``, the
-        reward the weighted sum of ``costs`` (latency, energy, sla, drop); the arrival-rate
-        estimate is brought up to now."""
-        return self._step_accounting()
+        self.update_rate()
+        self.misses()
 
     # -- arrivals with lengths (the loop's hooks) ---------------------------------------
-    def _more(self) -> bool:
-        """Next chunk of arrivals with their lengths; rejected prompts leave the stream here.
+    def arrival_chunk(self, chunk: Any) -> np.ndarray:
+        """The arrivals of ``chunk`` whose prompts fit ``max_model_len``, their lengths (and
+        classes) kept; the rejected ones leave the stream here (the loop's hook).
 
         Bounded: after ``_max_rejected_run`` rejected arrivals in a row it raises
         ``ValueError`` (the construction-time check makes that practically impossible:
         with at least :data:`_MIN_FIT` of the prompts fitting, its chance is below e**-100).
         """
-        rejected_run = 0
-        while not self._ended:
-            ch = self._stream.next_chunk()
-            times = ch.times
-            if len(times) == 0:
-                self._ended = True
-                return False
-            if self.multi or self._by_source or self._own_lengths[0] is not None:
-                # a class's own lengths win over the config's and a trace's token columns
-                # (RequestClass), as the construction-time checks assume
-                cls, p, o = self._class_lengths(ch)
+        times = chunk.times
+        if self.multi or self._by_source or self._own_lengths[0] is not None:
+            # a class's own lengths win over the config's and a trace's token columns
+            # (RequestClass), as the construction-time checks assume
+            cls, p, o = self._class_lengths(chunk)
+        else:
+            cls = None
+            if self._lengths_from_trace:
+                p = np.asarray(chunk.prompt_tokens, np.int64)
+                o = np.asarray(chunk.output_tokens, np.int64)
             else:
-                cls = None
-                if self._lengths_from_trace:
-                    p = np.asarray(ch.prompt_tokens, np.int64)
-                    o = np.asarray(ch.output_tokens, np.int64)
-                else:
-                    p, o = self.lengths.sample(self._sizes_rng, len(times))
-            fit = p + 1 <= self.max_model_len
-            if not fit.all():
-                self._rejected_at.extend(times[~fit].tolist())
-                times, p, o = times[fit], p[fit], o[fit]
-                cls = None if cls is None else cls[fit]
-                if not len(times):
-                    rejected_run += len(fit)
-                    if rejected_run > self._max_rejected_run:
-                        raise ValueError(
-                            f"{rejected_run} arrivals in a row were rejected: none had prompt + "
-                            f"1 <= max_model_len={self.max_model_len}; raise max_model_len or "
-                            "shorten the prompts"
-                        )
-            room = self.max_model_len - p
-            clip = o > room
-            if clip.any():
-                o = np.where(clip, room, o)
-            self._buf.extend(times.tolist())
-            self._arrival_prompt.extend(p.tolist())
-            self._arrival_output.extend(o.tolist())
-            self._arrival_clipped.extend(clip.tolist())
-            self._arrival_class.extend([0] * len(times) if cls is None else cls.tolist())
-            if len(times):
-                return True
-        return False
+                p, o = self.lengths.sample(self.sizes_rng, len(times))
+        fit = p + 1 <= self.max_model_len
+        if not fit.all():
+            self._rejected_at.extend(times[~fit].tolist())
+            times, p, o = times[fit], p[fit], o[fit]
+            cls = None if cls is None else cls[fit]
+            if not len(times):
+                self._rejected_run += len(fit)
+                if self._rejected_run > self._max_rejected_run:
+                    raise ValueError(
+                        f"{self._rejected_run} arrivals in a row were rejected: none had "
+                        f"prompt + 1 <= max_model_len={self.max_model_len}; raise "
+                        "max_model_len or shorten the prompts"
+                    )
+                return times
+        self._rejected_run = 0
+        room = self.max_model_len - p
+        clip = o > room
+        if clip.any():
+            o = np.where(clip, room, o)
+        self._arrival_prompt.extend(p.tolist())
+        self._arrival_output.extend(o.tolist())
+        self._arrival_clipped.extend(clip.tolist())
+        self._arrival_class.extend([0] * len(times) if cls is None else cls.tolist())
+        return times
 
     def _class_lengths(self, ch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """A chunk's classes, drawn by share, and the lengths each class draws (its own,
         else the config's or the trace's), from the request-size stream in class order."""
-        rng = self._sizes_rng
+        rng = self.sizes_rng
         n = len(ch.times)
         if self._by_source:  # the classes' own arrivals: the part is the class
             cls = np.asarray(ch.source, np.int64)
@@ -455,41 +440,43 @@ class LLMServer(ServingLoop):
             p[idx], o[idx] = (lens or self.lengths).sample(rng, idx.size)
         return cls, p, o
 
-    def _absorb(self, t_end: float, j: int, power_w: float) -> None:
+    def absorb(self, t_end: float, j: int, power_w: float) -> None:
         """The loop's admission, plus the new entries' lengths and the KV-use integral."""
-        i = self._i
-        n0 = len(self._arr)
-        self.kv_integral += self.state.kv_used * (t_end - self._now)
-        super()._absorb(t_end, j, power_w)
-        adm = len(self._arr) - n0
+        i = self.arrival_index
+        n0 = len(self.arrivals)
+        self.kv_integral += self.state.kv_used * (t_end - self.now)
+        super().absorb(t_end, j, power_w)
+        adm = len(self.arrivals) - n0
         if adm:
             classes = self._arrival_class[i : i + adm]
             ttft = self.sla_books.ttft_s
-            deadlines = [a + ttft[c] for a, c in zip(self._arr[n0:], classes, strict=True)]
+            deadlines = [a + ttft[c] for a, c in zip(self.arrivals[n0:], classes, strict=True)]
             self.state.admit(
                 self._arrival_prompt[i : i + adm],
                 self._arrival_output[i : i + adm],
                 classes,
                 deadlines,
             )
-            self.sla_books.admit(classes, self._arr[n0:])
+            self.sla_books.admit(classes, self.arrivals[n0:])
             self.clipped += sum(self._arrival_clipped[i : i + adm])
             self.finished_at += [None] * adm
         if self.multi and j - i > adm:  # dropped by a full queue: the last of the arrivals
             for c in self._arrival_class[i + adm : j]:
                 self._class_drops[c] += 1
 
-    def _in_service_count(self) -> int:
+    def in_service_count(self) -> int:
         """The running requests."""
         return len(self.state.running)
 
-    def _rejected_count(self) -> int:
+    def rejected_count(self) -> int:
         """Prompts rejected by now (they never fit ``max_model_len``)."""
-        return bisect_right(self._rejected_at, self._now)
+        return bisect_right(self._rejected_at, self.now)
 
-    def _on_mark(self) -> None:
-        first = self._window is None
-        super()._on_mark()
+    def on_mark(self) -> None:
+        """The loop's snapshot at the summary window's marks, plus the server's counters
+        and per-class drops."""
+        first = self.window is None
+        super().on_mark()
         if first:
             self._window_counts0 = self._window_counters()
             self._class_drops_w0 = list(self._class_drops)
@@ -510,42 +497,46 @@ class LLMServer(ServingLoop):
         )
 
     # -- SLA bookkeeping (TTFT deadlines in arrival order, TPOT at completion) -----------
-    def _misses(self) -> float:
+    def misses(self) -> float:
         """Weighted SLA misses counted by now (an ``int`` when every class weighs 1)."""
-        return self.sla_books.misses(self._now)
+        return self.sla_books.misses(self.now)
 
-    def _misses_exact(self, t: float) -> float:
+    def misses_at(self, t: float) -> float:
+        """Weighted SLA misses whose deadline passed by ``t``, at any instant."""
         return self.sla_books.misses_exact(t)
 
-    def _summary_done(self) -> bool:
-        if self._entry_hi is None:
+    def summary_done(self) -> bool:
+        """Every summary request has completed or been dropped (completion is not FIFO
+        here: the first unfinished entry is tracked)."""
+        if self.window_end is None:
             return False
         fin, d = self.finished_at, self._done_upto
         n = len(fin)
         while d < n and fin[d] is not None:
             d += 1
         self._done_upto = d
-        return d >= self._entry_hi
+        return d >= self.window_end
 
     # -- what the scheduler reports (batch_env.llm.scheduler.Host) ----------------------
     def now_s(self) -> float:
         """The simulated time now."""
-        return self._now
+        return self.now
 
     def first_token(self, e: int, t: float) -> None:
         """Entry ``e``'s first token at ``t``."""
         self.sla_books.first_token(e, t)
 
     def advance(self, t: float, power_w: float) -> None:
-        """The clock to an iteration's end, the queue as the scheduler left it."""
-        self._ns = len(self._arr) - len(self.state.waiting)
-        self._advance(t, power_w)
+        """The clock to ``t`` (an iteration's end, or an arrival while idle), the queue as
+        the scheduler left it (the scheduler's host; the loop's :meth:`advance`)."""
+        self.started = len(self.arrivals) - len(self.state.waiting)
+        super().advance(t, power_w)
 
     def finish(self, e: int, t: float) -> None:
         """Entry ``e`` completed at ``t``; a TPOT miss is counted now (TTFT met)."""
         self.finished_at[e] = t
-        self._n_sys -= 1
-        self._n_done += 1
+        self.in_system -= 1
+        self.completed += 1
         self.sla_books.finish(e, t, self.state.output[e])
 
     # -- iterations ----------------------------------------------------------------------
@@ -555,7 +546,7 @@ class LLMServer(ServingLoop):
         sch = self.scheduler
         self.last_chunk_tokens = 0
         it = sch.run(sch.plan(cap, budget, self.order) if plan is None else plan)
-        self._ns = len(self._arr) - len(self.state.waiting)
+        self.started = len(self.arrivals) - len(self.state.waiting)
         self.iterations += 1
         if self.timeline is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
             tokens = self.state.tokens_out
@@ -571,8 +562,8 @@ class LLMServer(ServingLoop):
             if prefill:
                 self.prefill_iterations += 1
             if b:
-                self._n_batches += 1
-                self._sum_b += b
+                self.batches += 1
+                self.batched += b
                 self._recent(d, b)
             self.last_prefill = 1.0 if prefill else 0.0
         return it
@@ -583,7 +574,7 @@ class LLMServer(ServingLoop):
         iteration (``None``: none ran)."""
         self.last_preempted = 0
         self.last_chunk_tokens = 0
-        it = self.run_iteration(cap, budget) if self._n_sys else None
+        it = self.run_iteration(cap, budget) if self.in_system else None
         self.idle_while_empty()
         return it
 
@@ -595,11 +586,11 @@ class LLMServer(ServingLoop):
         no prefill in progress every setting runs the same decode; elsewhere the smallest
         and the largest setting are planned, and admission is monotone in between."""
         sch, srv = self.scheduler, self.state
-        single = len(self.caps) * len(self.budgets) * len(self.orders) == 1
+        single = len(self.grid) * len(self.budgets) * len(self.orders) == 1
         if single or not (srv.waiting or srv.prefilling):
             # nothing to admit or to continue: the same decode
             return sch.plan(cap, budget, self.order)
-        lo, hi = (self.caps[0], self.budgets[0]), (self.caps[-1], self.budgets[-1])
+        lo, hi = (self.grid[0], self.budgets[0]), (self.grid[-1], self.budgets[-1])
         first = sch.plan(*hi, self.order)
         for order in self.orders:  # monotone in the cap and budget for each order
             for setting in (lo, hi):
@@ -611,8 +602,8 @@ class LLMServer(ServingLoop):
     def idle_while_empty(self) -> None:
         """An empty system idles to the next arrival (no decision is needed); a finite
         trace that has ended moves the clock to the horizon (the episode then ends)."""
-        while self._n_sys == 0:
-            if not self._idle_until_arrival():
+        while self.in_system == 0:
+            if not self.idle_until_arrival():
                 break
 
     def _recent(self, d: float, b: int) -> None:
@@ -648,14 +639,14 @@ class LLMServer(ServingLoop):
         """
         ran = 0
         last: Iteration | None = None
-        while not (self._now >= self.horizon_s or self._summary_done()):
+        while not (self.now >= self.horizon_s or self.summary_done()):
             plan = None
             if ran or not chosen:
                 plan = self.forced_plan(cap, budget)
                 if plan is None:
                     break  # the settings differ here: a decision epoch
                 if ran:
-                    self._update_rate()  # a step per iteration ends at this boundary
+                    self.update_rate()  # a step per iteration ends at this boundary
             if ran >= MAX_ITERATIONS_PER_STEP:
                 raise RuntimeError(
                     f"LLMServer: {ran} iterations without a decision epoch or the episode's "
@@ -707,12 +698,11 @@ class LLMServer(ServingLoop):
         b = len(R)
         if not b or counts[(1 - K) % bs] > total - used:
             return 0, None  # a decode must preempt: the scheduler's own path
-        buf, i = self._buf, self._i
-        t_next = buf[i] if i < len(buf) or self._more() else math.inf
+        t_next = self.peek_arrival()
         prof = self.profile
         base, per_ctx, pw = prof.decode_step(b)
         ctx = srv.decode_context
-        if self._now + (base + per_ctx * ctx) >= t_next:
+        if self.now + (base + per_ctx * ctx) >= t_next:
             return 0, None  # the first iteration admits an arrival (before any setup)
         # requests wait, but no setting admits any (the plan was forced, without chunks);
         # without a completion none will (the cap's room and the budget left stay, the
@@ -720,13 +710,13 @@ class LLMServer(ServingLoop):
         blocked = bool(srv.waiting)
         P, out = srv.prompt, srv.output
         finishing = _completions(R, out, srv.generated)
-        now, L, E, kv_int = self._now, self._L, self._E, self.kv_integral
-        rate, (rate_t, rate_n) = self._rate, self._rate_base
-        tau, horizon = self._rate_tau, self.horizon_s
+        now, L, E, kv_int = self.now, self.latency_integral_s, self.energy_j, self.kv_integral
+        rate, (rate_t, rate_n) = self.rate_per_s, self.rate_since
+        tau, horizon = self.rate_window_s, self.horizon_s
         recent: deque[tuple[float, int]] = deque(maxlen=self.config.recent_iterations)
         done: dict[int, int] = {}  # finished request -> its iteration
         j = tokens = 0
-        n_sys = self._n_sys
+        n_sys = self.in_system
         exp = math.exp
         finished_now: list[int] | None = None
         while True:
@@ -734,7 +724,7 @@ class LLMServer(ServingLoop):
                 if now >= horizon or not b:
                     break
                 if finished_now and (
-                    self._summary_done()
+                    self.summary_done()
                     or (blocked and self._head_fits(b, used + counts[(1 - K) % bs]))
                 ):
                     break  # the episode's end, or the freed room and blocks admit the head
@@ -746,7 +736,7 @@ class LLMServer(ServingLoop):
             t = now + d
             if t >= t_next:
                 break  # this iteration admits an arrival: the usual path
-            if j:  # the rate estimate at that boundary (_update_rate; no arrival came)
+            if j:  # the rate estimate at that boundary (update_rate; no arrival came)
                 rate = rate * exp(-(now - rate_t) / tau) + 0.0
                 rate_t = now
             # the iteration: its blocks, then the clock (advance), then the tokens
@@ -777,8 +767,8 @@ class LLMServer(ServingLoop):
             j += 1
         if not j:
             return 0, None
-        self._now, self._L, self._E, self.kv_integral = now, L, E, kv_int
-        self._rate, self._rate_base = rate, (rate_t, rate_n)
+        self.now, self.latency_integral_s, self.energy_j, self.kv_integral = now, L, E, kv_int
+        self.rate_per_s, self.rate_since = rate, (rate_t, rate_n)
         srv.kv_used, srv.decode_context, srv.decode_steps = used, ctx, K
         srv.tokens_out += tokens
         self._catch_up(done, j, K0, tokens, recent)
@@ -792,7 +782,7 @@ class LLMServer(ServingLoop):
         request). If it would not, no setting would (monotone)."""
         srv = self.state
         cfg = self.config
-        if self.caps[-1] - decodes <= 0:
+        if self.grid[-1] - decodes <= 0:
             return False  # no room under the largest cap
         left = self.budgets[-1] - (decodes if cfg.decode_first else 0)
         free = srv.kv_total - used - srv.kv_watermark
@@ -835,53 +825,13 @@ class LLMServer(ServingLoop):
                 keep.append(e)
         srv.running = keep
         self.iterations += j
-        self._n_batches += j
-        self._sum_b += tokens
+        self.batches += j
+        self.batched += tokens
         self._recent_many(recent)
         self.last_prefill = 0.0
         self.last_preempted = self.last_chunk_tokens = 0
 
     # -- what the observation, info and frames read --------------------------------------
-    @property
-    def now(self) -> float:
-        """The simulated time (s)."""
-        return self._now
-
-    @property
-    def arrivals(self) -> list[float]:
-        """Each entry's arrival time (entries in admission order; read only)."""
-        return self._arr
-
-    @property
-    def completed(self) -> int:
-        """Requests completed so far."""
-        return self._n_done
-
-    @property
-    def window(self) -> WindowStart | None:
-        """The summary window's start (``None``: not open yet)."""
-        return self._window
-
-    @property
-    def drops(self) -> int:
-        """Arrivals dropped by a full queue so far."""
-        return self._drops
-
-    @property
-    def in_system(self) -> int:
-        """Requests waiting or running."""
-        return self._n_sys
-
-    @property
-    def rate_per_s(self) -> float:
-        """The arrival-rate estimate (requests/s; time-decayed over ``rate_window_s``)."""
-        return self._rate
-
-    @property
-    def queue_capacity(self) -> int:
-        """Requests the waiting queue holds (arrivals beyond it are dropped)."""
-        return self._cap
-
     def recent_decode(self) -> tuple[float, int, int]:
         """The recent decode iterations (the last ``recent_iterations``): the sum of their
         times (s), the sum of their batch sizes, and how many there are (0 before the
@@ -890,7 +840,7 @@ class LLMServer(ServingLoop):
 
     def rejected_total(self) -> int:
         """Prompts rejected by now (they never fit ``max_model_len``)."""
-        return bisect_right(self._rejected_at, self._now) if self._rejected_at else 0
+        return bisect_right(self._rejected_at, self.now) if self._rejected_at else 0
 
     def past_ttft_waiting(self) -> int:
         """Waiting requests without a first token whose TTFT deadline has passed (at the
@@ -917,7 +867,7 @@ class LLMServer(ServingLoop):
         srv, n = self.state, len(self.classes)
         cls = srv.request_class
         waiting, first = srv.waiting.by_class(n)
-        arr = self._arr
+        arr = self.arrivals
         oldest = [arr[e] if e >= 0 else math.inf for e in first]
         running = [0] * n
         for e in srv.running:
@@ -933,27 +883,28 @@ class LLMServer(ServingLoop):
         """The episode summary (``info["serving"]``): the loop's keys (latency =
         end-to-end) and the LLM metrics, per class with several classes
         (:func:`batch_env.metrics.llm_episode_summary`)."""
-        win = self._window
+        win = self.window
         srv = self.state
+        w = self.config.reward_weights
         return llm_episode_summary(
-            arrivals=self._arr,
+            arrivals=self.arrivals,
             finished_at=self.finished_at,
             first_token=self.sla_books.first_at,
             output=srv.output,
             request_class=srv.request_class,
             window=win,
-            entry_hi=self._entry_hi,
-            drops_summary=self._summary_drops(),
-            now_s=self._now,
-            latency_integral_s=self._L,
-            energy_j=self._E,
-            misses=self._misses(),
-            drops=self._drops,
-            n_batches=self._n_batches,
-            sum_batch=self._sum_b,
-            in_system=self._n_sys,
-            weights=(self._wl, self._we, self._ws, self._wd),
-            totals=self._episode_totals(),
+            entry_hi=self.window_end,
+            drops_summary=self.summary_drops(),
+            now_s=self.now,
+            latency_integral_s=self.latency_integral_s,
+            energy_j=self.energy_j,
+            misses=self.misses(),
+            drops=self.drops,
+            n_batches=self.batches,
+            sum_batch=self.batched,
+            in_system=self.in_system,
+            weights=(w.latency, w.energy, w.sla, w.drop),
+            totals=self.episode_totals(),
             counters=self._window_counters(),
             counters_at_start=self._window_counts0,
             kv_total=srv.kv_total,

@@ -51,12 +51,12 @@ class SLABooks:
         self.first_at: list[float] = []
         # per class: its entries' arrivals in order, the met flags (first token within
         # the TTFT SLA) in that order, the deadline pointer and what lies behind it
-        self._arr: list[list[float]] = [[] for _ in range(n)]
+        self.arrivals: list[list[float]] = [[] for _ in range(n)]
         self._entries: list[list[int]] = [[] for _ in range(n)]
         self._met: list[list[int]] = [[] for _ in range(n)]
-        self._kd = [0] * n  # entries whose deadline has passed (a prefix of the class)
-        self._met_kd = [0] * n  # of those, met TTFT
-        self._first_kd = [0] * n  # of those, have a first token by now
+        self._passed = [0] * n  # entries whose deadline has passed (a prefix of the class)
+        self._passed_met = [0] * n  # of those, met TTFT
+        self._passed_first = [0] * n  # of those, have a first token by now
         self.ttft_missed = [0] * n  # per class, counted when the deadline passed (cached)
         self.tpot_missed = [0] * n
 
@@ -69,10 +69,10 @@ class SLABooks:
         """New entries (in arrival order): their classes and arrival times."""
         for c, a in zip(classes, arrivals, strict=True):
             self.cls.append(c)
-            self.pos.append(len(self._arr[c]))
+            self.pos.append(len(self.arrivals[c]))
             self.arrival.append(a)
             self.first_at.append(math.nan)
-            self._arr[c].append(a)
+            self.arrivals[c].append(a)
             self._entries[c].append(len(self.cls) - 1)
             self._met[c].append(0)
 
@@ -82,8 +82,8 @@ class SLABooks:
         self.first_at[e] = t
         if t - self.arrival[e] <= self.ttft_s[c]:
             self._met[c][self.pos[e]] = 1
-        if self.pos[e] < self._kd[c]:  # its deadline had passed: a late first token
-            self._first_kd[c] += 1
+        if self.pos[e] < self._passed[c]:  # its deadline had passed: a late first token
+            self._passed_first[c] += 1
 
     def finish(self, e: int, t: float, output_tokens: int) -> None:
         """Entry ``e`` completed at ``t`` with ``output_tokens``: a TPOT miss is counted
@@ -97,26 +97,26 @@ class SLABooks:
         ):
             self.tpot_missed[c] += 1
 
-    def _advance(self, t: float) -> None:
+    def advance(self, t: float) -> None:
         """Move every class's deadline pointer to ``t``."""
-        for c, arr in enumerate(self._arr):
-            k, sla, n = self._kd[c], self.ttft_s[c], len(arr)
+        for c, arr in enumerate(self.arrivals):
+            k, sla, n = self._passed[c], self.ttft_s[c], len(arr)
             if k == n or not t - arr[k] > sla:
                 continue  # no new deadline passed (deadlines are in arrival order)
             met, entries, first = self._met[c], self._entries[c], self.first_at
-            m = self._met_kd[c]
-            f = self._first_kd[c]
+            m = self._passed_met[c]
+            f = self._passed_first[c]
             while k < n and t - arr[k] > sla:
                 m += met[k]
                 f += not math.isnan(first[entries[k]])  # has a first token
                 k += 1
-            self._kd[c], self._met_kd[c], self._first_kd[c] = k, m, f
+            self._passed[c], self._passed_met[c], self._passed_first[c] = k, m, f
             self.ttft_missed[c] = k - m
 
     def misses(self, t: float) -> float:
         """Weighted misses counted by ``t`` (an epoch; the pointers move to ``t``): an
         ``int`` when every class weighs 1."""
-        self._advance(t)
+        self.advance(t)
         if self.unweighted:
             return sum(self.ttft_missed) + sum(self.tpot_missed)
         return sum(
@@ -128,14 +128,14 @@ class SLABooks:
         """:meth:`misses` at any instant ``t`` at or after the last epoch, the pointers
         left where they are."""
         total: float = 0
-        for c, arr in enumerate(self._arr):
+        for c, arr in enumerate(self.arrivals):
             sla = self.ttft_s[c]
-            k = bisect_right(arr, t - sla, self._kd[c])
+            k = bisect_right(arr, t - sla, self._passed[c])
             while k < len(arr) and t - arr[k] > sla:
                 k += 1
-            while k > self._kd[c] and not t - arr[k - 1] > sla:
+            while k > self._passed[c] and not t - arr[k - 1] > sla:
                 k -= 1
-            met = self._met_kd[c] + sum(self._met[c][self._kd[c] : k])
+            met = self._passed_met[c] + sum(self._met[c][self._passed[c] : k])
             n = k - met + self.tpot_missed[c]
             total += n if self.unweighted else self.weights[c] * n
         return total
@@ -143,8 +143,8 @@ class SLABooks:
     def past_without_first(self) -> int:
         """Requests whose TTFT deadline had passed at the last :meth:`misses` and that
         have no first token yet (waiting, or a first prefill in progress)."""
-        return sum(self._kd) - sum(self._first_kd)
+        return sum(self._passed) - sum(self._passed_first)
 
     def past_deadline(self, e: int) -> bool:
         """Whether entry ``e``'s TTFT deadline had passed at the last :meth:`misses`."""
-        return self.pos[e] < self._kd[self.cls[e]]
+        return self.pos[e] < self._passed[self.cls[e]]
