@@ -666,6 +666,36 @@ class ServingLoop:
         end = self._drops_at_end_mark if self._drops_at_end_mark is not None else self.drops
         return end - (self.window.drops if self.window is not None else self.drops)
 
+    def warn_if_drop_pays(self, cheapest_j: float) -> None:
+        """Warn (at construction) when dropping a request costs less than serving it, whose
+        cheapest energy is ``cheapest_j`` (docs/design.md: Dropping)."""
+        w = self.config.reward_weights
+        if w.drop < w.energy * cheapest_j:
+            warnings.warn(
+                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
+                f"request (energy weight {w.energy} x {cheapest_j:.4g} J): dropping pays",
+                stacklevel=5,
+            )
+
+    def totals(self) -> dict[str, Any]:
+        """The loop's totals that a summary reads (:func:`batch_env.metrics.summarize`'s
+        keyword arguments): the summary window's drops, the clock, the latency and energy
+        integrals, the SLA misses (counted up to now), the drops, the batches and their
+        requests, the requests in the system, and the episode's totals
+        (:meth:`episode_totals`)."""
+        return {
+            "drops_summary": self.summary_drops(),
+            "now_s": self.now,
+            "latency_integral_s": self.latency_integral_s,
+            "energy_j": self.energy_j,
+            "misses": self.misses(),
+            "drops": self.drops,
+            "n_batches": self.batches,
+            "sum_batch": self.batched,
+            "in_system": self.in_system,
+            **self.episode_totals(),
+        }
+
     def episode_totals(self) -> dict[str, int]:
         """The whole episode's arrivals and completions (``summarize``'s ``arrived_total``
         and ``completed_total``), as :meth:`request_counts` counts them."""
@@ -775,18 +805,9 @@ class ServingLoop:
             n_done=self.completed,
             window=self.window,
             entry_hi=self.window_end if self.window_end is not None else len(self.arrivals),
-            drops_summary=self.summary_drops(),
-            now_s=self.now,
-            latency_integral_s=self.latency_integral_s,
-            energy_j=self.energy_j,
-            misses=self.misses(),
-            drops=self.drops,
-            n_batches=self.batches,
-            sum_batch=self.batched,
-            in_system=self.in_system,
             sla_s=self._sla,
             weights=(self._wl, self._we, self._ws, self._wd),
-            **self.episode_totals(),
+            **self.totals(),
         )
         return summary
 
@@ -854,14 +875,7 @@ class ServingCore(ServingEnv, ServingLoop):
     def _check_drop_weight(self) -> None:
         """Warn when dropping a request costs less than serving it (docs/design.md: Dropping)."""
         lat, energy = self.profile.tables(self._B)
-        cheapest = float(np.min(energy[1:] / np.arange(1, self._B + 1)))
-        w = self.config.reward_weights
-        if w.drop < w.energy * cheapest:
-            warnings.warn(
-                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
-                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
-                stacklevel=4,
-            )
+        self.warn_if_drop_pays(float(np.min(energy[1:] / np.arange(1, self._B + 1))))
 
     def _reset_core(
         self, seed: int | None, options: dict[str, Any] | None = None

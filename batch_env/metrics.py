@@ -599,17 +599,8 @@ def llm_episode_summary(
     request_class: list[int],
     window: WindowStart | None,
     entry_hi: int | None,
-    drops_summary: int,
-    now_s: float,
-    latency_integral_s: float,
-    energy_j: float,
-    misses: float,
-    drops: int,
-    n_batches: int,
-    sum_batch: int,
-    in_system: int,
     weights: tuple[float, float, float, float],
-    totals: dict[str, int],
+    totals: dict[str, Any],
     counters: tuple[int, int, float, int, int, int],
     counters_at_start: tuple[int, int, float, int, int, int] | None,
     kv_total: int,
@@ -629,6 +620,8 @@ def llm_episode_summary(
         before it), ``output`` (true output tokens) and ``request_class``.
     :param window: the summary window's start (``None``: it never opened); ``entry_hi``
         the entry count at its end mark (``None``: not reached).
+    :param totals: the loop's totals, :func:`summarize`'s keyword arguments from
+        ``drops_summary`` to ``completed_total`` (:meth:`batch_env.core.ServingLoop.totals`).
     :param counters: output tokens, preemptions, KV-use integral (block-seconds),
         iterations, prefill iterations and clipped outputs now; ``counters_at_start``
         the same when the window opened (``None``: it never did).
@@ -636,8 +629,7 @@ def llm_episode_summary(
     :param classes: the request classes when there are several, else ``None``.
     :param ttft_sla_s: each class's TTFT SLA, and ``tpot_sla_s`` its TPOT SLA.
     :param class_drops: drops per class at the window's start, at its end mark and now.
-
-    The other parameters are :func:`summarize`'s.
+    :param weights: the reward weights (latency, energy, sla, drop).
     """
     n = len(arrivals)
     lo = window.entry if window is not None else n
@@ -653,19 +645,11 @@ def llm_episode_summary(
         n_done=int(done.sum()),
         window=None if window is None else replace(window, entry=0),
         entry_hi=int(done.sum()),
-        drops_summary=drops_summary,
-        now_s=now_s,
-        latency_integral_s=latency_integral_s,
-        energy_j=energy_j,
-        misses=misses,
-        drops=drops,
-        n_batches=n_batches,
-        sum_batch=sum_batch,
-        in_system=in_system,
         sla_s=math.inf,
         weights=weights,
         **totals,
     )
+    now_s, drops_summary = totals["now_s"], totals["drops_summary"]
     w0 = counters_at_start if counters_at_start is not None else counters
     t0 = window.time_s if window is not None else now_s
     cls = np.asarray(request_class[lo:hi], dtype=np.intp)

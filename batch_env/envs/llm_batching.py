@@ -79,6 +79,9 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
     ``split_prompts=False`` give v0's scheduler back (``docs/decisions.md``, "Chunked
     prefill").
 
+    The server is ``env.server``, a :class:`batch_env.llm.LLMServer` (usable without an
+    env); the env is the MDP over it.
+
     ## Action Space
 
     ``Discrete(len(grid))``: action ``i`` sets the cap on running requests for the next

@@ -36,7 +36,6 @@ Imports: ``batch_env.core`` (the loop), ``batch_env.config``, ``batch_env.execut
 from __future__ import annotations
 
 import math
-import warnings
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
@@ -287,14 +286,7 @@ class LLMServer(ServingLoop):
         """Warn when a drop costs less than the energy of the cheapest request (one token)."""
         p = self.profile
         n = self.config.max_num_seqs
-        cheapest = min(p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, n))
-        w = self.config.reward_weights
-        if w.drop < w.energy * cheapest:
-            warnings.warn(
-                f"reward_weights.drop={w.drop} is below the cheapest energy cost of serving a "
-                f"request (energy weight {w.energy} x {cheapest:.4g} J): dropping pays",
-                stacklevel=4,
-            )
+        self.warn_if_drop_pays(min(p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, n)))
 
     def draws_beyond_arrivals(self) -> bool:
         """Whether an episode draws request lengths or classes from the seed (a trace's
@@ -894,17 +886,8 @@ class LLMServer(ServingLoop):
             request_class=srv.request_class,
             window=win,
             entry_hi=self.window_end,
-            drops_summary=self.summary_drops(),
-            now_s=self.now,
-            latency_integral_s=self.latency_integral_s,
-            energy_j=self.energy_j,
-            misses=self.misses(),
-            drops=self.drops,
-            n_batches=self.batches,
-            sum_batch=self.batched,
-            in_system=self.in_system,
             weights=(w.latency, w.energy, w.sla, w.drop),
-            totals=self.episode_totals(),
+            totals=self.totals(),
             counters=self._window_counters(),
             counters_at_start=self._window_counts0,
             kv_total=srv.kv_total,
