@@ -15,6 +15,7 @@ their configuration's fields, each passed by its name to the configuration.
 from __future__ import annotations
 
 import inspect
+import types
 from dataclasses import MISSING, fields
 from typing import Any
 
@@ -421,13 +422,16 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Each id's constructor: the one above, shown with its configuration's defaults."""
         super().__init_subclass__(**kwargs)
-
-        def __init__(self: LLMBatchingEnv, *args: Any, **kw: Any) -> None:
-            LLMBatchingEnv.__init__(self, *args, **kw)
-
-        __init__.__doc__ = LLMBatchingEnv.__init__.__doc__
-        __init__.__signature__ = _signature(cls)  # type: ignore[attr-defined]
-        cls.__init__ = __init__  # type: ignore[method-assign]
+        # a copy of the function (the same code: no extra frame, so a warning raised in
+        # construction points at the caller), with this id's signature
+        base = LLMBatchingEnv.__init__
+        init = types.FunctionType(
+            base.__code__, base.__globals__, "__init__", base.__defaults__, base.__closure__
+        )
+        init.__kwdefaults__ = dict(base.__kwdefaults__ or {})
+        init.__doc__, init.__qualname__ = base.__doc__, f"{cls.__qualname__}.__init__"
+        init.__signature__ = _signature(cls)  # type: ignore[attr-defined]
+        cls.__init__ = init  # type: ignore[method-assign]
 
 
 #: the constructor's own arguments (the others are the configuration's fields)
