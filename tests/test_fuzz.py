@@ -431,7 +431,7 @@ def _check_summary(env, summary: dict) -> None:
         and env.request_counts()["in_system"] == 0
         and summary["in_system_at_end"] == 0
     ):
-        now = env.server.now if hasattr(env, "server") else env.now  # noqa: SLF001
+        now = env.server.now if hasattr(env, "server") else env.now
         assert done == H or now >= env.horizon_s, summary
 
 

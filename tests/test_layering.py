@@ -434,9 +434,15 @@ def test_the_llm_files_use_few_private_names_of_the_core():
 def test_no_private_name_of_another_module_is_written_in_the_llm_files():
     """No LLM file assigns a private attribute of an object other than ``self`` (another
     module's state), nor one of ``ServingCore``'s private attributes on ``self``."""
-    core = core_private_names()
+    bad = private_writes(LLM_FILES, core_private_names())
+    assert not bad, "\n".join(bad)
+
+
+def private_writes(files: list[Path], core: set[str]) -> list[str]:
+    """``file:line writes .NAME`` for each assignment, in ``files``, of a private
+    attribute of an object other than ``self``/``cls``, or of one of ``core`` on ``self``."""
     bad = []
-    for path in LLM_FILES:
+    for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)):
@@ -445,8 +451,18 @@ def test_no_private_name_of_another_module_is_written_in_the_llm_files():
                 continue
             own = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
             if not own or node.attr in core:
-                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} writes .{node.attr}")
-    assert not bad, "\n".join(bad)
+                bad.append(f"{path.name}:{node.lineno} writes .{node.attr}")
+    return bad
+
+
+def test_the_llm_checks_see_a_private_write_and_a_forbidden_import(tmp_path):
+    """The write check and the import rule above are not blind."""
+    f = tmp_path / "x.py"
+    f.write_text("def f(self, srv):\n    srv._kv = 1\n    self._buf = []\n    self._mine = 0\n")
+    assert private_writes([f], {"_buf"}) == ["x.py:2 writes ._kv", "x.py:3 writes ._buf"]
+    imp = Import("batch_env/llm/x.py", 1, "batch_env.envs.llm_batching", True)
+    assert rule_llm(f, imp) is not None
+    assert rule_llm(f, Import("batch_env/llm/x.py", 1, "batch_env.core", True)) is None
 
 
 def test_the_llm_env_module_is_a_thin_mdp():

@@ -141,6 +141,7 @@ class LLMServer(ServingLoop):
             config.budget_grid if config.budget_grid is not None else (self.max_num_batched_tokens,)
         )
         self.orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
+        self._one_setting = len(self.grid) * len(self.budgets) * len(self.orders) == 1
         self._check_drop_cost()
         self.timeline = timeline
         # last, once the configuration is valid
@@ -578,8 +579,7 @@ class LLMServer(ServingLoop):
         no prefill in progress every setting runs the same decode; elsewhere the smallest
         and the largest setting are planned, and admission is monotone in between."""
         sch, srv = self.scheduler, self.state
-        single = len(self.grid) * len(self.budgets) * len(self.orders) == 1
-        if single or not (srv.waiting or srv.prefilling):
+        if self._one_setting or not (srv.waiting or srv.prefilling):
             # nothing to admit or to continue: the same decode
             return sch.plan(cap, budget, self.order)
         lo, hi = (self.grid[0], self.budgets[0]), (self.grid[-1], self.budgets[-1])
