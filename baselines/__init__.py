@@ -7,7 +7,9 @@ workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
 One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
 batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
 rate-adaptive variant), ``smdp_mmpp`` (the phase-aware optimum under MMPP arrivals,
-an oracle and a bound), ``node`` (graph batching and LazyBatching for
+an oracle and a bound), ``rollout`` (constant actions, and the lookahead planners ``rollout`` and its
+clairvoyant twin ``rollout-oracle``, which plan on copies of the env), ``node`` (graph
+batching and LazyBatching for
 ``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
 SLA-feedback batch sizing for ``LLMBatching-v0``; token budgets for the chunked
 scheduler; admission orders for ``LLMBatching-v2``, with the oracle ``oracle-srpt``);
@@ -39,6 +41,7 @@ from .llm import (
     StaticCapPolicy,
 )
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
+from .rollout import ConstantPolicy, RolloutPolicy, rollout_oracle
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .smdp_mmpp import MMPPBeliefPolicy, MMPPOraclePolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
@@ -76,6 +79,9 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "shortest-prompt": ShortestPromptPolicy,
     "class-priority": ClassPriorityPolicy,
     "oracle-srpt": OracleSRPTPolicy,
+    "constant": ConstantPolicy,
+    "rollout": RolloutPolicy,
+    "rollout-oracle": rollout_oracle,
 }
 
 
@@ -100,6 +106,7 @@ __all__ = [
     "AIMDPolicy",
     "AdaptiveSMDPPolicy",
     "ClassPriorityPolicy",
+    "ConstantPolicy",
     "EDFPolicy",
     "GraphBatchingPolicy",
     "GreedyPolicy",
@@ -110,6 +117,7 @@ __all__ = [
     "MemoryAwarePolicy",
     "OracleSRPTPolicy",
     "Pang2025Policy",
+    "RolloutPolicy",
     "SLAFeedbackPolicy",
     "StaticCapPolicy",
     "SMDPPolicy",

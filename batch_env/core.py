@@ -44,7 +44,7 @@ import dataclasses
 import math
 import warnings
 from bisect import bisect_left, bisect_right
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +53,7 @@ from gymnasium.error import ResetNeeded
 from .checks import ArgumentError, check_number, init_arguments
 from .config import DEFAULT_WORKLOAD, ServingConfig
 from .metrics import SeedWarning, WindowStart, summarize, warn_summaries
+from .planning import ShiftedStream, future_model, planning_copy
 from .profiles.batch_profile import Profile
 from .profiles.batch_profile import load as load_profile
 from .render import HumanWindow, ServerView
@@ -259,6 +260,40 @@ class ServingEnv(gym.Env):
                 executor_metadata=self.executor.metadata(),
             )
 
+    @property
+    def engine(self) -> ServingLoop:
+        """The event loop this env runs (the env itself for the whole-model and node-level
+        envs; the LLM envs' :class:`batch_env.llm.LLMServer`)."""
+        return cast("ServingLoop", self)
+
+    def fork(self, rng: np.random.Generator | None = None) -> ServingEnv:
+        """A copy of this env at this decision epoch, for a planner to step: nothing
+        done to the copy changes this env (:mod:`batch_env.planning`).
+
+        :param rng: ``None``: a clairvoyant copy, which replays this env's true future
+            (its own random streams: for oracles only). A generator: a realizable copy,
+            whose every random stream is a fresh one drawn from ``rng``, whose arrivals
+            after now come from the planner's model of the workload
+            (:func:`batch_env.planning.future_model`), and whose requests in the system
+            have what a server cannot know of them redrawn
+            (:meth:`ServingLoop.resample_future`).
+        :raises gymnasium.error.ResetNeeded: before the first ``reset`` and after the
+            episode ended.
+        :raises ValueError: on an env that executes batches for real (a planner's copies
+            simulate).
+        """
+        if self._needs_reset is not None:
+            self._refuse("fork")
+        if getattr(self, "_executor_spec", {}).get("executor", "profile") != "profile":
+            raise ValueError(
+                f"executor={self._executor_spec['executor']!r}: fork() copies a simulated env "
+                "only (executor='profile'); plan on a profile-backed twin of the env"
+            )
+        twin = cast("ServingEnv", planning_copy(self, rng))
+        if rng is not None:
+            twin.engine.resample_future(rng)
+        return twin
+
     def _checked_action(self, action: Any) -> int:
         """``action`` as an integer of the action space (:meth:`_coerce_action`), once
         ``step`` is allowed (:class:`gymnasium.error.ResetNeeded` before ``reset`` and
@@ -307,6 +342,10 @@ class ServingEnv(gym.Env):
     def _render_frame(self, view: ServerView) -> np.ndarray:
         """Draw the current state with ``view`` and return the frame."""
         raise NotImplementedError
+
+
+#: arrivals per chunk of a planner's model stream (a copy looks a short way ahead)
+_PLANNING_CHUNK = 64
 
 
 class ServingLoop:
@@ -529,6 +568,17 @@ class ServingLoop:
         (``inf`` when it ended); unlike :meth:`_next_arrival`, it takes no end mark."""
         i = self.arrival_index
         return self._buf[i] if i < len(self._buf) or self.more_arrivals() else _INF
+
+    def resample_future(self, rng: np.random.Generator) -> None:
+        """Replace what this loop has drawn of its future with draws from ``rng``: the
+        arrivals after now come from :func:`batch_env.planning.future_model` (the
+        buffered ones not yet arrived are forgotten). A realizable planner's copy
+        (:meth:`ServingEnv.fork`); the LLM server also redraws its requests' output
+        lengths."""
+        del self._buf[self.arrival_index :]
+        model = future_model(self.workload, self.rate_per_s)
+        self._stream = ShiftedStream(model.stream(rng, _PLANNING_CHUNK), self.now)
+        self._ended = False
 
     # -- the clock ------------------------------------------------------------------------
     def advance(self, t_end: float, power_w: float) -> None:

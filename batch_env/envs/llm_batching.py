@@ -283,6 +283,11 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self._mask = np.ones(self.actions.n, dtype=bool)
         self._record_executor(executor, model, torch_device, executor_options)
 
+    @property
+    def engine(self) -> LLMServer:
+        """The LLM server this env runs (what :meth:`fork` copies with it)."""
+        return self.server
+
     # -- actions ------------------------------------------------------------------------
     def _setting(self, action: int) -> tuple[int, int, str]:
         """The cap, budget and admission order of ``action``, now in force."""

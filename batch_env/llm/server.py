@@ -433,6 +433,36 @@ class LLMServer(ServingLoop):
             p[idx], o[idx] = (lens or self.lengths).sample(rng, idx.size)
         return cls, p, o
 
+    def resample_future(self, rng: np.random.Generator) -> None:
+        """The loop's (future arrivals from the planner's model, with lengths and classes
+        drawn from ``rng``), and the output lengths of the requests in the system redrawn
+        given the tokens each has generated (:meth:`RequestLengths.output_given`, from
+        its class's lengths), clipped to ``max_model_len`` as at arrival."""
+        i = self.arrival_index
+        super().resample_future(rng)
+        for kept in (
+            self._arrival_prompt,
+            self._arrival_output,
+            self._arrival_clipped,
+            self._arrival_class,
+        ):
+            del kept[i:]
+        del self._rejected_at[bisect_right(self._rejected_at, self.now) :]
+        self._rejected_run = 0
+        s, fin = self.state, self.finished_at
+        live = [e for e in range(self._done_upto, len(fin)) if fin[e] is None]
+        if not live:
+            return
+        cls = np.asarray([s.request_class[e] for e in live], np.int64)
+        for c, own in enumerate(self._own_lengths):
+            lens = own or self.lengths
+            idx = [live[k] for k in np.flatnonzero(cls == c)]
+            if not idx:
+                continue
+            new = lens.output_given(rng, np.asarray([s.generated[e] for e in idx], np.int64))
+            for e, o in zip(idx, new.tolist(), strict=True):
+                s.output[e] = min(o, self.max_model_len - s.prompt[e])
+
     def absorb(self, t_end: float, j: int, power_w: float) -> None:
         """The loop's admission, plus the new entries' lengths and the KV-use integral."""
         i = self.arrival_index

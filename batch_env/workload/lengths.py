@@ -153,6 +153,49 @@ class RequestLengths:
             out.append(np.maximum(np.rint(x), 1).astype(np.int64))
         return out[0], out[1]
 
+    def output_given(self, rng: np.random.Generator, generated: np.ndarray) -> np.ndarray:
+        """Output lengths drawn given that each request has generated ``generated[i]``
+        tokens and is not done: the law of the output length conditioned on exceeding
+        it (what a planner may assume of a request in flight; the prompt is not
+        conditioned on).
+
+        ``empirical``: exact (uniform over the table's outputs above ``generated[i]``);
+        ``fixed``: the fixed length, or ``generated[i] + 1`` past it; ``lognormal``: by
+        rejection, 64 rounds at most, then ``generated[i] + 1``.
+
+        :param rng: the planner's generator.
+        :param generated: int array, tokens generated so far (>= 0).
+        :raises ValueError: for ``trace`` lengths (no law to draw from).
+        """
+        g = np.asarray(generated, np.int64)
+        if self.kind == "trace":
+            raise ValueError(
+                "lengths.kind='trace': the output lengths come with the trace's rows, and no "
+                "law of them is known to draw a request's remaining output from"
+            )
+        if self.kind == "fixed":
+            return np.maximum(int(self.output_tokens), g + 1)
+        if self.kind == "empirical":
+            table = _sorted_outputs(self)
+            lo = np.searchsorted(table, g, side="right")
+            out = g + 1
+            have = lo < table.size
+            if have.any():
+                span = table.size - lo[have]
+                pick = lo[have] + (rng.random(span.size) * span).astype(np.int64)
+                out[have] = table[np.minimum(pick, table.size - 1)]
+            return out
+        out = g + 1
+        todo = np.arange(g.size)
+        for _ in range(64):
+            if not todo.size:
+                break
+            _, o = self.sample(rng, todo.size)
+            ok = o > g[todo]
+            out[todo[ok]] = o[ok]
+            todo = todo[~ok]
+        return out
+
     def fit_fraction(self, max_prompt: int) -> tuple[float, str]:
         """The fraction of drawn prompts of at most ``max_prompt`` tokens, and what was drawn.
 
@@ -210,3 +253,18 @@ def make_lengths(spec: RequestLengths | Mapping[str, Any] | None) -> RequestLeng
     if unknown:
         raise ValueError(f"lengths has unknown field(s) {unknown}: allowed fields are {names}")
     return RequestLengths(**spec)
+
+
+_SORTED_OUTPUTS: dict[tuple[str, int, int], np.ndarray] = {}
+
+
+def _sorted_outputs(lengths: RequestLengths) -> np.ndarray:
+    """The empirical table's output column, sorted (cached per file version)."""
+    path = os.fspath(cast("str", lengths.path))
+    st = os.stat(path)
+    key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    table = _SORTED_OUTPUTS.get(key)
+    if table is None:
+        table = np.sort(lengths._table()[1].astype(np.int64))
+        _SORTED_OUTPUTS[key] = table
+    return table
