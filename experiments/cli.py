@@ -52,6 +52,7 @@ COMMANDS = (
     "experiments.llm",  # llm
     "experiments.roundtrip",  # profile, roundtrip
     "experiments.benchmark",  # benchmark
+    "experiments.headroom",  # headroom
     "experiments.bench",  # bench
     "experiments.data",  # data
 )

@@ -1,0 +1,366 @@
+"""How much a task rewards state-dependent control (``batch-env headroom``).
+
+For each task, on held-out seeds, with paired 95% confidence intervals (Student t over
+the seeds' differences):
+
+1. **the best constant action**: every action of the task's space played at every
+   decision (:class:`baselines.rollout.ConstantPolicy`), tuned on the tuning seeds
+   (:data:`experiments.benchmark.TUNING_SEEDS`, never a held-out one), then run on the
+   held-out seeds: what control that ignores the state achieves;
+2. **the best constant action per episode**: the best, seed by seed, of the ``top``
+   constants of the tuning (what adapting once per episode, with hindsight, is worth);
+3. **the realizable planner** (``rollout``): a one-step lookahead over copies of the env
+   whose future it draws from its model (:mod:`baselines.rollout`), with the best
+   constant as its base, the ``top`` constants as the base policies it may switch to,
+   and as its candidates every valid action (at most :data:`ALL_CANDIDATES` actions) or
+   the ``top`` constants;
+4. **its clairvoyant twin** (``rollout-oracle``): the same on the env's true future (not
+   realizable, a reference as ``smdp-oracle`` is).
+
+The planners cost far more CPU per decision than a policy: they run on the first
+``planner_seeds`` of the held-out seeds with ``planner_horizon`` requests an episode,
+paired with the best constant action on the same episodes, and their CPU seconds per
+decision are reported. Every figure is a reward rate per second (higher is better); a
+headroom is the paired difference over ``|best constant|``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+import warnings
+from concurrent.futures import as_completed
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from batch_env import EpisodeCut, tasks
+from experiments.benchmark import TUNING_SEEDS, run_protocol
+from experiments.harness.options import count
+from experiments.harness.report import md_table
+from experiments.harness.strict_json import dumps
+
+from .harness.backends import process_pool
+
+#: with at most this many actions the planner compares every valid one; with more (the
+#: LLM tasks: 90-144) only the tuning's ``top`` constants
+ALL_CANDIDATES = 66
+RESULTS_DIR = Path("results/headroom")
+
+
+def spread_seeds(task: tasks.Task, n: int) -> tuple[int, ...]:
+    """``n`` of a task's held-out seeds spread over its list (on a load-grid task the
+    seeds go by load, so the first ``n`` would all be low loads)."""
+    seeds = task.seeds
+    if n >= len(seeds):
+        return tuple(seeds)
+    idx = np.linspace(0, len(seeds) - 1, n).round().astype(int)
+    return tuple(int(seeds[i]) for i in idx)
+
+
+def _job(
+    task_id: str, name: str, params: dict[str, Any], seeds: tuple[int, ...], horizon: int
+) -> dict[str, Any]:
+    """One policy on ``seeds`` (a process pool's job): per-seed rates, wall seconds and,
+    for a planner, its CPU seconds per decision."""
+    made: list[Any] = []
+
+    def factory(env: gym.Env) -> Any:
+        import baselines
+
+        made.append(baselines.make(name, env, **params))
+        return made[-1]
+
+    t0 = time.perf_counter()
+    rates, cut = [], []
+    with warnings.catch_warnings():  # a constant that starves the server warns per episode
+        warnings.simplefilter("ignore")
+        for s in seeds:
+            try:
+                rates += run_protocol(task_id, factory, seeds=(s,), horizon_requests=horizon)[
+                    "per_seed"
+                ]
+            except EpisodeCut as e:  # the task's step net: the rate while it ran
+                rates.append(float(e.partial.get("reward_rate_per_s", -math.inf)))
+                cut.append(s)
+    res = {
+        "per_seed": rates,
+        "cut_seeds": cut,
+        "seeds": list(seeds),
+        "horizon_requests": horizon,
+        "wall_s": time.perf_counter() - t0,
+        "policy": name,
+        "params": params,
+    }
+    if hasattr(made[0], "cpu_s_per_decision"):
+        decisions = sum(int(p.decisions) for p in made)
+        res["decisions"] = decisions
+        res["cpu_s_per_decision"] = sum(float(p.cpu_s) for p in made) / max(1, decisions)
+    return res
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    """Mean of ``a - b`` seed by seed, its 95% half-width, and both over ``|mean b|``."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    from batch_env.evaluate import ci95_half_width
+
+    half = ci95_half_width(d) if d.size > 1 else math.nan
+    scale = abs(float(np.mean(b)))
+    return {
+        "diff": float(d.mean()),
+        "ci95": float(half),
+        "rel": float(d.mean()) / scale if scale else math.nan,
+        "rel_ci95": float(half) / scale if scale else math.nan,
+    }
+
+
+def measure(
+    task_id: str,
+    *,
+    horizon: int,
+    eval_seeds: int,
+    planner_seeds: int,
+    planner_horizon: int,
+    top: int = 8,
+    samples: int = 4,
+    jobs: int = 1,
+    planners: bool = True,
+    log: Any = None,
+) -> dict[str, Any]:
+    """The headroom figures of one task (the module docstring).
+
+    :param horizon: requests per episode of the tuning and the held-out constants.
+    :param eval_seeds: held-out seeds of the constants (spread over the task's list).
+    :param planner_seeds: the first ones of those the planners run on.
+    :param planner_horizon: requests per planner episode.
+    :param top: constants of the tuning kept for the per-episode best and the planners.
+    :param samples: futures per decision of the realizable planner.
+    :param jobs: processes.
+    :param planners: run the planners (False: constants only).
+    :param log: called with a line of progress.
+    """
+    task = tasks.get(task_id)
+    env = gym.make(task_id)
+    n_actions = int(env.action_space.n)  # type: ignore[attr-defined]  # Discrete
+    describe = getattr(env.unwrapped, "action_parts", None)
+    env.close()
+    say = log or (lambda line: None)
+    held = spread_seeds(task, eval_seeds)
+    sub = held[: max(1, planner_seeds)]
+
+    def run_all(specs: list[tuple[str, str, dict[str, Any], tuple[int, ...], int]]) -> dict:
+        out: dict[str, Any] = {}
+        if jobs <= 1:
+            for key, name, params, seeds, hz in specs:
+                out[key] = _job(task_id, name, params, seeds, hz)
+            return out
+        with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
+            futs = {
+                pool.submit(_job, task_id, name, params, seeds, hz): key
+                for key, name, params, seeds, hz in specs
+            }
+            for fut in as_completed(futs):
+                out[futs[fut]] = fut.result()
+        return out
+
+    t0 = time.perf_counter()
+    tuning = run_all(
+        [
+            (str(a), "constant", {"action": a}, tuple(TUNING_SEEDS), horizon)
+            for a in range(n_actions)
+        ]
+    )
+    tuned = {int(a): float(np.mean(r["per_seed"])) for a, r in tuning.items()}
+    order = sorted(tuned, key=lambda a: -tuned[a])
+    best, kept = order[0], order[: max(1, top)]
+    say(f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best {best}")
+    specs: list[tuple[str, str, dict[str, Any], tuple[int, ...], int]]
+    specs = [("greedy", "greedy", {}, held, horizon)]
+    specs += [(f"constant {a}", "constant", {"action": a}, held, horizon) for a in kept]
+    if planners:
+        rollout = {
+            "base": best,
+            "policies": [{"name": "constant", "action": a} for a in kept if a != best],
+            "candidates": None if n_actions <= ALL_CANDIDATES else kept,
+            "samples": samples,
+        }
+        specs += [
+            (
+                "best constant (planner episodes)",
+                "constant",
+                {"action": best},
+                sub,
+                planner_horizon,
+            ),
+            ("rollout", "rollout", rollout, sub, planner_horizon),
+            (
+                "rollout-oracle",
+                "rollout-oracle",
+                {k: v for k, v in rollout.items() if k != "samples"},
+                sub,
+                planner_horizon,
+            ),
+        ]
+    runs = run_all(specs)
+    const = runs[f"constant {best}"]["per_seed"]
+    per_episode = np.max([runs[f"constant {a}"]["per_seed"] for a in kept], axis=0).tolist()
+    out: dict[str, Any] = {
+        "task": task_id,
+        "actions": n_actions,
+        "best_constant": best,
+        "best_constant_parts": str(describe(best)) if describe is not None else str(best),
+        "top": kept,
+        "tuning": {"seeds": list(TUNING_SEEDS), "horizon_requests": horizon, "rates": tuned},
+        "held_out": {"seeds": list(held), "horizon_requests": horizon},
+        "runs": runs,
+        "figures": {
+            "greedy": paired(runs["greedy"]["per_seed"], const),
+            "best constant per episode": paired(per_episode, const),
+        },
+        "wall_s": time.perf_counter() - t0,
+    }
+    out["best_constant_rate"] = float(np.mean(const))
+    if planners:
+        ref = runs["best constant (planner episodes)"]["per_seed"]
+        out["planner_episodes"] = {"seeds": list(sub), "horizon_requests": planner_horizon}
+        out["figures"]["rollout"] = paired(runs["rollout"]["per_seed"], ref)
+        out["figures"]["rollout-oracle"] = paired(runs["rollout-oracle"]["per_seed"], ref)
+    return out
+
+
+def _cell(f: dict[str, float] | None) -> str:
+    if f is None:
+        return "-"
+    if not math.isfinite(f["rel_ci95"]):
+        return f"{100 * f['rel']:+.1f}%"
+    return f"{100 * f['rel']:+.1f}% ± {100 * f['rel_ci95']:.1f}"
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    """The headroom table (Markdown): each figure as a paired difference with the best
+    constant action over its magnitude (positive: better than it)."""
+    rows = []
+    for r in results:
+        f = r["figures"]
+        cpu = r["runs"].get("rollout", {}).get("cpu_s_per_decision")
+        ocpu = r["runs"].get("rollout-oracle", {}).get("cpu_s_per_decision")
+        pe = r.get("planner_episodes")
+        rows.append(
+            [
+                r["task"].removeprefix("batch_env/"),
+                r["actions"],
+                f"{r['best_constant_parts']} ({r['best_constant_rate']:.4g}/s)",
+                _cell(f.get("greedy")),
+                _cell(f.get("best constant per episode")),
+                _cell(f.get("rollout")),
+                _cell(f.get("rollout-oracle")),
+                "-" if cpu is None else f"{cpu * 1e3:.3g} / {ocpu * 1e3:.3g}",
+                f"{len(r['held_out']['seeds'])} x {r['held_out']['horizon_requests']}"
+                + ("" if pe is None else f"; {len(pe['seeds'])} x {pe['horizon_requests']}"),
+            ]
+        )
+    header = [
+        "task",
+        "actions",
+        "best constant (reward rate)",
+        "greedy",
+        "best constant per episode",
+        "rollout",
+        "rollout-oracle",
+        "planner ms/decision",
+        "episodes (constants; planners)",
+    ]
+    return "\n".join(md_table(header, rows))
+
+
+def cmd_headroom(args: argparse.Namespace) -> int:
+    """How much each task rewards state-dependent control: the best constant action
+    (tuned on the tuning seeds), the best constant per episode, a realizable lookahead
+    planner and its clairvoyant twin, on held-out seeds with paired 95% CIs; writes
+    RESULTS_DIR/<task>.json and RESULTS_DIR/headroom.md (docs/headroom.md)."""
+    ids = [t.strip() for t in args.tasks.split(",")] if args.tasks else list(tasks.current())
+    ids = [t if t.startswith("batch_env/") else f"batch_env/{t}" for t in ids]
+    for t in ids:
+        tasks.get(t)  # unknown ids fail before anything runs
+    out_dir = Path(args.results_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for t in ids:
+        r = measure(
+            t,
+            horizon=args.horizon_requests,
+            eval_seeds=args.seeds,
+            planner_seeds=args.planner_seeds,
+            planner_horizon=args.planner_horizon_requests,
+            top=args.top,
+            samples=args.samples,
+            jobs=args.jobs,
+            planners=not args.no_planners,
+            log=print,
+        )
+        (out_dir / f"{t.removeprefix('batch_env/')}.json").write_text(dumps(r, indent=1) + "\n")
+        results.append(r)
+    every = sorted(out_dir.glob("*.json"))
+    stored = [json.loads(p.read_text()) for p in every]
+    table = format_table(stored)
+    (out_dir / "headroom.md").write_text(table + "\n")
+    print(format_table(results))
+    return 0
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``batch-env headroom`` to ``batch-env``'s subparsers."""
+    p = sub.add_parser(
+        "headroom",
+        help="how much each task rewards state-dependent control (best constant action, "
+        "per-episode best, lookahead planners)",
+        description=cmd_headroom.__doc__,
+    )
+    p.add_argument(
+        "--tasks", default=None, help="comma-separated task ids (default: every current task)"
+    )
+    p.add_argument(
+        "--horizon-requests",
+        type=count(1),
+        default=5000,
+        help="requests per episode of the constants (tuning and held-out; default 5000)",
+    )
+    p.add_argument(
+        "--seeds", type=count(2), default=10, help="held-out seeds of the constants (default 10)"
+    )
+    p.add_argument(
+        "--planner-seeds",
+        type=count(2),
+        default=4,
+        help="held-out seeds of the planners, the first of --seeds (default 4)",
+    )
+    p.add_argument(
+        "--planner-horizon-requests",
+        type=count(1),
+        default=1000,
+        help="requests per planner episode (default 1000)",
+    )
+    p.add_argument(
+        "--top", type=count(1), default=8, help="constants kept from the tuning (default 8)"
+    )
+    p.add_argument(
+        "--samples",
+        type=count(1),
+        default=4,
+        help="futures per decision of the realizable planner (default 4)",
+    )
+    p.add_argument("--jobs", type=count(1), default=1, help="processes (default 1)")
+    p.add_argument("--no-planners", action="store_true", help="constants only")
+    p.add_argument(
+        "--results-dir",
+        default=str(RESULTS_DIR),
+        help=f"where the JSON files and the table go (default {RESULTS_DIR})",
+    )
+    p.set_defaults(func=cmd_headroom)
+
+
+__all__ = ["format_table", "measure", "paired", "spread_seeds"]
