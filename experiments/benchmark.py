@@ -289,6 +289,7 @@ def run_protocol(
     cache: Path | str | None = None,
     tick: Callable[[int, int], None] | None = None,
     agent_bound: bool = False,
+    cut_ok: bool = False,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -310,6 +311,9 @@ def run_protocol(
         instead of the task's net: a trained agent that starves the server is stopped
         there (:class:`batch_env.EpisodeCut`, with what it did) instead of running to the
         million-step net on every seed.
+    :param cut_ok: an episode the step net cuts (a policy that starves the server) counts
+        with its rate while it ran (:class:`batch_env.EpisodeCut`'s ``partial``) instead
+        of raising; its seed is listed in ``cut_seeds``.
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
         ``wall_s`` (the episodes' own seconds, cached ones included).
     :raises batch_env.EpisodeCut: with ``agent_bound``, an episode the bound cut.
@@ -339,6 +343,7 @@ def run_protocol(
     try:
         pol = _policy(policy, env, **(params or {})) if isinstance(policy, str) else policy(env)
         rates = []
+        cut: list[int] = []
         # per request class (an env with classes), per metric, per seed
         by_class: dict[str, dict[str, list[float]]] = {}
         max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
@@ -360,14 +365,24 @@ def run_protocol(
             if s >= tasks.EXTRA_SEED_BASE and hasattr(pol, "key_next_episode"):
                 pol.key_next_episode(s)  # its own stream, whatever the batch
             t0 = time.perf_counter()
-            res = batch_env.evaluate(
-                pol,
-                env,
-                n_episodes=1,
-                seed=s,
-                max_steps=max_steps,
-                options=None if load is None else {"load": load},
-            )
+            try:
+                res = batch_env.evaluate(
+                    pol,
+                    env,
+                    n_episodes=1,
+                    seed=s,
+                    max_steps=max_steps,
+                    options=None if load is None else {"load": load},
+                )
+            except batch_env.EpisodeCut as e:
+                if not cut_ok:
+                    raise
+                rates.append(float(e.partial.get("reward_rate_per_s", -math.inf)))
+                cut.append(s)
+                wall += time.perf_counter() - t0
+                if tick is not None:
+                    tick(i + 1, len(seeds))
+                continue
             rate = res.episodes[0]["reward_rate_per_s"]
             dt = time.perf_counter() - t0
             rates.append(rate)
@@ -398,6 +413,7 @@ def run_protocol(
         **({"loads": list(loads)} if loads else {}),
         horizon_requests=horizon,
         wall_s=wall,
+        **({"cut_seeds": cut} if cut else {}),
     )
     return out
 

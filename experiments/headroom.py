@@ -38,7 +38,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from batch_env import EpisodeCut, tasks
+from batch_env import tasks
 from experiments.benchmark import TUNING_SEEDS, run_protocol
 from experiments.harness.options import count
 from experiments.harness.report import md_table
@@ -76,20 +76,12 @@ def _job(
         return made[-1]
 
     t0 = time.perf_counter()
-    rates, cut = [], []
     with warnings.catch_warnings():  # a constant that starves the server warns per episode
         warnings.simplefilter("ignore")
-        for s in seeds:
-            try:
-                rates += run_protocol(task_id, factory, seeds=(s,), horizon_requests=horizon)[
-                    "per_seed"
-                ]
-            except EpisodeCut as e:  # the task's step net: the rate while it ran
-                rates.append(float(e.partial.get("reward_rate_per_s", -math.inf)))
-                cut.append(s)
+        out = run_protocol(task_id, factory, seeds=seeds, horizon_requests=horizon, cut_ok=True)
     res = {
-        "per_seed": rates,
-        "cut_seeds": cut,
+        "per_seed": out["per_seed"],
+        "cut_seeds": out.get("cut_seeds", []),
         "seeds": list(seeds),
         "horizon_requests": horizon,
         "wall_s": time.perf_counter() - t0,
