@@ -289,7 +289,9 @@ class ServingEnv(gym.Env):
                 f"executor={self._executor_spec['executor']!r}: fork() copies a simulated env "
                 "only (executor='profile'); plan on a profile-backed twin of the env"
             )
-        twin = cast("ServingEnv", planning_copy(self, rng))
+        display = (self._view, self._human, getattr(self.engine, "timeline", None))
+        twin = cast("ServingEnv", planning_copy(self, rng, display))
+        twin.render_mode = None
         if rng is not None:
             twin.engine.resample_future(rng)
         return twin

@@ -78,15 +78,19 @@ def _attributes(obj: Any) -> list[Any]:
     return out
 
 
-def planning_copy(root: Any, rng: np.random.Generator | None = None) -> Any:
+def planning_copy(
+    root: Any, rng: np.random.Generator | None = None, detach: tuple[Any, ...] = ()
+) -> Any:
     """A deep copy of ``root`` (an env) that shares what is immutable.
 
     :param root: the object to copy.
     :param rng: ``None``: random generators are copied (the copy draws what the original
         would). Else each generator of the copy is a fresh one seeded from ``rng``.
+    :param detach: objects the copy holds ``None`` instead of (its display: windows,
+        frames, a timeline of iterations).
     :returns: the copy, independent of ``root`` in everything it may change.
     """
-    memo: dict[int, Any] = {}
+    memo: dict[int, Any] = {id(x): None for x in detach if x is not None}
     seen: set[int] = set()
 
     def visit(obj: Any, depth: int) -> None:

@@ -162,3 +162,15 @@ def test_the_planner_beats_its_base_and_comes_within_2_percent_of_the_exact_opti
     for p, o, g in zip(plan["per_seed"], best["per_seed"], base["per_seed"], strict=True):
         assert p > g * 0.8  # rates are negative: 20% less cost than its base
         assert p / o < 1.02  # within 2% of the optimum's cost
+
+
+@pytest.mark.parametrize("env_id", ["batch_env/LowLoadEnergy-v0", "batch_env/LLMTwoClasses-v0"])
+def test_a_copy_of_a_rendering_env_leaves_its_display_behind(env_id):
+    env = gym.make(env_id, render_mode="rgb_array", horizon_requests=200)
+    obs, info = _advance(env, 30)
+    before = env.render()
+    twin = env.unwrapped.fork(np.random.default_rng(0))
+    assert twin.render_mode is None and twin._view is None
+    assert getattr(twin.engine, "timeline", None) is None
+    _play(twin, obs, info, 40)
+    assert np.array_equal(env.render(), before)  # the env's frame is untouched
