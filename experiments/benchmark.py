@@ -280,6 +280,20 @@ def paired_score(
     return out
 
 
+def _episode_kwargs(
+    horizon_requests: int | None, warmup_requests: int | None, cache: Any
+) -> dict[str, Any]:
+    """The episode length a shortened protocol gives the task's env."""
+    kw: dict[str, Any] = {}
+    if horizon_requests is not None:
+        kw["horizon_requests"] = horizon_requests
+    if warmup_requests is not None:
+        if cache is not None:
+            raise ValueError("warmup_requests is not for a cached run (the cache keys omit it)")
+        kw["warmup_requests"] = warmup_requests
+    return kw
+
+
 def run_protocol(
     task_id: str,
     policy: str | Callable[[gym.Env], Any],
@@ -290,6 +304,7 @@ def run_protocol(
     tick: Callable[[int, int], None] | None = None,
     agent_bound: bool = False,
     cut_ok: bool = False,
+    warmup_requests: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -311,6 +326,8 @@ def run_protocol(
         instead of the task's net: a trained agent that starves the server is stopped
         there (:class:`batch_env.EpisodeCut`, with what it did) instead of running to the
         million-step net on every seed.
+    :param warmup_requests: override the task's warm-up requests (a shortened protocol,
+        as ``horizon_requests``; not with ``cache``).
     :param cut_ok: an episode the step net cuts (a policy that starves the server) counts
         with its rate while it ran (:class:`batch_env.EpisodeCut`'s ``partial``) instead
         of raising; its seed is listed in ``cut_seeds``.
@@ -331,9 +348,7 @@ def run_protocol(
             lo if (lo := task.load_of(s)) is not None else levels[(i * len(levels)) // len(seeds)]
             for i, s in enumerate(seeds)
         )
-    kw: dict[str, Any] = {}
-    if horizon_requests is not None:
-        kw["horizon_requests"] = horizon_requests
+    kw = _episode_kwargs(horizon_requests, warmup_requests, cache)
     horizon = horizon_requests or task.horizon_requests
     if cache is not None and not isinstance(policy, str):
         raise ValueError("cache is only for a named policy (its name and parameters key it)")

@@ -63,7 +63,12 @@ def spread_seeds(task: tasks.Task, n: int) -> tuple[int, ...]:
 
 
 def _job(
-    task_id: str, name: str, params: dict[str, Any], seeds: tuple[int, ...], horizon: int
+    task_id: str,
+    name: str,
+    params: dict[str, Any],
+    seeds: tuple[int, ...],
+    horizon: int,
+    warmup: int | None = None,
 ) -> dict[str, Any]:
     """One policy on ``seeds`` (a process pool's job): per-seed rates, wall seconds and,
     for a planner, its CPU seconds per decision."""
@@ -78,12 +83,20 @@ def _job(
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a constant that starves the server warns per episode
         warnings.simplefilter("ignore")
-        out = run_protocol(task_id, factory, seeds=seeds, horizon_requests=horizon, cut_ok=True)
+        out = run_protocol(
+            task_id,
+            factory,
+            seeds=seeds,
+            horizon_requests=horizon,
+            cut_ok=True,
+            warmup_requests=warmup,
+        )
     res = {
         "per_seed": out["per_seed"],
         "cut_seeds": out.get("cut_seeds", []),
         "seeds": list(seeds),
         "horizon_requests": horizon,
+        **({"warmup_requests": warmup} if warmup is not None else {}),
         "wall_s": time.perf_counter() - t0,
         "policy": name,
         "params": params,
@@ -119,6 +132,8 @@ def measure(
     planner_horizon: int,
     top: int = 8,
     samples: int = 4,
+    every: int = 1,
+    planner_warmup: int | None = None,
     jobs: int = 1,
     planners: bool = True,
     log: Any = None,
@@ -131,6 +146,8 @@ def measure(
     :param planner_horizon: requests per planner episode.
     :param top: constants of the tuning kept for the per-episode best and the planners.
     :param samples: futures per decision of the realizable planner.
+    :param every: the planners plan at one decision in ``every`` (and hold the action).
+    :param planner_warmup: warm-up requests of a planner episode (``None``: the task's).
     :param jobs: processes.
     :param planners: run the planners (False: constants only).
     :param log: called with a line of progress.
@@ -144,16 +161,18 @@ def measure(
     held = spread_seeds(task, eval_seeds)
     sub = held[: max(1, planner_seeds)]
 
-    def run_all(specs: list[tuple[str, str, dict[str, Any], tuple[int, ...], int]]) -> dict:
+    Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
+
+    def run_all(specs: list[Spec]) -> dict:
         out: dict[str, Any] = {}
         if jobs <= 1:
-            for key, name, params, seeds, hz in specs:
-                out[key] = _job(task_id, name, params, seeds, hz)
+            for key, name, params, seeds, hz, wu in specs:
+                out[key] = _job(task_id, name, params, seeds, hz, wu)
             return out
         with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
             futs = {
-                pool.submit(_job, task_id, name, params, seeds, hz): key
-                for key, name, params, seeds, hz in specs
+                pool.submit(_job, task_id, name, params, seeds, hz, wu): key
+                for key, name, params, seeds, hz, wu in specs
             }
             for fut in as_completed(futs):
                 out[futs[fut]] = fut.result()
@@ -162,7 +181,7 @@ def measure(
     t0 = time.perf_counter()
     tuning = run_all(
         [
-            (str(a), "constant", {"action": a}, tuple(TUNING_SEEDS), horizon)
+            (str(a), "constant", {"action": a}, tuple(TUNING_SEEDS), horizon, None)
             for a in range(n_actions)
         ]
     )
@@ -170,16 +189,17 @@ def measure(
     order = sorted(tuned, key=lambda a: -tuned[a])
     best, kept = order[0], order[: max(1, top)]
     say(f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best {best}")
-    specs: list[tuple[str, str, dict[str, Any], tuple[int, ...], int]]
-    specs = [("greedy", "greedy", {}, held, horizon)]
-    specs += [(f"constant {a}", "constant", {"action": a}, held, horizon) for a in kept]
+    specs: list[Spec] = [("greedy", "greedy", {}, held, horizon, None)]
+    specs += [(f"constant {a}", "constant", {"action": a}, held, horizon, None) for a in kept]
     if planners:
         rollout = {
             "base": best,
             "policies": [{"name": "constant", "action": a} for a in kept if a != best],
             "candidates": None if n_actions <= ALL_CANDIDATES else kept,
             "samples": samples,
+            "every": every,
         }
+        pw = planner_warmup
         specs += [
             (
                 "best constant (planner episodes)",
@@ -187,14 +207,16 @@ def measure(
                 {"action": best},
                 sub,
                 planner_horizon,
+                pw,
             ),
-            ("rollout", "rollout", rollout, sub, planner_horizon),
+            ("rollout", "rollout", rollout, sub, planner_horizon, pw),
             (
                 "rollout-oracle",
                 "rollout-oracle",
                 {k: v for k, v in rollout.items() if k != "samples"},
                 sub,
                 planner_horizon,
+                pw,
             ),
         ]
     runs = run_all(specs)
@@ -218,7 +240,12 @@ def measure(
     out["best_constant_rate"] = float(np.mean(const))
     if planners:
         ref = runs["best constant (planner episodes)"]["per_seed"]
-        out["planner_episodes"] = {"seeds": list(sub), "horizon_requests": planner_horizon}
+        out["planner_episodes"] = {
+            "seeds": list(sub),
+            "horizon_requests": planner_horizon,
+            "warmup_requests": planner_warmup,
+            "every": every,
+        }
         out["figures"]["rollout"] = paired(runs["rollout"]["per_seed"], ref)
         out["figures"]["rollout-oracle"] = paired(runs["rollout-oracle"]["per_seed"], ref)
     return out
@@ -290,6 +317,8 @@ def cmd_headroom(args: argparse.Namespace) -> int:
             planner_horizon=args.planner_horizon_requests,
             top=args.top,
             samples=args.samples,
+            every=args.planner_every,
+            planner_warmup=args.planner_warmup_requests,
             jobs=args.jobs,
             planners=not args.no_planners,
             log=print,
@@ -335,6 +364,19 @@ def add_parser(sub: Any) -> None:
         type=count(1),
         default=1000,
         help="requests per planner episode (default 1000)",
+    )
+    p.add_argument(
+        "--planner-warmup-requests",
+        type=count(0),
+        default=None,
+        help="warm-up requests per planner episode (default: the task's)",
+    )
+    p.add_argument(
+        "--planner-every",
+        type=count(1),
+        default=1,
+        help="the planners plan at one decision in this many and hold the action between "
+        "(default 1: every decision)",
     )
     p.add_argument(
         "--top", type=count(1), default=8, help="constants kept from the tuning (default 8)"

@@ -127,6 +127,54 @@ def training_section(env_id: str) -> list[str]:
     ]
 
 
+#: where ``batch-env headroom`` stores each task's figures (in the repository)
+HEADROOM_DIR = Path(__file__).resolve().parents[2] / "results" / "headroom"
+
+
+def headroom_section(task_id: str) -> list[str]:
+    """The "Headroom" section of a task page: what ``batch-env headroom`` measured, from
+    ``results/headroom/<task>.json`` (none where the task has not been measured)."""
+    path = HEADROOM_DIR / f"{slug(task_id)}.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    f = r["figures"]
+
+    def cell(key: str) -> str:
+        x = f.get(key)
+        if x is None:
+            return "not measured"
+        ci = x.get("rel_ci95")
+        tail = f" ± {100 * ci:.1f}%" if isinstance(ci, float) and ci == ci else ""
+        return f"{100 * x['rel']:+.1f}%{tail}"
+
+    pe = r.get("planner_episodes")
+    lines = [
+        "## Headroom",
+        "",
+        f"Measured by `batch-env headroom` ([headroom](../headroom.md)): the best constant "
+        f"action is {r['best_constant_parts']} (a reward rate of {r['best_constant_rate']:.4g} "
+        f"per second on {len(r['held_out']['seeds'])} held-out episodes of "
+        f"{r['held_out']['horizon_requests']} requests). Against it, paired, with 95% CIs "
+        "(positive: cheaper than it):",
+        "",
+        "| policy | vs the best constant action |",
+        "|---|---|",
+        f"| greedy | {cell('greedy')} |",
+        f"| the best constant per episode (hindsight) | {cell('best constant per episode')} |",
+        f"| `rollout` (realizable planner) | {cell('rollout')} |",
+        f"| `rollout-oracle` (clairvoyant) | {cell('rollout-oracle')} |",
+        "",
+    ]
+    if pe is not None:
+        lines += [
+            f"The planners ran {len(pe['seeds'])} episodes of {pe['horizon_requests']} requests "
+            "(paired with the best constant on the same episodes).",
+            "",
+        ]
+    return lines
+
+
 def env_page(env_id: str, docs: Path) -> str:
     """The Markdown of one env page."""
     cls = env_class(env_id)
@@ -253,6 +301,7 @@ def task_page(task_id: str, frame: str | None = None) -> str:
         "```",
         "",
         *training_section(task_id),
+        *headroom_section(task_id),
     ]
     if task.eval_loads:
         lines += [
