@@ -17,8 +17,8 @@ the seeds' differences):
 4. **its clairvoyant twin** (``rollout-oracle``): the same on the env's true future (not
    realizable, a reference as ``smdp-oracle`` is).
 
-The planners cost far more CPU per decision than a policy: they run on the first
-``planner_seeds`` of the held-out seeds with ``planner_horizon`` requests an episode,
+The planners cost far more CPU per decision than a policy: they run on
+``planner_seeds`` of the held-out seeds (spread over them) with ``planner_horizon`` requests an episode,
 paired with the best constant action on the same episodes, and their CPU seconds per
 decision are reported. Every figure is a reward rate per second (higher is better); a
 headroom is the paired difference over ``|best constant|``.
@@ -52,14 +52,17 @@ ALL_CANDIDATES = 66
 RESULTS_DIR = Path("results/headroom")
 
 
+def _spread(size: int, n: int) -> list[int]:
+    """``n`` indices spread evenly over ``0..size-1`` (all of them if ``n >= size``)."""
+    if n >= size:
+        return list(range(size))
+    return [int(i) for i in np.linspace(0, size - 1, n).round()]
+
+
 def spread_seeds(task: tasks.Task, n: int) -> tuple[int, ...]:
     """``n`` of a task's held-out seeds spread over its list (on a load-grid task the
     seeds go by load, so the first ``n`` would all be low loads)."""
-    seeds = task.seeds
-    if n >= len(seeds):
-        return tuple(seeds)
-    idx = np.linspace(0, len(seeds) - 1, n).round().astype(int)
-    return tuple(int(seeds[i]) for i in idx)
+    return tuple(int(task.seeds[i]) for i in _spread(len(task.seeds), n))
 
 
 def _job(
@@ -142,7 +145,7 @@ def measure(
 
     :param horizon: requests per episode of the tuning and the held-out constants.
     :param eval_seeds: held-out seeds of the constants (spread over the task's list).
-    :param planner_seeds: the first ones of those the planners run on.
+    :param planner_seeds: how many of those the planners run on (spread over them).
     :param planner_horizon: requests per planner episode.
     :param top: constants of the tuning kept for the per-episode best and the planners.
     :param samples: futures per decision of the realizable planner.
@@ -159,7 +162,8 @@ def measure(
     env.close()
     say = log or (lambda line: None)
     held = spread_seeds(task, eval_seeds)
-    sub = held[: max(1, planner_seeds)]
+    # the planners' seeds spread over the held-out ones too (a load grid's go by load)
+    sub = tuple(held[i] for i in _spread(len(held), max(1, planner_seeds)))
 
     Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
 
@@ -357,7 +361,7 @@ def add_parser(sub: Any) -> None:
         "--planner-seeds",
         type=count(2),
         default=4,
-        help="held-out seeds of the planners, the first of --seeds (default 4)",
+        help="held-out seeds of the planners, spread over those of --seeds (default 4)",
     )
     p.add_argument(
         "--planner-horizon-requests",

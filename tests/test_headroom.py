@@ -32,7 +32,8 @@ def test_headroom_figures_on_a_tiny_protocol():
     per_episode = np.max([runs[f"constant {a}"]["per_seed"] for a in r["top"]], axis=0)
     assert (per_episode >= best).all()
     assert r["figures"]["best constant per episode"]["diff"] >= 0
-    assert runs["rollout"]["seeds"] == r["held_out"]["seeds"][:2]
+    held = r["held_out"]["seeds"]
+    assert runs["rollout"]["seeds"] == [held[0], held[-1]]  # spread over the held-out ones
     assert runs["rollout"]["cpu_s_per_decision"] > 0
     assert runs["rollout-oracle"]["cpu_s_per_decision"] > 0
     assert set(r["figures"]) == {
