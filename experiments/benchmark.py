@@ -305,6 +305,7 @@ def run_protocol(
     agent_bound: bool = False,
     cut_ok: bool = False,
     warmup_requests: int | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -328,6 +329,8 @@ def run_protocol(
         million-step net on every seed.
     :param warmup_requests: override the task's warm-up requests (a shortened protocol,
         as ``horizon_requests``; not with ``cache``).
+    :param max_steps: cut an episode at this many steps (below the task's net), e.g. to
+        bound what a policy that starves the server costs (with ``cut_ok``).
     :param cut_ok: an episode the step net cuts (a policy that starves the server) counts
         with its rate while it ran (:class:`batch_env.EpisodeCut`'s ``partial``) instead
         of raising; its seed is listed in ``cut_seeds``.
@@ -361,7 +364,9 @@ def run_protocol(
         cut: list[int] = []
         # per request class (an env with classes), per metric, per seed
         by_class: dict[str, dict[str, list[float]]] = {}
-        max_steps = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
+        net = env.spec.max_episode_steps if env.spec is not None else None  # the task's net
+        if max_steps is None or (net is not None and net < max_steps):
+            max_steps = net
         if agent_bound:
             bound = agent_step_bound(env, seeds[0], None if not loads else loads[0])
             max_steps = bound if max_steps is None else min(max_steps, bound)

@@ -49,6 +49,9 @@ from .harness.backends import process_pool
 #: with at most this many actions the planner compares every valid one; with more (the
 #: LLM tasks: 90-144) only the tuning's ``top`` constants
 ALL_CANDIDATES = 66
+#: steps a request a constant action may take before its episode is cut (the best
+#: constants take 1-5; one that starves an LLM server, 250)
+STEPS_PER_REQUEST = 20
 RESULTS_DIR = Path("results/headroom")
 
 
@@ -72,6 +75,7 @@ def _job(
     seeds: tuple[int, ...],
     horizon: int,
     warmup: int | None = None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
     """One policy on ``seeds`` (a process pool's job): per-seed rates, wall seconds and,
     for a planner, its CPU seconds per decision."""
@@ -93,6 +97,7 @@ def _job(
             horizon_requests=horizon,
             cut_ok=True,
             warmup_requests=warmup,
+            max_steps=max_steps,
         )
     res = {
         "per_seed": out["per_seed"],
@@ -139,6 +144,7 @@ def measure(
     planner_warmup: int | None = None,
     jobs: int = 1,
     planners: bool = True,
+    tuning: int = len(TUNING_SEEDS),
     log: Any = None,
 ) -> dict[str, Any]:
     """The headroom figures of one task (the module docstring).
@@ -153,6 +159,7 @@ def measure(
     :param planner_warmup: warm-up requests of a planner episode (``None``: the task's).
     :param jobs: processes.
     :param planners: run the planners (False: constants only).
+    :param tuning: how many of the tuning seeds the constants are tuned on (the first).
     :param log: called with a line of progress.
     """
     task = tasks.get(task_id)
@@ -162,20 +169,30 @@ def measure(
     env.close()
     say = log or (lambda line: None)
     held = spread_seeds(task, eval_seeds)
+    tuning_seeds = tuple(TUNING_SEEDS[: max(1, tuning)])
     # the planners' seeds spread over the held-out ones too (a load grid's go by load)
     sub = tuple(held[i] for i in _spread(len(held), max(1, planner_seeds)))
 
     Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
+    # a constant that takes more than STEPS_PER_REQUEST steps a request (one that
+    # starves the server: a cap of 1 on an LLM task takes 250 a request) is cut there
+    warm = int(task.kwargs.get("warmup_requests", 0))
 
     def run_all(specs: list[Spec]) -> dict:
         out: dict[str, Any] = {}
+
+        def bound(name: str, hz: int, wu: int | None) -> int | None:
+            if name != "constant":
+                return None
+            return STEPS_PER_REQUEST * (hz + (warm if wu is None else wu))
+
         if jobs <= 1:
             for key, name, params, seeds, hz, wu in specs:
-                out[key] = _job(task_id, name, params, seeds, hz, wu)
+                out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu))
             return out
         with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
             futs = {
-                pool.submit(_job, task_id, name, params, seeds, hz, wu): key
+                pool.submit(_job, task_id, name, params, seeds, hz, wu, bound(name, hz, wu)): key
                 for key, name, params, seeds, hz, wu in specs
             }
             for fut in as_completed(futs):
@@ -183,14 +200,14 @@ def measure(
         return out
 
     t0 = time.perf_counter()
-    tuning = run_all(
-        [
-            (str(a), "constant", {"action": a}, tuple(TUNING_SEEDS), horizon, None)
-            for a in range(n_actions)
-        ]
+    tuned_runs = run_all(
+        [(str(a), "constant", {"action": a}, tuning_seeds, horizon, None) for a in range(n_actions)]
     )
-    tuned = {int(a): float(np.mean(r["per_seed"])) for a, r in tuning.items()}
-    order = sorted(tuned, key=lambda a: -tuned[a])
+    tuned = {int(a): float(np.mean(r["per_seed"])) for a, r in tuned_runs.items()}
+    cut = {int(a) for a, r in tuned_runs.items() if r["cut_seeds"]}
+    # a constant cut on a tuning seed is not a candidate (its rate is the cost before its
+    # queue grew), unless every one was cut
+    order = sorted(tuned, key=lambda a: (a in cut and len(cut) < len(tuned), -tuned[a]))
     best, kept = order[0], order[: max(1, top)]
     say(f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best {best}")
     specs: list[Spec] = [("greedy", "greedy", {}, held, horizon, None)]
@@ -232,7 +249,13 @@ def measure(
         "best_constant": best,
         "best_constant_parts": str(describe(best)) if describe is not None else str(best),
         "top": kept,
-        "tuning": {"seeds": list(TUNING_SEEDS), "horizon_requests": horizon, "rates": tuned},
+        "tuning": {
+            "seeds": list(tuning_seeds),
+            "horizon_requests": horizon,
+            "rates": tuned,
+            "cut": sorted(cut),
+            "steps_per_request_cap": STEPS_PER_REQUEST,
+        },
         "held_out": {"seeds": list(held), "horizon_requests": horizon},
         "runs": runs,
         "figures": {
@@ -325,6 +348,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
             planner_warmup=args.planner_warmup_requests,
             jobs=args.jobs,
             planners=not args.no_planners,
+            tuning=args.tuning_seeds,
             log=print,
         )
         (out_dir / f"{t.removeprefix('batch_env/')}.json").write_text(dumps(r, indent=1) + "\n")
@@ -390,6 +414,13 @@ def add_parser(sub: Any) -> None:
         type=count(1),
         default=4,
         help="futures per decision of the realizable planner (default 4)",
+    )
+    p.add_argument(
+        "--tuning-seeds",
+        type=count(1),
+        default=len(TUNING_SEEDS),
+        help=f"tune the constants on the first this many of the tuning seeds {list(TUNING_SEEDS)} "
+        f"(default {len(TUNING_SEEDS)})",
     )
     p.add_argument("--jobs", type=count(1), default=1, help="processes (default 1)")
     p.add_argument("--no-planners", action="store_true", help="constants only")
