@@ -134,6 +134,36 @@ def paired(a: list[float], b: list[float]) -> dict[str, float]:
     }
 
 
+Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
+"""A run of :func:`measure`: its key, the policy's name and parameters, the seeds, the
+requests per episode and the warm-up requests (``None``: the task's)."""
+
+
+def _run_all(task_id: str, specs: list[Spec], jobs: int, warm: int) -> dict[str, Any]:
+    """:func:`_job` for each spec (in ``jobs`` processes), by key. A constant that takes
+    more than :data:`STEPS_PER_REQUEST` steps a request (one that starves the server: a
+    cap of 1 on an LLM task takes 250) is cut there."""
+
+    def bound(name: str, hz: int, wu: int | None) -> int | None:
+        if name != "constant":
+            return None
+        return STEPS_PER_REQUEST * (hz + (warm if wu is None else wu))
+
+    out: dict[str, Any] = {}
+    if jobs <= 1:
+        for key, name, params, seeds, hz, wu in specs:
+            out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu))
+        return out
+    with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
+        futs = {
+            pool.submit(_job, task_id, name, params, seeds, hz, wu, bound(name, hz, wu)): key
+            for key, name, params, seeds, hz, wu in specs
+        }
+        for fut in as_completed(futs):
+            out[futs[fut]] = fut.result()
+    return out
+
+
 def measure(
     task_id: str,
     *,
@@ -176,31 +206,10 @@ def measure(
     # the planners' seeds spread over the held-out ones too (a load grid's go by load)
     sub = tuple(held[i] for i in _spread(len(held), max(1, planner_seeds)))
 
-    Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
-    # a constant that takes more than STEPS_PER_REQUEST steps a request (one that
-    # starves the server: a cap of 1 on an LLM task takes 250 a request) is cut there
     warm = int(task.kwargs.get("warmup_requests", 0))
 
-    def run_all(specs: list[Spec]) -> dict:
-        out: dict[str, Any] = {}
-
-        def bound(name: str, hz: int, wu: int | None) -> int | None:
-            if name != "constant":
-                return None
-            return STEPS_PER_REQUEST * (hz + (warm if wu is None else wu))
-
-        if jobs <= 1:
-            for key, name, params, seeds, hz, wu in specs:
-                out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu))
-            return out
-        with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
-            futs = {
-                pool.submit(_job, task_id, name, params, seeds, hz, wu, bound(name, hz, wu)): key
-                for key, name, params, seeds, hz, wu in specs
-            }
-            for fut in as_completed(futs):
-                out[futs[fut]] = fut.result()
-        return out
+    def run_all(specs: list[Spec]) -> dict[str, Any]:
+        return _run_all(task_id, specs, jobs, warm)
 
     t0 = time.perf_counter()
     tuned_runs = run_all(
