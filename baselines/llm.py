@@ -74,6 +74,13 @@ def _orders(env: gym.Env | None) -> tuple[str, ...]:
     return tuple(getattr(env_config(env), "orders", ("fcfs",)))
 
 
+def _clock_grid(env: gym.Env | None) -> tuple[float, ...]:
+    """The SM clocks an action may choose (``LLMBatching-v2``'s ``clock_grid``; else none:
+    the env's one clock)."""
+    grid = getattr(env_config(env), "clock_grid", None)
+    return tuple(grid) if grid is not None else ()
+
+
 def _budget_grid(env: gym.Env | None) -> tuple[int, ...]:
     """The token budgets an action may choose: the chunked scheduler's ``budget_grid``,
     else the one budget ``max_num_batched_tokens``."""
@@ -88,7 +95,8 @@ class _CapPolicy:
     largest budget (``max_num_batched_tokens``), as vLLM runs with its configured one; on
     one whose actions also pick the admission order (``LLMBatching-v2``'s ``orders``), it
     admits first come first served, vLLM's default (the env's first order if it offers
-    no FCFS)."""
+    no FCFS); on one whose actions also pick the SM clock (``clock_grid``), it runs at the
+    grid's highest, the GPU's default."""
 
     name = "cap"
 
@@ -102,7 +110,7 @@ class _CapPolicy:
         self._budget_index = len(self.budgets) - 1
         self.orders = _orders(env)
         self._order_index = self.orders.index("fcfs") if "fcfs" in self.orders else 0
-        self._codec = ActionCodec(self.grid, self.budgets, self.orders)
+        self._codec = ActionCodec(self.grid, self.budgets, self.orders, _clock_grid(env))
 
     def action_for(
         self, cap: int, budget_index: int | None = None, order_index: int | None = None

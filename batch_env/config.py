@@ -543,14 +543,22 @@ class LLMConfigV2(LLMConfigV1):
         distinct; default ``("fcfs",)``: v1's action space). With more than one, the action
         is a product: ``a = (order index * len(budget_grid) + budget index) * len(grid) +
         cap index``.
+    :param clock_grid: the GPU SM clocks (MHz) the action chooses from (strictly
+        increasing, each within the profile's GPU's range; the env checks that), or
+        ``None`` (default): no clock in the action, the episode runs at the env's
+        ``clock_mhz``. With clocks the action is ``a = ((clock index * len(orders) +
+        order index) * len(budget_grid) + budget index) * len(grid) + cap index``; each
+        episode starts at the grid's highest clock.
     """
 
     classes: tuple[RequestClass, ...] | None = None
     orders: tuple[str, ...] = ("fcfs",)
+    clock_grid: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_orders()
+        self._check_clocks()
         if self.classes is None:
             return
         if isinstance(self.classes, (str, bytes, Mapping)) or not hasattr(self.classes, "__iter__"):
@@ -595,9 +603,28 @@ class LLMConfigV2(LLMConfigV1):
             )
         object.__setattr__(self, "orders", orders)
 
+    def _check_clocks(self) -> None:
+        grid = self.clock_grid
+        if grid is None:
+            return
+        if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+            raise ValueError(
+                f"clock_grid={grid!r} is invalid: expected a list of increasing SM clocks in MHz"
+            )
+        out = tuple(grid)
+        for i, f in enumerate(out):
+            check_number(f"clock_grid[{i}]", f, low=1.0, high=1e5)
+        if not out or any(b <= a for a, b in zip(out, out[1:], strict=False)):
+            raise ValueError(
+                f"clock_grid={list(out)!r} is invalid: expected a non-empty list of strictly "
+                "increasing SM clocks in MHz"
+            )
+        object.__setattr__(self, "clock_grid", tuple(float(f) for f in out))
+
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-friendly dict of the configuration."""
         d = super().to_dict()
         d["classes"] = None if self.classes is None else [c.to_dict() for c in self.classes]
         d["orders"] = list(self.orders)
+        d["clock_grid"] = None if self.clock_grid is None else list(self.clock_grid)
         return d

@@ -52,6 +52,8 @@ def _shared(v: Any) -> bool:
     """Whether ``v`` is immutable, or read-only by contract, so a copy may share it."""
     if isinstance(v, (Workload, spaces.Space, EnvSpec, type)):
         return True
+    if type(v) is tuple:  # a tuple of shared parts (an LLM server's clock profiles)
+        return bool(v) and all(type(x) in _SCALARS or _shared(x) for x in v)
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         return bool(type(v).__dataclass_params__.frozen)  # type: ignore[attr-defined]
     if isinstance(v, np.ndarray):

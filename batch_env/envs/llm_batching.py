@@ -245,6 +245,11 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         config = self._config_class(**settings)
         self.task = task
         self._set_render_mode(render_mode)
+        if getattr(config, "clock_grid", None) is not None and executor != "profile":
+            raise ValueError(
+                f"clock_grid: the SM clock is an action only with executor='profile' (got "
+                f"executor={executor!r}); a real executor runs at the device's own clock"
+            )
         prof, config = profile_for(profile, clock_mhz, config, settings)
         if "srpt" in getattr(config, "orders", ()) and not oracle_info:
             raise ValueError(
@@ -277,7 +282,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self.kv_blocks_total = srv.state.kv_total
         #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`,
         #: :meth:`action_of`
-        self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders)
+        self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders, srv.clocks)
         self.action_space = spaces.Discrete(self.actions.n)
         self.observation_space = observation_space(srv, order_features)
         self._mask = np.ones(self.actions.n, dtype=bool)
@@ -290,32 +295,42 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     # -- actions ------------------------------------------------------------------------
     def _setting(self, action: int) -> tuple[int, int, str]:
-        """The cap, budget and admission order of ``action``, now in force."""
+        """The cap, budget and admission order of ``action``, now in force (and its SM
+        clock, with a clock grid)."""
         c, b, o = self.actions.indices(action)
         srv = self.server
-        srv.set(srv.grid[c], srv.budgets[b], srv.orders[o])
+        srv.set(srv.grid[c], srv.budgets[b], srv.orders[o], self.actions.clock_index(action))
         return srv.cap, srv.budget, srv.order
 
     def action_parts(self, action: int) -> LLMAction:
-        """The parts of ``action``: ``LLMAction(cap, budget, order)``.
+        """The parts of ``action``: ``LLMAction(cap, budget, order, clock)``.
 
-        ``action = (order index * len(budgets) + budget index) * len(grid) + cap index``
-        over the caps :attr:`grid`, the token budgets (``budget_grid``, else
-        ``max_num_batched_tokens``) and the admission orders (v2's ``orders``, else FCFS).
+        ``action = ((clock index * len(orders) + order index) * len(budgets) + budget
+        index) * len(grid) + cap index`` over the caps :attr:`grid`, the token budgets
+        (``budget_grid``, else ``max_num_batched_tokens``), the admission orders (v2's
+        ``orders``, else FCFS) and the SM clocks (v2's ``clock_grid``; else one index, 0,
+        and ``clock`` is ``None``).
 
         :raises ValueError: ``action`` is not an action of this env.
         """
         return self.actions.parts(action)
 
-    def action_of(self, cap: int, budget: int | None = None, order: str | None = None) -> int:
-        """The action that sets this cap, token budget and admission order.
+    def action_of(
+        self,
+        cap: int,
+        budget: int | None = None,
+        order: str | None = None,
+        clock: float | None = None,
+    ) -> int:
+        """The action that sets this cap, token budget, admission order and SM clock.
 
         :param cap: one of :attr:`grid`.
         :param budget: one of the env's budgets (default: the largest, as vLLM runs).
         :param order: one of the env's admission orders (default ``"fcfs"``).
+        :param clock: one of v2's ``clock_grid`` (default: its highest, the GPU's default).
         :raises ValueError: a part the env does not offer, naming those it does.
         """
-        return self.actions.action(cap, budget, order)
+        return self.actions.action(cap, budget, order, clock)
 
     def action_masks(self) -> np.ndarray:
         """Every action is valid at every epoch (a copy of an all-true mask)."""
@@ -469,6 +484,7 @@ _GIVEN = {
     "budget_grid": "list[int] | None",
     "classes": "list[dict] | None",
     "orders": "list[str]",
+    "clock_grid": "list[float] | None",
 }
 
 
@@ -550,10 +566,30 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     knows both (no output length is shown). The LLM tasks' agents leave it off; their
     observation ablation turns it on (``docs/results/agents-llm.md``).
 
+    ## The GPU's clock as a decision
+
+    ``clock_grid=[f_1, ..., f_k]`` (MHz, increasing, within the profile's GPU's range;
+    profile mode only) makes the SM clock a part of the action
+    (:meth:`action_parts`: ``clock``): the iterations after a decision run on the profile
+    at that clock (:meth:`batch_env.llm_profile.LLMProfile.at_clock`: compute-bound
+    prefill slows with the clock, memory-bound decode barely, power falls). Each episode
+    starts at the grid's highest clock, and :meth:`action_of` defaults to it, so the
+    baselines that do not choose a clock run at the GPU's default. The clock is set for
+    the iterations, as DVFS-aware servers (DynamoLLM, throttLL'eM) set it, and costs
+    nothing to change (a modelled choice: real clock changes take ~milliseconds). Every
+    action schedules the same iterations at every clock, so with several clocks a boundary
+    is also a decision epoch where prompt work appears or ends (a request starts waiting
+    while none was, or the last prompt's prefill completes): a rule such as "the highest
+    clock while prompts wait or prefill, a low one for decode-only stretches" is one
+    decision per phase. The observation gains one feature, the clock in force / the
+    grid's highest, and ``info["clock_mhz"]`` names it.
+
     ## Version History
 
     * v2: decisions only where they matter (v1's scheduler, arguments and observation);
       request classes; admission orders; ``order_features``.
+    * v2, later: ``clock_grid`` (the SM clock as an action), off by default (every
+      existing action, epoch and observation unchanged).
     """
 
     _config_class = LLMConfigV2

@@ -3,7 +3,7 @@
 The observation is a ``Box(float32)`` with finite bounds: the :data:`OBS_FEATURES` (the
 table in :class:`batch_env.envs.llm_batching.LLMBatchingEnv`'s docstring), then, with
 several request classes, three features per class, then, with ``order_features``, two per
-admission order. Everything here reads the server's state and queries
+admission order, then, with a clock grid, the SM clock in force / the grid's highest. Everything here reads the server's state and queries
 (:class:`batch_env.llm.LLMServer`) and changes nothing; true output lengths reach only
 ``info["oracle"]``, and only with ``oracle_info=True``.
 """
@@ -42,7 +42,8 @@ def observation_space(server: LLMServer, order_features: bool) -> spaces.Box:
     high = np.array(
         [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
         + ([_CLIP, 1.0, _CLIP] * len(server.classes) if server.multi else [])
-        + [_CLIP, _CLIP] * n_orders,
+        + [_CLIP, _CLIP] * n_orders
+        + ([1.0] if server.clocks else []),
         dtype=np.float32,
     )
     return spaces.Box(np.zeros(high.size, dtype=np.float32), high, dtype=np.float32)
@@ -50,7 +51,8 @@ def observation_space(server: LLMServer, order_features: bool) -> spaces.Box:
 
 def observe(server: LLMServer, order_features: bool) -> np.ndarray:
     """The observation (:data:`OBS_FEATURES`, then three features per class with several
-    classes, then two per admission order with ``order_features``)."""
+    classes, then two per admission order with ``order_features``, then the SM clock in
+    force / the grid's highest with a clock grid)."""
     srv = server.state
     N = server.config.max_num_seqs
     w = len(srv.waiting)
@@ -80,6 +82,7 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
             server.last_prefill,
             *(_class_features(server) if server.multi else ()),
             *(_order_features(server) if order_features else ()),
+            *((server.clock / server.clocks[-1],) if server.clock is not None else ()),
         ],
         dtype=np.float32,
     )
@@ -140,6 +143,7 @@ def step_info(
         "cap": server.cap,
         "budget": server.budget,
         **({"order": server.order} if len(server.orders) > 1 else {}),
+        **({"clock_mhz": server.clock} if server.clock is not None else {}),
         **({"oracle": _oracle_view(server)} if oracle else {}),
         "chunk_tokens": server.last_chunk_tokens,
         "prefilling": srv.prefilling,

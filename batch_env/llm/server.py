@@ -142,6 +142,7 @@ class LLMServer(ServingLoop):
         )
         self.orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
         self._one_setting = len(self.grid) * len(self.budgets) * len(self.orders) == 1
+        self._setup_clocks(config, profile)
         self._check_drop_cost()
         self.timeline = timeline
         # last, once the configuration is valid
@@ -164,9 +165,37 @@ class LLMServer(ServingLoop):
             and isinstance(self.executor, LLMProfileExecutor)
             and timeline is None
         )
+        if self.clocks and not isinstance(self.executor, LLMProfileExecutor):
+            raise ValueError(
+                "clock_grid: the SM clock is an action only in profile mode (executor="
+                "'profile'); a real executor runs at the device's own clock"
+            )
         self.warn_if_seed_invariant(
             "profile" if isinstance(self.executor, LLMProfileExecutor) else "real", name
         )
+
+    def _setup_clocks(self, config: LLMConfig, profile: LLMProfile) -> None:
+        """The SM clocks a decision chooses among (``LLMBatching-v2``'s ``clock_grid``; else
+        none: the profile's clock throughout) and the profile at each
+        (:meth:`batch_env.llm_profile.LLMProfile.at_clock`)."""
+        grid = getattr(config, "clock_grid", None)
+        #: the clock grid (MHz; empty: no clock in the action)
+        self.clocks: tuple[float, ...] = tuple(grid) if grid is not None else ()
+        self.clock_profiles: tuple[LLMProfile, ...] = ()
+        self._clocked = len(self.clocks) > 1  # the clock-aware epoch rule (run_to_epoch)
+        if not self.clocks:
+            return
+        if profile.clock_mhz is not None and profile.clock_mhz != profile.max_clock_mhz:
+            raise ValueError(
+                f"clock_grid={list(self.clocks)} and clock_mhz={profile.clock_mhz:g}: give one "
+                "(the grid's clocks are chosen per decision; clock_mhz fixes one)"
+            )
+        for i, f in enumerate(self.clocks):
+            try:
+                profile.at_clock(f)
+            except ValueError as err:
+                raise ValueError(f"clock_grid[{i}]={f:g}: {err}") from None
+        self.clock_profiles = tuple(profile.at_clock(f) for f in self.clocks)
 
     # -- construction: lengths and classes ------------------------------------------------
     def _setup_lengths(self, config: LLMConfig, workload: Workload) -> None:
@@ -342,6 +371,10 @@ class LLMServer(ServingLoop):
         self.cap = self.grid[-1]
         self.budget = self.budgets[-1]
         self.order = self.orders[0]
+        #: the SM clock in force (MHz; ``None``: the profile's, no clock grid)
+        self.clock: float | None = None
+        if self.clocks:
+            self._set_clock(len(self.clocks) - 1)
         #: what the last iteration did: requests preempted, prompt tokens chunked, whether
         #: it was a prefill (1.0) or not (0.0)
         self.last_preempted = 0
@@ -352,10 +385,25 @@ class LLMServer(ServingLoop):
             self.timeline.clear()
             self._timeline_tokens = 0
 
-    def set(self, cap: int, budget: int, order: str) -> None:
-        """The setting in force from now: the cap on running requests, the token budget
-        and the admission order."""
+    def set(self, cap: int, budget: int, order: str, clock_index: int | None = None) -> None:
+        """The setting in force from now: the cap on running requests, the token budget,
+        the admission order and (with a clock grid) the SM clock ``clocks[clock_index]``
+        (``None``: unchanged)."""
         self.cap, self.budget, self.order = cap, budget, order
+        if clock_index is not None and self.clocks:
+            self._set_clock(clock_index)
+
+    def _set_clock(self, k: int) -> None:
+        """Run the coming iterations at ``clocks[k]``: its profile times and powers them."""
+        prof = self.clock_profiles[k]
+        self.clock = self.clocks[k]
+        self.profile = prof
+        self.executor.profile = prof  # type: ignore[attr-defined]  # the profile executor
+
+    def prefill_phase(self) -> bool:
+        """Whether prompt work is pending: a request waits or a prefill is in progress
+        (the clock-aware epoch rule's phase, :meth:`run_to_epoch`)."""
+        return bool(self.state.waiting or self.state.prefilling)
 
     def at_epoch(self) -> None:
         """Bring the arrival-rate estimate and the SLA books up to this boundary (a
@@ -658,11 +706,20 @@ class LLMServer(ServingLoop):
         the first one whatever it is when ``chosen`` (a decision chose it here), then every
         one that all settings would run alike. Returns how many ran and the last. The
         rate estimate is brought up to each boundary passed, as a step per iteration would.
+
+        With several clocks (``clock_grid``) every setting schedules the same iterations
+        at every clock, but times and powers them differently, so the clock adds epochs of
+        its own: a boundary is also an epoch where prompt work appears or ends
+        (:meth:`prefill_phase` differs from the previous boundary's; an episode starts
+        empty). A clock chosen at an epoch holds until the next.
         """
         ran = 0
         last: Iteration | None = None
+        phase = self.prefill_phase() if chosen else False
         while not (self.now >= self.horizon_s or self.summary_done()):
             plan = None
+            if self._clocked and (ran or not chosen) and self.prefill_phase() != phase:
+                break  # prompt work appeared or ended: the clock's epoch
             if ran or not chosen:
                 plan = self.forced_plan(cap, budget)
                 if plan is None:

@@ -1,0 +1,150 @@
+"""The GPU's SM clock as a part of LLMBatching-v2's action (``clock_grid``)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import baselines
+import batch_env  # noqa: F401 (registers the ids)
+from batch_env.llm.actions import ActionCodec
+
+PROFILE = "llama-3.1-8b-h100"  # H100-SXM: 1980 MHz by default
+V2 = "batch_env/LLMBatching-v2"
+
+
+def _episode(env, act, seed=3):
+    """Play ``act(env, obs, info)`` for one episode; the summary, the steps, the reward."""
+    obs, info = env.reset(seed=seed)
+    total, steps = 0.0, 0
+    while True:
+        obs, r, term, trunc, info = env.step(act(env.unwrapped, obs, info))
+        total += r
+        steps += 1
+        if term or trunc:
+            return info["serving"], steps, total
+
+
+def test_codec_with_clocks_round_trips_and_names_bad_clocks():
+    c = ActionCodec((8, 64), (256, 512), ("fcfs", "edf"), (990.0, 1410.0, 1980.0))
+    assert c.n == 24 and c.n_clocks == 3
+    assert {c.parts(a) for a in range(c.n)} == {
+        (cap, b, o, f)
+        for cap in (8, 64)
+        for b in (256, 512)
+        for o in ("fcfs", "edf")
+        for f in (990.0, 1410.0, 1980.0)
+    }
+    for a in range(c.n):
+        assert c.action(*c.parts(a)) == a
+    # the clock is the outermost part; the default clock is the highest
+    assert c.action(cap=64, budget=256, order="edf", clock=990.0) == (1 * 2 + 0) * 2 + 1
+    assert c.action(cap=8) == c.action(cap=8, clock=1980.0) == 2 * 8 + (0 * 2 + 1) * 2 + 0
+    with pytest.raises(ValueError, match=r"clock=1000 is not one of the env's SM clocks"):
+        c.action(cap=8, clock=1000)
+    with pytest.raises(ValueError, match=r"clock_index=3 is out of range"):
+        c.encode(0, 0, 0, 3)
+    # without clocks: one index, the three-part encoding, clock None
+    plain = ActionCodec((8, 64), (256,), ("fcfs",))
+    assert plain.n == 2 and plain.parts(1).clock is None and plain.encode(1) == 1
+    with pytest.raises(ValueError, match=r"clock_grid=None"):
+        plain.action(cap=8, clock=990.0)
+
+
+def test_a_constant_clock_from_the_grid_is_the_fixed_clock():
+    """Playing one clock of the grid throughout is the env made at that clock (its
+    summary to the bit), though the grid adds decision epochs; the grid's default clock
+    alone is the env without a grid, epochs included."""
+
+    def at(clock):
+        return lambda u, obs, info: u.action_of(u.grid[-1], clock=clock)
+
+    grid = gym.make(V2, profile=PROFILE, clock_grid=[990, 1980], horizon_requests=200)
+    fixed = gym.make(V2, profile=PROFILE, clock_mhz=990, horizon_requests=200)
+    s_grid, n_grid, r_grid = _episode(grid, at(990.0))
+    s_fixed, n_fixed, r_fixed = _episode(fixed, at(None))
+    assert s_grid == s_fixed
+    assert r_grid == pytest.approx(r_fixed, rel=1e-9)
+    assert n_grid > n_fixed  # the clock's own epochs
+    # the default clock, without a grid and with a grid of only it
+    plain = gym.make(V2, profile=PROFILE, horizon_requests=200)
+    only = gym.make(V2, profile=PROFILE, clock_grid=[1980], horizon_requests=200)
+    s_plain, n_plain, _ = _episode(plain, at(None))
+    s_only, n_only, _ = _episode(only, at(1980.0))
+    assert s_plain == s_only and n_plain == n_only
+    # and the default clock is faster, and dearer in energy, than 990 MHz
+    assert s_plain["energy_j"] > s_fixed["energy_j"]
+
+
+def test_clock_epochs_come_where_prompt_work_appears_or_ends():
+    """With two clocks, consecutive epochs either differ in prompt work pending or are
+    v2's own epochs (where two settings would schedule differently); a rule on the phase
+    then runs prefills fast and decodes slow: less energy than the highest clock, a
+    shorter time to first token than the lowest."""
+    env = gym.make(V2, profile=PROFILE, clock_grid=[990, 1980], grid=[256], horizon_requests=300)
+    u = env.unwrapped
+    phases = []
+
+    def rule(u, obs, info):
+        phase = u.server.prefill_phase()
+        phases.append(phase)
+        return u.action_of(256, clock=1980.0 if phase else 990.0)
+
+    s_rule, n_rule, _ = _episode(env, rule)
+    # one setting (cap 256, one budget, FCFS): every epoch is the clock's, so the phase
+    # alternates from epoch to epoch (an episode starts empty: the first epoch has work)
+    assert phases[0] and all(a != b for a, b in zip(phases, phases[1:], strict=False))
+    assert obs_clock_feature(u) in (990.0 / 1980.0, 1.0)
+    s_hi, _, _ = _episode(env, lambda u, o, i: u.action_of(256, clock=1980.0))
+    s_lo, _, _ = _episode(env, lambda u, o, i: u.action_of(256, clock=990.0))
+    assert s_rule["energy_j"] < s_hi["energy_j"]
+    assert s_rule["ttft_mean_ms"] < s_lo["ttft_mean_ms"]
+
+
+def obs_clock_feature(u) -> float:
+    """The observation's last feature: the clock in force / the grid's highest."""
+    return float(np.float32(u._obs()[-1]))
+
+
+def test_clock_in_info_observation_and_greedy_runs_at_the_default():
+    env = gym.make(V2, profile=PROFILE, clock_grid=[990, 1410, 1980], horizon_requests=40)
+    u = env.unwrapped
+    assert u.observation_space.shape == (14,)  # v2's 13 features and the clock
+    obs, info = env.reset(seed=0)
+    assert info["clock_mhz"] == 1980.0 and obs[-1] == 1.0
+    obs, _, _, _, info = env.step(u.action_of(u.grid[-1], clock=1410.0))
+    assert info["clock_mhz"] == 1410.0 and obs[-1] == pytest.approx(1410 / 1980)
+    assert u.action_parts(u.action_of(u.grid[-1], clock=1410.0)).clock == 1410.0
+    greedy = baselines.make("greedy", env)
+    assert u.action_parts(greedy.act(obs, info)).clock == 1980.0
+    assert env.observation_space.contains(obs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"clock_grid": [990, 5000]}, r"clock_grid\[1\]=5000: .*clock"),
+        ({"clock_grid": [1410, 990]}, r"clock_grid=\[1410, 990\] is invalid: .*increasing"),
+        ({"clock_grid": "fast"}, r"clock_grid='fast' is invalid"),
+        ({"clock_grid": [float("nan")]}, r"clock_grid\[0\]"),
+        ({"clock_grid": [990, 1980], "clock_mhz": 1410}, r"clock_grid=.* and clock_mhz=1410"),
+        ({"clock_grid": [990, 1980], "executor": "torch"}, r"executor='profile'"),
+    ],
+)
+def test_bad_clock_grids_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make(V2, profile=PROFILE, **kwargs)
+
+
+def test_a_realizable_copy_keeps_its_own_clock():
+    env = gym.make(V2, profile=PROFILE, clock_grid=[990, 1980], horizon_requests=100)
+    u = env.unwrapped
+    env.reset(seed=0)
+    for _ in range(20):
+        env.step(u.action_of(u.grid[-1], clock=990.0))
+    copy = u.fork(np.random.default_rng(0))
+    assert copy.server.clock_profiles is u.server.clock_profiles  # shared, not copied
+    copy.step(copy.action_of(copy.grid[-1], clock=1980.0))
+    assert copy.server.clock == 1980.0 and u.server.clock == 990.0
+    assert u.server.executor.profile is u.server.clock_profiles[0]
