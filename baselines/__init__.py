@@ -29,6 +29,7 @@ from .aimd import AIMDPolicy
 from .heuristics import GreedyPolicy, StaticPolicy
 from .llm import (
     ClassPriorityPolicy,
+    ClockQueuePolicy,
     EDFPolicy,
     LLMGreedyPolicy,
     MemoryAwarePolicy,
@@ -74,6 +75,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "sla-feedback": SLAFeedbackPolicy,
     "pang2025": Pang2025Policy,
     "static-budget": StaticBudgetPolicy,
+    "clock-queue": ClockQueuePolicy,
     "sarathi": SarathiBudgetPolicy,
     "edf": EDFPolicy,
     "shortest-prompt": ShortestPromptPolicy,
@@ -106,6 +108,7 @@ __all__ = [
     "AIMDPolicy",
     "AdaptiveSMDPPolicy",
     "ClassPriorityPolicy",
+    "ClockQueuePolicy",
     "ConstantPolicy",
     "EDFPolicy",
     "GraphBatchingPolicy",

@@ -360,12 +360,18 @@ class StaticBudgetPolicy(_CapPolicy):
         (2048 on an A100, 8192 on an H100).
     :param order: the admission order, one of the env's ``orders`` (``LLMBatching-v2``);
         default first come first served, vLLM's.
+    :param clock: the SM clock (MHz), one of the env's ``clock_grid`` (``LLMBatching-v2``);
+        default the grid's highest, the GPU's default.
     """
 
     name = "static-budget"
 
     def __init__(
-        self, env: gym.Env | None = None, budget: int | None = None, order: str = "fcfs"
+        self,
+        env: gym.Env | None = None,
+        budget: int | None = None,
+        order: str = "fcfs",
+        clock: float | None = None,
     ) -> None:
         super().__init__(env, 1, None)
         _need_chunked(env, self.name)
@@ -382,13 +388,83 @@ class StaticBudgetPolicy(_CapPolicy):
             )
         self.budget = int(want)
         self.order = order
-        self._action = self.action_for(
-            self.b_max, self.budgets.index(self.budget), self.orders.index(order)
+        clocks = _clock_grid(env)
+        if clock is not None and clock not in clocks:
+            raise ValueError(
+                f"clock={clock!r} is not one of the env's SM clocks: clock_grid="
+                f"{list(clocks) if clocks else None}"
+            )
+        self.clock = clock
+        self._action = self._codec.encode(
+            max(bisect_right(self.grid, self.b_max) - 1, 0),
+            self.budgets.index(self.budget),
+            self.orders.index(order),
+            None if clock is None else clocks.index(float(clock)),
         )
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Always the same cap and budget."""
         return self._action
+
+
+class ClockQueuePolicy(StaticBudgetPolicy):
+    """The GPU's SM clock set by the queue: low while at most ``threshold`` requests wait,
+    high above (``LLMBatching-v2`` with a ``clock_grid``); the cap, token budget and order
+    fixed (:class:`StaticBudgetPolicy`'s).
+
+    Prefill is compute-bound and slows with the clock while decode, memory-bound, barely
+    does, and power falls with the clock either way; so a server saves energy at a low
+    clock until prompts queue, and raises it to drain them before their TTFT: the rule
+    of queue- or load-driven DVFS controllers (DynamoLLM, throttLL'eM, GreenLLM set the
+    clock from the load and the queue; this is the simplest such rule, with one
+    threshold). Reads ``info["waiting"]`` only.
+
+    :param env: an LLMBatching-v2 env with a ``clock_grid``.
+    :param low_clock: the clock (MHz) while at most ``threshold`` wait; one of the grid's
+        (default its lowest).
+    :param high_clock: the clock above it; one of the grid's (default its highest, the
+        GPU's default).
+    :param threshold: requests waiting (not yet admitted) at or below which the clock is
+        low (default 1).
+    :param budget: the token budget (as ``static-budget``; default vLLM v1's for the GPU).
+    :param order: the admission order (default FCFS).
+    """
+
+    name = "clock-queue"
+
+    def __init__(
+        self,
+        env: gym.Env | None = None,
+        low_clock: float | None = None,
+        high_clock: float | None = None,
+        threshold: int = 1,
+        budget: int | None = None,
+        order: str = "fcfs",
+    ) -> None:
+        super().__init__(env, budget, order)
+        clocks = _clock_grid(env)
+        if not clocks:
+            raise ValueError(
+                "policy 'clock-queue' sets the SM clock: make the env (LLMBatching-v2) with a "
+                "clock_grid"
+            )
+        lo = clocks[0] if low_clock is None else low_clock
+        hi = clocks[-1] if high_clock is None else high_clock
+        for name, f in (("low_clock", lo), ("high_clock", hi)):
+            if f not in clocks:
+                raise ValueError(
+                    f"{name}={f!r} is not one of the env's SM clocks: clock_grid={list(clocks)}"
+                )
+        check_number("threshold", threshold, low=0, integer=True)
+        self.low_clock, self.high_clock, self.threshold = float(lo), float(hi), int(threshold)
+        b, o = self.budgets.index(self.budget), self.orders.index(self.order)
+        cap = max(bisect_right(self.grid, self.b_max) - 1, 0)
+        self._low = self._codec.encode(cap, b, o, clocks.index(self.low_clock))
+        self._high = self._codec.encode(cap, b, o, clocks.index(self.high_clock))
+
+    def act(self, obs: Any, info: dict[str, Any]) -> int:
+        """The high clock while more than ``threshold`` requests wait, else the low one."""
+        return self._high if int(info["waiting"]) > self.threshold else self._low
 
 
 class SarathiBudgetPolicy(_CapPolicy):

@@ -122,9 +122,14 @@ class RolloutPolicy:
     :param samples: futures drawn per decision (common to all candidates); the
         clairvoyant planner uses one (the true future).
     :param candidates: the actions compared (default: every action valid at the decision,
-        by the env's mask); invalid ones are skipped at each decision.
-    :param every: plan at one decision in ``every`` and repeat the planned action at the
-        others while it is valid (1: plan at every decision).
+        by the env's mask); invalid ones are skipped at each decision, and the base
+        policy's own choice is always compared too.
+    :param every: plan at one decision in ``every`` (1: plan at every decision); at the
+        others play as ``between`` says.
+    :param between: what the decisions between two planned ones play: ``"hold"`` (the
+        default) the planned action again while it is valid; ``"base"`` the base policy's
+        own choice (what a state-dependent base, such as a clock rule, needs: held, its
+        action would outlive the state it was chosen for).
     :param margin: play the base policy's own choice unless the best candidate beats it
         by ``margin`` standard errors of their paired difference (realizable, with
         ``samples > 1``); 0: always the best mean.
@@ -144,6 +149,7 @@ class RolloutPolicy:
         samples: int = 4,
         candidates: Sequence[int] | None = None,
         every: int = 1,
+        between: str = "hold",
         margin: float = MARGIN,
         clairvoyant: bool = False,
         seed: int = 0,
@@ -186,6 +192,9 @@ class RolloutPolicy:
         if self.candidates is not None and not self.candidates:
             raise ValueError("candidates=[] is invalid: give at least one action (or None: all)")
         self.every = int(check_number("every", every, low=1, integer=True))
+        if between not in ("hold", "base"):
+            raise ValueError(f"between={between!r} is invalid: allowed values are 'hold', 'base'")
+        self.between = between
         self.margin = float(check_number("margin", margin, low=0.0))
         self.clairvoyant = bool(clairvoyant)
         self.name = "rollout-oracle" if clairvoyant else "rollout"
@@ -210,12 +219,13 @@ class RolloutPolicy:
         """The planner's CPU seconds per decision so far (0 before the first)."""
         return self.cpu_s / self.decisions if self.decisions else 0.0
 
-    def _valid(self, info: dict[str, Any]) -> list[int]:
+    def _valid(self, info: dict[str, Any], every: bool = False) -> list[int]:
+        """The candidates valid at this decision (``every``: all valid actions)."""
         mask = info.get("action_mask")
         if mask is None:
             mask = self._env.action_masks()
         allowed = np.flatnonzero(mask).tolist()
-        if self.candidates is None:
+        if self.candidates is None or every:
             return allowed
         ok = set(allowed)
         return [a for a in self.candidates if a in ok] or allowed
@@ -226,8 +236,13 @@ class RolloutPolicy:
         k = self._k
         self._k = k + 1
         valid = self._valid(info)
-        if self._held is not None and k % self.every and self._held in valid:
-            return self._held
+        if self._held is not None and k % self.every:
+            if self.between == "base":
+                own = self._base_choice(obs, info)
+                if own in valid:
+                    return own
+            elif self._held in valid:
+                return self._held
         t = time.process_time()
         if len(valid) == 1:
             best = valid[0]
@@ -245,6 +260,12 @@ class RolloutPolicy:
         env = self._env
         t0 = float(env.engine.now)
         t_end = t0 + self.horizon_s
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self._base_rate(obs, info, t0)  # the base, chosen before its own choice is read
+        own = self._base_choice(obs, info)
+        if own not in valid and self.candidates is not None and own in self._valid(info, True):
+            valid = [*valid, own]  # the base's own choice is always a candidate
         sums = np.zeros((len(valid), self.samples))
         ends = np.zeros_like(sums)
         with warnings.catch_warnings():  # a copy's episode end warns as the env's would
@@ -257,7 +278,6 @@ class RolloutPolicy:
                     sums[i, j], ends[i, j] = self._rollout(twin, a, obs, info, t_end)
         values = sums - rate * (ends - t0)
         best = int(np.argmax(values.mean(axis=1)))
-        own = self._base_choice(obs, info)
         if own in valid and self.samples > 1 and valid[best] != own:
             d = values[best] - values[valid.index(own)]  # paired by future
             if d.mean() <= self.margin * d.std(ddof=1) / math.sqrt(d.size):

@@ -189,6 +189,45 @@ LLM_CAP_GRID = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 #: and vLLM's usual settings, up to the profiles' largest prefill)
 LLM_BUDGET_GRID = (256, 512, 1024, 2048, 4096)
 
+#: the SM clocks (MHz) the clock tasks' actions choose from: H100/H200 clocks from a low
+#: one to the default (maximum), 15-MHz steps as the GPUs accept them
+LLM_CLOCK_GRID = (810.0, 990.0, 1200.0, 1410.0, 1620.0, 1980.0)
+
+
+def _clock_task_kwargs(
+    profile: str, rates: tuple[float, float], ttft_ms: float, tpot_ms: float
+) -> Mapping[str, Any]:
+    """The clock tasks' problem (``scripts/llm_clock_task_settings.py`` chose it): a model
+    on an H100/H200 serving the Azure coding trace's long prompts in two load phases (an
+    MMPP: a quiet phase of 30 s on average, a busy one of 10 s), with the SM clock
+    in the action and energy in the reward (0.05 per joule). Prompts beyond the 4,096-token
+    context (about 14% of the trace's) are rejected at arrival, as vLLM rejects them."""
+    return _frozen(
+        {
+            "profile": profile,
+            "workload": {
+                "kind": "mmpp",
+                "rates_per_s": list(rates),
+                "switch_rates_per_s": [1.0 / 30.0, 1.0 / 10.0],
+            },
+            "lengths": {"kind": "empirical", "dataset": "azure-code-2023-gz"},
+            "max_model_len": 4096,
+            "ttft_sla_ms": ttft_ms,
+            "tpot_sla_ms": tpot_ms,
+            "reward_weights": {"latency": 1.0, "energy": 0.05, "sla": 20.0, "drop": 20.0},
+            "scheduler": "chunked",
+            "grid": [16, 64, 256],
+            # vLLM v1's default budget on an H100/H200 is the largest (greedy's)
+            "max_num_batched_tokens": 8192,
+            "budget_grid": [256, 512, 1024, 2048, 8192],
+            "orders": ["fcfs", "shortest-prompt"],
+            "clock_grid": list(LLM_CLOCK_GRID),
+            "horizon_requests": 20_000,
+            "warmup_requests": 1_000,
+        }
+    )
+
+
 #: cells of the load grid drawn-load tasks evaluate on (and their bound averages over)
 LOAD_GRID_CELLS = 10
 
@@ -491,6 +530,49 @@ TASKS: dict[str, Task] = {
             oracle_kwargs=_frozen(
                 {"orders": ["fcfs", "edf", "shortest-prompt", "class-priority", "srpt"]}
             ),
+        ),
+        Task(
+            id="batch_env/LLMClockBursts-v0",
+            base="batch_env/LLMBatching-v2",
+            kwargs=_clock_task_kwargs("llama-3.1-8b-h100", (3.0, 15.0), 500.0, 25.0),
+            summary=(
+                "Llama-3.1-8B on an H100-SXM serving the Azure coding trace's long prompts "
+                "(up to the 4,096-token context, short outputs) in two load phases (3 and 15 "
+                "requests/s, 30 and 10 s on average), TTFT 500 ms and TPOT 25 ms SLAs, "
+                "energy in the reward (0.05 per joule); each decision sets the cap, the "
+                "token budget, the admission order and the GPU's SM clock."
+            ),
+            hard=(
+                "Prefill is compute-bound: a low clock saves a quarter of its energy but "
+                "slows it by half, which the quiet phase absorbs and the busy phase does "
+                "not. The best clock depends on what waits: the best constant action "
+                "settles on a middle clock, while a rule that runs at the lowest clock "
+                "until prompts queue is about 7% cheaper. No exact bound is known: the "
+                "reference is the best realizable policy."
+            ),
+            bound=None,
+            seeds=tuple(range(1000, 1050)),
+        ),
+        Task(
+            id="batch_env/LLMClockQwenH200-v0",
+            base="batch_env/LLMBatching-v2",
+            kwargs=_clock_task_kwargs("qwen2.5-7b-h200", (3.5, 18.0), 300.0, 20.0),
+            summary=(
+                "Qwen2.5-7B on an H200 serving the Azure coding trace's long prompts in two "
+                "load phases (3.5 and 18 requests/s, 30 and 10 s on average) under "
+                "tight interactive SLAs (TTFT 300 ms, TPOT 20 ms), energy in the reward "
+                "(0.05 per joule); each decision sets the cap, the token budget, the "
+                "admission order and the GPU's SM clock."
+            ),
+            hard=(
+                "As LLMClockBursts-v0, on a faster GPU with a model of four KV heads and a "
+                "tighter TTFT: prefill at a low clock saves energy until the queue builds, "
+                "and a burst at a low clock misses 300 ms within seconds. The best constant "
+                "action is a middle clock; a queue rule beats it by about 7%. No exact "
+                "bound is known: the reference is the best realizable policy."
+            ),
+            bound=None,
+            seeds=tuple(range(1000, 1050)),
         ),
         Task(
             id="batch_env/Bursty-v0",

@@ -135,6 +135,33 @@ REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
         "class-priority": ("class-priority", {}),
         "oracle-srpt": ("oracle-srpt", _oracle_grid("batch_env/LLMTwoClasses-v0")),
     },
+    **{
+        task_id: {
+            "random": ("random", {}),
+            # vLLM v1's defaults on an H100/H200: cap 256, budget 8,192, FCFS, the GPU's clock
+            "greedy": ("static-budget", {"budget": 8192}),
+            "budget-best": ("static-budget", _llm_static_grid(task_id)),
+            "sarathi": ("sarathi", {}),
+            # the best constant clock with a static budget (order FCFS)
+            "clock-best": (
+                "static-budget",
+                {"tune": {"budget": [256, 512, 1024], "clock": list(tasks.LLM_CLOCK_GRID)}},
+            ),
+            # the clock set by the queue: low until prompts queue (DVFS by the load)
+            "clock-queue": (
+                "clock-queue",
+                {
+                    "tune": {
+                        "low_clock": [810.0, 990.0],
+                        "high_clock": [1410.0, 1620.0],
+                        "threshold": [1, 4],
+                        "budget": [512],
+                    }
+                },
+            ),
+        }
+        for task_id in ("batch_env/LLMClockBursts-v0", "batch_env/LLMClockQwenH200-v0")
+    },
     "batch_env/Bursty-v0": {
         "random": ("random", {}),
         "greedy": ("greedy", {}),

@@ -14,11 +14,15 @@ the seeds' differences):
    gives the same episodes);
 3. **the realizable planner** (``rollout``): a one-step lookahead over copies of the env
    whose future it draws from its model (:mod:`baselines.rollout`), with the best
-   constant as its base, the ``top`` constants as the base policies it may switch to,
-   and as its candidates every valid action (at most :data:`ALL_CANDIDATES` actions) or
+   constant as its base, the ``top`` constants and the task's best stored reference
+   (on a task without a bound: the policy its score calls 1) as the base policies it may
+   switch to, and as its candidates every valid action (at most :data:`ALL_CANDIDATES` actions) or
    the ``top`` constants;
 4. **its clairvoyant twin** (``rollout-oracle``): the same on the env's true future (not
-   realizable, a reference as ``smdp-oracle`` is).
+   realizable, a reference as ``smdp-oracle`` is);
+5. on a task without a bound, **the task's best stored reference** on the held-out
+   seeds, paired with the best constant (a state-dependent reference, such as a clock
+   rule, shows its headroom here at the constants' precision).
 
 The planners cost far more CPU per decision than a policy: they run on
 ``planner_seeds`` of the held-out seeds (spread over them) with ``planner_horizon`` requests an episode,
@@ -164,6 +168,19 @@ def _run_all(task_id: str, specs: list[Spec], jobs: int, warm: int) -> dict[str,
     return out
 
 
+def stored_reference(task_id: str) -> tuple[str, dict[str, Any]] | None:
+    """The task's best realizable reference policy as stored (its baseline name and its
+    tuned parameters), or ``None`` where the task has a bound or no stored references: on
+    a task without a bound, the policy its normalized score calls 1."""
+    ref = tasks.references().get(task_id)
+    if ref is None or "best_policy" not in ref or tasks.get(task_id).bound is not None:
+        return None
+    fig = ref["policies"][ref["best_policy"]]
+    if fig.get("oracle") or fig.get("policy") in (None, "random"):
+        return None
+    return str(fig["policy"]), dict(fig.get("params") or {})
+
+
 def measure(
     task_id: str,
     *,
@@ -174,6 +191,7 @@ def measure(
     top: int = 8,
     samples: int = 4,
     every: int = 1,
+    between: str = "hold",
     planner_warmup: int | None = None,
     jobs: int = 1,
     planners: bool = True,
@@ -188,7 +206,9 @@ def measure(
     :param planner_horizon: requests per planner episode.
     :param top: constants of the tuning kept for the per-episode best and the planners.
     :param samples: futures per decision of the realizable planner.
-    :param every: the planners plan at one decision in ``every`` (and hold the action).
+    :param every: the planners plan at one decision in ``every``.
+    :param between: what the planners play between planned decisions (``"hold"``: the
+        planned action; ``"base"``: their base policy's choice).
     :param planner_warmup: warm-up requests of a planner episode (``None``: the task's).
     :param jobs: processes.
     :param planners: run the planners (False: constants only).
@@ -230,13 +250,21 @@ def measure(
     say(f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best {best}")
     specs: list[Spec] = [("greedy", "greedy", {}, held, horizon, None)]
     specs += [(f"constant {a}", "constant", {"action": a}, held, horizon, None) for a in kept]
+    reference = stored_reference(task_id)
+    if reference is not None:
+        name, params = reference
+        specs.append(("reference", name, params, held, horizon, None))
     if planners:
+        family = [{"name": "constant", "action": a} for a in kept if a != best]
+        if reference is not None:  # the task's best reference: a base it may switch to
+            family.append({"name": reference[0], **reference[1]})
         rollout = {
             "base": best,
-            "policies": [{"name": "constant", "action": a} for a in kept if a != best],
+            "policies": family,
             "candidates": None if n_actions <= ALL_CANDIDATES else kept,
             "samples": samples,
             "every": every,
+            "between": between,
         }
         pw = planner_warmup
         specs += [
@@ -283,6 +311,9 @@ def measure(
         "wall_s": time.perf_counter() - t0,
     }
     out["best_constant_rate"] = float(np.mean(const))
+    if reference is not None:
+        out["reference"] = {"policy": reference[0], "params": reference[1]}
+        out["figures"]["reference"] = paired(runs["reference"]["per_seed"], const)
     if planners:
         ref = runs["best constant (planner episodes)"]["per_seed"]
         out["planner_episodes"] = {
@@ -290,6 +321,7 @@ def measure(
             "horizon_requests": planner_horizon,
             "warmup_requests": planner_warmup,
             "every": every,
+            "between": between,
         }
         out["figures"]["rollout"] = paired(runs["rollout"]["per_seed"], ref)
         out["figures"]["rollout-oracle"] = paired(runs["rollout-oracle"]["per_seed"], ref)
@@ -320,6 +352,8 @@ def format_table(results: list[dict[str, Any]]) -> str:
                 f"{r['best_constant_parts']} ({r['best_constant_rate']:.4g}/s)",
                 _cell(f.get("greedy")),
                 _cell(f.get("best constant per episode")),
+                _cell(f.get("reference"))
+                + (f" ({r['reference']['policy']})" if "reference" in f else ""),
                 _cell(f.get("rollout")),
                 _cell(f.get("rollout-oracle")),
                 "-" if cpu is None else f"{cpu * 1e3:.3g} / {ocpu * 1e3:.3g}",
@@ -333,6 +367,7 @@ def format_table(results: list[dict[str, Any]]) -> str:
         "best constant (reward rate)",
         "greedy",
         "best constant per episode",
+        "task's reference",
         "rollout",
         "rollout-oracle",
         "planner ms/decision",
@@ -363,6 +398,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
             top=args.top,
             samples=args.samples,
             every=args.planner_every,
+            between=args.planner_between,
             planner_warmup=args.planner_warmup_requests,
             jobs=args.jobs,
             planners=not args.no_planners,
@@ -421,8 +457,14 @@ def add_parser(sub: Any) -> None:
         "--planner-every",
         type=count(1),
         default=1,
-        help="the planners plan at one decision in this many and hold the action between "
-        "(default 1: every decision)",
+        help="the planners plan at one decision in this many (default 1: every decision)",
+    )
+    p.add_argument(
+        "--planner-between",
+        choices=("hold", "base"),
+        default="hold",
+        help="between planned decisions the planners hold the planned action (hold, the "
+        "default) or play their base policy's choice (base: for state-dependent bases)",
     )
     p.add_argument(
         "--top", type=count(1), default=8, help="constants kept from the tuning (default 8)"

@@ -245,6 +245,9 @@ def llm_v2_kwargs(draw) -> dict:
         orders = ["fcfs", "edf", "shortest-prompt", "class-priority", "srpt"]
         kw["orders"] = draw(st.lists(st.sampled_from(orders), min_size=1, max_size=5, unique=True))
         kw["oracle_info"] = "srpt" in kw["orders"] or draw(st.booleans())
+    if draw(st.booleans()):  # the SM clock as a control (clocks every LLM_PROFILES' GPU has)
+        clocks = draw(st.sets(st.sampled_from([705.0, 1005.0, 1410.0]), min_size=1, max_size=3))
+        kw["clock_grid"] = sorted(clocks)
     if draw(st.booleans()):
         kw["scheduler"] = "vllm-v0"
         return kw

@@ -148,3 +148,44 @@ def test_a_realizable_copy_keeps_its_own_clock():
     copy.step(copy.action_of(copy.grid[-1], clock=1980.0))
     assert copy.server.clock == 1980.0 and u.server.clock == 990.0
     assert u.server.executor.profile is u.server.clock_profiles[0]
+
+
+def test_clock_queue_sets_the_clock_by_the_queue_and_static_budget_holds_one():
+    env = gym.make(
+        V2,
+        profile=PROFILE,
+        clock_grid=[990, 1410, 1980],
+        budget_grid=[512, 2048],
+        horizon_requests=100,
+        workload={"kind": "poisson", "rate_per_s": 60.0},
+    )
+    u = env.unwrapped
+    pol = baselines.make("clock-queue", env, threshold=2, budget=512)
+    assert (pol.low_clock, pol.high_clock) == (990.0, 1980.0)  # the grid's ends by default
+    for waiting, clock in ((0, 990.0), (2, 990.0), (3, 1980.0), (40, 1980.0)):
+        part = u.action_parts(pol.act(None, {"waiting": waiting}))
+        assert (part.clock, part.budget, part.cap, part.order) == (clock, 512, 256, "fcfs")
+    # on an episode it plays both clocks, and the info's clock is the one it chose
+    obs, info = env.reset(seed=0)
+    seen = set()
+    while True:
+        a = pol.act(obs, info)
+        obs, _, term, trunc, info = env.step(a)
+        assert info["clock_mhz"] == u.action_parts(a).clock
+        seen.add(info["clock_mhz"])
+        if term or trunc:
+            break
+    assert seen == {990.0, 1980.0}
+    fixed = baselines.make("static-budget", env, budget=2048, clock=1410.0)
+    assert u.action_parts(fixed.act(None, {})) == (256, 2048, "fcfs", 1410.0)
+    default = baselines.make("static-budget", env, budget=512)
+    assert u.action_parts(default.act(None, {})).clock == 1980.0
+    with pytest.raises(ValueError, match=r"low_clock=1000 is not one of the env's SM clocks"):
+        baselines.make("clock-queue", env, low_clock=1000, budget=512)
+    with pytest.raises(ValueError, match=r"threshold=-1"):
+        baselines.make("clock-queue", env, threshold=-1, budget=512)
+    with pytest.raises(ValueError, match=r"clock=1000 is not one of the env's SM clocks"):
+        baselines.make("static-budget", env, clock=1000, budget=512)
+    plain = gym.make(V2, profile=PROFILE, max_num_batched_tokens=8192)
+    with pytest.raises(ValueError, match="make the env .* with a clock_grid"):
+        baselines.make("clock-queue", plain)

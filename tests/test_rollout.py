@@ -174,3 +174,47 @@ def test_a_copy_of_a_rendering_env_leaves_its_display_behind(env_id):
     assert getattr(twin.engine, "timeline", None) is None
     _play(twin, obs, info, 40)
     assert np.array_equal(env.render(), before)  # the env's frame is untouched
+
+
+def test_between_planned_decisions_a_planner_plays_its_base_or_holds():
+    """``every=3``: two decisions in three are not planned; ``between="base"`` plays the
+    base policy's own choice there (a state-dependent base keeps acting on the state),
+    ``"hold"`` the planned action."""
+    env = gym.make(
+        "batch_env/LLMBatching-v2",
+        profile="llama-3.1-8b-h100",
+        clock_grid=[990, 1980],
+        budget_grid=[512, 2048],
+        workload={"kind": "poisson", "rate_per_s": 40.0},
+        horizon_requests=40,
+    )
+    base = {"low_clock": 990.0, "high_clock": 1980.0, "threshold": 0, "budget": 512}
+    rule = baselines.make("clock-queue", env, **base)
+    for between in ("base", "hold"):
+        pol = RolloutPolicy(
+            env, base="clock-queue", base_params=base, samples=2, every=3, between=between
+        )
+        obs, info = env.reset(seed=0)
+        pol.reset()
+        planned = None
+        for k in range(9):
+            a = pol.act(obs, info)
+            if k % 3 == 0:
+                planned = a
+            elif between == "base":
+                assert a == rule.act(obs, info)
+            else:
+                assert a == planned
+            obs, _, term, trunc, info = env.step(a)
+            assert not (term or trunc)
+    with pytest.raises(ValueError, match="between='never' is invalid"):
+        RolloutPolicy(env, between="never")
+
+
+def test_the_headroom_planner_may_switch_to_the_tasks_stored_reference():
+    from experiments.headroom import stored_reference
+
+    assert stored_reference("batch_env/LowLoadEnergy-v0") is None  # a bound, no reference
+    name, params = stored_reference("batch_env/LLMTwoClasses-v0")
+    ref = batch_env.tasks.references()["batch_env/LLMTwoClasses-v0"]
+    assert params == ref["policies"][ref["best_policy"]]["params"] and name == "static-budget"

@@ -162,6 +162,11 @@ def headroom_section(task_id: str) -> list[str]:
         "|---|---|",
         f"| greedy | {cell('greedy')} |",
         f"| the best constant per episode (hindsight) | {cell('best constant per episode')} |",
+        *(
+            [f"| the task's reference, `{r['reference']['policy']}` | {cell('reference')} |"]
+            if "reference" in f
+            else []
+        ),
         f"| `rollout` (realizable planner) | {cell('rollout')} |",
         f"| `rollout-oracle` (clairvoyant) | {cell('rollout-oracle')} |",
         "",
