@@ -245,12 +245,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         config = self._config_class(**settings)
         self.task = task
         self._set_render_mode(render_mode)
-        if getattr(config, "clock_grid", None) is not None and executor != "profile":
-            raise ValueError(
-                f"clock_grid: the SM clock is an action only with executor='profile' (got "
-                f"executor={executor!r}); a real executor runs at the device's own clock"
-            )
-        prof, config = profile_for(profile, clock_mhz, config, settings)
+        prof, config = profile_for(profile, clock_mhz, config, settings, executor)
         if "srpt" in getattr(config, "orders", ()) and not oracle_info:
             raise ValueError(
                 "orders: 'srpt' admits by the true remaining output lengths, which no "
@@ -295,21 +290,16 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     # -- actions ------------------------------------------------------------------------
     def _setting(self, action: int) -> tuple[int, int, str]:
-        """The cap, budget and admission order of ``action``, now in force (and its SM
-        clock, with a clock grid)."""
+        """Put ``action``'s cap, budget, order (and SM clock) in force; the first three."""
         c, b, o = self.actions.indices(action)
         srv = self.server
         srv.set(srv.grid[c], srv.budgets[b], srv.orders[o], self.actions.clock_index(action))
         return srv.cap, srv.budget, srv.order
 
     def action_parts(self, action: int) -> LLMAction:
-        """The parts of ``action``: ``LLMAction(cap, budget, order, clock)``.
-
-        ``action = ((clock index * len(orders) + order index) * len(budgets) + budget
-        index) * len(grid) + cap index`` over the caps :attr:`grid`, the token budgets
-        (``budget_grid``, else ``max_num_batched_tokens``), the admission orders (v2's
-        ``orders``, else FCFS) and the SM clocks (v2's ``clock_grid``; else one index, 0,
-        and ``clock`` is ``None``).
+        """The parts of ``action``: ``LLMAction(cap, budget, order, clock)``, in the
+        encoding of :mod:`batch_env.llm.actions` (caps :attr:`grid`, token budgets, v2's
+        admission orders and SM clocks; ``clock`` is ``None`` without a clock grid).
 
         :raises ValueError: ``action`` is not an action of this env.
         """
@@ -322,14 +312,10 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         order: str | None = None,
         clock: float | None = None,
     ) -> int:
-        """The action that sets this cap, token budget, admission order and SM clock.
-
-        :param cap: one of :attr:`grid`.
-        :param budget: one of the env's budgets (default: the largest, as vLLM runs).
-        :param order: one of the env's admission orders (default ``"fcfs"``).
-        :param clock: one of v2's ``clock_grid`` (default: its highest, the GPU's default).
-        :raises ValueError: a part the env does not offer, naming those it does.
-        """
+        """The action that sets this cap (one of :attr:`grid`), token budget (default the
+        largest, as vLLM runs), admission order (default ``"fcfs"``) and v2's SM clock
+        (default the highest, the GPU's); a part the env does not offer is a
+        ``ValueError`` naming those it does."""
         return self.actions.action(cap, budget, order, clock)
 
     def action_masks(self) -> np.ndarray:
@@ -543,19 +529,13 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
 
     ``classes=[{"name": ..., "share": ..., "ttft_sla_ms": ..., "tpot_sla_ms": ...,
     "weight": ..., "lengths": {...}}, ...]`` (:class:`batch_env.config.RequestClass`)
-    mixes classes in the workload: each arrival of the env's ``workload`` is of class
-    ``c`` with probability ``share_c / sum of shares`` (drawn from the request-size
-    stream), with its class's lengths (else the env's), TTFT and TPOT SLAs (else the
-    env's), and a miss of it counts ``weight`` in the reward's SLA term. Instead of
-    shares, every class may have its own ``"workload"`` (an arrival process or a trace,
-    whose token columns then give its lengths): the env's arrivals are their
-    superposition (:class:`batch_env.workload.Superposition`) and the env takes no
-    ``workload``. With several
-    classes the observation gains three features per class (waiting / max_num_seqs,
-    running / max_num_seqs, its oldest waiting request's age / its TTFT SLA), ``info``
+    mixes classes in the workload: an arrival is of class ``c`` with probability
+    ``share_c / sum of shares``, with its class's lengths, SLAs and miss ``weight``; or
+    every class has its own ``"workload"`` and the env's arrivals are their
+    superposition. With several classes the observation gains three features per class
+    (waiting and running / max_num_seqs, its oldest wait / its TTFT SLA), ``info``
     ``waiting_by_class`` and ``running_by_class``, and ``info["serving"]["classes"]`` each
-    class's requests, completions, drops, attainment (TTFT, TPOT, both), goodput and
-    latency percentiles against its own SLAs. One class (or none) is v1's behaviour.
+    class's figures against its own SLAs. One class (or none) is v1's behaviour.
 
     ## What each order would admit
 
@@ -566,30 +546,19 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     knows both (no output length is shown). The LLM tasks' agents leave it off; their
     observation ablation turns it on (``docs/results/agents-llm.md``).
 
-    ## The GPU's clock as a decision
+    ## The GPU's clock
 
-    ``clock_grid=[f_1, ..., f_k]`` (MHz, increasing, within the profile's GPU's range;
-    profile mode only) makes the SM clock a part of the action
-    (:meth:`action_parts`: ``clock``): the iterations after a decision run on the profile
-    at that clock (:meth:`batch_env.llm_profile.LLMProfile.at_clock`: compute-bound
-    prefill slows with the clock, memory-bound decode barely, power falls). Each episode
-    starts at the grid's highest clock, and :meth:`action_of` defaults to it, so the
-    baselines that do not choose a clock run at the GPU's default. The clock is set for
-    the iterations, as DVFS-aware servers (DynamoLLM, throttLL'eM) set it, and costs
-    nothing to change (a modelled choice: real clock changes take ~milliseconds). Every
-    action schedules the same iterations at every clock, so with several clocks a boundary
-    is also a decision epoch where prompt work appears or ends (a request starts waiting
-    while none was, or the last prompt's prefill completes): a rule such as "the highest
-    clock while prompts wait or prefill, a low one for decode-only stretches" is one
-    decision per phase. The observation gains one feature, the clock in force / the
-    grid's highest, and ``info["clock_mhz"]`` names it.
+    ``clock_grid=[...]`` (MHz) makes the SM clock a part of the action (``clock`` in
+    :meth:`action_parts`; by default the grid's highest, where each episode starts): the
+    iterations after a decision run on ``profile.at_clock`` of its clock, and a boundary
+    is also an epoch where prompt work appears or ends. The observation gains the clock /
+    the highest, ``info["clock_mhz"]`` names it (``docs/decisions.md``: "The SM clock").
 
     ## Version History
 
     * v2: decisions only where they matter (v1's scheduler, arguments and observation);
       request classes; admission orders; ``order_features``.
-    * v2, later: ``clock_grid`` (the SM clock as an action), off by default (every
-      existing action, epoch and observation unchanged).
+    * v2, later: ``clock_grid`` (the SM clock in the action); off by default, all else as was.
     """
 
     _config_class = LLMConfigV2

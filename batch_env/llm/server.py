@@ -991,14 +991,21 @@ def profile_for(
     clock_mhz: float | None,
     config: LLMConfig,
     settings: dict[str, Any],
+    executor: str = "profile",
 ) -> tuple[LLMProfile, LLMConfig]:
     """The server's profile (at the GPU's SM clock ``clock_mhz``; ``None``: its default)
     and its configuration checked against it: ``max_num_seqs`` and the token budget within
     the profile's tables; without a ``max_num_batched_tokens`` among ``settings`` (the
     arguments given), the default budget is cut to the profile's largest prefill.
 
+    :param executor: the env's executor name (a clock grid needs ``"profile"``).
     :raises ValueError: a setting beyond the profile (naming the one given).
     """
+    if getattr(config, "clock_grid", None) is not None and executor != "profile":
+        raise ValueError(
+            f"clock_grid: the SM clock is an action only with executor='profile' (got "
+            f"executor={executor!r}); a real executor runs at the device's own clock"
+        )
     prof = load_llm_profile(profile)
     if clock_mhz is not None:
         prof = prof.at_clock(clock_mhz)
