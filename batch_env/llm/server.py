@@ -190,12 +190,13 @@ class LLMServer(ServingLoop):
                 f"clock_grid={list(self.clocks)} and clock_mhz={profile.clock_mhz:g}: give one "
                 "(the grid's clocks are chosen per decision; clock_mhz fixes one)"
             )
+        built = []
         for i, f in enumerate(self.clocks):
             try:
-                profile.at_clock(f)
+                built.append(profile.at_clock(f))
             except ValueError as err:
                 raise ValueError(f"clock_grid[{i}]={f:g}: {err}") from None
-        self.clock_profiles = tuple(profile.at_clock(f) for f in self.clocks)
+        self.clock_profiles = tuple(built)
 
     # -- construction: lengths and classes ------------------------------------------------
     def _setup_lengths(self, config: LLMConfig, workload: Workload) -> None:
