@@ -502,8 +502,10 @@ class NumpyActor:
 
     _ACTIVATIONS = {"Tanh": np.tanh, "ReLU": lambda x: np.maximum(x, 0), "Identity": None}
 
-    def __init__(self, layers: list[Any]) -> None:
+    def __init__(self, layers: list[Any], sizes: tuple[int, ...] | None = None) -> None:
         self._layers = layers
+        #: a ``MultiDiscrete`` policy's part sizes (its logits are one block per part)
+        self._splits = None if sizes is None else np.cumsum(sizes)[:-1]
 
     @classmethod
     def of(cls, model: Any) -> NumpyActor | None:
@@ -514,9 +516,13 @@ class NumpyActor:
         except ImportError:  # pragma: no cover - SB3 is what loaded the model
             return None
         obs_space, act_space = model.observation_space, model.action_space
-        if not isinstance(act_space, gym.spaces.Discrete) or not isinstance(
-            obs_space, gym.spaces.Box
-        ):
+        if isinstance(act_space, gym.spaces.MultiDiscrete) and act_space.nvec.ndim == 1:
+            sizes: tuple[int, ...] | None = tuple(int(n) for n in act_space.nvec)
+        elif isinstance(act_space, gym.spaces.Discrete):
+            sizes = None
+        else:
+            return None
+        if not isinstance(obs_space, gym.spaces.Box):
             return None
         if len(obs_space.shape) != 1:
             return None
@@ -530,6 +536,8 @@ class NumpyActor:
             if type(policy.action_dist).__name__ not in (
                 "CategoricalDistribution",
                 "MaskableCategoricalDistribution",
+                "MultiCategoricalDistribution",
+                "MaskableMultiCategoricalDistribution",
             ):
                 return None
             extractor = policy.pi_features_extractor
@@ -550,7 +558,7 @@ class NumpyActor:
                     layers.append(fn)
             else:
                 return None
-        return cls(layers)
+        return cls(layers, sizes)
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The network's output (logits or Q-values) for one observation."""
@@ -563,12 +571,16 @@ class NumpyActor:
                 x = layer(x)
         return x
 
-    def action(self, obs: np.ndarray, mask: np.ndarray | None = None) -> int:
-        """The deterministic action (``mask``: the valid actions, MaskablePPO)."""
+    def action(self, obs: np.ndarray, mask: np.ndarray | None = None) -> Any:
+        """The deterministic action (``mask``: the valid actions, MaskablePPO; for a
+        ``MultiDiscrete`` policy, one mask per part concatenated, and the action is the
+        array of each part's argmax)."""
         z = self.logits(obs)
         if mask is not None:
             z = np.where(np.asarray(mask, dtype=bool), z, np.float32(-1e8))
-        return int(np.argmax(z))
+        if self._splits is None:
+            return int(np.argmax(z))
+        return np.array([int(np.argmax(b)) for b in np.split(z, self._splits)], dtype=np.int64)
 
 
 class AgentPolicy:
@@ -642,16 +654,16 @@ class AgentPolicy:
         # action wrappers that need the state map from the acting env's info instead
         self._act_fns = action_mappers(template)
         self._maskable = type(model).__name__ == "MaskablePPO"
-        # an action wrapper whose actions are all valid (BinaryAction, AdmitFraction): the
-        # model's mask is all ones, of its action space's size, not the env's info mask
-        self._all_valid = next(
-            (
-                int(cast(Any, w.action_space).n)  # Discrete: these wrappers' spaces
-                for w in reversed(chain)
-                if isinstance(w, gym.ActionWrapper) and getattr(type(w), "always_valid", False)
-            ),
-            None,
-        )
+        # the model's mask from the acting env's info: the outermost action wrapper's
+        # (all ones where its actions are all valid: BinaryAction, AdmitFraction; its own
+        # mapping where it has one: FactoredAction), else the env's info mask
+        self._mask_of: Callable[[dict[str, Any]], np.ndarray] = lambda info: info["action_mask"]
+        outer = next((w for w in reversed(chain) if isinstance(w, gym.ActionWrapper)), None)
+        if outer is not None and getattr(type(outer), "always_valid", False):
+            ones = np.ones(int(cast(Any, outer.action_space).n), dtype=bool)
+            self._mask_of = lambda info: ones
+        elif outer is not None and hasattr(outer, "masks_from_info"):
+            self._mask_of = outer.masks_from_info
         self._norm = _obs_scaling(obs_normalizer)
         self._actor = NumpyActor.of(model) if deterministic else None
 
@@ -665,13 +677,8 @@ class AgentPolicy:
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Map the raw observation to the env's action."""
         o = self.observe(obs, info)
-        mask = None
-        if self._maskable:
-            mask = (
-                np.ones(self._all_valid, dtype=bool)
-                if self._all_valid is not None
-                else info["action_mask"]
-            )
+        mask = self._mask_of(info) if self._maskable else None
+        a: Any
         if self._actor is not None:
             a = self._actor.action(o, mask)
         elif self._recurrent:  # the LSTM state carries over from step to step
@@ -682,14 +689,24 @@ class AgentPolicy:
                 deterministic=self.deterministic,
             )
             self._episode_start = False
-            a = int(np.asarray(act).reshape(-1)[0])
+            a = self._model_action(act)
         elif mask is not None:
-            a = int(self.model.predict(o, deterministic=self.deterministic, action_masks=mask)[0])
+            a = self._model_action(
+                self.model.predict(o, deterministic=self.deterministic, action_masks=mask)[0]
+            )
         else:
-            a = int(self.model.predict(o, deterministic=self.deterministic)[0])
+            a = self._model_action(self.model.predict(o, deterministic=self.deterministic)[0])
         for fn in self._act_fns:
-            a = int(fn(a, info))
-        return a
+            a = fn(a, info)
+        return int(a)
+
+    def _model_action(self, act: Any) -> Any:
+        """One action of ``model.predict``'s output: an int, or a ``MultiDiscrete``
+        model's array of part indices."""
+        flat = np.asarray(act).reshape(-1)
+        if isinstance(self.model.action_space, gym.spaces.MultiDiscrete):
+            return flat.astype(np.int64)
+        return int(flat[0])
 
     def observe(self, obs: Any, info: dict[str, Any]) -> Any:
         """What the model is shown for the raw ``(obs, info)``: the run's observation

@@ -101,10 +101,10 @@ def check_teacher(spec: dict[str, Any], env: gym.Env, field: str = "warm_start")
     import baselines
 
     try:
-        if not isinstance(env.action_space, gym.spaces.Discrete):
+        if not isinstance(env.action_space, gym.spaces.Discrete | gym.spaces.MultiDiscrete):
             raise ValueError(
                 f"{field}: the env's actions are {env.action_space}: behaviour cloning "
-                "here needs discrete actions"
+                "here needs discrete actions (Discrete or MultiDiscrete)"
             )
         try:
             baselines.make(spec["policy"], env, **spec["params"])
@@ -146,23 +146,57 @@ def _view(env: gym.Env) -> TeacherView:
     return e
 
 
+def agent_actions(space: gym.Space) -> list[Any]:
+    """Every action of a ``Discrete`` (ints) or ``MultiDiscrete`` (index arrays) space."""
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return [np.array(i, dtype=np.int64) for i in np.ndindex(*space.nvec.tolist())]
+    return list(range(int(cast(Any, space).n)))
+
+
+def inverse_mapper(env: gym.Env) -> Any:
+    """``env_action -> agent action`` where every action wrapper of ``env``'s chain can
+    invert itself (``unflat``: :class:`batch_env.wrappers.FactoredAction`), composed;
+    ``None`` where one cannot (then :func:`label` searches the agent's actions)."""
+    inverses: list[Any] = []
+    e: Any = env
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, gym.ActionWrapper):
+            if not hasattr(e, "unflat"):
+                return None
+            inverses.append(e.unflat)
+        e = e.env
+    if not inverses:
+        return None
+
+    def inverse(a: int) -> Any:
+        x: Any = a
+        for f in reversed(inverses):  # innermost first
+            x = f(x)
+        return x
+
+    return inverse
+
+
 def label(
-    n_actions: int,
+    n_actions: int | np.integer | list[Any],
     mappers: list[Any],
     env_action: int,
     info: dict[str, Any],
     effective: Any = None,
-) -> tuple[int, bool]:
-    """The agent action (of ``n_actions``) that ``mappers`` (the action wrappers'
+) -> tuple[Any, bool]:
+    """The agent action (of ``n_actions``, a count or the list of
+    :func:`agent_actions`) that ``mappers`` (the action wrappers'
     mappings, outermost first: :func:`agents.common.action_mappers`) turn into an env
     action doing what ``env_action`` does, and True; where none
-    does, the one whose env action is nearest (the lowest on ties), and False.
+    does, the one whose env action is nearest (the first on ties), and False.
     ``effective(a)`` (the env's ``effective_action``, identity when None) says what an env
     action does in the current state: serving 32 from a queue of 10 serves 10."""
     eff = effective if effective is not None else int
     want = int(eff(env_action))
-    best, best_d = 0, math.inf
-    for a in range(n_actions):
+    actions = range(int(n_actions)) if isinstance(n_actions, int | np.integer) else n_actions
+    best: Any = actions[0]
+    best_d = math.inf
+    for a in actions:
         x: Any = a
         for m in mappers:
             x = m(x, info)
@@ -208,9 +242,10 @@ def warm_start(
 
     norm = venv if isinstance(venv, VecNormalize) else None
     lanes = cast(Any, norm.venv if norm is not None else venv).envs  # a DummyVecEnv's lanes
-    n_actions = int(venv.action_space.n)
+    candidates = agent_actions(venv.action_space)
     views = [_view(lane) for lane in lanes]
     mappers = [action_mappers(lane) for lane in lanes]
+    inverses = [inverse_mapper(lane) for lane in lanes]
     teachers = [baselines.make(spec["policy"], lane, **spec["params"]) for lane in lanes]
     effective = [getattr(lane.unwrapped, "effective_action", None) for lane in lanes]
     n = len(lanes)
@@ -219,16 +254,20 @@ def warm_start(
     for t in teachers:
         t.reset()
     obs_raw: list[np.ndarray] = []
-    acts = np.zeros((T, n), dtype=np.int64)
+    acts = np.zeros((T, n, *venv.action_space.shape), dtype=np.int64)
     rews = np.zeros((T, n))
     cuts = np.zeros((T, n), dtype=bool)
     exact = 0
     for step in range(T):
         for i in range(n):
             env_action = int(teachers[i].act(views[i].obs, views[i].info))
-            acts[step, i], ok = label(
-                n_actions, mappers[i], env_action, views[i].info, effective[i]
-            )
+            inv = inverses[i]
+            if inv is not None and effective[i] is None:  # exact: the wrappers invert
+                acts[step, i], ok = inv(env_action), True
+            else:
+                acts[step, i], ok = label(
+                    candidates, mappers[i], env_action, views[i].info, effective[i]
+                )
             exact += ok
         obs_raw.append(np.array(norm.get_original_obs() if norm is not None else o))
         o, rew, dones, _ = venv.step(acts[step])
@@ -245,7 +284,7 @@ def warm_start(
     policy = model.policy
     device = policy.device
     x = torch.as_tensor(obs.reshape(T * n, -1), dtype=torch.float32, device=device)
-    y = torch.as_tensor(acts.reshape(-1), device=device)
+    y = torch.as_tensor(acts.reshape(T * n, *acts.shape[2:]), device=device)
     v = torch.as_tensor(targets.reshape(-1), dtype=torch.float32, device=device)
     m = torch.as_tensor(valid.reshape(-1), device=device)
     opt = torch.optim.Adam(policy.parameters(), lr=LEARNING_RATE)
@@ -275,7 +314,12 @@ def warm_start(
     policy.set_training_mode(False)
     with torch.no_grad():
         same = sum(
-            int((policy.get_distribution(x[lo : lo + 4096]).mode() == y[lo : lo + 4096]).sum())
+            int(
+                (policy.get_distribution(x[lo : lo + 4096]).mode() == y[lo : lo + 4096])
+                .reshape(len(y[lo : lo + 4096]), -1)
+                .all(dim=1)
+                .sum()
+            )
             for lo in range(0, len(y), 4096)
         )
     agree = same / len(y)

@@ -37,7 +37,11 @@ RL (Tijms; Das, Gosavi et al. 1999, "SMART"):
   action whatever the queue, where the env's ``Discrete(2 (B + 1))`` needs the exact
   ``k``. Graph batching without a window is the constant action "all, most advanced".
 
-All five preserve ``info`` (including ``info["serving"]``) and the action masks; with a
+* :class:`FactoredAction` offers an LLM env's action as its parts (``MultiDiscrete`` over
+  the cap, the token budget, the admission order and the SM clock), so that an agent
+  learns one head per part instead of one categorical over their product.
+
+All six preserve ``info`` (including ``info["serving"]``) and the action masks; with a
 gain curve the centring reads the load estimate at feature 2, which the others leave in
 place (they append).
 
@@ -67,6 +71,7 @@ from gymnasium.vector.utils import batch_space
 
 from .checks import check_number
 from .config import ServingConfig
+from .llm.actions import ActionCodec
 
 if TYPE_CHECKING:
     from .core import ServingCore
@@ -369,6 +374,101 @@ class AdmitFraction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
     def action_masks(self) -> np.ndarray:
         """Every action is valid."""
         return np.ones(self._n, dtype=bool)
+
+
+#: the parts of an LLM action, in :class:`FactoredAction`'s order
+ACTION_PARTS = ("cap", "budget", "order", "clock")
+
+
+class FactoredAction(gym.ActionWrapper, gym.utils.RecordConstructorArgs):
+    """An LLM env's action as its parts: ``MultiDiscrete`` over the cap, the token
+    budget, the admission order and the SM clock, each part with its own index.
+
+    The LLM envs (``LLMBatching-v0/v1/v2`` and their tasks) offer one flat ``Discrete``
+    action that is the product of these parts (:mod:`batch_env.llm.actions`); an agent
+    with one categorical head over it must learn 180 probabilities where four small heads
+    would do, and cannot tell a dangerous part (a cap of 1 starves the server) from a
+    harmless one. Here ``action[j]`` is the index of part :attr:`parts` ``[j]`` in the env's
+    lists (``grid``, ``budgets``, ``orders``, ``clocks``), so PPO and MaskablePPO learn
+    one head per part. Only the parts the env offers more than one value of are in the
+    space (``parts`` names them; the others stay at their only value, the clock at the
+    GPU's default where there is no clock grid). DQN needs the flat action: leave it
+    unwrapped.
+
+    :meth:`action_masks` is one mask per part, concatenated (SB3-contrib's layout for
+    ``MultiDiscrete``): a value is allowed where some allowed flat action has it (the LLM
+    envs allow every action, so every mask is all true).
+
+    :param env: an LLM env (its ``unwrapped.actions`` is an
+        :class:`~batch_env.llm.actions.ActionCodec`).
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ActionWrapper.__init__(self, env)
+        codec = getattr(env.unwrapped, "actions", None)
+        if not isinstance(codec, ActionCodec):
+            raise ValueError(
+                f"env={env.unwrapped!r}: FactoredAction needs an LLM env (LLMBatching-v0/v1/v2 "
+                "or an LLM task), whose actions are a cap, a budget, an order and a clock"
+            )
+        self.codec = codec
+        sizes = (len(codec.grid), len(codec.budgets), len(codec.orders), codec.n_clocks)
+        #: the parts in the action, in order (those with more than one value)
+        self.parts: tuple[str, ...] = tuple(
+            p for p, n in zip(ACTION_PARTS, sizes, strict=True) if n > 1
+        ) or ("cap",)
+        self._where = [ACTION_PARTS.index(p) for p in self.parts]
+        self._sizes = sizes
+        self.action_space = spaces.MultiDiscrete([sizes[j] for j in self._where])
+
+    def flat(self, action: Any) -> int:
+        """The env's flat action of a factored ``action`` (one index per part of
+        :attr:`parts`); ``ValueError`` naming the part, its value and the allowed range."""
+        a = np.asarray(action)
+        if a.shape != (len(self.parts),):
+            raise ValueError(
+                f"action={action!r} must give {len(self.parts)} indices, one per part "
+                f"{list(self.parts)}"
+            )
+        idx = [0, 0, 0, self._sizes[3] - 1]  # the only value of each absent part
+        for name, j, x in zip(self.parts, self._where, a.tolist(), strict=True):
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < self._sizes[j]:
+                raise ValueError(
+                    f"action[{self.parts.index(name)}] ({name})={x!r} is out of range: "
+                    f"expected an integer in 0..{self._sizes[j] - 1}"
+                )
+            idx[j] = x
+        return self.codec.encode(idx[0], idx[1], idx[2], idx[3])
+
+    def unflat(self, flat: int) -> np.ndarray:
+        """The factored action of the env's flat action ``flat``."""
+        c, b, o = self.codec.indices(int(flat))
+        idx = (c, b, o, self.codec.clock_index(int(flat)))
+        return np.array([idx[j] for j in self._where], dtype=np.int64)
+
+    def action(self, action: Any) -> int:
+        """The env's flat action of a factored one (:meth:`flat`)."""
+        return self.flat(action)
+
+    def action_masks(self) -> np.ndarray:
+        """One mask per part, concatenated: a value is allowed where some allowed flat
+        action of the env has it."""
+        return self._part_masks(cast("Any", self.env.unwrapped).action_masks())
+
+    def masks_from_info(self, info: dict[str, Any]) -> np.ndarray:
+        """:meth:`action_masks` for a policy acting on another env, from its ``info``
+        (``info["action_mask"]``, the flat mask)."""
+        return self._part_masks(info["action_mask"])
+
+    def _part_masks(self, flat_mask: Any) -> np.ndarray:
+        """The per-part masks of a flat mask, concatenated."""
+        a = np.flatnonzero(np.asarray(flat_mask, dtype=bool))
+        ng, nb, no, _ = self._sizes
+        of_part = (a % ng, (a // ng) % nb, (a // (ng * nb)) % no, a // (ng * nb * no))
+        return np.concatenate(
+            [np.bincount(of_part[j], minlength=self._sizes[j]) > 0 for j in self._where]
+        )
 
 
 class QueueFeatures(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
