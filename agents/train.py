@@ -34,7 +34,6 @@ is checked before anything is written, and every file is written atomically.
 from __future__ import annotations
 
 import json
-import platform
 import re
 import shutil
 import sys
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from batch_env.provenance import provenance
 
 from .common import (
     ALGO_NAMES,
@@ -539,7 +540,9 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         "threads": st["threads"],
         "device": st["device"],
         "args": {},
-        "versions": _versions(),
+        # the machine, library versions and commit this run was created on
+        # (batch_env.provenance; docs/reproducibility.md)
+        **provenance(),
     }
     return run, st, cfg
 
@@ -707,6 +710,10 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
         if norm:
             venv = VecNormalize(venv, gamma=gamma, **norm_kwargs)
         where = f"hyperparameters of {st['algo']} ({st['hyperparams'] or 'agents/hyperparams/' + st['algo'] + '.yml'})"
+        # the initial weights on one thread: SB3's orthogonal initialization is a QR
+        # factorization (LAPACK), whose rounding depends on the thread count; with it on
+        # one thread, a seed trains the same model on any --threads (docs/reproducibility.md)
+        torch.set_num_threads(1)
         try:
             model = algo_class(cfg["algo"])(
                 cfg["policy"],
@@ -730,6 +737,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
                 f"{where} are refused by {st['algo']}: {type(exc).__name__}: "
                 f"{' '.join(str(exc).split())}"
             ) from None
+        torch.set_num_threads(st["threads"])
         run.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run / "config.yaml", yaml.safe_dump(cfg, sort_keys=False))
         if teach is not None:
@@ -879,22 +887,3 @@ def train_or_reuse(args: TrainArgs) -> Path:
             )
             shutil.rmtree(run)
     return train(args)
-
-
-def _versions() -> dict[str, str]:
-    import gymnasium
-    import numpy
-    import stable_baselines3
-    import torch
-
-    import batch_env
-
-    return {
-        "python": platform.python_version(),
-        "batch_env": batch_env.__version__,
-        "stable_baselines3": str(stable_baselines3.__version__),
-        "torch": str(torch.__version__),
-        "gymnasium": gymnasium.__version__,
-        "numpy": numpy.__version__,
-        "platform": platform.platform(),
-    }

@@ -34,6 +34,7 @@ from agents.common import check_int
 from baselines.common import env_config
 from baselines.smdp import SMDPPolicy
 from batch_env.evaluate import ci95_half_width
+from batch_env.provenance import provenance, provenance_line
 from batch_env.workload import datasets as data
 from experiments.harness.options import add_config, add_json, add_results_dir, count
 from experiments.harness.strict_json import dumps
@@ -147,7 +148,7 @@ def run_agents_experiment(
     :param task_entries: only these entries of the config's ``tasks`` (default: all; none
         when only ``settings`` is given).
     """
-    from .agents_tasks import run_entries
+    from .agents_tasks import aggregates, run_entries
 
     cfg = load_agents_config(config)
     names = _chosen(settings, task_entries, list(cfg["settings"]), "settings")
@@ -159,11 +160,13 @@ def run_agents_experiment(
         results["settings"] = _run_settings(cfg, names, root, workers)
     if task_names:
         results["tasks"] = run_entries(cfg, task_names, root, workers)
+        results["aggregates"] = aggregates(cfg, results["tasks"])
     out = Path(results_dir) / cfg["name"]
     out.mkdir(parents=True, exist_ok=True)
     _keep_earlier(results, out / "summary.json")
+    results["provenance"] = provenance()
     (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
-    md = _markdown(results)
+    md = _markdown(results) + "\n" + provenance_line(results["provenance"]) + "\n"
     (out / "summary.md").write_text(md)
     if results["settings"]:
         _plot(results, out / "gaps.png")

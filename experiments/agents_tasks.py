@@ -69,7 +69,7 @@ from batch_env import tasks
 from .harness.backends import process_pool
 from .harness.config import check_mapping
 from .harness.report import md_table, pm_fixed, pyplot, save_figure
-from .harness.stats import ci_half_width, gap_closed, grouped_mean, mean_ci
+from .harness.stats import aggregate_scores, ci_half_width, gap_closed, grouped_mean, mean_ci
 from .harness.store import Store, digest
 
 #: what happens to a damaged evaluation file (the store's damage policy)
@@ -89,6 +89,7 @@ ENTRY_KEYS = {
     "keep_best",
     "eval_freq",
     "eval_episodes",
+    "method",
 }
 CHECK_KEYS = {"loads", "seeds", "horizon_requests", "env_kwargs", "baselines", "gap"}
 #: the check keys that say which episodes run (the rest, baselines and gap, only what is
@@ -698,6 +699,81 @@ def _warm_note(entry: dict[str, Any], cfg: dict[str, Any]) -> str:
     )
 
 
+def method_of(cfg: dict[str, Any], name: str) -> str:
+    """The training method entry ``name``'s runs are aggregated under across tasks: its
+    ``method`` where given, else the algorithm with what else the entry changes (warm
+    start, hyperparameter file, training env kwargs, steps)."""
+    e = cfg["tasks"][name]
+    if "method" in e:
+        return str(e["method"])
+    label = str(e.get("algo", cfg.get("algo", "ppo")))
+    if e.get("warm_start"):
+        label += f", warm start from {e['warm_start']['policy']}"
+    if "hyperparams" in e:
+        label += f", {Path(str(e['hyperparams'])).name}"
+    if e.get("train_env_kwargs"):
+        label += f", train env {e['train_env_kwargs']}"
+    if "n_timesteps" in e:
+        label += f", {int(e['n_timesteps']):,} steps"
+    return label
+
+
+def aggregates(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per training method (:func:`method_of`), the aggregates of its runs' normalized
+    scores over the tasks it ran on (:func:`experiments.harness.stats.aggregate_scores`:
+    IQM, mean, median, optimality gap with stratified-bootstrap CIs), from each entry's
+    protocol; runs that diverged in training are not among them and are counted."""
+    groups: dict[str, dict[str, list[float]]] = {}
+    gone: dict[str, int] = {}
+    for n, row in rows.items():
+        per_run = (row.get("protocol") or {}).get("per_run", [])
+        scores = [r.get("normalized_score") for r in per_run]
+        if not scores or any(x is None for x in scores):
+            continue
+        m = method_of(cfg, n)
+        groups.setdefault(m, {}).setdefault(row["task"], []).extend(float(x) for x in scores)
+        gone[m] = gone.get(m, 0) + len(row.get("diverged", []))
+    return {
+        m: {**aggregate_scores(per_task), "tasks": sorted(per_task), "diverged": gone[m]}
+        for m, per_task in groups.items()
+    }
+
+
+def _aggregate_lines(agg: dict[str, Any]) -> list[str]:
+    """The aggregate table under the tasks' table."""
+    if not agg:
+        return []
+
+    def cell(a: dict[str, float]) -> str:
+        return f"{a['value']:.3f} [{a['low']:.3f}, {a['high']:.3f}]"
+
+    table = [
+        (
+            m,
+            ", ".join(f"`{t.removeprefix('batch_env/')}`" for t in a["tasks"]),
+            f"{a['n']['runs']}" + (f" (+{a['diverged']} diverged)" if a["diverged"] else ""),
+            cell(a["IQM"]),
+            cell(a["mean"]),
+            cell(a["median"]),
+            cell(a["optimality gap"]),
+        )
+        for m, a in agg.items()
+    ]
+    return [
+        "",
+        "### Aggregates over tasks",
+        "",
+        "Each training method's runs pooled over the tasks it ran on, as RL papers report "
+        "them (Agarwal et al. 2021, rliable's metrics): the interquartile mean, mean and "
+        "median of the runs' normalized scores on the protocols, and the optimality gap "
+        "(mean shortfall below 1), each with a 95% percentile interval from 2,000 "
+        "stratified bootstrap resamples (runs drawn with replacement within each task). "
+        "Runs that diverged in training are not among the runs.",
+        "",
+        *md_table(("method", "tasks", "runs", "IQM", "mean", "median", "optimality gap"), table),
+    ]
+
+
 def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
     """The tasks' tables: the protocol figures, then each check."""
     if not rows:
@@ -769,6 +845,7 @@ def markdown(cfg: dict[str, Any], rows: dict[str, dict[str, Any]]) -> list[str]:
         ),
         table,
     )
+    lines += _aggregate_lines(aggregates(cfg, rows))
     if gone_lines:
         lines += [
             "",

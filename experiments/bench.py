@@ -58,7 +58,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -76,6 +75,7 @@ from agents.common import algo_kwargs as algo_kwargs_of
 from agents.common import literal, load_hyperparams, make_env, wrapper_specs
 from baselines.common import env_config
 from baselines.smdp import SMDPProblem, solve, transformed_mdp
+from batch_env.provenance import provenance
 from batch_env.tasks import TASKS
 from batch_env.tasks import make_args as make_task_args
 from experiments.harness.backends import INSTALL_HINT
@@ -84,25 +84,17 @@ from experiments.harness.strict_json import dumps
 
 
 def machine_description() -> dict[str, Any]:
-    """Python, NumPy, Gymnasium versions, CPU model and count, for benchmark records."""
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-
+    """The machine, library versions and commit (:func:`batch_env.provenance.provenance`),
+    flattened as benchmark records have them: ``cpu``, ``cpu_count``, ``python``, ...,
+    the versions, and ``source``."""
+    p = provenance()
     return {
-        "python": platform.python_version(),
+        **p["machine"],
         "numpy": np.__version__,
         "gymnasium": gym.__version__,
         "batch_env": batch_env.__version__,
-        "platform": platform.platform(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
+        "versions": p["versions"],
+        "source": p["source"],
     }
 
 

@@ -32,6 +32,7 @@ from agents.policy import parse_policy_spec, read_run_config
 from baselines.smdp import SMDPProblem, gains_at_loads, solve
 from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
 from batch_env import tasks
+from batch_env.provenance import provenance
 from experiments.harness.options import add_json, count
 from experiments.harness.strict_json import dumps
 
@@ -832,6 +833,7 @@ def compute_references(
         if "bound_reward_rate_per_s" not in entry:
             entry.update(_best_beats_greedy(entry, task))
         entry["protocol"] = {"seeds": list(task.seeds), "horizon_requests": task.horizon_requests}
+        entry["provenance"] = provenance()  # where this task's figures were measured
         data[tid] = entry
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data

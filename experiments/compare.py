@@ -67,6 +67,7 @@ from baselines.common import env_config
 from baselines.smdp import SMDPProblem, solve
 from batch_env.evaluate import EvaluationResult, Policy, paired_difference
 from batch_env.metrics import HEADLINE_KEYS
+from batch_env.provenance import provenance_line
 from experiments.harness.options import (
     add_backend_args,
     add_json,
@@ -639,7 +640,7 @@ def write_outputs(
                     ),
                 ),
             ]
-    markdown = "\n".join(lines) + "\n"
+    markdown = "\n".join([*lines, "", provenance_line()]) + "\n"
     (out / "summary.md").write_text(markdown)
     if plots:
         _plots(cfg, rows, records, out)

@@ -31,6 +31,7 @@ import gymnasium as gym
 
 import baselines
 import batch_env
+from batch_env.provenance import provenance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -170,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         (out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
     result["total_s"] = time.perf_counter() - t_start
+    result["provenance"] = provenance()
     (out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
     print(f"wrote {out}/gpu_check.json in {result['total_s']:.0f} s", flush=True)
     return 0

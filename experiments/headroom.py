@@ -46,6 +46,7 @@ import gymnasium as gym
 import numpy as np
 
 from batch_env import tasks
+from batch_env.provenance import provenance, provenance_line
 from experiments.benchmark import TUNING_SEEDS, run_protocol
 from experiments.harness.options import count
 from experiments.harness.report import md_table
@@ -373,7 +374,14 @@ def format_table(results: list[dict[str, Any]]) -> str:
         "planner ms/decision",
         "episodes (constants; planners)",
     ]
-    return "\n".join(md_table(header, rows))
+    where = sorted(
+        {
+            r["task"].removeprefix("batch_env/") + ": " + provenance_line(r["provenance"])
+            for r in results
+            if "provenance" in r
+        }
+    )
+    return "\n".join(md_table(header, rows) + ([""] + [f"- {w}" for w in where] if where else []))
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:
@@ -405,6 +413,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
             tuning=args.tuning_seeds,
             log=print,
         )
+        r["provenance"] = provenance()
         (out_dir / f"{t.removeprefix('batch_env/')}.json").write_text(dumps(r, indent=1) + "\n")
         results.append(r)
     every = sorted(out_dir.glob("*.json"))

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from batch_env.provenance import provenance, provenance_line
 from experiments.harness.options import add_config, add_json, add_results_dir
 from experiments.harness.strict_json import dumps
 
@@ -233,9 +234,12 @@ def write_ratios(cfg: dict[str, Any], rat: dict[str, Any], paper: dict[str, Any]
                 ),
             ),
         ]
-    md = "\n".join(lines) + "\n"
+    where = provenance()
+    md = "\n".join([*lines, "", provenance_line(where)]) + "\n"
     (out / "ratios.md").write_text(md)
-    (out / "ratios.json").write_text(json.dumps({"paper": paper, **rat}, indent=2, default=str))
+    (out / "ratios.json").write_text(
+        json.dumps({"paper": paper, **rat, "provenance": where}, indent=2, default=str)
+    )
     plt = pyplot()
     if plt is None:
         return md

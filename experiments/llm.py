@@ -59,6 +59,7 @@ from agents.policy import load_policy, read_run_config
 from batch_env import evaluate
 from batch_env.envs.llm_batching import LLMBatchingEnv
 from batch_env.evaluate import Policy
+from batch_env.provenance import provenance, provenance_line
 from batch_env.workload import datasets as data
 from experiments.harness.options import add_config, add_json, add_results_dir
 from experiments.harness.strict_json import dumps
@@ -369,8 +370,9 @@ def run_llm(
                     )
     results["seconds"] = time.time() - t0
     results["gains"] = gains(cfg, results["cells"])
+    results["provenance"] = provenance()
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
-    md = markdown(cfg, results)
+    md = markdown(cfg, results) + "\n" + provenance_line(results["provenance"]) + "\n"
     (out / "summary.md").write_text(md)
     plots(cfg, results, out)
     return {**results, "markdown": md, "dir": str(out)}

@@ -79,6 +79,7 @@ import baselines
 import batch_env
 from agents.common import check_device
 from batch_env.profiles.batch_profile import Profile
+from batch_env.provenance import provenance, provenance_line
 from batch_env.real.spec import ModelSpec
 from experiments.harness.config import parse_mapping
 from experiments.harness.options import add_json, check_folder, count, positive
@@ -154,6 +155,8 @@ def run_roundtrip(
             row[f"{k}_median"] = float(np.median([c["rows"][i][k] for c in cycles]))
     result["repeats"] = repeats
     md = _summary_markdown(result, cycles, load, horizon_requests, episodes, min_time_s, repeats)
+    result["provenance"] = provenance()
+    md += "\n" + provenance_line(result["provenance"]) + "\n"
     (Path(out) / "roundtrip.md").write_text(md)
     (Path(out) / "roundtrip.json").write_text(
         json.dumps({k: v for k, v in result.items() if k != "markdown"}, indent=1, default=str)

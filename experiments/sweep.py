@@ -62,6 +62,7 @@ import yaml
 import batch_env
 from agents.common import ALGO_NAMES, hyperparameter_names, load_hyperparams, model_file_info
 from agents.files import atomic_write_text, set_aside
+from batch_env.provenance import provenance, provenance_line
 from experiments.harness.backends import check_backend, guarded, ray_session, require_ray, run_tasks
 from experiments.harness.config import check_mapping, check_name, read_yaml_config
 from experiments.harness.report import md_table
@@ -622,7 +623,7 @@ def summarize(
         "trials": rows,
         "failed": [{"trial": r["trial"], "error": r["error"]} for r in failed],
         "tensorboard": f"tensorboard --logdir {root / 'trials'}",
-    }
+    } | {"provenance": provenance()}
     (root / "summary.json").write_text(dumps(summary, indent=1) + "\n")
     with open(root / "summary.csv", "w", newline="") as f:
         w = csv.writer(f)
@@ -712,7 +713,12 @@ def summarize(
                 ),
             ),
         ]
-    lines += ["", f"TensorBoard: `{summary['tensorboard']}`"]
+    lines += [
+        "",
+        f"TensorBoard: `{summary['tensorboard']}`",
+        "",
+        provenance_line(summary["provenance"]),
+    ]
     summary["markdown"] = "\n".join(lines) + "\n"
     (root / "summary.md").write_text(summary["markdown"])
     return summary

@@ -445,3 +445,77 @@ def test_check_baseline_envs_and_the_gap_closed(tmp_path):
     bad_env.pop("gap")
     with pytest.raises(ValueError, match=r"t: env_kwargs=\[1\] must be a mapping"):
         check_entry("e", {"task": "batch_env/Bursty-v0", "check": bad_env}, tmp_path)
+
+
+def test_iqm_and_the_stratified_bootstrap_follow_rliables_definitions():
+    """IQM is the mean of the middle half (rliable: scipy's trim_mean at 0.25); the
+    optimality gap the mean shortfall below 1; the stratified bootstrap keeps every task
+    in every resample with its own number of runs, so a task whose runs agree adds no
+    spread, and identical runs everywhere give a zero-width interval."""
+    from experiments.harness.stats import aggregate_scores, iqm, stratified_bootstrap
+
+    assert iqm([1, 2, 3, 4, 5, 6, 7, 8]) == pytest.approx(4.5)
+    assert iqm([0.0, 10.0, 1.0, 1.0]) == pytest.approx(1.0)
+    agg = aggregate_scores({"a": [0.5, 0.5, 0.5], "b": [1.2, 1.2, 1.2]})
+    assert agg["IQM"] == {
+        "value": pytest.approx(0.85),
+        "low": pytest.approx(0.85),
+        "high": pytest.approx(0.85),
+    }
+    assert agg["optimality gap"]["value"] == pytest.approx(0.25)  # (0.5 + 0) / 2
+    assert agg["n"] == {"runs": 6, "tasks": 2}
+    # each resample has task a's 2 runs and task b's 3: the pooled count is fixed, and
+    # every resample's mean lies between what a's and b's runs allow
+    boot = stratified_bootstrap(
+        {"a": [0.0, 1.0], "b": [5.0, 5.0, 5.0]}, lambda x: [x.size, x.mean()], 500
+    )
+    assert set(boot[:, 0]) == {5.0}
+    assert boot[:, 1].min() >= 15 / 5 and boot[:, 1].max() <= 17 / 5
+    assert len(set(boot[:, 1].round(9))) == 3  # a contributes 0, 1 or 2
+    wide = aggregate_scores({"a": [0.1, 0.9, 0.2, 0.8], "b": [0.5, 0.6]})
+    assert wide["mean"]["low"] < wide["mean"]["value"] < wide["mean"]["high"]
+    with pytest.raises(ValueError, match=r"task 'b' has scores \[nan\]"):
+        aggregate_scores({"a": [0.1], "b": [float("nan")]})
+
+
+def test_aggregates_group_entries_by_method_over_tasks():
+    """Entries with the same method (the algorithm and what else they change, or their
+    ``method``) pool their runs' protocol scores over tasks; ablations without a protocol
+    and diverged runs are counted apart; the table follows the tasks' table."""
+    from experiments.agents_tasks import _aggregate_lines, aggregates, method_of
+
+    cfg = {
+        "algo": "ppo",
+        "tasks": {
+            "x": {"task": "batch_env/LLMTwoClasses-v0"},
+            "y": {"task": "batch_env/LLMClockBursts-v0"},
+            "y-warm": {
+                "task": "batch_env/LLMClockBursts-v0",
+                "warm_start": {"policy": "clock-queue"},
+            },
+            "z": {"task": "batch_env/LLMClockBursts-v0", "protocol": False, "method": "abl"},
+        },
+    }
+
+    def row(task, scores, diverged=0):
+        return {
+            "task": task,
+            "protocol": {"per_run": [{"normalized_score": s} for s in scores]},
+            "diverged": [{}] * diverged,
+        }
+
+    rows = {
+        "x": row("batch_env/LLMTwoClasses-v0", [0.2, 0.4, 0.6], diverged=1),
+        "y": row("batch_env/LLMClockBursts-v0", [0.8, 1.0]),
+        "y-warm": row("batch_env/LLMClockBursts-v0", [0.9, 0.95, 1.0]),
+        "z": {"task": "batch_env/LLMClockBursts-v0", "check": {}},
+    }
+    assert method_of(cfg, "x") == method_of(cfg, "y") == "ppo"
+    assert method_of(cfg, "y-warm") == "ppo, warm start from clock-queue"
+    assert method_of(cfg, "z") == "abl"
+    agg = aggregates(cfg, rows)
+    assert set(agg) == {"ppo", "ppo, warm start from clock-queue"}
+    assert agg["ppo"]["n"] == {"runs": 5, "tasks": 2} and agg["ppo"]["diverged"] == 1
+    assert agg["ppo"]["mean"]["value"] == pytest.approx(0.6)
+    lines = _aggregate_lines(agg)
+    assert any(line.startswith("| ppo |") and "5 (+1 diverged)" in line for line in lines)

@@ -54,6 +54,7 @@ import numpy as np
 from batch_env.evaluate import paired_difference
 from batch_env.profiles import load as load_profile
 from batch_env.profiles.parametric import node_family
+from batch_env.provenance import provenance, provenance_line
 from experiments.compare import record_result, run_compare
 from experiments.harness.report import md_table, pyplot, save_figure
 from experiments.harness.strict_json import strict
@@ -555,10 +556,14 @@ def run_lazybatching_map(
     out = Path(res["dir"])
     rows = lazy_points(g, res["records"])
     claims = lazy_claims(rows)
-    md = lazy_markdown(g, rows, claims)
+    where = provenance()
+    md = lazy_markdown(g, rows, claims) + "\n" + provenance_line(where) + "\n"
     (out / "map.md").write_text(md)
     (out / "map.json").write_text(
-        json.dumps(strict({"grid": g, "points": rows, "claims": claims}), allow_nan=False)
+        json.dumps(
+            strict({"grid": g, "points": rows, "claims": claims, "provenance": where}),
+            allow_nan=False,
+        )
     )
     for metric in ("latency_mean_ms", "latency_p99_ms", "sla_attainment"):
         for base in ("vs_graph_0", "vs_best"):

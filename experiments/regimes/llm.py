@@ -28,6 +28,7 @@ import numpy as np
 import baselines
 import batch_env
 from batch_env.profiles.llm_profile import load as load_llm
+from batch_env.provenance import provenance, provenance_line
 from experiments.compare import record_result, run_compare
 from experiments.harness.report import md_table, pct, pyplot, save_figure
 from experiments.harness.strict_json import strict
@@ -530,11 +531,15 @@ def run_llm_map(
         pt["probe_static_256_rps"] = scale
         points.append(pt)
     claims = llm_claims(g, points)
-    md = llm_markdown(g, points, claims)
+    where = provenance()
+    md = llm_markdown(g, points, claims) + "\n" + provenance_line(where) + "\n"
     out.mkdir(parents=True, exist_ok=True)
     (out / "map.md").write_text(md)
     (out / "map.json").write_text(
-        json.dumps(strict({"grid": g, "points": points, "claims": claims}), allow_nan=False)
+        json.dumps(
+            strict({"grid": g, "points": points, "claims": claims, "provenance": where}),
+            allow_nan=False,
+        )
     )
     llm_figures(g, points, out)
     return {

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from baselines.smdp import SMDPProblem, policy_gain, solve
+from batch_env.provenance import provenance, provenance_line
 from experiments.harness.report import md_table, pyplot, save_figure
 from experiments.harness.strict_json import strict
 
@@ -390,8 +391,11 @@ def run_smdp_map(
     claims = smdp_claims(data)
     out = Path(results_dir) / name
     out.mkdir(parents=True, exist_ok=True)
-    md = smdp_markdown(data, claims)
+    where = provenance()
+    md = smdp_markdown(data, claims) + "\n" + provenance_line(where) + "\n"
     (out / "smdp.md").write_text(md)
-    (out / "smdp.json").write_text(json.dumps(strict({**data, "claims": claims}), allow_nan=False))
+    (out / "smdp.json").write_text(
+        json.dumps(strict({**data, "claims": claims, "provenance": where}), allow_nan=False)
+    )
     smdp_figure(data, out / "smdp.png")
     return {"dir": str(out), "claims": claims, "markdown": md, **data}
