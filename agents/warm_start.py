@@ -22,6 +22,16 @@ also set the observation and reward normalization statistics; they are not count
 the share of exact labels, the cloned policy's agreement with the teacher on its own data,
 and the losses per epoch; TensorBoard gets them under ``tb/warm_start`` (``warm_start/*``).
 
+**Distillation** (``dagger: K``): after the first cloning, ``K`` rounds of DAgger (Ross,
+Gordon and Bagnell 2011): the clone acts (deterministically) for ``steps`` more env steps,
+the teacher labels every state the clone visits, and the clone is fitted again to all
+labels so far; the critic to the returns of the behaviour that earned them. This is how
+an expensive teacher, such as the realizable lookahead planner (``policy: rollout``),
+becomes a fast network: ``warm_start.json`` records each round (who acted, the clone's
+agreement with the teacher on the states it visited before refitting, after) and the
+teacher's CPU seconds per label. ``keep_best`` then keeps the best evaluation of the RL
+that follows, the distilled clone at step 0 included.
+
 This is "kickstarting" an RL agent from a hand-written policy: the agent starts where the
 teacher is and RL moves it from there; ``docs/decisions.md`` ("Warm starts") says when we
 use it and how results are reported (the teacher, the cloned policy before RL and the
@@ -45,10 +55,12 @@ WARM_START_KEYS = {
     "policy": "the teacher: a baseline name (batch-env baselines --help lists them)",
     "params": "the teacher's parameters, a mapping [{}]",
     "steps": "env steps of teacher data [100000]",
-    "epochs": "passes of behaviour cloning over the data [10]",
+    "epochs": "passes of behaviour cloning over the data [10] (each round, over all of it)",
+    "dagger": "DAgger rounds after the first cloning [0]: the clone acts for as many steps, "
+    "the teacher labels the states it visits, the clone is fitted to every label so far",
 }
 #: defaults of the optional keys
-WARM_START_DEFAULTS: dict[str, Any] = {"params": {}, "steps": 100_000, "epochs": 10}
+WARM_START_DEFAULTS: dict[str, Any] = {"params": {}, "steps": 100_000, "epochs": 10, "dagger": 0}
 #: algorithms whose policies clone (an actor-critic with a distribution over actions)
 WARM_START_ALGOS = ("ppo", "a2c", "ppo_mask")
 #: the dotted path of :class:`TeacherView` (the innermost wrapper of a warm-started run)
@@ -90,6 +102,7 @@ def check_warm_start(value: Any, field: str = "warm_start") -> dict[str, Any] | 
         )
     check_int(f"{field}: steps", out["steps"], 1)
     check_int(f"{field}: epochs", out["epochs"], 1)
+    check_int(f"{field}: dagger", out["dagger"], 0)
     out["params"] = dict(out["params"])
     return out
 
@@ -234,7 +247,10 @@ def warm_start(
 ) -> dict[str, Any]:
     """Collect ``spec['steps']`` env steps of the teacher on ``venv`` (a ``DummyVecEnv``,
     optionally under ``VecNormalize``, whose lanes have a :class:`TeacherView`), clone it
-    into ``model``'s policy, write ``warm_start.json`` in ``run`` and return its record."""
+    into ``model``'s policy; then ``spec['dagger']`` rounds of DAgger, each collecting as
+    many steps with the clone acting and the teacher labelling the states it visits, and
+    fitting the clone to every label so far; write ``warm_start.json`` in ``run`` and
+    return its record."""
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -242,25 +258,82 @@ def warm_start(
 
     norm = venv if isinstance(venv, VecNormalize) else None
     lanes = cast(Any, norm.venv if norm is not None else venv).envs  # a DummyVecEnv's lanes
+    teachers = [baselines.make(spec["policy"], lane, **spec["params"]) for lane in lanes]
+    n = len(lanes)
+    T = max(spec["steps"] // n, 1)
+    skip = int(math.ceil(VALUE_CUT_HORIZONS / max(1.0 - gamma, 1e-9)))
+    gen = torch.Generator().manual_seed(int(model.seed or 0))
+    opt = torch.optim.Adam(model.policy.parameters(), lr=LEARNING_RATE)
+    o = venv.reset()
+    for t in teachers:
+        t.reset()
+    rounds: list[dict[str, Any]] = []
+    data: list[dict[str, Any]] = []
+    history: list[dict[str, float]] = []
+    for r in range(1 + spec["dagger"]):
+        part, o = _collect(model, venv, norm, lanes, teachers, o, T, learner=r > 0)
+        data.append(part)
+        fit = _fit(model, data, norm, gamma, skip, spec["epochs"], opt, gen)
+        history += fit["epochs_log"]
+        rounds.append(
+            {
+                "round": r,
+                "acting": "learner" if r else "teacher",
+                "samples": int(T * n),
+                "labels_exact": part["exact"] / (T * n),
+                "teacher_s_per_label": part["teacher_s"] / (T * n),
+                "learner_agrees_with_teacher": part.get("agree"),
+                "agreement_after_fit": fit["agreement"],
+            }
+        )
+    record = {
+        **{k: spec[k] for k in WARM_START_KEYS},
+        "samples": int(T * n * len(rounds)),
+        "labels_exact": sum(x["labels_exact"] for x in rounds) / len(rounds),
+        "agreement": rounds[-1]["agreement_after_fit"],
+        "value_samples": fit["value_samples"],
+        "teacher_s_per_label": sum(x["teacher_s_per_label"] for x in rounds) / len(rounds),
+        "rounds": rounds,
+        "epochs_log": history,
+    }
+    (run / "warm_start.json").write_text(json.dumps(record, indent=1))
+    _log(run, record)
+    return record
+
+
+def _collect(
+    model: Any,
+    venv: Any,
+    norm: Any,
+    lanes: list[Any],
+    teachers: list[Any],
+    o: Any,
+    T: int,
+    learner: bool,
+) -> tuple[dict[str, Any], Any]:
+    """``T`` steps of every lane with the teacher's labels: the teacher acting, or (with
+    ``learner``) the model's deterministic action acting (DAgger). Returns the data and
+    the last observation."""
+    import time
+
     candidates = agent_actions(venv.action_space)
     views = [_view(lane) for lane in lanes]
     mappers = [action_mappers(lane) for lane in lanes]
     inverses = [inverse_mapper(lane) for lane in lanes]
-    teachers = [baselines.make(spec["policy"], lane, **spec["params"]) for lane in lanes]
     effective = [getattr(lane.unwrapped, "effective_action", None) for lane in lanes]
     n = len(lanes)
-    T = max(spec["steps"] // n, 1)
-    o = venv.reset()
-    for t in teachers:
-        t.reset()
+    shape = venv.action_space.shape
     obs_raw: list[np.ndarray] = []
-    acts = np.zeros((T, n, *venv.action_space.shape), dtype=np.int64)
+    acts = np.zeros((T, n, *shape), dtype=np.int64)
     rews = np.zeros((T, n))
     cuts = np.zeros((T, n), dtype=bool)
-    exact = 0
+    exact, agree, teacher_s = 0, 0, 0.0
+    maskable = type(model).__name__ == "MaskablePPO"
     for step in range(T):
         for i in range(n):
+            t0 = time.perf_counter()
             env_action = int(teachers[i].act(views[i].obs, views[i].info))
+            teacher_s += time.perf_counter() - t0
             inv = inverses[i]
             if inv is not None and effective[i] is None:  # exact: the wrappers invert
                 acts[step, i], ok = inv(env_action), True
@@ -270,28 +343,69 @@ def warm_start(
                 )
             exact += ok
         obs_raw.append(np.array(norm.get_original_obs() if norm is not None else o))
-        o, rew, dones, _ = venv.step(acts[step])
+        played = acts[step]
+        if learner:
+            kw = {}
+            if maskable:
+                from sb3_contrib.common.maskable.utils import get_action_masks
+
+                kw["action_masks"] = get_action_masks(venv)
+            played = np.asarray(model.predict(o, deterministic=True, **kw)[0]).reshape(
+                acts[step].shape
+            )
+            agree += int((played == acts[step]).reshape(n, -1).all(axis=1).sum())
+        o, rew, dones, _ = venv.step(played)
         rews[step] = norm.get_original_reward() if norm is not None else rew
         cuts[step] = dones
         for i in np.flatnonzero(dones).tolist():
             teachers[i].reset()
-    raw = np.stack(obs_raw)  # steps x lanes x features
-    obs = np.asarray(norm.normalize_obs(raw) if norm is not None else raw)
-    r = norm.normalize_reward(rews) if norm is not None else rews
-    skip = int(math.ceil(VALUE_CUT_HORIZONS / max(1.0 - gamma, 1e-9)))
-    targets, valid = discounted_targets(r, cuts, gamma, skip)
+    part: dict[str, Any] = {
+        "obs": np.stack(obs_raw),  # steps x lanes x features, raw
+        "acts": acts,
+        "rews": rews,
+        "cuts": cuts,
+        "exact": exact,
+        "teacher_s": teacher_s,
+    }
+    if learner:
+        part["agree"] = agree / (T * n)
+    return part, o
 
+
+def _fit(
+    model: Any,
+    data: list[dict[str, Any]],
+    norm: Any,
+    gamma: float,
+    skip: int,
+    epochs: int,
+    opt: Any,
+    gen: Any,
+) -> dict[str, Any]:
+    """``epochs`` passes over every label of ``data`` (observations normalized with the
+    current statistics): the actor by maximum likelihood, the critic by regression on
+    each part's discounted (normalized) rewards, as the behaviour that earned them."""
+    import torch
+
+    xs, ys, vs, ms = [], [], [], []
+    for part in data:
+        T, n = part["rews"].shape
+        obs = np.asarray(norm.normalize_obs(part["obs"]) if norm is not None else part["obs"])
+        r = norm.normalize_reward(part["rews"]) if norm is not None else part["rews"]
+        targets, valid = discounted_targets(r, part["cuts"], gamma, skip)
+        xs.append(obs.reshape(T * n, -1))
+        ys.append(part["acts"].reshape(T * n, *part["acts"].shape[2:]))
+        vs.append(targets.reshape(-1))
+        ms.append(valid.reshape(-1))
     policy = model.policy
     device = policy.device
-    x = torch.as_tensor(obs.reshape(T * n, -1), dtype=torch.float32, device=device)
-    y = torch.as_tensor(acts.reshape(T * n, *acts.shape[2:]), device=device)
-    v = torch.as_tensor(targets.reshape(-1), dtype=torch.float32, device=device)
-    m = torch.as_tensor(valid.reshape(-1), device=device)
-    opt = torch.optim.Adam(policy.parameters(), lr=LEARNING_RATE)
-    gen = torch.Generator().manual_seed(int(model.seed or 0))
+    x = torch.as_tensor(np.concatenate(xs), dtype=torch.float32, device=device)
+    y = torch.as_tensor(np.concatenate(ys), device=device)
+    v = torch.as_tensor(np.concatenate(vs), dtype=torch.float32, device=device)
+    m = torch.as_tensor(np.concatenate(ms), device=device)
     history = []
     policy.set_training_mode(True)
-    for _ in range(spec["epochs"]):
+    for _ in range(epochs):
         order = torch.randperm(len(y), generator=gen).to(device)
         pi_sum, v_sum, batches = 0.0, 0.0, 0
         for lo in range(0, len(y), BATCH_SIZE):
@@ -322,18 +436,7 @@ def warm_start(
             )
             for lo in range(0, len(y), 4096)
         )
-    agree = same / len(y)
-    record = {
-        **{k: spec[k] for k in WARM_START_KEYS},
-        "samples": int(T * n),
-        "labels_exact": exact / (T * n),
-        "agreement": agree,
-        "value_samples": int(valid.sum()),
-        "epochs_log": history,
-    }
-    (run / "warm_start.json").write_text(json.dumps(record, indent=1))
-    _log(run, record)
-    return record
+    return {"epochs_log": history, "agreement": same / len(y), "value_samples": int(m.sum())}
 
 
 def _log(run: Path, record: dict[str, Any]) -> None:

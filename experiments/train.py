@@ -422,9 +422,12 @@ def add_parser(sub: Any) -> None:
         default=None,
         metavar="YAML",
         help="clone a baseline before RL (agents.warm_start): '{policy: <baseline>, params: "
-        "{...}, steps: 100000, epochs: 10}' runs the baseline on the training envs for steps "
-        "env steps and fits the actor to its actions and the critic to its discounted "
-        f"rewards for epochs passes; writes warm_start.json in the run (default none{kept})",
+        "{...}, steps: 100000, epochs: 10, dagger: 0}' runs the baseline on the training envs "
+        "for steps env steps and fits the actor to its actions and the critic to its "
+        "discounted rewards for epochs passes; dagger: K then distils it (DAgger): K rounds "
+        "in which the clone acts for steps more steps, the baseline labels the states it "
+        "visits (e.g. policy: rollout, the lookahead planner) and the clone is fitted to "
+        f"every label; writes warm_start.json in the run (default none{kept})",
     )
     p.add_argument(
         "--keep-best",

@@ -336,7 +336,13 @@ def test_entry_warm_starts_are_checked(tmp_path):
 
     base = {"task": "batch_env/Bursty-v0", "check": {"seeds": [1]}}
     e = check_entry("e", {**base, "n_timesteps": 0, "warm_start": {"policy": "greedy"}}, tmp_path)
-    assert e["warm_start"] == {"policy": "greedy", "params": {}, "steps": 100000, "epochs": 10}
+    assert e["warm_start"] == {
+        "policy": "greedy",
+        "params": {},
+        "steps": 100000,
+        "epochs": 10,
+        "dagger": 0,
+    }
     cfg = {"algo": "ppo", "n_timesteps": 5, "tasks": {"e": e}}
     args = train_args(cfg, "e", 0, str(tmp_path / "r"))
     assert args.warm_start == e["warm_start"] and args.n_timesteps == 0

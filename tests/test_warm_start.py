@@ -51,6 +51,7 @@ def test_check_warm_start_fills_defaults_and_names_bad_values():
         "params": {},
         "steps": 100_000,
         "epochs": 10,
+        "dagger": 0,
     }
     for bad, match in [
         ("graph", "must be a mapping"),
@@ -59,6 +60,7 @@ def test_check_warm_start_fills_defaults_and_names_bad_values():
         ({"policy": "graph", "params": [1]}, r"params=\[1\] must be a mapping"),
         ({"policy": "graph", "steps": 0}, "steps"),
         ({"policy": "graph", "epochs": 1.5}, "epochs"),
+        ({"policy": "graph", "dagger": -1}, "dagger"),
         ({"policy": "graph", "teacher": 1}, r"unknown key\(s\) \['teacher'\]"),
     ]:
         with pytest.raises(ValueError, match=match):
