@@ -328,7 +328,9 @@ def _collect(
     rews = np.zeros((T, n))
     cuts = np.zeros((T, n), dtype=bool)
     exact, agree, teacher_s = 0, 0, 0.0
-    maskable = type(model).__name__ == "MaskablePPO"
+    masks_of: Any = None
+    if learner and type(model).__name__ == "MaskablePPO":
+        from sb3_contrib.common.maskable.utils import get_action_masks as masks_of
     for step in range(T):
         for i in range(n):
             t0 = time.perf_counter()
@@ -345,11 +347,7 @@ def _collect(
         obs_raw.append(np.array(norm.get_original_obs() if norm is not None else o))
         played = acts[step]
         if learner:
-            kw = {}
-            if maskable:
-                from sb3_contrib.common.maskable.utils import get_action_masks
-
-                kw["action_masks"] = get_action_masks(venv)
+            kw: dict[str, Any] = {} if masks_of is None else {"action_masks": masks_of(venv)}
             played = np.asarray(model.predict(o, deterministic=True, **kw)[0]).reshape(
                 acts[step].shape
             )

@@ -170,13 +170,8 @@ def _hyperparams(tmp_path: Path) -> str:
     return str(path)
 
 
-def test_a_factored_run_trains_loads_and_acts_on_the_flat_env(tmp_path):
-    """A PPO run through FactoredAction, warm-started from the clock rule (labels exact:
-    the wrapper inverts itself), loads as a policy on the raw env: it acts there as the
-    model's parts mapped to their flat action, and its episode runs to the end."""
-    import json
-
-    from agents import load_policy
+def _train(tmp_path: Path, steps: int, warm_start: dict) -> Path:
+    """A PPO run of ``steps`` on the clock task through FactoredAction, warm-started."""
     from agents.train import TrainArgs, train
 
     run = tmp_path / "run"
@@ -184,15 +179,27 @@ def test_a_factored_run_trains_loads_and_acts_on_the_flat_env(tmp_path):
         TrainArgs(
             algo="ppo",
             env_id=CLOCK_TASK,
-            n_timesteps=256,
+            n_timesteps=steps,
             seed=0,
             run_dir=str(run),
             progress=False,
             eval_freq=0,
             hyperparams=_hyperparams(tmp_path),
-            warm_start={"policy": "clock-queue", "steps": 300, "epochs": 2},
+            warm_start=warm_start,
         )
     )
+    return run
+
+
+def test_a_factored_run_trains_loads_and_acts_on_the_flat_env(tmp_path):
+    """A PPO run through FactoredAction, warm-started from the clock rule (labels exact:
+    the wrapper inverts itself), loads as a policy on the raw env: it acts there as the
+    model's parts mapped to their flat action, and its episode runs to the end."""
+    import json
+
+    from agents import load_policy
+
+    run = _train(tmp_path, 256, {"policy": "clock-queue", "steps": 300, "epochs": 2})
     ws = json.loads((run / "warm_start.json").read_text())
     assert ws["labels_exact"] == 1.0 and ws["samples"] == 300
     pol = load_policy(run)
@@ -222,29 +229,10 @@ def test_dagger_rounds_label_the_states_the_clone_visits(tmp_path):
     import json
 
     from agents import load_policy
-    from agents.train import TrainArgs, train
 
-    run = tmp_path / "run"
     rule = {"low_clock": 810, "high_clock": 1620, "budget": 512}
-    train(
-        TrainArgs(
-            algo="ppo",
-            env_id=CLOCK_TASK,
-            n_timesteps=0,
-            seed=0,
-            run_dir=str(run),
-            progress=False,
-            eval_freq=0,
-            hyperparams=_hyperparams(tmp_path),
-            warm_start={
-                "policy": "clock-queue",
-                "params": rule,
-                "steps": 1500,
-                "epochs": 5,
-                "dagger": 2,
-            },
-        )
-    )
+    ws = {"policy": "clock-queue", "params": rule, "steps": 1500, "epochs": 5, "dagger": 2}
+    run = _train(tmp_path, 0, ws)
     rec = json.loads((run / "warm_start.json").read_text())
     assert [r["acting"] for r in rec["rounds"]] == ["teacher", "learner", "learner"]
     assert rec["samples"] == 4500 and rec["labels_exact"] == 1.0
