@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
@@ -180,6 +180,90 @@ class Checkpoints(BaseCallback):
     def _on_step(self) -> bool:
         if self.n_calls % self.save_freq == 0:
             self.save_now()
+        return True
+
+
+class SemiMarkovDiscount(BaseCallback):
+    """Discount each step by the time it took: ``exp(-dt / horizon_s)``, not one ``gamma``
+    per step (an SMDP's discounting, Bradtke & Duff 1995), for on-policy algorithms
+    (PPO, A2C, MaskablePPO, RecurrentPPO).
+
+    A batching env's steps last from milliseconds (one decode iteration of a small batch)
+    to seconds (a whole batch or a long prefill). With one discount per step, a policy
+    that makes its steps short (a low cap on the LLM envs: 10 ms a step against 0.3-0.5 s
+    at vLLM's cap) also shortens, in seconds, the future it is charged for: the queue that
+    builds behind a low cap is discounted away, and learning that prefers short steps
+    makes itself ever more short-sighted (the collapse of docs/results/agents-llm.md).
+    Discounting by time keeps the horizon at ``horizon_s`` seconds whatever the policy does.
+
+    The callback records each step's ``info["dt_s"]`` and replaces the rollout buffer's
+    GAE with one whose discount at step t is ``exp(-dt_t / horizon_s)``; GAE's lambda stays
+    per step. SB3's bootstrap of a truncated episode's last reward keeps the algorithm's
+    ``gamma`` (one step per episode). The mean discount per step is logged as
+    ``train/step_discount``.
+
+    :param horizon_s: the discount's time constant in seconds (finite, > 0): a reward
+        ``horizon_s`` seconds ahead weighs ``1/e`` of one now.
+    """
+
+    def __init__(self, horizon_s: float) -> None:
+        super().__init__()
+        if (
+            isinstance(horizon_s, bool)
+            or not isinstance(horizon_s, (int, float))
+            or not math.isfinite(horizon_s)
+            or horizon_s <= 0
+        ):
+            raise ValueError(
+                f"SemiMarkovDiscount: horizon_s={horizon_s!r} is invalid: expected a finite number > 0 (seconds)"
+            )
+        self.horizon_s = float(horizon_s)
+        self.discounts: np.ndarray | None = None
+
+    def _on_training_start(self) -> None:
+        buf = getattr(self.model, "rollout_buffer", None)
+        if buf is None or not hasattr(buf, "gae_lambda"):
+            raise ValueError(
+                f"SemiMarkovDiscount: {type(self.model).__name__} has no on-policy rollout buffer; "
+                "it fits PPO, A2C, MaskablePPO and RecurrentPPO"
+            )
+        self.discounts = np.ones((buf.buffer_size, buf.n_envs), dtype=np.float32)
+        discounts = self.discounts
+
+        def compute_returns_and_advantage(last_values: Any, dones: np.ndarray) -> None:
+            # SB3's GAE (RolloutBuffer.compute_returns_and_advantage) with a discount per step
+            last = last_values.clone().cpu().numpy().flatten()
+            gae = np.zeros(buf.n_envs, dtype=np.float32)
+            for step in reversed(range(buf.buffer_size)):
+                if step == buf.buffer_size - 1:
+                    non_terminal, next_values = 1.0 - dones.astype(np.float32), last
+                else:
+                    non_terminal = 1.0 - buf.episode_starts[step + 1]
+                    next_values = buf.values[step + 1]
+                g = discounts[step]
+                delta = buf.rewards[step] + g * next_values * non_terminal - buf.values[step]
+                gae = delta + g * buf.gae_lambda * non_terminal * gae
+                buf.advantages[step] = gae
+            buf.returns = buf.advantages + buf.values
+
+        buf.compute_returns_and_advantage = compute_returns_and_advantage
+
+    def _on_step(self) -> bool:
+        assert self.discounts is not None
+        infos = self.locals.get("infos", [])
+        dts = []
+        for i, info in enumerate(infos):
+            dt = info.get("dt_s")
+            if not isinstance(dt, (int, float)) or not math.isfinite(dt) or dt < 0:
+                raise ValueError(
+                    f"SemiMarkovDiscount: env {i}'s step info has dt_s={dt!r}: expected the step's "
+                    "duration in seconds (a finite number >= 0), as the batching envs give"
+                )
+            dts.append(float(dt))
+        # the step is stored at the buffer's next position, after this call
+        pos = cast(Any, self.model).rollout_buffer.pos
+        self.discounts[pos] = np.exp(-np.asarray(dts) / self.horizon_s)
+        self.logger.record_mean("train/step_discount", float(self.discounts[pos].mean()))
         return True
 
 

@@ -403,13 +403,57 @@ def wrapper_specs(env_wrapper: Any) -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
-def import_class(path: str) -> Any:
+#: the callback every ``batch-env train`` run has (with the run's own arguments); a
+#: hyperparameter entry's ``callback`` may name it for rl-zoo3, and ``batch-env train``
+#: builds it itself
+SERVING_CALLBACK = "agents.callbacks.ServingMetricsCallback"
+
+
+def callback_specs(callback: Any) -> list[dict[str, Any]]:
+    """The callbacks a hyperparameter entry's ``callback`` (rl-zoo3's key: ``'module.Class'``,
+    ``{'module.Class': {kwargs}}`` or a list of them) adds to a ``batch-env train`` run, as
+    ``[{"class", "kwargs"}, ...]`` without :data:`SERVING_CALLBACK`; each is imported and
+    built once here, so that a bad name or argument is refused before a run starts.
+
+    :raises ValueError: naming the entry and why (not importable, not an SB3 callback,
+        arguments refused).
+    """
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    try:
+        specs = wrapper_specs(callback)
+    except ValueError:
+        raise ValueError(
+            f"callback entry {callback!r} is invalid: expected 'module.Class', "
+            "{'module.Class': {kwargs}} or a list of them"
+        ) from None
+    out = []
+    for path, kwargs in specs:
+        if path == SERVING_CALLBACK:
+            continue
+        cls = import_class(path, "callback")
+        if not (isinstance(cls, type) and issubclass(cls, BaseCallback)):
+            raise ValueError(f"callback {path!r} is not a stable_baselines3 BaseCallback")
+        try:
+            cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"callback {path!r} refuses its arguments {kwargs!r}: {exc}") from None
+        out.append({"class": path, "kwargs": kwargs})
+    return out
+
+
+def build_callbacks(specs: list[dict[str, Any]]) -> list[Any]:
+    """The callbacks of :func:`callback_specs`' list (a run's ``config.yaml`` ``callbacks``)."""
+    return [import_class(s["class"], "callback")(**(s.get("kwargs") or {})) for s in specs]
+
+
+def import_class(path: str, what: str = "env_wrapper") -> Any:
     """Import ``module.Class`` from its dotted path."""
     module, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as exc:
-        raise ValueError(f"env_wrapper {path!r} cannot be imported: {exc}") from None
+        raise ValueError(f"{what} {path!r} cannot be imported: {exc}") from None
 
 
 def env_parameters(env_id: str) -> list[Any]:

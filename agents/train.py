@@ -54,6 +54,8 @@ from .common import (
     algo_class,
     algo_kwargs,
     algo_misfit,
+    build_callbacks,
+    callback_specs,
     check_device,
     check_int,
     literal,
@@ -533,6 +535,8 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
         "algo_kwargs": {k: v for k, v in hp.items() if k not in ZOO_KEYS},
         "centering_gain": gain,
         "centering_mode": str(st["centering_gain"]),
+        # the entry's callbacks beside the ones every run has (e.g. SemiMarkovDiscount)
+        "callbacks": callback_specs(hp.get("callback")),
         "warm_start": st["warm_start"],
         "smdp_gain": smdp_gain_if_exact(st["env_id"], st["env_kwargs"]),
         "score_reference": score_reference(st["env_id"], st["env_kwargs"]),
@@ -775,6 +779,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
             keep_best=run / "best" if st["keep_best"] else None,
         )
         callbacks.append(evaluator)
+    callbacks += build_callbacks(cfg.get("callbacks") or [])
 
     # 5. train (nothing left to train still sets the callbacks up), then save everything the
     # folder needs to reproduce and reload the run: a final checkpoint first, so that a
