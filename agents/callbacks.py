@@ -489,9 +489,11 @@ class PeriodicEvaluation(BaseCallback):
                 )
         return self.max_steps
 
-    def compare_with_reference(self, score_reference: Any = None) -> dict[str, Any] | None:
-        """The last evaluation's deterministic agent (its stochastic one where the
-        deterministic episodes were cut: ``agent_mode``) against the env's reference baseline
+    def compare_with_reference(
+        self, score_reference: Any = None, mode: str | None = None
+    ) -> dict[str, Any] | None:
+        """The last evaluation's agent in ``mode`` (default: deterministic, its stochastic
+        one where the deterministic episodes were cut; ``agent_mode``) against the env's reference baseline
         on the same episodes (seeds and loads): greedy, or on an LLM env the static cap
         at ``max_num_seqs`` (vLLM's default), the policies the default centring gain and
         a task's normalized score start from. Returns ``{"policy", "reward_rate_per_s":
@@ -501,7 +503,8 @@ class PeriodicEvaluation(BaseCallback):
         task's span from greedy to its bound or best reference, an estimate of the
         score on these episodes (the protocol's figure: ``batch-env benchmark``); None
         on an env without a serving summary, or before any evaluation."""
-        mode = "deterministic" if self._last.get("deterministic") is not None else "stochastic"
+        if mode is None or self._last.get(mode) is None:
+            mode = "deterministic" if self._last.get("deterministic") is not None else "stochastic"
         agent = self._last.get(mode)  # the stochastic policy where the deterministic starved
         if agent is None or "reward_rate_per_s" not in agent.episodes[0]:
             return None
@@ -580,14 +583,37 @@ def unfinished(record: dict[str, Any]) -> dict[str, Any] | None:
     return det.get("unfinished") if isinstance(det, dict) else None
 
 
+#: the two ways a trained run may act: its policy's most likely action, or a draw from it
+ACTING_MODES = ("deterministic", "stochastic")
+
+
+def _mode_score(record: dict[str, Any], mode: str) -> float | None:
+    """A mode's mean reward rate per second in an evaluation record (its mean return on an
+    env without a serving summary); None where it was not run or its episodes were cut."""
+    r = record.get(mode)
+    if not isinstance(r, dict) or r.get("unfinished"):
+        return None
+    v = r.get("reward_rate_per_s", r.get("return"))
+    return None if v is None else float(v[0])
+
+
+def acting_mode(record: dict[str, Any]) -> str:
+    """The mode a run acts in, chosen on its own evaluation episodes (the training's
+    held-out seeds, not a benchmark's): ``stochastic`` where sampling the policy scored a
+    higher mean than its most likely action, or where only the deterministic episodes
+    were cut; else ``deterministic``. A policy PPO has not yet made confident is close to
+    uniform over actions that rarely matter; its most likely action is then an arbitrary
+    one, held at every step, while training only ever saw draws (docs/results/agents-llm.md)."""
+    det, sto = _mode_score(record, "deterministic"), _mode_score(record, "stochastic")
+    return "stochastic" if sto is not None and (det is None or sto > det) else "deterministic"
+
+
 def eval_score(record: dict[str, Any]) -> float:
-    """What ``keep_best`` maximises in an evaluation record: the deterministic policy's
-    mean reward rate per second (its mean return on an env without a serving summary);
-    minus infinity when its episodes were cut (:func:`unfinished`)."""
-    if unfinished(record):
-        return -math.inf
-    det = record["deterministic"]
-    return float(det["reward_rate_per_s"][0] if "reward_rate_per_s" in det else det["return"][0])
+    """What ``keep_best`` maximises in an evaluation record: the mean reward rate per
+    second (mean return on an env without a serving summary) of its :func:`acting_mode`;
+    minus infinity when the episodes of both modes were cut or skipped."""
+    score = _mode_score(record, acting_mode(record))
+    return -math.inf if score is None else score
 
 
 def _check_best(value: Any) -> None:

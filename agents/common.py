@@ -546,10 +546,14 @@ class NumpyActor:
 
     _ACTIVATIONS = {"Tanh": np.tanh, "ReLU": lambda x: np.maximum(x, 0), "Identity": None}
 
-    def __init__(self, layers: list[Any], sizes: tuple[int, ...] | None = None) -> None:
+    def __init__(
+        self, layers: list[Any], sizes: tuple[int, ...] | None = None, q_values: bool = False
+    ) -> None:
         self._layers = layers
         #: a ``MultiDiscrete`` policy's part sizes (its logits are one block per part)
         self._splits = None if sizes is None else np.cumsum(sizes)[:-1]
+        #: the network gives Q-values (DQN), not an actor's logits: nothing to sample
+        self.q_values = q_values
 
     @classmethod
     def of(cls, model: Any) -> NumpyActor | None:
@@ -573,7 +577,8 @@ class NumpyActor:
         policy = model.policy
         if hasattr(policy, "lstm_actor"):  # recurrent: the state is not ours to copy
             return None
-        if hasattr(policy, "q_net") and hasattr(policy.q_net, "q_net"):  # DQN
+        q_values = hasattr(policy, "q_net") and hasattr(policy.q_net, "q_net")
+        if q_values:  # DQN
             extractor = policy.q_net.features_extractor
             modules = list(policy.q_net.q_net)
         elif hasattr(policy, "mlp_extractor") and hasattr(policy, "action_net"):
@@ -602,7 +607,7 @@ class NumpyActor:
                     layers.append(fn)
             else:
                 return None
-        return cls(layers, sizes)
+        return cls(layers, sizes, q_values)
 
     def logits(self, obs: np.ndarray) -> np.ndarray:
         """The network's output (logits or Q-values) for one observation."""
@@ -625,6 +630,29 @@ class NumpyActor:
         if self._splits is None:
             return int(np.argmax(z))
         return np.array([int(np.argmax(b)) for b in np.split(z, self._splits)], dtype=np.int64)
+
+    def sample(
+        self, obs: np.ndarray, rng: np.random.Generator, mask: np.ndarray | None = None
+    ) -> Any:
+        """An action drawn from the actor's categorical distribution (one per part of a
+        ``MultiDiscrete`` policy) with ``rng``: the policy SB3 samples in training, drawn
+        from a generator the caller seeds (masked actions have probability 0)."""
+        if self.q_values:
+            raise ValueError(
+                "a Q-network (DQN) has no distribution to sample: act deterministically"
+            )
+        z = self.logits(obs).astype(np.float64)
+        if mask is not None:
+            z = np.where(np.asarray(mask, dtype=bool), z, -np.inf)
+        blocks = [z] if self._splits is None else np.split(z, self._splits)
+        picks = []
+        for b in blocks:
+            p = np.exp(b - b.max())
+            c = np.cumsum(p)
+            picks.append(
+                min(int(np.searchsorted(c, rng.random() * c[-1], side="right")), len(b) - 1)
+            )
+        return picks[0] if self._splits is None else np.array(picks, dtype=np.int64)
 
 
 class AgentPolicy:
@@ -709,14 +737,31 @@ class AgentPolicy:
         elif outer is not None and hasattr(outer, "masks_from_info"):
             self._mask_of = outer.masks_from_info
         self._norm = _obs_scaling(obs_normalizer)
-        self._actor = NumpyActor.of(model) if deterministic else None
+        actor = NumpyActor.of(model)
+        # sampled actions from the NumPy actor where it has a distribution (else SB3's
+        # predict, which samples with torch's global generator)
+        self._actor = actor if actor is not None and (deterministic or not actor.q_values) else None
+        self._rng = np.random.default_rng(0)
+        self._torch_state: Any = None
+        if not deterministic and self._actor is None:
+            import torch
 
-    def reset(self) -> None:
+            self._torch_state = torch.Generator().manual_seed(0).get_state()
+
+    def reset(self, seed: int | None = None) -> None:
         """A new episode: the stateful observation wrappers (and a recurrent policy's
-        state) restart at its first step."""
+        state) restart at its first step; ``seed`` (the episode's, which
+        :func:`batch_env.evaluate` passes) seeds a sampling policy's draws, so that a
+        stochastic agent's episode is reproducible (with the NumPy actor: MLP policies)."""
         self._first = True
         self._episode_start = True
         self._state = None
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            if not self.deterministic and self._actor is None:
+                import torch
+
+                self._torch_state = torch.Generator().manual_seed(seed).get_state()
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Map the raw observation to the env's action."""
@@ -724,25 +769,39 @@ class AgentPolicy:
         mask = self._mask_of(info) if self._maskable else None
         a: Any
         if self._actor is not None:
-            a = self._actor.action(o, mask)
-        elif self._recurrent:  # the LSTM state carries over from step to step
-            act, self._state = self.model.predict(
-                o,
-                state=self._state,
-                episode_start=np.array([self._episode_start]),
-                deterministic=self.deterministic,
-            )
-            self._episode_start = False
-            a = self._model_action(act)
-        elif mask is not None:
-            a = self._model_action(
-                self.model.predict(o, deterministic=self.deterministic, action_masks=mask)[0]
+            a = (
+                self._actor.action(o, mask)
+                if self.deterministic
+                else self._actor.sample(o, self._rng, mask)
             )
         else:
-            a = self._model_action(self.model.predict(o, deterministic=self.deterministic)[0])
+            a = self._predict(o, mask)
         for fn in self._act_fns:
             a = fn(a, info)
         return int(a)
+
+    def _predict(self, o: Any, mask: np.ndarray | None) -> Any:
+        """The action of ``model.predict`` (a recurrent policy carrying its LSTM state
+        from step to step); a sampling policy draws with its own torch generator state,
+        seeded by :meth:`reset`, leaving torch's global one as it was."""
+        import torch
+
+        kw: dict[str, Any] = {"deterministic": self.deterministic}
+        if mask is not None:
+            kw["action_masks"] = mask
+        if self._recurrent:
+            kw.update(state=self._state, episode_start=np.array([self._episode_start]))
+        if self.deterministic:
+            out = self.model.predict(o, **kw)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.set_rng_state(self._torch_state)
+                out = self.model.predict(o, **kw)
+                self._torch_state = torch.get_rng_state()
+        if self._recurrent:
+            self._state = out[1]
+            self._episode_start = False
+        return self._model_action(out[0])
 
     def _model_action(self, act: Any) -> Any:
         """One action of ``model.predict``'s output: an int, or a ``MultiDiscrete``

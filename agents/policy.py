@@ -12,6 +12,7 @@ too: its model ``<env name>.zip`` (the env id with ``/`` replaced by ``-``), and
 
 from __future__ import annotations
 
+import json
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -142,9 +143,42 @@ def read_zoo_run(run_dir: str | Path) -> dict[str, Any]:
     }
 
 
+def sampling_algo(algo: str) -> bool:
+    """Whether ``algo``'s policy is a distribution to act by drawing from (all but DQN)."""
+    return algo != "dqn"
+
+
+def run_acting_mode(run_dir: str | Path) -> str:
+    """How a finished run acts: ``final_evaluation.json``'s ``acting`` (the mode, most
+    likely action or a draw from the policy, that scored better on the run's own
+    evaluation episodes: :func:`agents.callbacks.acting_mode`), derived from its two
+    modes' figures for a run written before the key existed; ``deterministic`` for a run
+    without a final evaluation (trained with ``--eval-freq 0``, or rl-zoo3's) and for
+    DQN (whose sampled mode is epsilon-greedy exploration, not a policy)."""
+    from .callbacks import ACTING_MODES, acting_mode
+
+    path = Path(run_dir) / "final_evaluation.json"
+    if not path.is_file() or not sampling_algo(read_run_config(Path(run_dir))["algo"]):
+        return "deterministic"
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{str(path)!r} is unreadable or not JSON: {exc}") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"{str(path)!r} holds {type(record).__name__}, expected a JSON object")
+    mode = record.get("acting")
+    if mode is None:
+        return acting_mode(record)
+    if mode not in ACTING_MODES:
+        raise ValueError(
+            f"{str(path)!r}: acting={mode!r} is invalid: expected one of {ACTING_MODES}"
+        )
+    return str(mode)
+
+
 def load_policy(
     run_dir: str | Path,
-    deterministic: bool = True,
+    deterministic: bool | None = None,
     model_file: str | Path | None = None,
     device: str = "cpu",
     name: str | None = None,
@@ -152,7 +186,10 @@ def load_policy(
     """A trained agent as a ``reset()`` / ``act(obs, info)`` policy for the raw env.
 
     :param run_dir: the training run's directory (``batch-env train``'s or rl-zoo3's).
-    :param deterministic: greedy actions (default) or sampled ones.
+    :param deterministic: the policy's most likely actions (True) or draws from it
+        (False, seeded by each episode's seed); default: the run's own acting mode
+        (:func:`run_acting_mode`), the one its final evaluation scored better
+        (deterministic for a ``model_file``).
     :param model_file: a checkpoint to load instead of ``model.zip``.
     :param device: torch device for inference.
     :param name: label (default: ``<algo>:<run_dir>``).
@@ -196,6 +233,9 @@ def load_policy(
             )
         norm = load_normalizer(norm_path)
     specs = [(w["class"], dict(w.get("kwargs") or {})) for w in cfg["wrappers"]]
+    if deterministic is None:
+        # the final evaluation saw the run's model, not an earlier checkpoint's
+        deterministic = model_file is not None or run_acting_mode(run) == "deterministic"
     return AgentPolicy(
         model,
         cfg["env_id"],

@@ -813,13 +813,21 @@ def _final_evaluation(
     benchmark task's problem); with ``keep_best`` the best evaluation's model."""
     # stopped at a target: the model is the one that evaluation saw (a periodic
     # evaluation at the last step ran before that rollout's update: evaluate again)
+    from .callbacks import acting_mode
+    from .policy import sampling_algo
+
     final = evaluator.history[-1] if evaluator.stopped else evaluator.evaluate_now(final=True)
     if keep_best:
         final = _keep_best(run, evaluator, final, norm)
+    # how the run acts from now on (load_policy's default): the better mode on these episodes
+    final = {
+        **final,
+        "acting": acting_mode(final) if sampling_algo(cfg["algo"]) else "deterministic",
+    }
     kb = final.get("kept_best")
     if kb is None or (kb["timesteps"], kb["score"]) == (kb["final_timesteps"], kb["final_score"]):
         # the model evaluated last is the one saved: set it against greedy
-        reference = evaluator.compare_with_reference(cfg.get("score_reference"))
+        reference = evaluator.compare_with_reference(cfg.get("score_reference"), final["acting"])
         if reference is not None:
             if "normalized_score" in reference:
                 from batch_env.tasks import task_of

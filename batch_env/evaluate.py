@@ -25,6 +25,7 @@ or truncated) within ``max_steps``.
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -43,7 +44,8 @@ class Policy(Protocol):
     """What ``evaluate`` needs from a policy."""
 
     def reset(self) -> None:
-        """Forget any state from a previous episode."""
+        """Forget any state from a previous episode (a policy whose ``reset`` also takes
+        ``seed`` is given each episode's seed: a sampling agent seeds its draws with it)."""
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Choose an action from the observation and the info dict."""
@@ -318,8 +320,16 @@ def _run_episodes(
     from .core import ServingCore
 
     serving_env = isinstance(env.unwrapped, ServingCore)
+    # a policy whose reset takes the episode's seed (a sampling agent's draws) gets it
+    try:
+        seeded = "seed" in inspect.signature(policy.reset).parameters
+    except (TypeError, ValueError):
+        seeded = False
     for k, s in enumerate(seeds):
-        policy.reset()
+        if seeded:
+            policy.reset(seed=s)  # type: ignore[call-arg]
+        else:
+            policy.reset()
         obs, info = env.reset(seed=s, options=options[k])
         total = 0.0
         steps = 0

@@ -372,7 +372,13 @@ def _episodes_part(check: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def _model_digest(run: Path) -> str:
-    return digest((run / "model.zip").read_bytes())
+    """The run's model, and how it acts where it samples (agents.policy.run_acting_mode):
+    a cached evaluation of its most likely actions is not one of its draws."""
+    from agents.policy import run_acting_mode
+
+    model = digest((run / "model.zip").read_bytes())
+    mode = run_acting_mode(run)
+    return model if mode == "deterministic" else digest(model, mode)
 
 
 def _eval_job(job: tuple[str, str, Any, dict[str, Any] | None, str]) -> Any:

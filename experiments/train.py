@@ -165,6 +165,14 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
             )
         else:
             print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
+        sto = ev.get("stochastic") or {}
+        if ev.get("acting") == "stochastic" and "reward_rate_per_s" in sto:
+            m, h = sto["reward_rate_per_s"]
+            print(
+                f"stochastic evaluation (the policy sampling its actions, as in training): "
+                f"reward rate {m:.4g} ± {h:.2g} per second, better on these episodes: the run "
+                "acts by sampling (load_policy's default; final_evaluation.json's acting)"
+            )
     ref = ev.get("reference")
     if ref:
         d, dh = ref["difference"]
@@ -409,7 +417,10 @@ def add_parser(sub: Any) -> None:
         "--eval-freq",
         type=count(0),
         default=None,
-        help=f"evaluate every N steps, 0: never (default 50000{kept})",
+        help="evaluate every N steps, deterministic and sampled actions on held-out seeds, "
+        "and once at the end: the run then acts in the mode that scored better there "
+        "(final_evaluation.json's acting; load_policy's default); 0: never, the run acts "
+        f"deterministically (default 50000{kept})",
     )
     p.add_argument(
         "--eval-episodes",
@@ -432,8 +443,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--keep-best",
         action="store_true",
-        help="end with the model of the best periodic evaluation (deterministic reward rate on "
-        "the held-out evaluation seeds; the starting model, e.g. a --warm-start clone, included) "
+        help="end with the model of the best periodic evaluation (reward rate on the held-out "
+        "evaluation seeds, in the better of its two modes; the starting model, e.g. a "
+        "--warm-start clone, included) "
         "instead of the last; needs --eval-freq > 0; final_evaluation.json's kept_best says "
         f"which was kept (default off{kept})",
     )
