@@ -158,7 +158,11 @@ def run_acting_mode(run_dir: str | Path) -> str:
     from .callbacks import ACTING_MODES, acting_mode
 
     path = Path(run_dir) / "final_evaluation.json"
-    if not path.is_file() or not sampling_algo(read_run_config(Path(run_dir))["algo"]):
+    if not path.is_file():
+        return "deterministic"
+    if (Path(run_dir) / "config.yaml").is_file() and not sampling_algo(
+        read_run_config(Path(run_dir))["algo"]
+    ):
         return "deterministic"
     try:
         record = json.loads(path.read_text())

@@ -116,19 +116,19 @@ def diverged(run: str | Path) -> dict[str, Any] | None:
     """The figures of a run that diverged in training, or None.
 
     A run has diverged when its final evaluation (``final_evaluation.json``: the last
-    model, deterministic, on the training's evaluation episodes, paired with the task's
-    greedy and best reference there) has a normalized score below
-    :data:`DIVERGED_SCORE`: it costs more than greedy by ten times what separates greedy
-    from the best reference, e.g. a policy that holds the LLM cap at 1 and lets the queue
-    grow without bound. Such a run is not evaluated (neither on the protocol nor on a
-    check): its episodes would run to the task's step net, each step slower as the queue
-    grows (hours for a protocol); it is reported with these figures instead. A run whose
-    final evaluation's episodes did not even end within the evaluation's step bound
-    (``agents.callbacks.unfinished``) has diverged too (``unfinished`` says where it was
-    cut). A run without that record (a task without a score) is never counted as
-    diverged.
+    model, in the mode the run acts in (:func:`agents.policy.run_acting_mode`), on the
+    training's evaluation episodes, paired with the task's greedy and best reference
+    there) has a normalized score below :data:`DIVERGED_SCORE`: it costs more than
+    greedy by ten times what separates greedy from the best reference, e.g. a policy that
+    holds the LLM cap at 1 and lets the queue grow without bound. Such a run is not
+    evaluated (neither on the protocol nor on a check): its episodes would run to the
+    task's step net, each step slower as the queue grows (hours for a protocol); it is
+    reported with these figures instead. A run whose acting mode's episodes did not even
+    end within the evaluation's step bound (``agents.callbacks.unfinished``) has diverged
+    too (``unfinished`` says where it was cut). A run without that record (a task
+    without a score) is never counted as diverged.
     """
-    from agents.callbacks import unfinished
+    from agents.policy import read_run_config, run_acting_mode
 
     path = Path(run) / "final_evaluation.json"
     if not path.exists():
@@ -136,20 +136,38 @@ def diverged(run: str | Path) -> dict[str, Any] | None:
     rec = read_json(path, "evaluating the run as usual")
     if not isinstance(rec, dict):
         return None
-    cut = unfinished(rec)
-    if cut:
-        return {"run": str(run), "timesteps": rec.get("timesteps"), "unfinished": cut}
+    mode = run_acting_mode(run)
+    figures = rec.get(mode)
+    if not isinstance(figures, dict):
+        return None
+    if figures.get("unfinished"):
+        return {
+            "run": str(run),
+            "timesteps": rec.get("timesteps"),
+            "acting": mode,
+            "unfinished": figures["unfinished"],
+        }
     ref = rec.get("reference") or {}
     score = ref.get("normalized_score")
-    if not isinstance(score, (int, float)) or not score < DIVERGED_SCORE:
+    if not isinstance(score, (int, float)) or "reward_rate_per_s" not in figures:
+        return None
+    compared = ref.get("agent_mode", "deterministic")
+    if compared != mode:  # a run written before the acting mode: its reference is the other's
+        low, top = read_run_config(run).get("score_reference") or (0.0, 0.0)
+        if top == low:
+            return None
+        other = rec[compared]["reward_rate_per_s"][0]
+        score = score + (figures["reward_rate_per_s"][0] - other) / (top - low)
+    if not score < DIVERGED_SCORE:
         return None
     return {
         "run": str(run),
         "timesteps": rec.get("timesteps"),
+        "acting": mode,
         "normalized_score": float(score),
-        "reward_rate_per_s": rec["deterministic"]["reward_rate_per_s"][0],
+        "reward_rate_per_s": figures["reward_rate_per_s"][0],
         "reference_reward_rate_per_s": ref["reward_rate_per_s"][0],
-        "batch_size_mean": rec["deterministic"].get("batch_size_mean", [math.nan])[0],
+        "batch_size_mean": figures.get("batch_size_mean", [math.nan])[0],
     }
 
 

@@ -281,6 +281,29 @@ def test_a_run_that_diverged_in_training_is_named_and_left_out(tmp_path):
     assert diverged(run("b", DIVERGED_SCORE + 1)) is None
     assert diverged(run("c", None)) is None
     assert diverged(tmp_path / "missing") is None
+    # a run that acts by sampling is judged by its draws: its most likely action starving
+    # the server (an older record: the reference was the deterministic one's) is not
+    # divergence; its draws doing so are
+    d = run("s", DIVERGED_SCORE - 1)
+    rec = json.loads((d / "final_evaluation.json").read_text())
+    rec["stochastic"] = {"reward_rate_per_s": [-3.3, 0.1], "batch_size_mean": [3.0, 0.1]}
+    (d / "final_evaluation.json").write_text(json.dumps(rec))
+    (d / "config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "algo": "ppo",
+                "env_id": "t",
+                "env_kwargs": {},
+                "wrappers": [],
+                "score_reference": [-3.56, -2.98],
+            }
+        )
+    )
+    assert diverged(d) is None
+    rec["stochastic"] = {"unfinished": {"seed": 100000, "steps": 10, "max_steps": 10}}
+    rec["deterministic"] = dict(rec["stochastic"])
+    (d / "final_evaluation.json").write_text(json.dumps(rec))
+    assert diverged(d)["unfinished"]["seed"] == 100000
     lines = "\n".join(markdown({"tasks": {}}, {"x": {"task": "t", "diverged": [gone]}}))
     assert "`x`: `a` diverged in training" in lines and "-986.50 per s" in lines
 
