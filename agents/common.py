@@ -741,12 +741,8 @@ class AgentPolicy:
         # sampled actions from the NumPy actor where it has a distribution (else SB3's
         # predict, which samples with torch's global generator)
         self._actor = actor if actor is not None and (deterministic or not actor.q_values) else None
-        self._rng = np.random.default_rng(0)
         self._torch_state: Any = None
-        if not deterministic and self._actor is None:
-            import torch
-
-            self._torch_state = torch.Generator().manual_seed(0).get_state()
+        self._seed_draws(0)
 
     def reset(self, seed: int | None = None) -> None:
         """A new episode: the stateful observation wrappers (and a recurrent policy's
@@ -757,11 +753,16 @@ class AgentPolicy:
         self._episode_start = True
         self._state = None
         if seed is not None:
-            self._rng = np.random.default_rng(seed)
-            if not self.deterministic and self._actor is None:
-                import torch
+            self._seed_draws(seed)
 
-                self._torch_state = torch.Generator().manual_seed(seed).get_state()
+    def _seed_draws(self, seed: int) -> None:
+        """Seed a sampling policy's draws: the NumPy actor's generator, or the private
+        torch generator state that ``model.predict`` samples with."""
+        self._rng = np.random.default_rng(seed)
+        if not self.deterministic and self._actor is None:
+            import torch
+
+            self._torch_state = torch.Generator().manual_seed(seed).get_state()
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Map the raw observation to the env's action."""
