@@ -55,7 +55,7 @@ def cmd_profile_llm(args: argparse.Namespace) -> int:
     """Build an LLM profile from a model's config.json and a GPU spec, and write it as JSON.
 
     The model: a model hub's config.json (or a shipped name: llama-3.1-8b, llama-3.1-70b,
-    llama-2-7b, llama-2-70b, qwen2.5-7b, mixtral-8x7b). The GPU: a shipped spec (a100-80gb,
+    llama-2-7b, llama-2-70b, qwen2.5-7b, qwen2.5-72b, mixtral-8x7b). The GPU: a shipped spec (a100-80gb,
     h100-sxm, h200) or a spec JSON file. Iteration times come from a roofline per operator
     with efficiencies fitted on measured operator data, power from the GPU's power model
     (docs/llm_arch.md); the profile is modelled, not measured, and says so.
@@ -77,6 +77,8 @@ def cmd_profile_llm(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         overhead_ms=args.overhead_ms,
         overhead_ms_per_seq=args.overhead_ms_per_seq,
+        allreduce_us=args.allreduce_us,
+        allreduce_gb_s=args.allreduce_gb_s,
     )
     prof = llm_profile.load(d)
     path = out or Path(f"{d['name']}.json")
@@ -146,6 +148,20 @@ def add_llm_subparser(profile_parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="CPU time per decoded request per iteration, ms (default 0; vLLM <= 0.5: ~0.06-0.09)",
+    )
+    p.add_argument(
+        "--allreduce-us",
+        type=float,
+        default=None,
+        help="all-reduce time per call, us (default: the GPU spec's; vLLM <= 0.6 on H100s: "
+        "18.47, docs/validation.md)",
+    )
+    p.add_argument(
+        "--allreduce-gb-s",
+        type=float,
+        default=None,
+        help="all-reduce bus bandwidth, GB/s (default: the GPU spec's; vLLM <= 0.6 on H100s: "
+        "128.1)",
     )
     add_json(p, "the profile's path and key figures")
     p.set_defaults(func=cmd_profile_llm)

@@ -39,20 +39,23 @@ The runs (sources in :data:`RUNS`):
   argonne-lcf/LLM-Inference-Bench@4211f5d, ``Plots/All_results.csv``): vLLM 0.5.1-0.6.1
   offline on H100 80GB HBM3 (SXM), one batch of b prompts of L random tokens and L output
   tokens (ignore EOS), fp16, the mean latency of 30 runs (printed): Llama-3-8B at TP 1,
-  Llama-3-70B at TP 4 and Qwen2-7B (Qwen2.5-7B's shape) at TP 1, L = 128..2048, b = 1..64;
+  Llama-3-70B at TP 4, Qwen2-7B (Qwen2.5-7B's shape) at TP 1, Llama-2-7B at TP 1 and
+  Qwen2-72B (Qwen2.5-72B's shape) at TP 4, L = 128..2048, b = 1..64 (:data:`ARGONNE`);
   and one time to first token (1,024 tokens, batch 16, Llama-3-8B).
+* ``v02-blog``: the runs of ``scripts/validate_llm_published.py`` (vLLM v0.2, Llama-2-7B
+  on an A100, six fixed-length offline runs, printed bar labels), with the measured
+  ``llama-2-7b-a100`` profile.
 
 The V0-era runs (``vllm-ci``, ``argonne``, ``v02-blog``) are simulated with the CPU time
 vLLM's V0 engine spent per iteration, which its V1 engine overlaps with the GPU and the
 profiles leave out (:data:`V0_MS_PER_ITERATION`, :data:`V0_MS_PER_SEQ`; each from a source
-other than the runs it is used on). ``v060-blog`` ran v0.6.0's multi-step scheduling,
-which amortizes that time over 10 steps in a way no published figure quantifies: it runs
-without them. of ``scripts/validate_llm_published.py`` (vLLM
-  v0.2, Llama-2-7B on an A100, six fixed-length offline runs, printed bar labels), with
-  the measured ``llama-2-7b-a100`` profile and the CPU term this issue adds, vLLM's
-  scheduling time per running sequence measured by WukLab on vLLM v0.5.4
-  (:data:`validate_llm_published.WUKLAB_MS_PER_SEQ`, 0.0559 ms), as the profile's
-  ``overhead_ms_per_seq``: not fitted to these runs.
+other than the runs it is used on: WukLab's scheduling time per running sequence on vLLM
+v0.5.4, and Argonne's batch-1 Llama-3-8B step against vLLM V1's published fit), and, at
+TP > 1 on H100s and H200s, with V0's all-reduce (:data:`V0_ALLREDUCE_US`,
+:data:`V0_ALLREDUCE_GB_S`), fitted by :func:`fit_v0_allreduce` on Argonne's Llama-2 runs at
+TP 2 and 4 (:data:`ARGONNE_TP_FIT`), which are then not figures. ``v060-blog`` ran
+v0.6.0's multi-step scheduling, which amortizes the CPU time over 10 steps in a way no
+published figure quantifies: it runs without any of them.
 """
 
 from __future__ import annotations
@@ -101,9 +104,10 @@ V0_MS_PER_SEQ = v02.WUKLAB_MS_PER_SEQ
 #: the 1.319 ms difference, less one sequence's share, is taken as V0's CPU time per
 #: iteration (that Argonne row is then not used as a figure).
 V0_MS_PER_ITERATION = (0.9939 / 128 - (6.44 + 4.37e-5 * 128) / 1e3) * 1e3 - V0_MS_PER_SEQ
-#: Argonne's H100 rows (argonne-lcf/LLM-Inference-Bench@4211f5d, Plots/All_results.csv):
-#: (model config, TP, max_model_len, [(L, b, mean latency s), ...]). Qwen2-7B's duplicate
-#: 1,024/32 row (12.1706 and 12.5483 s) enters as its mean.
+#: Argonne's H100 rows (argonne-lcf/LLM-Inference-Bench@4211f5d, Plots/All_results.csv) of
+#: the models the shipped configs cover, used as figures: (model config, TP,
+#: max_model_len, [(L, b, mean latency s), ...]). A duplicated row enters as its mean.
+#: Qwen2-72B has Qwen2.5-72B's shape, Llama-2-7B's the ``llama-2-7b`` config.
 ARGONNE: tuple[tuple[str, int, int, list[tuple[int, int, float]]], ...] = (
     (
         "llama-3.1-8b",
@@ -185,6 +189,146 @@ ARGONNE: tuple[tuple[str, int, int, list[tuple[int, int, float]]], ...] = (
             (2048, 64, 38.6769),
         ],
     ),
+    (
+        "llama-2-7b",
+        1,
+        4096,
+        [
+            (128, 1, 0.9326),
+            (128, 16, 1.1352),
+            (128, 32, 1.3743),
+            (128, 64, 1.8452),
+            (256, 1, 1.9009),
+            (256, 16, 2.4286),
+            (256, 32, 3.0422),
+            (256, 64, 4.2693),
+            (512, 1, 3.8837),
+            (512, 16, 5.4464),
+            (512, 32, 7.2427),
+            (512, 64, 10.825),
+            (1024, 1, 7.8385),
+            (1024, 16, 13.1687),
+            (1024, 32, (18.9884 + 19.2926) / 2),
+            (1024, 64, 32.6412),
+            (2048, 1, 15.8406),
+            (2048, 16, 35.2977),
+            (2048, 32, 59.1316),
+            (2048, 64, 117.1345),
+        ],
+    ),
+    (
+        "qwen2.5-72b",
+        4,
+        32768,
+        [
+            (128, 1, 2.5755),
+            (128, 16, 2.8771),
+            (128, 32, 3.3613),
+            (128, 64, 3.9281),
+            (256, 1, 5.1618),
+            (256, 16, 5.8589),
+            (256, 32, 6.8963),
+            (256, 64, 8.0437),
+            (512, 1, 10.2907),
+            (512, 16, 12.2512),
+            (512, 32, 14.3681),
+            (512, 64, 16.8196),
+            (1024, 1, 20.5232),
+            (1024, 16, 25.6913),
+            (1024, 32, 30.945),
+            (1024, 64, 36.2776),
+            (2048, 1, 41.3711),
+            (2048, 16, 52.3414),
+            (2048, 32, 65.4497),
+            (2048, 64, 85.1423),
+        ],
+    ),
+)
+#: Argonne's H100 rows of Llama-2 at TP 2 and 4 (the same file): not figures, but the data
+#: :func:`fit_v0_allreduce` fits V0's all-reduce on (:data:`V0_ALLREDUCE_US`,
+#: :data:`V0_ALLREDUCE_GB_S`); same layout as :data:`ARGONNE`.
+ARGONNE_TP_FIT: tuple[tuple[str, int, int, list[tuple[int, int, float]]], ...] = (
+    (
+        "llama-2-7b",
+        2,
+        4096,
+        [
+            (128, 1, 0.7907),
+            (128, 16, 0.9418),
+            (128, 32, 1.1358),
+            (128, 64, 1.5933),
+            (256, 1, 1.5562),
+            (256, 16, 1.9631),
+            (256, 32, 2.4505),
+            (256, 64, 3.5219),
+            (512, 1, 3.0949),
+            (512, 16, 4.2437),
+            (512, 32, 5.5705),
+            (512, 64, 8.2874),
+            (1024, 1, 6.2252),
+            (1024, 16, 9.7956),
+            (1024, 32, 13.5758),
+            (1024, 64, 21.6099),
+            (2048, 1, 12.7092),
+            (2048, 16, 24.836),
+            (2048, 32, 37.196),
+            (2048, 64, 64.1294),
+        ],
+    ),
+    (
+        "llama-2-7b",
+        4,
+        4096,
+        [
+            (128, 1, 0.7545),
+            (128, 16, 0.7916),
+            (128, 32, 0.945),
+            (128, 64, 1.3063),
+            (256, 1, 1.5013),
+            (256, 16, 1.6056),
+            (256, 32, 1.9681),
+            (256, 64, 2.8341),
+            (512, 1, 3.0084),
+            (512, 16, 3.4656),
+            (512, 32, 4.3431),
+            (512, 64, 6.5661),
+            (1024, 1, 5.9561),
+            (1024, 16, 7.8739),
+            (1024, 32, 10.1705),
+            (1024, 64, 15.8691),
+            (2048, 1, 11.9279),
+            (2048, 16, 18.2117),
+            (2048, 32, 26.2812),
+            (2048, 64, 43.2212),
+        ],
+    ),
+    (
+        "llama-2-70b",
+        4,
+        4096,
+        [
+            (128, 1, 2.3703),
+            (128, 16, 2.7917),
+            (128, 32, 3.2391),
+            (128, 64, 3.7581),
+            (256, 1, 4.7437),
+            (256, 16, 5.7167),
+            (256, 32, 6.6717),
+            (256, 64, 7.7775),
+            (512, 1, 9.5025),
+            (512, 16, 11.7661),
+            (512, 32, 13.9019),
+            (512, 64, 16.1494),
+            (1024, 1, 18.9185),
+            (1024, 16, 23.8504),
+            (1024, 32, 28.8545),
+            (1024, 64, 35.1362),
+            (2048, 1, 38.0234),
+            (2048, 16, 48.6333),
+            (2048, 32, 60.2826),
+            (2048, 64, 78.653),
+        ],
+    ),
 )
 #: vLLM's CI latency tests (module docstring): (profile model, TP, max_model_len, mean ms per GPU)
 VLLM_CI: tuple[tuple[str, int, int, dict[str, float]], ...] = (
@@ -202,8 +346,31 @@ CI_CITE = (
 )
 
 
-def v0_profile(model: str, gpu: str, tp: int, max_tokens: int = 8192) -> dict[str, Any]:
-    """An architecture-built profile with the V0 engine's CPU terms."""
+#: vLLM V0's all-reduce between tensor-parallel H100s (NVLink 4 through NVSwitch): time per
+#: call (us) and bus bandwidth (GB/s), fitted by :func:`fit_v0_allreduce` on
+#: :data:`ARGONNE_TP_FIT` (Llama-2-7B at TP 2 and 4, Llama-2-70B at TP 4; 60 runs that are
+#: then not used as figures), in place of the GPU spec's 8 us and 367 GB/s (an assumption
+#: and nccl-tests' 16 GiB figure). It holds whatever V0 spent per all-reduce of each layer.
+V0_ALLREDUCE_US = 18.47
+V0_ALLREDUCE_GB_S = 128.1
+#: the GPUs it is used on: the H100 it was fitted on and the H200 (the same NVLink 4 and
+#: NVSwitch); the A100 (NVLink 3) keeps its spec's figures, nothing here fits it.
+V0_ALLREDUCE_GPUS = ("h100-sxm", "h200")
+
+
+def v0_profile(
+    model: str,
+    gpu: str,
+    tp: int,
+    max_tokens: int = 8192,
+    allreduce: tuple[float, float] | None = (V0_ALLREDUCE_US, V0_ALLREDUCE_GB_S),
+) -> dict[str, Any]:
+    """An architecture-built profile with the V0 engine's CPU terms and, at TP > 1 on the
+    GPUs of :data:`V0_ALLREDUCE_GPUS`, its all-reduce (``allreduce``: us a call, GB/s;
+    None keeps the GPU spec's)."""
+    us, gb_s = (
+        allreduce if allreduce is not None and tp > 1 and gpu in V0_ALLREDUCE_GPUS else (None, None)
+    )
     return llm_arch.build_profile(
         model,
         gpu,
@@ -212,6 +379,12 @@ def v0_profile(model: str, gpu: str, tp: int, max_tokens: int = 8192) -> dict[st
         overhead_ms=V0_MS_PER_ITERATION,
         overhead_ms_per_seq=V0_MS_PER_SEQ,
         overhead_source="vLLM's V0 engine (scripts/validate_llm_runs.py: V0_MS_PER_ITERATION, V0_MS_PER_SEQ)",
+        allreduce_us=us,
+        allreduce_gb_s=gb_s,
+        allreduce_source=None
+        if us is None
+        else f"vLLM V0's all-reduce fitted on Argonne's Llama-2 TP runs: {us:g} us a call + "
+        f"2 (tp-1)/tp x bytes / {gb_s:g} GB/s (scripts/validate_llm_runs.py)",
     )
 
 
@@ -373,30 +546,7 @@ def settings() -> list[Setting]:
                     [(f"{model} TP{tp}, {gpu}: mean latency (ms)", "latency_mean_ms", ms, False)],
                 )
             )
-    for model, tp, model_len, rows in ARGONNE:
-        prof = v0_profile(model, "h100-sxm", tp, max_tokens=max(8192, model_len))
-        for length, b, lat in rows:
-            out.append(
-                Setting(
-                    "argonne",
-                    prof,
-                    Burst(b),
-                    {"kind": "fixed", "prompt_tokens": length, "output_tokens": length},
-                    "vllm-v0",
-                    256,
-                    max(model_len, 2048),
-                    model_len,
-                    b,
-                    [
-                        (
-                            f"{model} TP{tp}, H100, {length}/{length} x {b}: latency (s)",
-                            "elapsed_s",
-                            lat,
-                            False,
-                        )
-                    ],
-                )
-            )
+    out += argonne_settings(ARGONNE, "argonne")
     out.append(
         Setting(
             "argonne",
@@ -419,6 +569,78 @@ def settings() -> list[Setting]:
         )
     )
     return out
+
+
+def argonne_settings(
+    table: tuple[tuple[str, int, int, list[tuple[int, int, float]]], ...],
+    run: str,
+    allreduce: tuple[float, float] | None = (V0_ALLREDUCE_US, V0_ALLREDUCE_GB_S),
+) -> list[Setting]:
+    """Argonne's rows (:data:`ARGONNE` layout) as settings: one batch of ``b`` prompts of
+    ``L`` tokens and ``L`` output tokens, vLLM V0's scheduler and token budget."""
+    out = []
+    for model, tp, model_len, rows in table:
+        prof = v0_profile(
+            model, "h100-sxm", tp, max_tokens=max(8192, model_len), allreduce=allreduce
+        )
+        for length, b, lat in rows:
+            out.append(
+                Setting(
+                    run,
+                    prof,
+                    Burst(b),
+                    {"kind": "fixed", "prompt_tokens": length, "output_tokens": length},
+                    "vllm-v0",
+                    256,
+                    max(model_len, 2048),
+                    model_len,
+                    b,
+                    [
+                        (
+                            f"{model} TP{tp}, H100, {length}/{length} x {b}: latency (s)",
+                            "elapsed_s",
+                            lat,
+                            False,
+                        )
+                    ],
+                )
+            )
+    return out
+
+
+def calibration(
+    allreduce: tuple[float, float] | None = (V0_ALLREDUCE_US, V0_ALLREDUCE_GB_S),
+) -> list[Figure]:
+    """The runs V0's all-reduce is fitted on (:data:`ARGONNE_TP_FIT`), simulated with
+    ``allreduce`` (us a call, GB/s; None: the GPU spec's): the fit's residuals, not figures."""
+    figs = []
+    for s in argonne_settings(ARGONNE_TP_FIT, "argonne-fit", allreduce):
+        summary = simulate(s)
+        for label, key, pub, chart in s.figures:
+            figs.append(Figure(s.run, label, pub, float(summary[key]), chart))
+    return figs
+
+
+def fit_v0_allreduce() -> tuple[float, float, float]:
+    """Fit V0's all-reduce (us a call, bus GB/s) on :data:`ARGONNE_TP_FIT`: Nelder-Mead from
+    (15 us, 100 GB/s) on the mean squared log error of the 60 latencies (about a minute).
+    Returns (us, GB/s, root mean squared log error); it gives :data:`V0_ALLREDUCE_US` and
+    :data:`V0_ALLREDUCE_GB_S` (rounded)."""
+    from scipy.optimize import minimize
+
+    def loss(x: np.ndarray) -> float:
+        if x[0] < 0 or x[1] <= 1.0:
+            return 1e9
+        e = [np.log1p(f.error) for f in calibration((float(x[0]), float(x[1])))]
+        return float(np.mean(np.square(e)))
+
+    r = minimize(
+        loss,
+        np.array([15.0, 100.0]),
+        method="Nelder-Mead",
+        options={"xatol": 0.01, "fatol": 1e-6, "maxiter": 80},
+    )
+    return float(r.x[0]), float(r.x[1]), float(np.sqrt(r.fun))
 
 
 def simulate(s: Setting, profile: dict[str, Any] | str | None = None) -> dict[str, Any]:
@@ -523,12 +745,26 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="what-if: a CPU cost per decoded request per iteration (ms)",
     )
+    ap.add_argument(
+        "--fit-allreduce",
+        action="store_true",
+        help="refit V0's all-reduce on Argonne's Llama-2 TP runs (about a minute) and print it",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
+    if args.fit_allreduce:
+        us, gb_s, rmse = fit_v0_allreduce()
+        print(
+            f"V0 all-reduce fitted on {sum(len(r) for *_, r in ARGONNE_TP_FIT)} runs: "
+            f"{us:.2f} us a call, {gb_s:.1f} GB/s (rms log error {rmse:.4f}); shipped: "
+            f"{V0_ALLREDUCE_US} us, {V0_ALLREDUCE_GB_S} GB/s"
+        )
     figs = run_all(args.overhead_ms_per_seq)
     print(f"Sources: {FP8_BLOG}; {V060_BLOG}; {CI_CITE}; {ARGONNE_CITE}")
     print(
-        f"V0 CPU terms: {V0_MS_PER_ITERATION:.4f} ms per iteration, {V0_MS_PER_SEQ:.4f} ms per sequence"
+        f"V0 CPU terms: {V0_MS_PER_ITERATION:.4f} ms per iteration, {V0_MS_PER_SEQ:.4f} ms per "
+        f"sequence; V0 all-reduce at TP > 1 on {', '.join(V0_ALLREDUCE_GPUS)}: "
+        f"{V0_ALLREDUCE_US} us a call, {V0_ALLREDUCE_GB_S} GB/s"
     )
     print()
     print(table(figs))
@@ -538,6 +774,20 @@ def main(argv: list[str] | None = None) -> int:
     for run in ("vllm-ci", "argonne", "v02-blog", "v060-blog"):
         print(summary_line([f for f in figs if f.run == run], run))
     print(summary_line([f for f in figs if not f.chart_read], "printed figures only"))
+    print()
+    print(
+        f"V0 all-reduce ({V0_ALLREDUCE_US} us a call, {V0_ALLREDUCE_GB_S} GB/s) on the runs it "
+        "is fitted on (not figures):"
+    )
+    fit = calibration()
+    spec = calibration(None)
+    for label, group in (
+        ("llama-2-7b TP2", "llama-2-7b TP2"),
+        ("llama-2-7b TP4", "llama-2-7b TP4"),
+        ("llama-2-70b TP4", "llama-2-70b TP4"),
+    ):
+        print(summary_line([f for f in fit if f.what.startswith(group)], f"  {label}, fitted"))
+        print(summary_line([f for f in spec if f.what.startswith(group)], f"  {label}, GPU spec's"))
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 

@@ -35,7 +35,9 @@ The iteration model
       :meth:`~batch_env.profiles.llm_profile.LLMProfile.mixed_time_s`);
     * decode attention: ``kernel_floor + KV bytes read / (bandwidth x eta_kv)``;
     * tensor parallel: two all-reduces of ``m x hidden`` values per layer, ``allreduce_us +
-      2 (tp - 1) / tp x bytes / bus bandwidth``;
+      2 (tp - 1) / tp x bytes / bus bandwidth`` (the GPU spec's figures, or
+      :func:`build_profile`'s ``allreduce_us`` / ``allreduce_gb_s``: vLLM V0's, fitted on
+      published runs, are 18.47 us and 128.1 GB/s on H100s, docs/validation.md);
     * mixture of experts: the router, then each active expert's gate-up and down GEMMs on
       its share of the ``m x top_k`` routed tokens (active experts: the expected number
       under uniform routing, ``E (1 - (1 - k/E)**m)``), in one fused kernel each (one
@@ -719,6 +721,9 @@ def build_profile(
     overhead_ms: float = 0.0,
     overhead_ms_per_seq: float = 0.0,
     overhead_source: str | None = None,
+    allreduce_us: float | None = None,
+    allreduce_gb_s: float | None = None,
+    allreduce_source: str | None = None,
 ) -> dict[str, Any]:
     """An LLM profile (the dict :func:`batch_env.llm_profile.load` reads) of ``model`` on
     ``tp`` GPUs of kind ``gpu`` with the SM clock set to ``clock_mhz``.
@@ -740,10 +745,15 @@ def build_profile(
         scheduling and output processing: 0.056-0.085 ms, docs/validation.md).
     :param overhead_source: where the overhead figures come from (the profile's
         ``overhead_source``).
+    :param allreduce_us: replaces the GPU spec's all-reduce time per call (us), e.g. the
+        figure fitted for vLLM <= 0.6's engine (docs/validation.md); None keeps the spec's.
+    :param allreduce_gb_s: replaces the GPU spec's all-reduce bus bandwidth (GB/s).
+    :param allreduce_source: where those two come from (the profile's
+        ``citations.allreduce``).
     :raises ValueError: invalid inputs, named.
     """
     arch = load_model_config(model)
-    g = load_gpu(gpu)
+    g = _with_allreduce(load_gpu(gpu), allreduce_us, allreduce_gb_s, allreduce_source)
     check_number("tp", tp, low=1, integer=True)
     tp = int(tp)
     arch.check_tp(tp)
@@ -869,6 +879,30 @@ def build_profile(
             "reaches the board's limit",
         },
     }
+
+
+def _with_allreduce(
+    g: GPUSpec, us: float | None, gb_s: float | None, source: str | None
+) -> GPUSpec:
+    """``g`` with its all-reduce figures replaced where given (checked as the spec's are)."""
+    if us is None and gb_s is None:
+        return g
+    raw = dict(g.raw)
+    ar = dict(raw.get("allreduce", {}))
+    if us is not None:
+        check_number("allreduce_us", us, low=0.0)
+        ar["latency_us"] = float(us)
+    if gb_s is not None:
+        check_number("allreduce_gb_s", gb_s, low=0.0, low_inclusive=False)
+        ar["bus_bandwidth_gb_s"] = float(gb_s)
+    raw["allreduce"] = ar
+    raw["sources"] = {
+        **dict(raw.get("sources", {})),
+        "allreduce": source
+        or f"given by the user: {ar['latency_us']:g} us a call + 2 (tp-1)/tp x bytes / "
+        f"{ar['bus_bandwidth_gb_s']:g} GB/s",
+    }
+    return _gpu_from_dict(raw, f"GPU spec '{g.name}'")
 
 
 def _citations(arch: ModelArch, g: GPUSpec, tp: int) -> dict[str, str]:
