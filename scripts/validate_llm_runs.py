@@ -613,12 +613,14 @@ def calibration(
 ) -> list[Figure]:
     """The runs V0's all-reduce is fitted on (:data:`ARGONNE_TP_FIT`), simulated with
     ``allreduce`` (us a call, GB/s; None: the GPU spec's): the fit's residuals, not figures."""
-    figs = []
-    for s in argonne_settings(ARGONNE_TP_FIT, "argonne-fit", allreduce):
-        summary = simulate(s)
-        for label, key, pub, chart in s.figures:
-            figs.append(Figure(s.run, label, pub, float(summary[key]), chart))
-    return figs
+    return [
+        f for s in argonne_settings(ARGONNE_TP_FIT, "argonne-fit", allreduce) for f in figures(s)
+    ]
+
+
+def calibration_loss(allreduce: tuple[float, float] | None) -> float:
+    """Mean squared log error of :func:`calibration` (what :func:`fit_v0_allreduce` minimizes)."""
+    return float(np.mean([np.log1p(f.error) ** 2 for f in calibration(allreduce)]))
 
 
 def fit_v0_allreduce() -> tuple[float, float, float]:
@@ -631,8 +633,7 @@ def fit_v0_allreduce() -> tuple[float, float, float]:
     def loss(x: np.ndarray) -> float:
         if x[0] < 0 or x[1] <= 1.0:
             return 1e9
-        e = [np.log1p(f.error) for f in calibration((float(x[0]), float(x[1])))]
-        return float(np.mean(np.square(e)))
+        return calibration_loss((float(x[0]), float(x[1])))
 
     r = minimize(
         loss,
@@ -667,6 +668,15 @@ def simulate(s: Setting, profile: dict[str, Any] | str | None = None) -> dict[st
     return summary
 
 
+def figures(s: Setting, profile: dict[str, Any] | None = None) -> list[Figure]:
+    """The figures of one setting, simulated (with ``profile`` in place of its own)."""
+    summary = simulate(s, profile)
+    return [
+        Figure(s.run, label, pub, float(summary[key]), chart)
+        for label, key, pub, chart in s.figures
+    ]
+
+
 def run_v02(cpu: bool = True) -> list[Figure]:
     """The 2023 runs with the measured Llama-2-7B profile and (``cpu``) the V0 CPU terms."""
     d = load_llm_profile("llama-2-7b-a100").to_dict()
@@ -695,9 +705,7 @@ def run_all(overhead_ms_per_seq: float = 0.0) -> list[Figure]:
             prof = llm_arch.build_profile(
                 *_profile_parts(s.profile), overhead_ms_per_seq=overhead_ms_per_seq
             )
-        summary = simulate(s, prof)
-        for label, key, pub, chart in s.figures:
-            figs.append(Figure(s.run, label, pub, float(summary[key]), chart))
+        figs += figures(s, prof)
     return figs + run_v02()
 
 
@@ -781,13 +789,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     fit = calibration()
     spec = calibration(None)
-    for label, group in (
-        ("llama-2-7b TP2", "llama-2-7b TP2"),
-        ("llama-2-7b TP4", "llama-2-7b TP4"),
-        ("llama-2-70b TP4", "llama-2-70b TP4"),
-    ):
-        print(summary_line([f for f in fit if f.what.startswith(group)], f"  {label}, fitted"))
-        print(summary_line([f for f in spec if f.what.startswith(group)], f"  {label}, GPU spec's"))
+    for model, tp, *_ in ARGONNE_TP_FIT:
+        group = f"{model} TP{tp}"
+        print(summary_line([f for f in fit if f.what.startswith(group)], f"  {group}, fitted"))
+        print(summary_line([f for f in spec if f.what.startswith(group)], f"  {group}, GPU spec's"))
     print(f"({time.perf_counter() - t0:.1f} s)")
     return 0
 
