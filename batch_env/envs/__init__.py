@@ -4,6 +4,8 @@ node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching
 - :mod:`.dynamic_batching`: :class:`DynamicBatchingEnv`;
 - :mod:`.dynamic_batching_vector`: :class:`DynamicBatchingVectorEnv` (``gymnasium.make_vec``);
 - :mod:`.node_batching`: :class:`NodeBatchingEnv`;
+- :mod:`.features`: :class:`ObsFeature`, what each entry of an observation is (every
+  env's ``observation_features``);
 - :mod:`.llm_batching`: :class:`LLMBatchingEnv`, :class:`LLMBatchingV1Env` (chunked) and
   :class:`LLMBatchingV2Env` (v1 with decision epochs only where the actions differ):
   the MDP (spaces, epochs, reward, observation, SLA bookkeeping, summary) over the LLM
@@ -17,6 +19,7 @@ never imports ``envs``.
 
 from .dynamic_batching import DynamicBatchingEnv
 from .dynamic_batching_vector import DynamicBatchingVectorEnv
+from .features import ObsFeature
 from .llm_batching import LLMBatchingEnv, LLMBatchingV1Env, LLMBatchingV2Env
 from .node_batching import NodeBatchingEnv
 
@@ -27,4 +30,5 @@ __all__ = [
     "LLMBatchingV1Env",
     "LLMBatchingV2Env",
     "NodeBatchingEnv",
+    "ObsFeature",
 ]

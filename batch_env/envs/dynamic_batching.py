@@ -14,16 +14,65 @@ from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, batch_panel
 from ..workload import Workload
+from .features import ObsFeature, feature_names, features_box
 
-OBS_FEATURES: tuple[str, ...] = (
-    "queue_len_over_max_batch",
-    "oldest_wait_over_sla",
-    "arrival_rate_over_max_throughput",
-    "past_deadline_fraction",
-    "last_batch_over_max_batch",
-)
 #: the largest value of observation features 1 and 2 (they are clipped there)
 OBS_CLIP = 100.0
+
+
+def obs_features(queue_capacity: int, max_batch_size: int) -> tuple[ObsFeature, ...]:
+    """The features of ``DynamicBatching-v0``'s observation (``_obs`` computes them, in
+    this order), for a queue of ``queue_capacity`` and batches of up to ``max_batch_size``."""
+    return (
+        ObsFeature(
+            "queue_len_over_max_batch",
+            "requests waiting in the queue",
+            "requests",
+            "/ max_batch_size (so at most queue_capacity / max_batch_size)",
+            0.0,
+            queue_capacity / max_batch_size,
+        ),
+        ObsFeature(
+            "oldest_wait_over_sla",
+            "age of the oldest waiting request (0 when none waits)",
+            "s",
+            f"/ SLA (sla_ms), clipped at {OBS_CLIP:g}",
+            0.0,
+            OBS_CLIP,
+        ),
+        ObsFeature(
+            "arrival_rate_over_max_throughput",
+            "arrival-rate estimate: a time-decayed count of arrivals (time constant "
+            "rate_window_s, default 200 mean inter-arrival times), started at the "
+            "workload's nominal mean rate",
+            "requests/s",
+            "/ max throughput (the largest b / latency(b), b = 1..max_batch_size), "
+            f"clipped at {OBS_CLIP:g}",
+            0.0,
+            OBS_CLIP,
+        ),
+        ObsFeature(
+            "past_deadline_fraction",
+            "waiting requests already past their deadline (arrival + SLA)",
+            "requests",
+            "/ waiting requests (0 when none is past)",
+            0.0,
+            1.0,
+        ),
+        ObsFeature(
+            "last_batch_over_max_batch",
+            "size of the batch the last step ran (0 after a wait)",
+            "requests",
+            "/ max_batch_size",
+            0.0,
+            1.0,
+        ),
+    )
+
+
+#: the names of the observation's features, in order (each instance describes its own:
+#: ``DynamicBatchingEnv.observation_features``)
+OBS_FEATURES: tuple[str, ...] = feature_names(obs_features(2000, 32))
 
 
 class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
@@ -56,19 +105,12 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     ## Observation Space
 
-    ``Box(float32)`` with finite bounds, feature by feature (``OBS_FEATURES``):
-
-    | index | feature | range |
-    |-------|---------|-------|
-    | 0 | queue length / max_batch_size | [0, queue_capacity / max_batch_size] |
-    | 1 | oldest request's wait / SLA (clipped) | [0, 100] |
-    | 2 | arrival-rate estimate / max throughput (clipped) | [0, 100] |
-    | 3 | fraction of waiting requests already past their deadline | [0, 1] |
-    | 4 | last batch size / max_batch_size (0 after a wait) | [0, 1] |
-
-    The rate estimate is a time-decayed count of arrivals with time constant
-    ``rate_window_s`` (default 200 mean inter-arrival times), started at the workload's
-    nominal mean rate; max throughput is ``max_b b / latency(b)`` over ``1..max_batch_size``.
+    ``Box(float32)`` with finite bounds: five features, each a raw quantity over a scale
+    (the queue, the oldest wait, the arrival rate, the requests past their deadline, the
+    last batch). ``env.unwrapped.observation_features`` describes each, in order (an
+    :class:`~batch_env.envs.features.ObsFeature`: name, meaning, unit, scale, bounds); the
+    space's bounds are built from it, and the env's page lists it in a table generated from
+    it.
 
     ## Rewards
 
@@ -183,9 +225,9 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._init_executor(executor, model, torch_device, executor_options)
 
         self.action_space = spaces.Discrete(B + 1)
-        high = np.array([config.queue_capacity / B, OBS_CLIP, OBS_CLIP, 1.0, 1.0], dtype=np.float32)
-        self.observation_space = spaces.Box(np.zeros(5, dtype=np.float32), high, dtype=np.float32)
-        self._obs_high = high
+        self._features = obs_features(config.queue_capacity, B)
+        self.observation_space = features_box(self._features)
+        self._obs_high = self.observation_space.high.copy()
         # row m: actions 0..m valid, as a read-only view of one array of B + 1 trues then B
         # falses (row m is its window from B - m), so memory is O(B), not (B + 1) ** 2
         valid = np.arange(2 * B + 1) <= B
@@ -193,6 +235,12 @@ class DynamicBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._last_b = 0
         self._last_lat = 0.0
         self._clipped = False
+
+    @property
+    def observation_features(self) -> tuple[ObsFeature, ...]:
+        """The features of this env's observation, in order, one per entry of
+        ``observation_space`` (whose bounds are theirs): name, meaning, unit, scale."""
+        return self._features
 
     # -- helpers ----------------------------------------------------------------------
     def lane_constants(self) -> dict[str, Any]:

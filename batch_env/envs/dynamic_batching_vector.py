@@ -17,6 +17,7 @@ from ..executor import ProfileExecutor
 from ..metrics import WindowStart, latency_stats, summaries_from_totals, warn_summaries
 from ..seeding import pcg64_states
 from .dynamic_batching import OBS_CLIP, DynamicBatchingEnv
+from .features import ObsFeature
 
 # ----------------------------------------------------------------------------------------
 # The NumPy-native vector twin
@@ -116,6 +117,7 @@ _SHARED_ATTRS = frozenset(
         "idle_power_w",
         "action_space",
         "observation_space",
+        "observation_features",
         "metadata",
     }
 )
@@ -169,7 +171,9 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
 
     ## Observation Space
 
-    ``(num_envs, 5)`` float32, the scalar env's features (``OBS_FEATURES``).
+    ``(num_envs, 5)`` float32: each row the scalar env's five features, which
+    ``observation_features`` describes (the scalar env's, whose bounds are
+    ``single_observation_space``'s).
 
     ## Rewards
 
@@ -1399,6 +1403,13 @@ class DynamicBatchingVectorEnv(gym.vector.VectorEnv):
             )
         # (fancy indexing copies the rows; ndarray.take would copy the whole strided view)
         return self._mask_table[np.minimum(self._admitted - self._served, self._max_batch)]
+
+    @property
+    def observation_features(self) -> tuple[ObsFeature, ...]:
+        """The features of each row of the observation, in order: the scalar env's
+        (:attr:`DynamicBatchingEnv.observation_features`), whose bounds are
+        ``single_observation_space``'s."""
+        return self._template.observation_features
 
     def get_config(self) -> dict[str, Any]:
         """The resolved configuration of every lane, and ``num_envs``."""

@@ -32,7 +32,8 @@ from ..llm.server import llm_workload, profile_for
 from ..profiles.llm_profile import LLMProfile
 from ..render import ServerView, Timeline, llm_frame
 from ..workload import Workload
-from .llm_observation import OBS_FEATURES, observation_space, observe, step_info
+from .features import ObsFeature, features_box
+from .llm_observation import OBS_FEATURES, observation_features, observe, step_info
 
 __all__ = ["OBS_FEATURES", "LLMBatchingEnv", "LLMBatchingV1Env", "LLMBatchingV2Env"]
 
@@ -95,23 +96,15 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     ## Observation Space
 
-    ``Box(float32)`` with finite bounds (``OBS_FEATURES``; :mod:`batch_env.envs.llm_observation`):
-
-    | index | feature | range |
-    |-------|---------|-------|
-    | 0 | waiting requests / max_num_seqs (clipped) | [0, 100] |
-    | 1 | running requests / max_num_seqs | [0, 1] |
-    | 2 | KV blocks in use / KV blocks | [0, 1] |
-    | 3 | oldest waiting request's age / TTFT SLA (clipped) | [0, 100] |
-    | 4 | fraction of waiting requests without a first token past their TTFT deadline | [0, 1] |
-    | 5 | waiting prompt tokens / max_num_batched_tokens (clipped) | [0, 100] |
-    | 6 | recent mean decode-iteration time / TPOT SLA (clipped) | [0, 100] |
-    | 7 | recent mean decode batch size / max_num_seqs | [0, 1] |
-    | 8 | arrival-rate estimate / (10 requests/s) (clipped) | [0, 100] |
-    | 9 | last cap / max_num_seqs | [0, 1] |
-    | 10 | mean context (prompt + generated) of the running requests / max_model_len | [0, 1] |
-    | 11 | requests preempted in the last step / 10 (clipped) | [0, 1] |
-    | 12 | the last iteration was a prefill | {0, 1} |
+    ``Box(float32)`` with finite bounds: thirteen features, each a raw quantity over a
+    scale (the queue, the running requests, the KV cache, the oldest wait and the requests
+    past their TTFT deadline, the waiting prompt tokens, the recent decode time and batch,
+    the arrival rate, the cap, the running context, preemptions, the last iteration's
+    kind); ``LLMBatching-v2`` appends features per request class, per admission order
+    (``order_features=True``) and for the SM clock (``clock_grid``). The env's own
+    ``env.unwrapped.observation_features`` describes each entry, in order (an
+    :class:`~batch_env.envs.features.ObsFeature`: name, meaning, unit, scale, bounds); the
+    space's bounds are built from it, and the env's page lists it in generated tables.
 
     True output lengths are never observable (not in the observation, not in ``info``).
 
@@ -140,8 +133,10 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     ## Info
 
-    ``kv_blocks_used``, ``kv_blocks_total``, ``running``, ``waiting`` (also
-    ``queue_len``), ``decode_latency_recent_ms`` and ``batch_size_recent`` (means over the
+    ``kv_blocks_used``, ``kv_blocks_total``, ``running``, ``waiting`` and ``queue_len``
+    (the same count, requests waiting to be admitted, not those running; ``queue_len`` is
+    the name the whole-model envs give their queue, so code written for them reads the
+    LLM envs too; the observation's ``waiting_over_max_num_seqs`` is it / ``max_num_seqs``), ``decode_latency_recent_ms`` and ``batch_size_recent`` (means over the
     last ``recent_iterations`` decode iterations; 0 before the first), ``cap``,
     ``iteration`` (``"prefill"``, ``"decode"`` or ``"idle"``), ``iteration_time_s``,
     ``budget``, ``chunk_tokens``, ``prefilling`` and ``prefill_head_done`` (the chunked
@@ -279,9 +274,16 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         #: :meth:`action_of`
         self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders, srv.clocks)
         self.action_space = spaces.Discrete(self.actions.n)
-        self.observation_space = observation_space(srv, order_features)
+        self._features = observation_features(srv, order_features)
+        self.observation_space = features_box(self._features)
         self._mask = np.ones(self.actions.n, dtype=bool)
         self._record_executor(executor, model, torch_device, executor_options)
+
+    @property
+    def observation_features(self) -> tuple[ObsFeature, ...]:
+        """The features of this env's observation, one per entry of ``observation_space``
+        (:func:`batch_env.envs.llm_observation.observation_features`)."""
+        return self._features
 
     @property
     def engine(self) -> LLMServer:

@@ -1,58 +1,245 @@
 """What the LLM envs show a policy: the observation and ``info`` of an LLM server.
 
-The observation is a ``Box(float32)`` with finite bounds: the :data:`OBS_FEATURES` (the
-table in :class:`batch_env.envs.llm_batching.LLMBatchingEnv`'s docstring), then, with
-several request classes, three features per class, then, with ``order_features``, two per
-admission order, then, with a clock grid, the SM clock in force / the grid's highest. Everything here reads the server's state and queries
-(:class:`batch_env.llm.LLMServer`) and changes nothing; true output lengths reach only
-``info["oracle"]``, and only with ``oracle_info=True``.
+The observation is a ``Box(float32)`` with finite bounds: the 13 base features
+(:data:`BASE_FEATURES`, named :data:`OBS_FEATURES`), then, with several request classes,
+three features per class (:func:`per_class_features`), then, with ``order_features``, two per
+admission order (:func:`per_order_features`), then, with a clock grid, the SM clock in force /
+the grid's highest (:data:`CLOCK_FEATURE`). :func:`observation_features` gives a server's
+list, in that order, and :func:`observation_space` the space built from it (so the names
+and the bounds agree); the env exposes it as ``observation_features``. Everything here
+reads the server's state and queries (:class:`batch_env.llm.LLMServer`) and changes
+nothing; true output lengths reach only ``info["oracle"]``, and only with
+``oracle_info=True``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from ..llm import Iteration, LLMServer
+from .features import ObsFeature, feature_names, features_box
 
-OBS_FEATURES: tuple[str, ...] = (
-    "waiting_over_max_num_seqs",
-    "running_over_max_num_seqs",
-    "kv_utilization",
-    "oldest_wait_over_ttft_sla",
-    "past_ttft_deadline_fraction",
-    "waiting_prompt_tokens_over_budget",
-    "decode_latency_recent_over_tpot_sla",
-    "batch_size_recent_over_max_num_seqs",
-    "arrival_rate_over_10_per_s",
-    "last_cap_over_max_num_seqs",
-    "running_context_mean_over_max_model_len",
-    "preempted_last_step",
-    "last_iteration_was_prefill",
-)
 _CLIP = 100.0
+_CLIPPED = f"clipped at {_CLIP:g}"
+
+#: The features every LLM env's observation starts with (:func:`observe` computes them,
+#: in this order).
+BASE_FEATURES: tuple[ObsFeature, ...] = (
+    ObsFeature(
+        "waiting_over_max_num_seqs",
+        "requests waiting (not admitted; a preempted request waits again)",
+        "requests",
+        f"/ max_num_seqs, {_CLIPPED}",
+        0.0,
+        _CLIP,
+    ),
+    ObsFeature(
+        "running_over_max_num_seqs",
+        "requests running (admitted: prefilling or decoding)",
+        "requests",
+        "/ max_num_seqs",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "kv_utilization",
+        "KV-cache blocks in use",
+        "blocks",
+        "/ KV blocks in all",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "oldest_wait_over_ttft_sla",
+        "age of the oldest waiting request (0 when none waits)",
+        "s",
+        f"/ TTFT SLA (ttft_sla_ms, or a single class's own), {_CLIPPED}",
+        0.0,
+        _CLIP,
+    ),
+    ObsFeature(
+        "past_ttft_deadline_fraction",
+        "waiting requests without a first token whose TTFT deadline has passed",
+        "requests",
+        "/ waiting requests (0 when none waits)",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "waiting_prompt_tokens_over_budget",
+        "tokens to prefill of the waiting requests (prompt + generated: a preempted "
+        "request recomputes its generated tokens)",
+        "tokens",
+        f"/ max_num_batched_tokens, {_CLIPPED}",
+        0.0,
+        _CLIP,
+    ),
+    ObsFeature(
+        "decode_latency_recent_over_tpot_sla",
+        "mean time of the last recent_iterations decode iterations (0 before the first)",
+        "s",
+        f"/ TPOT SLA (tpot_sla_ms, or a single class's own), {_CLIPPED}",
+        0.0,
+        _CLIP,
+    ),
+    ObsFeature(
+        "batch_size_recent_over_max_num_seqs",
+        "mean batch size of the last recent_iterations decode iterations (0 before the first)",
+        "requests",
+        "/ max_num_seqs",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "arrival_rate_over_10_per_s",
+        "arrival-rate estimate: a time-decayed count of arrivals (time constant "
+        "rate_window_s), started at the workload's mean rate",
+        "requests/s",
+        f"/ 10, {_CLIPPED}",
+        0.0,
+        _CLIP,
+    ),
+    ObsFeature(
+        "last_cap_over_max_num_seqs",
+        "the cap on running requests in force (the last action's)",
+        "requests",
+        "/ max_num_seqs",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "running_context_mean_over_max_model_len",
+        "mean context (prompt + generated tokens) of the running requests that decode "
+        "(0 when none does)",
+        "tokens",
+        "/ max_model_len",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "preempted_last_step",
+        "requests preempted by the step's last iteration",
+        "requests",
+        "/ 10, clipped at 1",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "last_iteration_was_prefill",
+        "whether the last iteration computed prompt tokens (a prefill, or a mixed iteration "
+        "with prompt chunks)",
+        "flag",
+        "1 if so, else 0",
+        0.0,
+        1.0,
+    ),
+)
+
+#: the names of :data:`BASE_FEATURES`, in order: the whole observation without classes,
+#: ``order_features`` or a clock grid (an env's own list: its ``observation_features``)
+OBS_FEATURES: tuple[str, ...] = feature_names(BASE_FEATURES)
+
+#: per class (several classes), named ``<class>.<name>``: :func:`per_class_features`
+_PER_CLASS: tuple[tuple[ObsFeature, str], ...] = (
+    (
+        ObsFeature(
+            "waiting_over_max_num_seqs", "", "requests", f"/ max_num_seqs, {_CLIPPED}", 0.0, _CLIP
+        ),
+        "requests of class {} waiting",
+    ),
+    (
+        ObsFeature("running_over_max_num_seqs", "", "requests", "/ max_num_seqs", 0.0, 1.0),
+        "requests of class {} running",
+    ),
+    (
+        ObsFeature(
+            "oldest_wait_over_ttft_sla",
+            "",
+            "s",
+            f"/ the class's TTFT SLA, {_CLIPPED}",
+            0.0,
+            _CLIP,
+        ),
+        "age of the oldest waiting request of class {} (0 when none waits)",
+    ),
+)
+
+#: per admission order (``order_features=True``), named ``<order>.<name>``:
+#: :func:`per_order_features`
+_PER_ORDER: tuple[tuple[ObsFeature, str], ...] = (
+    (
+        ObsFeature(
+            "next_tokens_over_budget",
+            "",
+            "tokens",
+            f"/ max_num_batched_tokens, {_CLIPPED}; 0 when none waits",
+            0.0,
+            _CLIP,
+        ),
+        "tokens to prefill (prompt + generated) of the first waiting request order {} would admit",
+    ),
+    (
+        ObsFeature(
+            "next_wait_over_ttft_sla",
+            "",
+            "s",
+            f"/ its class's TTFT SLA, {_CLIPPED}; 0 when none waits",
+            0.0,
+            _CLIP,
+        ),
+        "age of the first waiting request order {} would admit",
+    ),
+)
+
+#: the last feature with a clock grid (``clock_grid``)
+CLOCK_FEATURE = ObsFeature(
+    "sm_clock_over_max_clock",
+    "the GPU's SM clock in force (the last action's)",
+    "MHz",
+    "/ the clock grid's highest",
+    0.0,
+    1.0,
+)
+
+
+def per_class_features(classes: Sequence[str]) -> tuple[ObsFeature, ...]:
+    """The three features of each request class named in ``classes``, in that order
+    (appended with several classes): its waiting and running requests and its oldest
+    wait, named ``<class>.waiting_over_max_num_seqs``, ...."""
+    return tuple(f.prefixed(c, m.format(repr(c))) for c in classes for f, m in _PER_CLASS)
+
+
+def per_order_features(orders: Sequence[str]) -> tuple[ObsFeature, ...]:
+    """The two features of each admission order of ``orders`` (appended with
+    ``order_features=True``): the first waiting request it would admit, its tokens to
+    prefill and its age, named ``<order>.next_tokens_over_budget``, ...."""
+    return tuple(f.prefixed(o, m.format(repr(o))) for o in orders for f, m in _PER_ORDER)
+
+
+def observation_features(server: LLMServer, with_orders: bool) -> tuple[ObsFeature, ...]:
+    """The features of the observation of an env over ``server`` (``with_orders``: the
+    env's ``order_features``), in the order :func:`observe` computes them."""
+    return (
+        *BASE_FEATURES,
+        *(per_class_features([c.name for c in server.classes]) if server.multi else ()),
+        *(per_order_features(server.orders) if with_orders else ()),
+        *((CLOCK_FEATURE,) if server.clocks else ()),
+    )
 
 
 def observation_space(server: LLMServer, order_features: bool) -> spaces.Box:
-    """The observation space: :data:`OBS_FEATURES`' bounds, then the classes' and the
-    orders' (see :func:`observe`)."""
-    n_orders = len(server.orders) if order_features else 0
-    high = np.array(
-        [_CLIP, 1.0, 1.0, _CLIP, 1.0, _CLIP, _CLIP, 1.0, _CLIP, 1.0, 1.0, 1.0, 1.0]
-        + ([_CLIP, 1.0, _CLIP] * len(server.classes) if server.multi else [])
-        + [_CLIP, _CLIP] * n_orders
-        + ([1.0] if server.clocks else []),
-        dtype=np.float32,
-    )
-    return spaces.Box(np.zeros(high.size, dtype=np.float32), high, dtype=np.float32)
+    """The observation space: the bounds of :func:`observation_features`."""
+    return features_box(observation_features(server, order_features))
 
 
 def observe(server: LLMServer, order_features: bool) -> np.ndarray:
-    """The observation (:data:`OBS_FEATURES`, then three features per class with several
-    classes, then two per admission order with ``order_features``, then the SM clock in
-    force / the grid's highest with a clock grid)."""
+    """The observation, entry by entry the features of :func:`observation_features`
+    (:data:`BASE_FEATURES`, then three per class with several classes, then two per
+    admission order with ``order_features``, then the SM clock with a clock grid)."""
     srv = server.state
     N = server.config.max_num_seqs
     w = len(srv.waiting)

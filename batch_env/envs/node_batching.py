@@ -15,22 +15,84 @@ from ..executor import Executor
 from ..profiles.batch_profile import Profile
 from ..render import QUEUE_BARS, CompletionTimeline, ServerView, groups_panel
 from ..workload import Workload
+from .dynamic_batching import obs_features as queue_features
+from .features import ObsFeature, feature_names, features_box
 
-OBS_FEATURES: tuple[str, ...] = (
-    "queue_len_over_max_batch",
-    "oldest_wait_over_sla",
-    "arrival_rate_over_max_throughput",
-    "past_deadline_fraction",
-    "in_flight_over_max_batch",
-    "groups_over_max_groups",
-    "least_advanced_progress",
-    "least_advanced_size_over_max_batch",
-    "most_advanced_progress",
-    "most_advanced_size_over_max_batch",
-    "oldest_in_flight_age_over_sla",
-    "oldest_in_flight_slack_over_sla",
-)
 _CLIP = 100.0
+
+
+def obs_features(queue_capacity: int, max_batch_size: int) -> tuple[ObsFeature, ...]:
+    """The features of ``NodeBatching-v0``'s observation (``_obs`` computes them, in this
+    order): ``DynamicBatching-v0``'s first four (the queue), then eight of the groups in
+    flight."""
+    unit_range = (0.0, 1.0)
+    return (
+        *queue_features(queue_capacity, max_batch_size)[:4],
+        ObsFeature(
+            "in_flight_over_max_batch",
+            "requests in flight (admitted, not completed)",
+            "requests",
+            "/ max_batch_size",
+            *unit_range,
+        ),
+        ObsFeature(
+            "groups_over_max_groups",
+            "groups in flight",
+            "groups",
+            "/ min(nodes, max_batch_size)",
+            *unit_range,
+        ),
+        ObsFeature(
+            "least_advanced_progress",
+            "the least-advanced group's next node (0 when none is in flight)",
+            "nodes",
+            "/ nodes in the chain",
+            *unit_range,
+        ),
+        ObsFeature(
+            "least_advanced_size_over_max_batch",
+            "the least-advanced group's size (0 when none is in flight)",
+            "requests",
+            "/ max_batch_size",
+            *unit_range,
+        ),
+        ObsFeature(
+            "most_advanced_progress",
+            "the most-advanced group's next node (0 when none is in flight)",
+            "nodes",
+            "/ nodes in the chain",
+            *unit_range,
+        ),
+        ObsFeature(
+            "most_advanced_size_over_max_batch",
+            "the most-advanced group's size (0 when none is in flight)",
+            "requests",
+            "/ max_batch_size",
+            *unit_range,
+        ),
+        ObsFeature(
+            "oldest_in_flight_age_over_sla",
+            "age of the oldest request in flight (0 when none)",
+            "s",
+            f"/ SLA (sla_ms), clipped at {_CLIP:g}",
+            0.0,
+            _CLIP,
+        ),
+        ObsFeature(
+            "oldest_in_flight_slack_over_sla",
+            "slack of the oldest request in flight: SLA - its age - the mean time of its "
+            "group's remaining nodes at the group's size (negative: it will miss)",
+            "s",
+            f"/ SLA (sla_ms), clipped to [-{_CLIP:g}, {_CLIP:g}]; 1 when nothing is in flight",
+            -_CLIP,
+            _CLIP,
+        ),
+    )
+
+
+#: the names of the observation's features, in order (each instance describes its own:
+#: ``NodeBatchingEnv.observation_features``)
+OBS_FEATURES: tuple[str, ...] = feature_names(obs_features(2000, 32))
 
 
 @dataclass(slots=True)
@@ -98,22 +160,13 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
 
     ## Observation Space
 
-    ``Box(float32)`` with finite bounds, feature by feature (``OBS_FEATURES``):
-
-    | index | feature | range |
-    |-------|---------|-------|
-    | 0 | waiting requests / max_batch_size | [0, queue_capacity / max_batch_size] |
-    | 1 | oldest waiting request's wait / SLA (clipped) | [0, 100] |
-    | 2 | arrival-rate estimate / max throughput (clipped) | [0, 100] |
-    | 3 | fraction of waiting requests already past their deadline | [0, 1] |
-    | 4 | requests in flight / max_batch_size | [0, 1] |
-    | 5 | groups in flight / min(nodes, max_batch_size) | [0, 1] |
-    | 6 | least-advanced group's next node / nodes (0 when none) | [0, 1] |
-    | 7 | least-advanced group's size / max_batch_size | [0, 1] |
-    | 8 | most-advanced group's next node / nodes (0 when none) | [0, 1] |
-    | 9 | most-advanced group's size / max_batch_size | [0, 1] |
-    | 10 | oldest in-flight request's age / SLA (clipped; 0 when none) | [0, 100] |
-    | 11 | its slack / SLA: (SLA - age - mean time of its group's remaining nodes at its size) / SLA, clipped; 1 when nothing is in flight | [-100, 100] |
+    ``Box(float32)`` with finite bounds: twelve features, each a raw quantity over a scale
+    (the queue as in ``DynamicBatching-v0``, then the requests and groups in flight, the
+    least- and most-advanced groups, the oldest request in flight and its slack).
+    ``env.unwrapped.observation_features`` describes each, in order (an
+    :class:`~batch_env.envs.features.ObsFeature`: name, meaning, unit, scale, bounds); the
+    space's bounds are built from it, and the env's page lists it in a table generated from
+    it.
 
     ## Rewards
 
@@ -199,18 +252,19 @@ class NodeBatchingEnv(ServingCore, gym.Env[np.ndarray, int]):
         self._rem: list[list[float]] = rem.tolist()
 
         self.action_space = spaces.Discrete(2 * (B + 1))
-        n = len(OBS_FEATURES)
-        low = np.zeros(n, dtype=np.float32)
-        low[11] = -_CLIP
-        high = np.ones(n, dtype=np.float32)
-        high[0] = config.queue_capacity / B
-        high[[1, 2, 10, 11]] = _CLIP
-        self.observation_space = spaces.Box(low, high, dtype=np.float32)
+        self._features = obs_features(config.queue_capacity, B)
+        self.observation_space = features_box(self._features)
         self._groups: list[Group] = []  # oldest (most advanced) first
         self._last_node = -1
         self._last_size = 0
         self._last_lat = 0.0
         self._clipped = False
+
+    @property
+    def observation_features(self) -> tuple[ObsFeature, ...]:
+        """The features of this env's observation, in order, one per entry of
+        ``observation_space`` (whose bounds are theirs): name, meaning, unit, scale."""
+        return self._features
 
     # -- state views --------------------------------------------------------------------
     @property

@@ -96,14 +96,121 @@ def _inherited_sections(cls: type) -> tuple[type, dict[str, str]] | None:
     return None
 
 
-def _spaces(env_id: str) -> tuple[str, str]:
+def _spaces(env_id: str) -> tuple[str, str, tuple]:
+    """A default instance's action and observation spaces (their reprs) and its
+    observation's features (``observation_features``)."""
     import gymnasium as gym
 
     env = gym.make(env_id)
     try:
-        return repr(env.action_space), repr(env.observation_space)
+        features = env.unwrapped.observation_features
+        return repr(env.action_space), repr(env.observation_space), features
     finally:
         env.close()
+
+
+def _cell(text: str) -> str:
+    """Text safe in a Markdown table cell."""
+    return text.replace("|", "\\|")
+
+
+def features_table(features, first_column: list[str] | None = None) -> list[str]:  # noqa: ANN001
+    """A Markdown table of observation features (:class:`batch_env.envs.features.ObsFeature`):
+    index (or ``first_column``'s entries, under the heading "added by"), name, meaning,
+    unit, scale and range."""
+    head = "added by" if first_column is not None else "index"
+    lines = [
+        f"| {head} | name | meaning | unit | scale | range |",
+        "|---|---|---|---|---|---|",
+    ]
+    for i, f in enumerate(features):
+        key = first_column[i] if first_column is not None else str(i)
+        lines.append(
+            f"| {key} | `{f.name}` | {_cell(f.meaning)} | {_cell(f.unit)} | {_cell(f.scale)} "
+            f"| [{f.low:g}, {f.high:g}] |"
+        )
+    return lines
+
+
+def observation_tables(env_id: str, features) -> list[str]:  # noqa: ANN001
+    """The end of an env page's "Observation Space" section: the features of a default
+    instance, and, on an LLM id with classes, orders or a clock grid, those they append
+    (with the tasks on the id and their feature counts)."""
+    lines = [
+        f"The {len(features)} features of a default instance "
+        f'(`gymnasium.make("{env_id}").unwrapped.observation_features`), generated from the '
+        "code; the space's bounds are their ranges:",
+        "",
+        *features_table(features),
+        "",
+    ]
+    from batch_env.config import LLMConfigV2
+
+    cls = env_class(env_id)
+    if getattr(cls, "_config_class", None) is not LLMConfigV2:
+        return lines
+    from batch_env.envs import llm_observation as lo
+
+    appended = [
+        ("`classes` (two or more), for each class", lo.per_class_features(["{class}"])),
+        ("`order_features=True`, for each of `orders`", lo.per_order_features(["{order}"])),
+        ("`clock_grid`", (lo.CLOCK_FEATURE,)),
+    ]
+    keys = [key for key, fs in appended for _ in fs]
+    lines += [
+        f"After these {len(features)}, in this order, come the features of each request "
+        "class (with two or more classes, in the order of `classes`), then those of each "
+        "admission order (with `order_features=True`, in the order of `orders`), then the "
+        "SM clock (with a `clock_grid`); `{class}` and `{order}` stand for the class's and "
+        "the order's names:",
+        "",
+        *features_table([f for _, fs in appended for f in fs], keys),
+        "",
+    ]
+    counts = _task_feature_counts(env_id)
+    if counts:
+        lines += [
+            "The tasks on this id and the length of their observation (each task's page "
+            "lists its features): "
+            + ", ".join(f"[{slug(t)}](../tasks/{slug(t)}.md) {n}" for t, n in counts)
+            + ".",
+            "",
+        ]
+    return lines
+
+
+def _task_feature_counts(env_id: str) -> list[tuple[str, int]]:
+    """The tasks whose base env is ``env_id``, with their observation's length."""
+    import warnings
+
+    import gymnasium as gym
+
+    from batch_env import tasks
+
+    out = []
+    for task_id, task in tasks.TASKS.items():
+        if task.base != env_id:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # superseded tasks warn
+            env = gym.make(task_id)
+        try:
+            out.append((task_id, len(env.unwrapped.observation_features)))
+        finally:
+            env.close()
+    return out
+
+
+def _insert_into_section(markdown: str, head: str, extra: list[str]) -> str | None:
+    """``markdown`` with ``extra`` at the end of its ``## head`` section (``None``: it has
+    no such section)."""
+    m = re.search(rf"^## {re.escape(head)}\n", markdown, flags=re.M)
+    if m is None:
+        return None
+    nxt = re.search(r"^## ", markdown[m.end() :], flags=re.M)
+    end = m.end() + nxt.start() if nxt else len(markdown)
+    body = markdown[:end].rstrip()
+    return body + "\n\n" + "\n".join(extra).rstrip() + "\n\n" + markdown[end:]
 
 
 #: How to train on an id with the shipped hyperparameters, on every env and task page.
@@ -184,9 +291,13 @@ def env_page(env_id: str, docs: Path) -> str:
     """The Markdown of one env page."""
     cls = env_class(env_id)
     name = slug(env_id)
-    action, obs = _spaces(env_id)
+    action, obs, features = _spaces(env_id)
     doc = markdown_docstring(cls)
     first, _, rest = doc.partition("\n\n")  # the lead paragraph, then the sections
+    obs_tables = observation_tables(env_id, features)
+    with_tables = _insert_into_section(rest, "Observation Space", obs_tables)
+    if with_tables is not None:
+        rest, obs_tables = with_tables, []
     lines = [
         f"# {name}",
         "",
@@ -217,6 +328,11 @@ def env_page(env_id: str, docs: Path) -> str:
         for head, body in sections.items():
             if head != "Version History":
                 lines += [f"## {head}", "", body, ""]
+            if head == "Observation Space":
+                lines += obs_tables
+                obs_tables = []
+    if obs_tables:  # no Observation Space section: one of its own
+        lines += ["## Observation Space", "", *obs_tables]
     lines += training_section(env_id)
     if (docs / "envs" / "usage" / f"{name}.md").exists():
         # included, so that its links stay relative to its own folder (as on GitHub)
@@ -254,6 +370,36 @@ def task_frame(task_id: str, out: Path, steps: int = 300) -> str:
         return name
     finally:
         env.close()
+
+
+def task_observation_section(task_id: str) -> list[str]:
+    """The "Observation" section of a task page: every feature of the task's own
+    observation (``observation_features`` of ``gymnasium.make(task_id)``)."""
+    import warnings
+
+    import gymnasium as gym
+
+    from batch_env import tasks
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # superseded tasks warn
+        env = gym.make(task_id)
+    try:
+        features = env.unwrapped.observation_features
+        space = repr(env.observation_space)
+    finally:
+        env.close()
+    base = slug(tasks.get(task_id).base)
+    return [
+        "## Observation",
+        "",
+        f"`{space}`: {len(features)} features "
+        f'(`gymnasium.make("{task_id}").unwrapped.observation_features`, generated from the '
+        f"code; [{base}](../envs/{base}.md) says how they are computed):",
+        "",
+        *features_table(features),
+        "",
+    ]
 
 
 def task_page(task_id: str, frame: str | None = None) -> str:
@@ -305,6 +451,7 @@ def task_page(task_id: str, frame: str | None = None) -> str:
         kwargs,
         "```",
         "",
+        *task_observation_section(task_id),
         *training_section(task_id),
         *headroom_section(task_id),
     ]
