@@ -481,12 +481,10 @@ def make_raw_env(env_id: str, env_kwargs: dict[str, Any], field: str = "env_kwar
     """``gymnasium.make(env_id, **env_kwargs)`` for user-given kwargs: an id that is not
     registered, kwargs that are not a mapping or that the env refuses give a one-line
     ``ValueError`` naming ``field`` (Gymnasium raises ``TypeError`` for unknown kwargs)."""
-    import batch_env
+    from batch_env.tasks import resolve_id
 
-    if env_id not in gym.registry:
-        raise ValueError(
-            f"env_id={env_id!r} is not a registered env: the batch_env ones are {list(batch_env.ENV_IDS)}"
-        )
+    # with or without batch_env/; else the closest ids and the envs and tasks there are
+    env_id = resolve_id(env_id)
     if not isinstance(env_kwargs, dict):
         raise ValueError(f"{field}={env_kwargs!r} must be a mapping of env keyword arguments")
     allowed = env_kwarg_names(env_id)

@@ -492,6 +492,9 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     from .vec_env import resolve_mode
 
     st = {**DEFAULTS, **given_settings(args)}
+    from batch_env.tasks import resolve_id
+
+    st["env_id"] = resolve_id(str(st["env_id"]))  # with or without batch_env/
     run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
     if run.exists() and not run.is_dir():
         raise ValueError(f"run_dir={str(run)!r} is a file: give a folder")

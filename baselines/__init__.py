@@ -92,16 +92,146 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
-def make(name: str, env: gym.Env | None = None, **params: Any) -> Policy:
+def task_settings(name: str, env: gym.Env | str | None) -> tuple[dict[str, Any], str] | None:
+    """The settings of the baseline ``name`` among the stored reference figures of a
+    benchmark task (:func:`batch_env.tasks.references`), as ``(params, label)``, or
+    ``None`` (no env, not a task, or no realizable reference of the task runs this
+    baseline: an oracle's runs on another env). The
+    reference labelled ``name`` where there is one (``clock-queue`` on the clock tasks:
+    its tuned thresholds and clocks), else the best-scoring reference that runs it
+    (``static-budget`` on LLMClockBursts-v0: ``clock-best``, the best constant clock and
+    budget; ``timeout`` on Trace-v0: ``triton-best``).
+
+    :param name: a baseline name.
+    :param env: the task's env (``env.unwrapped.task`` names the task) or the task's id.
+    """
+    task_id = env if isinstance(env, str) else getattr(getattr(env, "unwrapped", env), "task", None)
+    if not task_id:
+        return None
+    from batch_env.tasks import references
+
+    figures = references().get(task_id, {}).get("policies", {})
+    # an oracle's reference runs on another env than the task's (its own orders, what it
+    # sees): not a setting for the task's env
+    runs = {
+        label: fig
+        for label, fig in figures.items()
+        if fig.get("policy") == name and not fig.get("oracle")
+    }
+    if not runs:
+        return None
+    label = name if name in runs else max(runs, key=lambda lb: float(runs[lb]["reward_rate_per_s"]))
+    return dict(runs[label].get("params", {})), label
+
+
+def make(
+    name: str, env: gym.Env | None = None, *, task_defaults: bool = True, **params: Any
+) -> Policy:
     """Build the policy ``name`` for ``env``.
+
+    On a benchmark task's env (``gymnasium.make("batch_env/LLMClockBursts-v0")``), a
+    baseline made with no parameters takes the task's stored reference settings for it
+    (:func:`task_settings`), so that it is the tuned policy the task's reference table
+    shows and not the baseline's generic defaults; parameters given replace them all
+    (the baseline's own defaults fill the rest). The policy's ``settings`` attribute
+    says what it runs with: ``{"params": {...}, "source": "..."}`` (``source``: the
+    stored reference of the task, given, or the baseline's defaults).
 
     :param name: one of :func:`available`.
     :param env: the env the policy will act in (wrappers are looked through).
+    :param task_defaults: on a task's env with no ``params``, take the task's stored
+        settings (``False``: the baseline's own defaults).
     :param params: the policy's own parameters (see each class).
     """
     if name not in _REGISTRY:
         raise ValueError(f"policy name={name!r} is unknown: available policies are {available()}")
-    return _REGISTRY[name](env=env, **params)
+    source = "given; the rest the baseline's defaults" if params else "the baseline's defaults"
+    found = task_settings(name, env) if task_defaults and not params else None
+    if found is not None and found[0]:
+        params = found[0]
+        task_id = getattr(getattr(env, "unwrapped", env), "task", None)
+        source = f"the stored reference {found[1]!r} of {task_id}"
+    try:
+        policy = _REGISTRY[name](env=env, **params)
+    except TypeError as exc:  # an unknown or missing setting: name it, and what it takes
+        if "keyword argument" not in str(exc):
+            raise
+        raise ValueError(
+            f"policy {name!r} with settings {params!r}: {exc}; its settings are "
+            f"{_setting_names(name) or 'none'}"
+        ) from None
+    try:
+        policy.settings = {"params": dict(params), "source": source}
+    except AttributeError:  # a policy without instance attributes says nothing
+        pass
+    return policy
+
+
+def _setting_names(name: str) -> list[str]:
+    """The keyword settings the baseline ``name`` takes (its constructor's, ``env`` aside)."""
+    import inspect
+
+    factory = _REGISTRY[name]
+    if name == "greedy":
+        factory = GreedyPolicy
+    elif name == "rollout-oracle":
+        factory = RolloutPolicy
+    params = inspect.signature(factory).parameters
+    return [p for p in params if p not in ("env", "params", "clairvoyant")]
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``(name, params)`` of a baseline written as ``name`` or ``name:key=value,...``,
+    the form ``batch-env evaluate --policy`` and ``batch-env benchmark --policy`` take
+    (``clock-queue:low_clock=990,threshold=4``; values are YAML scalars or flow
+    sequences: ``static:sizes=[4,8]``). ``ValueError`` naming the spec and what is
+    allowed for an unknown name or a malformed setting."""
+    import yaml
+
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    if name not in _REGISTRY:
+        import difflib
+
+        close = difflib.get_close_matches(name, available(), n=2)
+        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+        raise ValueError(
+            f"policy name={name!r} is unknown: {hint}available policies are {available()}"
+        )
+    params: dict[str, Any] = {}
+    for item in _split_top(rest) if rest.strip() else []:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise ValueError(
+                f"policy {spec!r}: setting {item.strip()!r} is not key=value (the form is "
+                f"{name}:key=value,key=value)"
+            )
+        try:
+            params[key] = yaml.safe_load(value) if value.strip() else None
+        except yaml.YAMLError:
+            raise ValueError(
+                f"policy {spec!r}: {key}={value!r} is not a value (a number, a word or a "
+                "list such as [4,8])"
+            ) from None
+        if params[key] is None:
+            raise ValueError(f"policy {spec!r}: {key} has no value (the form is {key}=<value>)")
+    return name, params
+
+
+def _split_top(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets (``a=1,b=[2,3]``: two items)."""
+    items, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [it for it in items if it.strip()]
 
 
 __all__ = [
@@ -130,4 +260,6 @@ __all__ = [
     "TritonTimeoutPolicy",
     "available",
     "make",
+    "parse_spec",
+    "task_settings",
 ]

@@ -30,7 +30,7 @@ import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import gymnasium as gym
 import numpy as np
@@ -79,12 +79,15 @@ class EvaluationResult:
         and ``seed`` (only the last three on an env without a serving summary).
     :param warnings: one sentence per episode whose summary hides something
         (``"seed 3: ..."``, :func:`batch_env.metrics.summary_warning`).
+    :param settings: what the policy says it ran with, where it says (a baseline's
+        ``settings``: ``{"params": {...}, "source": "..."}``, :func:`baselines.make`).
     """
 
     policy: str
     seeds: list[int]
     episodes: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    settings: dict[str, Any] | None = None
 
     @property
     def seeds_change_nothing(self) -> bool:
@@ -140,6 +143,7 @@ class EvaluationResult:
             "summary": {k: {"mean": m, "ci95": h} for k, (m, h) in self.summary().items()},
             "warnings": list(self.warnings),
             **({"note": self.note()} if self.note() else {}),
+            **({"settings": self.settings} if self.settings is not None else {}),
         }
 
     def warning(self) -> str | None:
@@ -166,6 +170,45 @@ class EvaluationResult:
         return (
             f"evaluation of {self.policy!r}: " + "; ".join(parts) + " (EvaluationResult.warnings)"
         )
+
+
+class FunctionPolicy:
+    """A plain function ``(obs, info) -> action`` as a policy: nothing to reset.
+
+    :param fn: the function.
+    """
+
+    def __init__(self, fn: Callable[[Any, dict[str, Any]], Any]) -> None:
+        self.fn = fn
+        self.name = getattr(fn, "__name__", None) or type(fn).__name__
+
+    def reset(self) -> None:
+        """Nothing to forget: a plain function keeps no state of its own."""
+
+    def act(self, obs: Any, info: dict[str, Any]) -> Any:
+        """``fn(obs, info)``."""
+        return self.fn(obs, info)
+
+
+def as_policy(policy: Any) -> Policy:
+    """``policy`` as :func:`evaluate` needs it: an object with ``reset()`` and
+    ``act(obs, info)`` as it is, a plain function ``(obs, info) -> action`` wrapped in
+    :class:`FunctionPolicy`; anything else is refused with a ``TypeError`` saying what a
+    policy is."""
+    if callable(getattr(policy, "act", None)):
+        if not callable(getattr(policy, "reset", None)):
+            raise TypeError(
+                f"policy={policy!r} has act() but no reset(): a policy needs both (reset() "
+                "forgets the previous episode; define it to do nothing if there is nothing to forget)"
+            )
+        return cast(Policy, policy)
+    if callable(policy):
+        return FunctionPolicy(policy)
+    raise TypeError(
+        f"policy={policy!r} is not a policy: give an object with reset() and act(obs, info) "
+        "-> action (a baseline from baselines.make, a trained agent from agents.load_policy) "
+        "or a function (obs, info) -> action"
+    )
 
 
 def check_policy_fits(policy: Policy, env: gym.Env, label: str | None = None) -> None:
@@ -215,7 +258,8 @@ def evaluate(
 ) -> EvaluationResult:
     """Run ``policy`` on ``env`` for ``n_episodes`` seeded episodes.
 
-    :param policy: an object with ``reset()`` and ``act(obs, info)``.
+    :param policy: an object with ``reset()`` and ``act(obs, info)``, or a plain function
+        ``(obs, info) -> action`` (:func:`as_policy`).
     :param env: an env instance, a registered id (made with ``env_kwargs``) or a factory.
     :param n_episodes: number of episodes (>= 1).
     :param seed: episode ``k`` is reset with ``seed + k``.
@@ -238,6 +282,7 @@ def evaluate(
 
         max_steps = MAX_EPISODE_STEPS
     check_number("max_steps", max_steps, low=1, integer=True)
+    policy = as_policy(policy)
     if isinstance(env, str):
         env = gym.make(env, **(env_kwargs or {}))
     elif not isinstance(env, gym.Env) and callable(env):
@@ -254,7 +299,10 @@ def evaluate(
                 f"options has {len(per_episode)} entries for n_episodes={n_episodes}: give "
                 "one dict for every episode, or a list with one per episode"
             )
-    result = EvaluationResult(policy=label, seeds=seeds)
+    settings = getattr(policy, "settings", None)
+    result = EvaluationResult(
+        policy=label, seeds=seeds, settings=dict(settings) if isinstance(settings, dict) else None
+    )
     with warnings.catch_warnings():  # one warning per evaluation instead of one per episode
         warnings.simplefilter("ignore", SummaryWarning)
         _run_episodes(policy, env, seeds, result, max_steps, progress, per_episode)

@@ -131,9 +131,14 @@ def provenance_line(record: dict[str, Any] | None = None) -> str:
     p = record if record is not None else provenance()
     m, s = p.get("machine", {}), p.get("source", {})
     commit = s.get("commit")
-    sha = (commit[:10] + ("+" if s.get("dirty") else "")) if commit else "unknown commit"
+    # an installed wheel has no git checkout: its version says what ran
+    sha = (
+        f"commit {commit[:10]}{'+' if s.get('dirty') else ''}, "
+        if commit
+        else "not from a git checkout, "
+    )
     cap = f", {m['cpu_capability']} kernels" if m.get("cpu_capability") else ""
     return (
         f"Measured on {m.get('cpu', 'an unknown CPU')} ({m.get('cpu_count')} CPUs{cap}), "
-        f"commit {sha}, batch-env {p.get('versions', {}).get('batch-env')}."
+        f"{sha}batch-env {p.get('versions', {}).get('batch-env')}."
     )

@@ -47,6 +47,7 @@ __all__ = [
     "load_grid",
     "normalized_score",
     "references",
+    "resolve_id",
     "score_span",
     "make_args",
     "task_of",
@@ -761,12 +762,48 @@ def current() -> tuple[str, ...]:
     return tuple(tid for tid, t in TASKS.items() if t.superseded_by is None)
 
 
+def resolve_id(name: str, field: str = "env_id", tasks_only: bool = False) -> str:
+    """The registered id that ``name`` stands for: an env or task id as registered
+    (``batch_env/LLMClockBursts-v0``), or the same without its ``batch_env/`` namespace
+    (``LLMClockBursts-v0``), so that every command takes both. Any other id Gymnasium
+    has registered (``CartPole-v1``) is returned as it is, unless ``tasks_only``.
+
+    :param name: the id as given.
+    :param field: the option or argument it came from, for the error (empty: the value
+        alone, where the caller names the option, as argparse does).
+    :param tasks_only: accept benchmark task ids only.
+    :raises ValueError: naming ``field`` and ``name``, with the closest ids ("did you
+        mean") and the tasks (and, unless ``tasks_only``, the envs) there are.
+    """
+    import difflib
+
+    from gymnasium.envs.registration import registry
+
+    from . import ENV_IDS
+
+    known = list(TASKS) if tasks_only else [*ENV_IDS, *TASKS]
+    text = str(name).strip()
+    for candidate in (text, f"batch_env/{text}"):
+        if candidate in known:
+            return candidate
+    if not tasks_only and text in registry:
+        return text
+    short = {k.split("/", 1)[1].lower(): k for k in known}
+    close = difflib.get_close_matches(text.split("/")[-1].lower(), list(short), n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(repr(short[c]) for c in close)}? " if close else ""
+    listing = f"the tasks are {', '.join(TASKS)}"
+    if not tasks_only:
+        listing = f"the envs are {', '.join(ENV_IDS)}; {listing}"
+    given = f"{field}={name!r}" if field else repr(name)
+    raise ValueError(f"{given} is unknown: {hint}{listing} (with or without 'batch_env/')")
+
+
 def get(task_id: str) -> Task:
-    """The task named ``task_id``; ``ValueError`` listing the tasks otherwise."""
-    try:
+    """The task named ``task_id`` (with or without its ``batch_env/`` namespace,
+    :func:`resolve_id`); ``ValueError`` with the closest ids and the tasks otherwise."""
+    if task_id in TASKS:
         return TASKS[task_id]
-    except KeyError:
-        raise ValueError(f"task={task_id!r} is unknown: the tasks are {sorted(TASKS)}") from None
+    return TASKS[resolve_id(task_id, field="task", tasks_only=True)]
 
 
 def references() -> dict[str, dict[str, Any]]:

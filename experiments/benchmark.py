@@ -33,7 +33,7 @@ from baselines.smdp import SMDPProblem, gains_at_loads, solve
 from baselines.smdp_mmpp import MMPPProblem, solve_mmpp
 from batch_env import tasks
 from batch_env.provenance import provenance
-from experiments.harness.options import add_json, count
+from experiments.harness.options import POLICY_SETTINGS_HELP, add_json, count, is_agent
 from experiments.harness.strict_json import dumps
 
 from .harness.backends import process_pool
@@ -214,7 +214,12 @@ class RandomValidPolicy:
 
 
 def _policy(name: str, env: gym.Env, **params: Any) -> Any:
-    return RandomValidPolicy(env) if name == "random" else baselines.make(name, env, **params)
+    """A reference policy exactly as :data:`REFERENCE_POLICIES` gives it (not the task's
+    stored settings that :func:`baselines.make` gives a baseline made on a task with no
+    parameters: the references are what those settings come from)."""
+    if name == "random":
+        return RandomValidPolicy(env)
+    return baselines.make(name, env, task_defaults=False, **params)
 
 
 def summarize_rates(
@@ -840,28 +845,41 @@ def compute_references(
 
 
 def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
-    """``(label, env -> policy)`` for a baseline name, ``"random"``, or a trained agent
-    ``<algo>:<run_dir>`` (as ``batch-env evaluate --policy`` takes them)."""
-    if ":" in spec:
+    """``(label, env -> policy)`` for a baseline name (``name:key=value,...`` with its
+    settings), ``"random"``, or a trained agent ``<algo>:<run_dir>`` (as ``batch-env
+    evaluate --policy`` takes them)."""
+    if is_agent(spec):
         _, run_dir = parse_policy_spec(spec)
         read_run_config(run_dir)  # a missing or broken run is refused before anything runs
         return spec, lambda env: load_policy(run_dir, name=spec)
     labels = sorted({k for refs in REFERENCE_POLICIES.values() for k in refs} - {"random"})
-    if spec != "random" and spec not in baselines.available() and spec not in labels:
-        raise ValueError(
-            f"--policy={spec!r} is unknown: a baseline ({', '.join(baselines.available())}), "
-            f"a task's reference label ({', '.join(labels)}), 'random', or a trained agent "
-            "<algo>:<run_dir>"
-        )
+    if spec != "random" and spec not in labels:
+        if ":" not in spec and spec not in baselines.available():
+            raise ValueError(
+                f"--policy={spec!r} is unknown: a baseline ({', '.join(baselines.available())}; "
+                f"name:key=value,... with settings), a task's reference label "
+                f"({', '.join(labels)}), 'random', or a trained agent <algo>:<run_dir>"
+            )
+        name, params = baselines.parse_spec(spec)  # settings checked before anything runs
+        return spec, lambda env: _policy(name, env, **params)
     return spec, lambda env: _policy(spec, env)
 
 
 def task_policy(tid: str, spec: str) -> tuple[str, dict[str, Any]]:
     """The baseline and parameters ``spec`` names on task ``tid``: a reference label of the
     task (``greedy`` on the LLM task is its largest cap; a tuned label takes the stored
-    tuned parameters), else the baseline of that name with its defaults."""
+    tuned parameters); a baseline with settings (``name:key=value,...``) with them; else
+    the baseline of that name with the task's stored settings for it
+    (:func:`baselines.task_settings`: the same policy ``baselines.make`` gives on the
+    task's env), or its defaults where no reference runs it."""
     if spec not in REFERENCE_POLICIES.get(tid, {}):
-        return spec, {}
+        if spec == "random":
+            return spec, {}
+        name, params = baselines.parse_spec(spec)
+        if ":" not in spec:
+            found = baselines.task_settings(name, tid)
+            params = found[0] if found is not None else {}
+        return name, params
     name, params = REFERENCE_POLICIES[tid][spec]
     if "tune" in params:
         stored = tasks.references().get(tid, {}).get("policies", {}).get(spec)
@@ -914,17 +932,16 @@ def run_benchmark(
     (``trained_on``, :func:`trained_on`). ``progress`` receives the plan (which tasks,
     how many episodes, about how long) and a line per episode with the time left."""
     label, factory = policy_factory(policy)
-    ids = task_ids or list(tasks.current())
-    for tid in ids:
-        tasks.get(tid)
+    ids = [tasks.get(tid).id for tid in task_ids] if task_ids else list(tasks.current())
+    agent = is_agent(policy)
     if progress is not None:
-        progress(benchmark_plan(ids, horizon_requests, agent=":" in policy))
+        progress(benchmark_plan(ids, horizon_requests, agent=agent))
     rows = []
     for k, tid in enumerate(ids):
         row: dict[str, Any] = {"task": tid, "policy": label, "normalized_score": None}
         ticker = None if progress is None else _Ticker(progress, f"[{k + 1}/{len(ids)}] {tid}")
         try:
-            if ":" in policy:  # a trained agent
+            if agent:  # a trained agent
                 diff = trained_on(policy, tid)
                 if diff is not None:
                     row["trained_on"] = diff
@@ -1063,6 +1080,12 @@ def format_benchmark(rows: list[dict[str, Any]]) -> str:
             f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} "
             f"| {_score_cell(r)} | {eps} |"
         )
+    ran = [r for r in rows if "error" not in r and r.get("params")]
+    if ran:
+        lines += ["", "Settings each task's run used:"]
+        for r in ran:
+            where = "given" if ":" in r["policy"] else "the task's stored reference settings"
+            lines.append(f"- {r['task']}: {r['policy']} with {_params_text(r)} ({where})")
     notes = [_trained_on_note(r) for r in rows if r.get("trained_on")]
     if notes:
         lines += ["", "Trained on another env than the task's (scored on the task's protocol):"]
@@ -1274,12 +1297,11 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
     stored figures."""
 
     ids = (
-        [t.strip() for t in args.tasks.split(",") if t.strip()]
+        # with or without batch_env/; an unknown id: ValueError naming it and the tasks
+        [tasks.get(t.strip()).id for t in args.tasks.split(",") if t.strip()]
         if args.tasks
         else list(tasks.current())
     )
-    for tid in ids:
-        tasks.get(tid)  # ValueError naming the unknown task and the tasks
     if (args.only or args.resume) and not args.references:
         raise ValueError(
             "--only and --resume are for --references (which reference policies to run, "
@@ -1342,7 +1364,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--policy",
         default=None,
-        help="a baseline name, 'random', or a trained agent <algo>:<run_dir>",
+        help="a baseline name, a task's reference label (budget-best, clock-best, ...), "
+        f"'random', or a trained agent <algo>:<run_dir>; {POLICY_SETTINGS_HELP}",
     )
     p.add_argument(
         "--tasks",

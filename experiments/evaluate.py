@@ -25,9 +25,12 @@ from experiments.harness.options import (
     DEFAULT_ENV_ID,
     ENV_DEFAULTS,
     ENV_OPTIONS,
+    POLICY_SETTINGS_HELP,
     add_env_args,
     count,
+    env_id_arg,
     env_options_kwargs,
+    is_agent,
     positive,
 )
 from experiments.harness.strict_json import dumps
@@ -38,18 +41,30 @@ SHOWN_KEYS = HEADLINE_KEYS
 def _fmt(x: float) -> str:
     if isinstance(x, float) and math.isnan(x):
         return "nan"
+    if float(x).is_integer() and abs(x) < 1e9:  # counts: 20000, not 2e+04
+        return str(int(x))
     return f"{x:.4g}"
 
 
 def format_table(results: list[Any], keys: tuple[str, ...] = SHOWN_KEYS) -> str:
-    """Plain-text table: one row per summary key, one column per policy (mean ± 95% CI)."""
+    """Plain-text table: one row per summary key, one column per policy (mean ± 95% CI;
+    the mean alone for a policy evaluated on one episode, which has no CI, said below
+    the table)."""
     cols = [r.policy for r in results]
     rows = [["metric", *cols]]
     for k in keys:
-        rows.append([k] + [f"{_fmt(r.mean(k))} ± {_fmt(r.ci95(k))}" for r in results])
+        rows.append(
+            [k]
+            + [
+                _fmt(r.mean(k)) if len(r.episodes) < 2 else f"{_fmt(r.mean(k))} ± {_fmt(r.ci95(k))}"
+                for r in results
+            ]
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(len(r.episodes) < 2 for r in results):
+        lines.append("one episode: no confidence interval (--episodes 2 or more gives one)")
     return "\n".join(lines)
 
 
@@ -95,8 +110,11 @@ def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
     observation or actions do not fit the env is refused before the first step.
     """
 
-    runs = {}
+    runs, specs = {}, {}
     for name in names:
+        if not is_agent(name):  # a baseline: name or name:key=value,... (checked here)
+            specs[name] = baselines.parse_spec(name)
+            continue
         if ":" in name:  # a trained agent: <algo>:<run_dir>
             algo, run_dir = parse_policy_spec(name)
             cfg = read_run_config(run_dir)
@@ -132,11 +150,27 @@ def run_policies(args: argparse.Namespace, names: list[str]) -> list[Any]:
                 )
             policy: Policy = load_policy(run_dir, name=name)
         else:
-            policy = baselines.make(name, env=env)
+            base, params = specs[name]
+            policy = baselines.make(base, env=env, **params)
         results.append(
             batch_env.evaluate(policy, env, n_episodes=args.episodes, seed=args.seed, name=name)
         )
     return results
+
+
+def settings_lines(results: list[Any]) -> list[str]:
+    """A line per baseline on the settings it ran with and where they came from (its
+    ``settings``, :func:`baselines.make`)."""
+    lines = []
+    for r in results:
+        st = r.settings
+        if st is None:
+            continue
+        params = ", ".join(f"{k}={v}" for k, v in sorted(st["params"].items()))
+        lines.append(
+            f"{r.policy}: {params} ({st['source']})" if params else f"{r.policy}: {st['source']}"
+        )
+    return lines
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -156,6 +190,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print(dumps([r.to_dict() for r in results], indent=2))
     else:
         print(format_table(results))
+        for line in settings_lines(results):
+            print(f"settings: {line}")
         notes = [r.note() for r in results if r.note()]
         if notes:
             print(f"note: {notes[0].split(': ', 1)[1]}")
@@ -229,9 +265,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--env-id",
         default=None,
-        choices=[*batch_env.ENV_IDS, *TASKS],
+        type=env_id_arg,
         metavar="ENV_ID",
-        help="an env id or a benchmark task id: "
+        help="an env id or a benchmark task id, with or without batch_env/: "
         + ", ".join([*batch_env.ENV_IDS, *TASKS])
         + " (default: the agent's own env, else batch_env/DynamicBatching-v0); an option above that the env "
         "lacks is refused (LLMBatching-v0 has no --load, --max-batch-size, --sla-ms, "
@@ -249,6 +285,7 @@ def add_parser(sub: Any) -> None:
         "--policy",
         nargs="+",
         default=["greedy"],
-        help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as <algo>:<run_dir>",
+        help=f"policies to evaluate: baselines ({', '.join(available())}) or trained agents as "
+        f"<algo>:<run_dir>; {POLICY_SETTINGS_HELP}",
     )
     p.set_defaults(func=cmd_evaluate)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 import warnings
 from concurrent.futures import as_completed
@@ -84,9 +85,11 @@ def _job(
     horizon: int,
     warmup: int | None = None,
     max_steps: int | None = None,
+    say: Any = None,
 ) -> dict[str, Any]:
     """One policy on ``seeds`` (a process pool's job): per-seed rates, wall seconds and,
-    for a planner, its CPU seconds per decision."""
+    for a planner, its CPU seconds per decision. ``say`` (in this process only) gets a
+    line after each episode."""
     made: list[Any] = []
 
     def factory(env: gym.Env) -> Any:
@@ -106,6 +109,11 @@ def _job(
             cut_ok=True,
             warmup_requests=warmup,
             max_steps=max_steps,
+            tick=None
+            if say is None
+            else lambda done, total: say(
+                f"  {name}: episode {done}/{total} ({time.perf_counter() - t0:.0f} s)"
+            ),
         )
     res = {
         "per_seed": out["per_seed"],
@@ -144,10 +152,13 @@ Spec = tuple[str, str, dict[str, Any], tuple[int, ...], int, int | None]
 requests per episode and the warm-up requests (``None``: the task's)."""
 
 
-def _run_all(task_id: str, specs: list[Spec], jobs: int, warm: int) -> dict[str, Any]:
+def _run_all(
+    task_id: str, specs: list[Spec], jobs: int, warm: int, say: Any = None
+) -> dict[str, Any]:
     """:func:`_job` for each spec (in ``jobs`` processes), by key. A constant that takes
     more than :data:`STEPS_PER_REQUEST` steps a request (one that starves the server: a
-    cap of 1 on an LLM task takes 250) is cut there."""
+    cap of 1 on an LLM task takes 250) is cut there. ``say`` gets a line per finished
+    run (and, in one process, per planner episode: a planner's run takes minutes)."""
 
     def bound(name: str, hz: int, wu: int | None) -> int | None:
         if name != "constant":
@@ -155,9 +166,21 @@ def _run_all(task_id: str, specs: list[Spec], jobs: int, warm: int) -> dict[str,
         return STEPS_PER_REQUEST * (hz + (warm if wu is None else wu))
 
     out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+
+    def done(key: str) -> None:
+        if say is not None:
+            left = len(specs) - len(out)
+            say(
+                f"{task_id}: {key} done in {out[key]['wall_s']:.0f} s ({len(out)}/{len(specs)}"
+                f" runs, {time.perf_counter() - t0:.0f} s so far{'' if left else ', all done'})"
+            )
+
     if jobs <= 1:
         for key, name, params, seeds, hz, wu in specs:
-            out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu))
+            tick = say if say is not None and name.startswith("rollout") else None
+            out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu), tick)
+            done(key)
         return out
     with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
         futs = {
@@ -166,6 +189,7 @@ def _run_all(task_id: str, specs: list[Spec], jobs: int, warm: int) -> dict[str,
         }
         for fut in as_completed(futs):
             out[futs[fut]] = fut.result()
+            done(futs[fut])
     return out
 
 
@@ -180,6 +204,42 @@ def stored_reference(task_id: str) -> tuple[str, dict[str, Any]] | None:
     if fig.get("oracle") or fig.get("policy") in (None, "random"):
         return None
     return str(fig["policy"]), dict(fig.get("params") or {})
+
+
+def action_name(env: gym.Env, a: int) -> str:
+    """The action ``a`` as the headroom table names it: its parts on an env that has
+    them (``LLMAction(cap=16, budget=512, order='fcfs', clock=810.0)``), else its number."""
+    describe = getattr(env.unwrapped, "action_parts", None)
+    return str(describe(a)) if describe is not None else str(a)
+
+
+def _rank_constants(
+    tuned_runs: dict[str, Any], top: int
+) -> tuple[dict[int, float], set[int], int, list[int]]:
+    """``(mean rate per constant, the constants cut, the best, the kept)`` of the tuning:
+    the best constant and the ``top`` that behave differently (of constants whose tuning
+    rates are equal to 1e-9, the same episodes, e.g. caps the queue never reaches, only
+    the first). A constant cut on a tuning seed is not a candidate (its rate is the cost
+    before its queue grew), unless every one was cut."""
+    tuned = {int(a): float(np.mean(r["per_seed"])) for a, r in tuned_runs.items()}
+    cut = {int(a) for a, r in tuned_runs.items() if r["cut_seeds"]}
+    order = sorted(tuned, key=lambda a: (a in cut and len(cut) < len(tuned), -tuned[a]))
+    distinct: list[int] = []
+    for a in order:
+        if all(abs(tuned[a] - tuned[b]) > 1e-9 * abs(tuned[b]) for b in distinct):
+            distinct.append(a)
+    return tuned, cut, order[0], distinct[: max(1, top)]
+
+
+def _family(
+    best: int, kept: list[int], reference: tuple[str, dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The base policies the planners may switch to: the kept constants but the best
+    (their own base), and the task's best stored reference where it has one."""
+    family: list[dict[str, Any]] = [{"name": "constant", "action": a} for a in kept if a != best]
+    if reference is not None:
+        family.append({"name": reference[0], **reference[1]})
+    return family
 
 
 def measure(
@@ -219,7 +279,7 @@ def measure(
     task = tasks.get(task_id)
     env = gym.make(task_id)
     n_actions = int(env.action_space.n)  # type: ignore[attr-defined]  # Discrete
-    describe = getattr(env.unwrapped, "action_parts", None)
+    names = [action_name(env, a) for a in range(n_actions)]
     env.close()
     say = log or (lambda line: None)
     held = spread_seeds(task, eval_seeds)
@@ -229,26 +289,29 @@ def measure(
 
     warm = int(task.kwargs.get("warmup_requests", 0))
 
-    def run_all(specs: list[Spec]) -> dict[str, Any]:
-        return _run_all(task_id, specs, jobs, warm)
+    def run_all(specs: list[Spec], progress: bool = True) -> dict[str, Any]:
+        return _run_all(task_id, specs, jobs, warm, say if progress else None)
+
+    def named(a: int) -> str:  # the action as the table names it, and its number
+        return f"{names[a]} (action {a})" if names[a] != str(a) else f"action {a}"
 
     t0 = time.perf_counter()
-    tuned_runs = run_all(
-        [(str(a), "constant", {"action": a}, tuning_seeds, horizon, None) for a in range(n_actions)]
+    say(
+        f"{task_id}: tuning {n_actions} constant actions on {len(tuning_seeds)} seed(s) x "
+        f"{horizon} requests"
     )
-    tuned = {int(a): float(np.mean(r["per_seed"])) for a, r in tuned_runs.items()}
-    cut = {int(a) for a, r in tuned_runs.items() if r["cut_seeds"]}
-    # a constant cut on a tuning seed is not a candidate (its rate is the cost before its
-    # queue grew), unless every one was cut
-    order = sorted(tuned, key=lambda a: (a in cut and len(cut) < len(tuned), -tuned[a]))
-    # the kept constants behave differently: of constants whose tuning rates are equal
-    # (to 1e-9: the same episodes, e.g. caps the queue never reaches) only the first
-    distinct: list[int] = []
-    for a in order:
-        if all(abs(tuned[a] - tuned[b]) > 1e-9 * abs(tuned[b]) for b in distinct):
-            distinct.append(a)
-    best, kept = order[0], distinct[: max(1, top)]
-    say(f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best {best}")
+    tuned_runs = run_all(
+        [
+            (str(a), "constant", {"action": a}, tuning_seeds, horizon, None)
+            for a in range(n_actions)
+        ],
+        progress=False,  # one line per constant would be hundreds
+    )
+    tuned, cut, best, kept = _rank_constants(tuned_runs, top)
+    say(
+        f"{task_id}: tuned {n_actions} constants in {time.perf_counter() - t0:.0f} s; best "
+        f"{named(best)}"
+    )
     specs: list[Spec] = [("greedy", "greedy", {}, held, horizon, None)]
     specs += [(f"constant {a}", "constant", {"action": a}, held, horizon, None) for a in kept]
     reference = stored_reference(task_id)
@@ -256,37 +319,31 @@ def measure(
         name, params = reference
         specs.append(("reference", name, params, held, horizon, None))
     if planners:
-        family = [{"name": "constant", "action": a} for a in kept if a != best]
-        if reference is not None:  # the task's best reference: a base it may switch to
-            family.append({"name": reference[0], **reference[1]})
         rollout = {
             "base": best,
-            "policies": family,
+            "policies": _family(best, kept, reference),
             "candidates": None if n_actions <= ALL_CANDIDATES else kept,
             "samples": samples,
             "every": every,
             "between": between,
         }
-        pw = planner_warmup
+        oracle = {k: v for k, v in rollout.items() if k != "samples"}
+        on = (sub, planner_horizon, planner_warmup)
         specs += [
-            (
-                "best constant (planner episodes)",
-                "constant",
-                {"action": best},
-                sub,
-                planner_horizon,
-                pw,
-            ),
-            ("rollout", "rollout", rollout, sub, planner_horizon, pw),
-            (
-                "rollout-oracle",
-                "rollout-oracle",
-                {k: v for k, v in rollout.items() if k != "samples"},
-                sub,
-                planner_horizon,
-                pw,
-            ),
+            ("best constant (planner episodes)", "constant", {"action": best}, *on),
+            ("rollout", "rollout", rollout, *on),
+            ("rollout-oracle", "rollout-oracle", oracle, *on),
         ]
+    say(
+        f"{task_id}: {len(specs)} runs on the held-out seeds: greedy, {len(kept)} constants"
+        + (", the task's reference" if reference is not None else "")
+        + (
+            f", and the two planners on {len(sub)} x {planner_horizon} requests (each plans "
+            "at every decision: minutes)"
+            if planners
+            else ""
+        )
+    )
     runs = run_all(specs)
     const = runs[f"constant {best}"]["per_seed"]
     per_episode = np.max([runs[f"constant {a}"]["per_seed"] for a in kept], axis=0).tolist()
@@ -294,7 +351,7 @@ def measure(
         "task": task_id,
         "actions": n_actions,
         "best_constant": best,
-        "best_constant_parts": str(describe(best)) if describe is not None else str(best),
+        "best_constant_parts": names[best],
         "top": kept,
         "tuning": {
             "seeds": list(tuning_seeds),
@@ -330,9 +387,10 @@ def measure(
 
 
 def _cell(f: dict[str, float] | None) -> str:
-    if f is None:
+    if f is None or f.get("rel") is None:
         return "-"
-    if not math.isfinite(f["rel_ci95"]):
+    half = f.get("rel_ci95")  # None in a stored file where it was NaN (one seed: no CI)
+    if half is None or not math.isfinite(half):
         return f"{100 * f['rel']:+.1f}%"
     return f"{100 * f['rel']:+.1f}% ± {100 * f['rel_ci95']:.1f}"
 
@@ -389,10 +447,9 @@ def cmd_headroom(args: argparse.Namespace) -> int:
     (tuned on the tuning seeds), the best constant per episode, a realizable lookahead
     planner and its clairvoyant twin, on held-out seeds with paired 95% CIs; writes
     RESULTS_DIR/<task>.json and RESULTS_DIR/headroom.md (docs/headroom.md)."""
-    ids = [t.strip() for t in args.tasks.split(",")] if args.tasks else list(tasks.current())
-    ids = [t if t.startswith("batch_env/") else f"batch_env/{t}" for t in ids]
-    for t in ids:
-        tasks.get(t)  # unknown ids fail before anything runs
+    # with or without batch_env/; unknown ids fail before anything runs
+    given = [t.strip() for t in args.tasks.split(",") if t.strip()] if args.tasks else []
+    ids = [tasks.get(t).id for t in given] if given else list(tasks.current())
     out_dir = Path(args.results_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     results = []
@@ -411,7 +468,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             planners=not args.no_planners,
             tuning=args.tuning_seeds,
-            log=print,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
         )
         r["provenance"] = provenance()
         (out_dir / f"{t.removeprefix('batch_env/')}.json").write_text(dumps(r, indent=1) + "\n")
@@ -442,13 +499,17 @@ def add_parser(sub: Any) -> None:
         help="requests per episode of the constants (tuning and held-out; default 5000)",
     )
     p.add_argument(
-        "--seeds", type=count(2), default=10, help="held-out seeds of the constants (default 10)"
+        "--seeds",
+        type=count(1),
+        default=10,
+        help="held-out seeds of the constants (default 10; with 1 the figures have no CI)",
     )
     p.add_argument(
         "--planner-seeds",
-        type=count(2),
+        type=count(1),
         default=4,
-        help="held-out seeds of the planners, spread over those of --seeds (default 4)",
+        help="held-out seeds of the planners, spread over those of --seeds (default 4; with 1 "
+        "the planners' figures have no CI)",
     )
     p.add_argument(
         "--planner-horizon-requests",

@@ -67,8 +67,9 @@ def cmd_profile_llm(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--out={args.out!r} is a folder: give the JSON file to write, e.g. {args.out}/profile.json"
         )
+    arch = llm_arch.load_model_config(args.model_config)
     d = llm_arch.build_profile(
-        args.model_config,
+        arch,
         args.gpu,
         args.tp,
         clock_mhz=args.clock_mhz,
@@ -90,9 +91,13 @@ def cmd_profile_llm(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(d, indent=1) + "\n", encoding="utf-8")
     s = summary(prof)
     if args.json:
-        print(json.dumps({"path": str(path), "summary": s}, indent=1))
+        print(
+            json.dumps({"path": str(path), "summary": s, "assumed": list(arch.assumed)}, indent=1)
+        )
         return 0
     print(f"{s['name']}: {s['device']}")
+    for line in arch.assumed:  # a default taken for a field the config left out
+        print(f"  note: {line}")
     print(
         f"  KV cache: {s['kv_bytes_per_token'] / 1024:g} KiB per token, "
         f"{s['kv_capacity_tokens']:,} tokens at gpu_memory_utilization 0.9"

@@ -35,7 +35,7 @@ from agents import load_policy
 from agents.common import check_int, make_raw_env
 from agents.policy import parse_policy_spec, read_run_config
 from experiments.harness.config import parse_mapping as mapping
-from experiments.harness.options import add_json, count
+from experiments.harness.options import POLICY_SETTINGS_HELP, add_json, count, env_id_arg, is_agent
 from experiments.harness.strict_json import dumps
 
 #: the env a baseline is recorded on when no --env-id is given
@@ -47,12 +47,15 @@ VIDEO_SUFFIXES = (".mp4",)
 def _resolve_policy(spec: str) -> tuple[str, str | None, dict[str, Any] | None]:
     """``(label, run_dir or None, the run's config or None)`` of ``RUN_OR_POLICY``."""
 
-    if ":" in spec:
+    if is_agent(spec):
         _, run_dir = parse_policy_spec(spec)
         return spec, str(run_dir), read_run_config(run_dir)
     if Path(spec).is_dir():
         cfg = read_run_config(spec)
         return f"{cfg['algo']}:{spec}", spec, cfg
+    if ":" in spec:  # a baseline with its settings, name:key=value,...
+        baselines.parse_spec(spec)
+        return spec, None, None
     if spec not in baselines.available():
         raise ValueError(
             f"RUN_OR_POLICY={spec!r} is neither a run folder, <algo>:<run_dir>, nor a baseline: "
@@ -129,9 +132,10 @@ def record(
 
 def _make_policy(label: str, run_dir: str | None, env: gym.Env) -> Any:
 
-    return (
-        load_policy(run_dir, name=label) if run_dir is not None else baselines.make(label, env=env)
-    )
+    if run_dir is not None:
+        return load_policy(run_dir, name=label)
+    name, params = baselines.parse_spec(label)
+    return baselines.make(name, env=env, **params)
 
 
 def _episodes(env: gym.Env, policy: Any, episodes: int, seed: int, max_frames: int) -> Any:
@@ -243,7 +247,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "policy",
         metavar="RUN_OR_POLICY",
-        help="a run folder, <algo>:<run_dir>, or a baseline's name (greedy, smdp, ...)",
+        help="a run folder, <algo>:<run_dir>, or a baseline (greedy, smdp, ...): "
+        + POLICY_SETTINGS_HELP,
     )
     p.add_argument(
         "--out",
@@ -254,7 +259,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--env-id",
         default=None,
-        help=f"the env (default: the run's own; for a baseline {DEFAULT_ENV_ID})",
+        type=env_id_arg,
+        help=f"the env, with or without batch_env/ (default: the run's own; for a baseline {DEFAULT_ENV_ID})",
     )
     p.add_argument(
         "--env-kwargs",

@@ -20,7 +20,14 @@ from agents.policy import read_run_config
 from batch_env import tasks
 from batch_env.tasks import TASKS
 from experiments.harness.config import load_yaml_mapping, parse_mapping
-from experiments.harness.options import add_backend_args, add_json, count, stdout_to_stderr
+from experiments.harness.options import (
+    add_backend_args,
+    add_json,
+    count,
+    env_id_arg,
+    stdout_to_stderr,
+)
+from experiments.harness.report import pm
 from experiments.harness.strict_json import dumps
 
 
@@ -150,7 +157,7 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
             m, h = sto["reward_rate_per_s"]
             print(
                 f"stochastic evaluation (the policy sampling its actions, as in training): "
-                f"reward rate {m:.4g} ± {h:.2g} per second {what}"
+                f"reward rate {pm(m, h)} per second {what}"
             )
         elif unfinished({"deterministic": sto}):
             print("stochastic evaluation: its episodes were cut too (the same bound)")
@@ -164,13 +171,13 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
                 f"deterministic evaluation at loads {at}: mean reward rate {m:.4g} per second {what}{gap}"
             )
         else:
-            print(f"deterministic evaluation: reward rate {m:.4g} ± {h:.2g} per second {what}{gap}")
+            print(f"deterministic evaluation: reward rate {pm(m, h)} per second {what}{gap}")
         sto = ev.get("stochastic") or {}
         if ev.get("acting") == "stochastic" and "reward_rate_per_s" in sto:
             m, h = sto["reward_rate_per_s"]
             print(
                 f"stochastic evaluation (the policy sampling its actions, as in training): "
-                f"reward rate {m:.4g} ± {h:.2g} per second, better on these episodes: the run "
+                f"reward rate {pm(m, h)} per second, better on these episodes: the run "
                 "acts by sampling (load_policy's default; final_evaluation.json's acting)"
             )
     ref = ev.get("reference")
@@ -192,7 +199,7 @@ def _print_final_evaluation(ev: dict[str, Any], run: Any) -> None:
         )
         print(
             f"{name} on the same held-out episodes: {ref['reward_rate_per_s'][0]:.4g} per "
-            f"second; {who} is {verdict} ({d:+.4g} ± {dh:.2g} per second, paired){hint}"
+            f"second; {who} is {verdict} ({pm(d, dh)} per second, paired){hint}"
         )
         if "normalized_score" in ref:
             algo = _read_algo(run)
@@ -319,8 +326,11 @@ def _env_config(value: str) -> dict[str, Any]:
     """``--env-config``: the env kwargs in a YAML file, or a benchmark task's id for its
     kwargs (to change some of them with --env-kwargs on the task's base id, --env-id)."""
 
-    if value in tasks.TASKS:
-        return tasks.variant(value)
+    if value in tasks.TASKS or not Path(value).exists():
+        try:  # a task id, with or without batch_env/
+            return tasks.variant(tasks.get(value).id)
+        except ValueError:
+            pass  # not a task: load_yaml_mapping names the missing file
     return load_yaml_mapping(value, "--env-config")
 
 
@@ -339,7 +349,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--env-id",
         default=None,
-        help="an env id or a benchmark task id: "
+        type=env_id_arg,
+        help="an env id or a benchmark task id, with or without batch_env/: "
         + ", ".join([*batch_env.ENV_IDS, *TASKS])
         + f" (default batch_env/DynamicBatching-v0{kept})",
     )

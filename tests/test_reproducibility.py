@@ -126,4 +126,5 @@ def test_provenance_names_the_machine_versions_and_commit():
     line = provenance_line(p)
     assert p["machine"]["cpu"] in line and "batch-env" in line
     unknown = provenance_line({"machine": {"cpu": "X"}, "versions": {}, "source": {}})
-    assert "unknown commit" in unknown
+    # outside a git checkout (an installed wheel): said once, not "commit unknown commit"
+    assert "not from a git checkout" in unknown and "commit unknown commit" not in unknown

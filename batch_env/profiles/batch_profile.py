@@ -142,6 +142,12 @@ class Profile:
         d = self.raw
 
         kind = d.get("kind", "table")
+        if kind == "llm":  # an LLM profile (iteration times, KV cache), not a batch one
+            raise ValueError(
+                f"{origin}: field 'kind' = 'llm' is an LLM profile, for the LLM envs: load it "
+                "with batch_env.profiles.load_llm (batch_env.llm_profile.load); "
+                f"batch_env.profiles.load takes a batch-latency profile (kind {list(_KINDS)})"
+            )
         if kind not in _KINDS:
             raise self._err("kind", kind, f"one of {list(_KINDS)}")
         self.kind = kind
@@ -640,7 +646,15 @@ def load(x: str | os.PathLike[str] | Mapping[str, Any] | Profile) -> Profile:
     if isinstance(x, Mapping):
         return Profile(x, origin="dict")
     if isinstance(x, (str, os.PathLike)):
-        data, origin = read_json_object(x, _profile_dir(), "profile")
+        hint = ""
+        if isinstance(x, str):
+            llm_dir = resources.files("batch_env.profiles").joinpath("llm")
+            if x in shipped_names(llm_dir):
+                hint = (
+                    f" ('{x}' is a shipped LLM profile, for the LLM envs: load it with "
+                    "batch_env.profiles.load_llm instead)"
+                )
+        data, origin = read_json_object(x, _profile_dir(), "profile", hint)
         return Profile(data, origin=origin)
     raise ArgumentError(
         f"profile={x!r} is invalid: expected a shipped profile name ({', '.join(available())}), "

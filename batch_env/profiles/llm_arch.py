@@ -134,6 +134,10 @@ class ModelArch:
     shared_expert_intermediate: int = 0
     tie_word_embeddings: bool = False
     dtype_bytes: int = 2
+    #: fields the config left out that took a default, each a sentence (``num_key_value_heads``
+    #: missing: multi-head attention, Hugging Face's default), said by ``batch-env profile
+    #: llm`` and kept in a built profile's citations
+    assumed: tuple[str, ...] = ()
 
     @classmethod
     def from_config(
@@ -179,6 +183,14 @@ class ModelArch:
         hidden = need("hidden_size")
         heads = need("num_attention_heads")
         kv_heads = need("num_key_value_heads", heads)
+        assumed = []
+        if cfg.get("num_key_value_heads") is None:
+            assumed.append(
+                f"num_key_value_heads is not in the config: taken as num_attention_heads = "
+                f"{heads} (multi-head attention, Hugging Face's default); a grouped-query "
+                "model must give it, or its KV cache comes out "
+                f"{heads} / (its KV heads) times too large"
+            )
         if heads % kv_heads:
             raise _cfg_error(
                 origin,
@@ -238,6 +250,7 @@ class ModelArch:
             expert_intermediate=expert_inter,
             shared_expert_intermediate=shared,
             tie_word_embeddings=bool(tie),
+            assumed=tuple(assumed),
         )
 
     # ------------------------------------------------------------------ counts
@@ -914,7 +927,8 @@ def _citations(arch: ModelArch, g: GPUSpec, tp: int) -> dict[str, str]:
         "model": f"the model's config.json ({arch.name}): {arch.layers} layers, hidden {arch.hidden}, "
         f"{arch.heads} attention heads, {arch.kv_heads} KV heads, head_dim {d}, intermediate "
         f"{arch.intermediate}, vocabulary {arch.vocab}"
-        + (f", {arch.experts} experts, top {arch.experts_per_token}" if arch.moe else ""),
+        + (f", {arch.experts} experts, top {arch.experts_per_token}" if arch.moe else "")
+        + "".join(f"; assumed: {a}" for a in arch.assumed),
         "kv_bytes_per_token": f"2 (K, V) x {arch.layers} layers x {arch.kv_heads_per_rank(tp)} KV heads per "
         f"GPU x {tp} GPU(s) x {d} head_dim x 2 bytes = {arch.kv_bytes_per_token(tp)}",
         "weights_bytes": f"{arch.params():,} parameters (embeddings, LM head, every layer) x 2 bytes",

@@ -1,7 +1,8 @@
 """The command-line options that several ``batch-env`` subcommands share, and argparse types.
 
-* :func:`count`, :func:`positive`: argparse types (an integer >= a bound; a finite
-  number > 0) whose errors name the value and what is allowed;
+* :func:`count`, :func:`positive`, :func:`env_id_arg`: argparse types (an integer >= a
+  bound; a finite number > 0; an env or task id, with or without ``batch_env/``) whose
+  errors name the value and what is allowed;
 * :func:`add_env_args`, :func:`env_options_kwargs`: the env options (``--profile``,
   ``--load``, ``--workload``, ``--max-batch-size``, ...) and the env kwargs they give,
   with :data:`ENV_OPTIONS`, :data:`ENV_DEFAULTS` (from :mod:`batch_env.config`, the one
@@ -25,6 +26,7 @@ from typing import Any
 from agents.common import check_int, env_kwarg_names
 from batch_env.config import DEFAULT_PROFILE, DEFAULT_WORKLOAD, ServingConfig, field_default
 from batch_env.profiles.batch_profile import available
+from batch_env.tasks import TASKS
 from experiments.harness.backends import BACKENDS
 
 from .config import parse_mapping
@@ -43,6 +45,42 @@ def count(low: int) -> Any:
 
     parse.__name__ = f"integer >= {low}"
     return parse
+
+
+def env_id_arg(text: str) -> str:
+    """An argparse ``type``: a registered env or benchmark task id, with or without its
+    ``batch_env/`` namespace (:func:`batch_env.tasks.resolve_id`: the error gives the
+    closest ids and lists the envs and tasks)."""
+    from batch_env.tasks import resolve_id
+
+    try:
+        return resolve_id(text, field="")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+env_id_arg.__name__ = "env or task id"
+
+
+def is_agent(spec: str) -> bool:
+    """Whether a ``--policy`` spec names a trained agent (``<algo>:<run_dir>``) rather
+    than a baseline (``name`` or ``name:key=value,...``, :func:`baselines.parse_spec`)."""
+    import baselines
+
+    head, sep, rest = spec.partition(":")
+    if not sep or head.strip() in baselines.available():
+        return False
+    # name:key=value with an unknown name is a mistyped baseline, not a run folder
+    return "=" not in rest or Path(rest).exists()
+
+
+#: what the ``--policy`` options' help says of a baseline's settings
+POLICY_SETTINGS_HELP = (
+    "a baseline as name or name:key=value,key=value (its settings, e.g. "
+    "clock-queue:low_clock=990,threshold=4; values are numbers, words or lists such as "
+    "[4,8]); on a benchmark task a baseline with no settings runs with the task's stored "
+    "reference settings for it, and the output says which settings ran"
+)
 
 
 def positive(text: str) -> float:
@@ -108,7 +146,8 @@ def env_options_kwargs(
 
     :param env_id: the env the options are for (default ``--env-id``, else the default env).
     :param defaults: start from this command's defaults for DynamicBatching-v0 and
-        NodeBatching-v0 (``False``: only what the options give, to change a run's kwargs).
+        NodeBatching-v0 (``False``: only what the options give, to change a run's kwargs);
+        a benchmark task id starts from nothing, since it fixes its own settings.
     """
 
     env_id = env_id or getattr(args, "env_id", None) or DEFAULT_ENV_ID
@@ -125,7 +164,9 @@ def env_options_kwargs(
             f"--load={args.load!r} and --workload={args.workload!r} both set the workload: give one"
         )
     kw: dict[str, Any] = {}
-    if defaults and "max_batch_size" in names:  # DynamicBatching-v0 and NodeBatching-v0
+    # DynamicBatching-v0 and NodeBatching-v0; a task id fixes its own settings, so it
+    # gets none of these (the options given are checked by the task itself)
+    if defaults and "max_batch_size" in names and env_id not in TASKS:
         kw = {
             "profile": ENV_DEFAULTS["profile"],
             "max_batch_size": ENV_DEFAULTS["max_batch_size"],
