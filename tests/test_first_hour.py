@@ -270,3 +270,22 @@ def test_headroom_names_an_llm_action_by_its_parts():
     assert action_name(env, 0).startswith("LLMAction(cap=16, budget=256")
     env.close()
     assert action_name(gym.make("batch_env/LowLoadEnergy-v0", **SHORT), 8) == "8"
+
+
+def test_every_plain_sb3_example_sets_one_torch_thread():
+    """SB3's small MLPs on a CPU run many times slower on torch's default thread count
+    (2,048 PPO steps on FactoredAction(LLMClockBursts-v0): 22.8 s against 0.9 s on a
+    2-core machine); ``batch-env train`` sets one thread, and every code block that
+    builds an SB3 algorithm by hand, which users copy, says so and does it."""
+    import re
+
+    from tests.test_docs import _BLOCK, hand_written_pages
+
+    algo = re.compile(r"\b(PPO|A2C|DQN|MaskablePPO|RecurrentPPO)\(")
+    found = []
+    for page in hand_written_pages():
+        for block in _BLOCK.findall(page.read_text()):
+            if algo.search(block):
+                found.append(page.name)
+                assert "torch.set_num_threads(1)" in block, page
+    assert "README.md" in found
