@@ -279,7 +279,7 @@ def test_every_plain_sb3_example_sets_one_torch_thread():
     builds an SB3 algorithm by hand, which users copy, says so and does it."""
     import re
 
-    from tests.test_docs import _BLOCK, hand_written_pages
+    from test_docs import _BLOCK, hand_written_pages
 
     algo = re.compile(r"\b(PPO|A2C|DQN|MaskablePPO|RecurrentPPO)\(")
     found = []
