@@ -489,11 +489,11 @@ def _new_config(args: TrainArgs) -> tuple[Path, dict[str, Any], dict[str, Any]]:
     """``(run, settings, config)`` of a new run: the settings checked, the hyperparameters
     read, the env kwargs tried on a throwaway env and the centering gain resolved, before
     anything is written. Refuses a run directory that is a file or already holds a run."""
+    from batch_env.tasks import resolve_id
+
     from .vec_env import resolve_mode
 
     st = {**DEFAULTS, **given_settings(args)}
-    from batch_env.tasks import resolve_id
-
     st["env_id"] = resolve_id(str(st["env_id"]))  # with or without batch_env/
     run = Path(args.run_dir or f"runs/{st['algo']}-s{st['seed']}-{time.strftime('%Y%m%d-%H%M%S')}")
     if run.exists() and not run.is_dir():

@@ -92,6 +92,22 @@ def available() -> list[str]:
     return list(_REGISTRY)
 
 
+def _task_id(env: gym.Env | None) -> str | None:
+    """The benchmark task ``env`` was made as (``env.unwrapped.task``), or ``None``."""
+    return getattr(getattr(env, "unwrapped", env), "task", None)
+
+
+def _check_name(name: str) -> None:
+    """``ValueError`` for a name that is no baseline, with the closest names."""
+    if name in _REGISTRY:
+        return
+    import difflib
+
+    close = difflib.get_close_matches(name, available(), n=2)
+    hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
+    raise ValueError(f"policy name={name!r} is unknown: {hint}available policies are {available()}")
+
+
 def task_settings(name: str, env: gym.Env | str | None) -> tuple[dict[str, Any], str] | None:
     """The settings of the baseline ``name`` among the stored reference figures of a
     benchmark task (:func:`batch_env.tasks.references`), as ``(params, label)``, or
@@ -105,7 +121,7 @@ def task_settings(name: str, env: gym.Env | str | None) -> tuple[dict[str, Any],
     :param name: a baseline name.
     :param env: the task's env (``env.unwrapped.task`` names the task) or the task's id.
     """
-    task_id = env if isinstance(env, str) else getattr(getattr(env, "unwrapped", env), "task", None)
+    task_id = env if isinstance(env, str) else _task_id(env)
     if not task_id:
         return None
     from batch_env.tasks import references
@@ -143,14 +159,12 @@ def make(
         settings (``False``: the baseline's own defaults).
     :param params: the policy's own parameters (see each class).
     """
-    if name not in _REGISTRY:
-        raise ValueError(f"policy name={name!r} is unknown: available policies are {available()}")
+    _check_name(name)
     source = "given; the rest the baseline's defaults" if params else "the baseline's defaults"
     found = task_settings(name, env) if task_defaults and not params else None
     if found is not None and found[0]:
         params = found[0]
-        task_id = getattr(getattr(env, "unwrapped", env), "task", None)
-        source = f"the stored reference {found[1]!r} of {task_id}"
+        source = f"the stored reference {found[1]!r} of {_task_id(env)}"
     try:
         policy = _REGISTRY[name](env=env, **params)
     except TypeError as exc:  # an unknown or missing setting: name it, and what it takes
@@ -190,14 +204,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
 
     name, _, rest = spec.partition(":")
     name = name.strip()
-    if name not in _REGISTRY:
-        import difflib
-
-        close = difflib.get_close_matches(name, available(), n=2)
-        hint = f"did you mean {' or '.join(map(repr, close))}? " if close else ""
-        raise ValueError(
-            f"policy name={name!r} is unknown: {hint}available policies are {available()}"
-        )
+    _check_name(name)
     params: dict[str, Any] = {}
     for item in _split_top(rest) if rest.strip() else []:
         key, eq, value = item.partition("=")
