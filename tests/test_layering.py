@@ -481,3 +481,113 @@ def test_the_core_name_count_sees_a_private_name_in_an_llm_file(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("def f(loop):\n    return loop._buf, loop.now\n")
     assert core_names_used([f]) == {"_buf": ["x.py"]}
+
+
+# -- the KV cache owns the block state (issue 63) ------------------------------------------
+
+#: attributes that hold block state, on the server state (``kv_*``) or on the cache itself
+BLOCK_STATE = {"kv_used", "kv_blocks", "kv_total", "kv_watermark"}
+KV_FIELDS = {"used", "blocks", "total", "watermark", "refs", "lru", "held", "hashes"}
+MUTATORS = {"append", "extend", "pop", "clear", "insert", "remove", "popitem", "update"}
+
+
+def _is_kv(node: ast.AST) -> bool:
+    """Whether ``node`` is the cache object: a name ``kv`` or an attribute ``.kv``."""
+    return (isinstance(node, ast.Name) and node.id == "kv") or (
+        isinstance(node, ast.Attribute) and node.attr == "kv"
+    )
+
+
+def _block_ref(node: ast.AST, aliases: set[str]) -> bool:
+    """Whether ``node`` denotes block state: ``X.kv_blocks``, ``kv.blocks`` (any cache
+    field), or a local name bound to one of them."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in BLOCK_STATE or (node.attr in KV_FIELDS and _is_kv(node.value))
+    return isinstance(node, ast.Name) and node.id in aliases
+
+
+def _aliases(fn: ast.AST) -> set[str]:
+    """The local names of ``fn`` bound to block state (in tuple assignments too)."""
+    aliases: set[str] = set()
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Assign):
+            continue
+        for t in node.targets:
+            if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple):
+                pairs = list(zip(t.elts, node.value.elts, strict=False))
+            else:
+                pairs = [(t, node.value)]
+            aliases |= {t.id for t, v in pairs if isinstance(t, ast.Name) and _block_ref(v, set())}
+    return aliases
+
+
+def _writes_block_state(node: ast.AST, aliases: set[str]) -> bool:
+    """Whether statement or call ``node`` writes block state."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr in MUTATORS and _block_ref(node.func.value, aliases)
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    else:
+        return False
+    for t in targets:
+        for sub in ast.walk(t):
+            if isinstance(sub, ast.Subscript) and _block_ref(sub.value, aliases):
+                return True
+            if isinstance(sub, ast.Attribute) and _block_ref(sub, aliases):
+                return True
+    return False
+
+
+def block_state_writes(files: list[Path]) -> list[str]:
+    """``file:line`` of each write of block state in ``files``: an assignment to it or into
+    it (``kv.used += 1``, ``s.kv_blocks[e] = 0``, ``blk[e] += 1`` after ``blk =
+    s.kv.blocks``), or a mutating call on it (``kv.blocks.append(0)``)."""
+    bad = set()
+    for path in files:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+                aliases = _aliases(fn)
+                bad |= {
+                    f"{path.name}:{node.lineno}"
+                    for node in ast.walk(fn)
+                    if _writes_block_state(node, aliases)
+                }
+    return sorted(bad)
+
+
+KV_CACHE_FILES = {"kv_cache.py"}
+
+
+def test_block_state_is_written_only_by_the_kv_cache():
+    """Issue 63: the KV cache (``batch_env/llm/kv_cache.py``) is the only writer of block
+    state; the schedulers, the server and the envs read it and call its operations."""
+    files = [
+        f
+        for f in sorted((ROOT / "batch_env").rglob("*.py"))
+        if not (f.parent.name == "llm" and f.name in KV_CACHE_FILES)
+    ]
+    bad = block_state_writes(files)
+    assert not bad, f"block state written outside the KV cache: {bad}"
+
+
+def test_the_block_state_check_sees_every_kind_of_write(tmp_path):
+    """The check above is not blind: direct, augmented, aliased, subscript and mutating
+    writes are all seen; reads are not."""
+    f = tmp_path / "x.py"
+    f.write_text(
+        "def f(s, kv):\n"
+        "    s.kv_used += 1\n"
+        "    s.kv.blocks[3] = 0\n"
+        "    blk = s.kv.blocks\n"
+        "    blk[2] += 1\n"
+        "    kv.used = 4\n"
+        "    P, b = s.prompt, kv.blocks\n"
+        "    b[0] -= 1\n"
+        "    kv.blocks.append(0)\n"
+        "    x = kv.used + s.kv_blocks[1] + blk[0]\n"
+        "    return x\n"
+    )
+    assert block_state_writes([f]) == [f"x.py:{n}" for n in (2, 3, 5, 6, 8, 9)]

@@ -70,7 +70,7 @@ class ChunkedScheduler:
         blocks, at most once per running request. Waiting requests are offered in
         ``order`` (:mod:`batch_env.llm.orders`)."""
         s = self.state
-        n_run, npart, used = len(s.running), s.prefilling, s.kv_used
+        n_run, npart, used = len(s.running), s.prefilling, s.kv.used
         victims: list[int] = []
         grown: Any = ()
         decodes = 0
@@ -97,7 +97,7 @@ class ChunkedScheduler:
             v = s.running[n_run - 1]
             n_run -= 1
             victims.append(v)
-            used -= s.kv_blocks[v]
+            used -= s.kv.blocks[v]
             if s.prefill_left[v]:
                 npart -= 1
         return Plan(tuple(victims), grown, decodes, chunks)
@@ -113,11 +113,12 @@ class ChunkedScheduler:
         n = n_run - npart  # the decoding entries are the leading run of running
         # an entry's blocks hold exactly its prompt + generated - 1 tokens, so the token it
         # feeds needs a block when prompt + generated = 1 (mod block size)
+        kv = s.kv
         need = s.block_phase[(1 - s.decode_steps) % s.block_size]
-        if len(need) <= s.kv_total - used:  # blocks for all: no preemption
+        if len(need) <= kv.total - used:  # blocks for all: no preemption
             return need, n, n_run, npart, used + len(need)
-        R, P, G, blk, bs = s.running, s.prompt, s.generated, s.kv_blocks, s.block_size
-        total, left = s.kv_total, s.prefill_left
+        R, P, G, blk, bs = s.running, s.prompt, s.generated, kv.blocks, s.block_size
+        total, left = kv.total, s.prefill_left
         grown: list[int] = []
         i = 0
         while i < n:
@@ -158,9 +159,10 @@ class ChunkedScheduler:
         s = self.state
         if not npart and not (admit and s.waiting):  # nothing to prefill (most decodes)
             return ()
-        P, G, blk, bs = s.prompt, s.generated, s.kv_blocks, s.block_size
+        kv = s.kv
+        P, G, blk, bs = s.prompt, s.generated, kv.blocks, s.block_size
         todo, done, split = s.prefill_left, s.prefill_done, self.split_prompts
-        free = s.kv_total - used - s.kv_watermark
+        free = kv.total - used - kv.watermark
         out: list[tuple[int, int, int, int]] = []
         # the prefills in progress, in admission order, then (admit) the waiting entries
         # in the order, read lazily (the scan stops early); waiting ones have nothing computed
@@ -199,13 +201,10 @@ class ChunkedScheduler:
         victims = plan.victims
         for v in victims:  # newest first: each is the last running entry when it goes
             self._preempt(v)
-        blk = s.kv_blocks
-        for e in plan.grown:
-            blk[e] += 1
-        s.kv_used += len(plan.grown)
+        kv = s.kv
+        kv.grow(plan.grown)
         for e, _c, _x, nb in plan.chunks:
-            blk[e] += nb
-            s.kv_used += nb
+            kv.allocate(e, nb)
         if victims:
             if self._seqs:
                 self.executor.release(list(victims))  # recompute: the KV cache is dropped
@@ -225,7 +224,7 @@ class ChunkedScheduler:
         puts it back at the head of the queue."""
         s = self.state
         s.running.pop()
-        s.free_blocks(v)
+        s.kv.free(v)
         if s.prefill_left[v]:  # a prefill in progress: its computed tokens are lost
             s.prefilling -= 1
             s.waiting_tokens += s.prefill_done[v]
@@ -237,7 +236,7 @@ class ChunkedScheduler:
         s.prefill_done[v] = s.prefill_left[v] = 0
 
     def _finish(self, e: int, t: float) -> None:
-        self.state.free_blocks(e)
+        self.state.kv.free(e)
         self.host.finish(e, t)
 
     def _run_mixed(self, chunks: tuple[tuple[int, int, int, int], ...], dec: list[int]) -> float:

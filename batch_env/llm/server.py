@@ -516,7 +516,7 @@ class LLMServer(ServingLoop):
         """The loop's admission, plus the new entries' lengths and the KV-use integral."""
         i = self.arrival_index
         n0 = len(self.arrivals)
-        self.kv_integral += self.state.kv_used * (t_end - self.now)
+        self.kv_integral += self.state.kv.used * (t_end - self.now)
         super().absorb(t_end, j, power_w)
         adm = len(self.arrivals) - n0
         if adm:
@@ -771,9 +771,11 @@ class LLMServer(ServingLoop):
         """
         srv = self.state
         R = srv.running
-        bs, total = srv.block_size, srv.kv_total
+        kv = srv.kv
+        bs, total = srv.block_size, kv.total
         K0 = K = srv.decode_steps
-        used = srv.kv_used
+        used = kv.used  # kv.used + the blocks taken and not yet committed (pending)
+        pending = 0
         counts = [len(bucket) for bucket in srv.block_phase]
         b = len(R)
         if not b or counts[(1 - K) % bs] > total - used:
@@ -821,6 +823,7 @@ class LLMServer(ServingLoop):
                 rate_t = now
             # the iteration: its blocks, then the clock (advance), then the tokens
             used += need
+            pending += need
             dt = t - now
             kv_int += used * dt
             L += n_sys * dt
@@ -832,12 +835,14 @@ class LLMServer(ServingLoop):
             K += 1
             finished_now = finishing.get(j)
             if finished_now:
+                kv.take(pending)  # the decodes' blocks so far, before any is freed
+                pending = 0
                 for e in finished_now:
                     g = out[e]
                     ctx -= P[e] + g
                     r = (P[e] + g - K) % bs
                     counts[r] -= 1
-                    used -= srv.kv_blocks[e] + _grown(K0, r, j + 1, bs)
+                    used -= kv.free(e, _grown(K0, r, j + 1, bs))
                     done[e] = j
                     self.finish(e, t)
                 b -= len(finished_now)
@@ -849,7 +854,8 @@ class LLMServer(ServingLoop):
             return 0, None
         self.now, self.latency_integral_s, self.energy_j, self.kv_integral = now, L, E, kv_int
         self.rate_per_s, self.rate_since = rate, (rate_t, rate_n)
-        srv.kv_used, srv.decode_context, srv.decode_steps = used, ctx, K
+        kv.take(pending)
+        srv.decode_context, srv.decode_steps = ctx, K
         srv.tokens_out += tokens
         self._catch_up(done, j, K0, tokens, recent)
         return j, Iteration(recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)
@@ -865,7 +871,7 @@ class LLMServer(ServingLoop):
         if self.grid[-1] - decodes <= 0:
             return False  # no room under the largest cap
         left = self.budgets[-1] - (decodes if cfg.decode_first else 0)
-        free = srv.kv_total - used - srv.kv_watermark
+        free = srv.kv.total - used - srv.kv.watermark
         if left <= 0 or free <= 0:
             return False
         if cfg.split_prompts:
@@ -884,24 +890,23 @@ class LLMServer(ServingLoop):
         request's tokens and blocks (``done``: those that completed), the running list,
         the counters and the recent windows, which no boundary read in between."""
         srv = self.state
-        P, G, out, blk, phase, bs = (
+        P, G, out, kv, phase, bs = (
             srv.prompt,
             srv.generated,
             srv.output,
-            srv.kv_blocks,
+            srv.kv,
             srv.block_phase,
             srv.block_size,
         )
         keep = []
         for e in srv.running:
             r = (P[e] + G[e] - k0) % bs
-            if e in done:
+            if e in done:  # (its blocks were freed at its completion)
                 G[e] = out[e]
-                blk[e] = 0
                 phase[r].remove(e)
             else:
                 G[e] += j
-                blk[e] += _grown(k0, r, j, bs)
+                kv.attach(e, _grown(k0, r, j, bs))
                 keep.append(e)
         srv.running = keep
         self.iterations += j

@@ -1,5 +1,9 @@
 """The LLM server's state between iterations: requests, the two queues and the paged KV cache.
 
+The KV cache is an object of its own (:attr:`LLMServerState.kv`, a
+:class:`~batch_env.llm.kv_cache.KVCache`), the only writer of block state;
+``kv_used``, ``kv_blocks``, ``kv_total`` and ``kv_watermark`` read it.
+
 Requests are *entries*, numbered in admission (arrival) order; every per-request column
 below is indexed by entry. The columns and counters are plain lists and integers, read
 and changed by the schedulers in their hot loops.
@@ -7,7 +11,8 @@ and changed by the schedulers in their hot loops.
 Invariants (``tests/test_llm_batching.py`` checks them at every step):
 
 * every entry is waiting, running or finished; ``waiting`` and ``running`` are disjoint;
-* ``kv_used == sum(kv_blocks) <= kv_total``; a waiting entry holds no block;
+* ``kv_used == sum(kv_blocks) <= kv_total`` (without prefix caching); a waiting entry
+  holds no block;
 * a running entry's blocks hold every token of its context but the one it feeds next:
   ``kv_blocks[e] * block_size >= prompt[e] + generated[e] - 1``;
 * ``waiting_tokens`` is the prompt + generated tokens of the waiting entries (a
@@ -23,6 +28,7 @@ Invariants (``tests/test_llm_batching.py`` checks them at every step):
 
 from __future__ import annotations
 
+from .kv_cache import KVCache
 from .orders import WaitingQueue
 
 
@@ -36,12 +42,10 @@ class LLMServerState:
 
     __slots__ = (
         "block_size",
-        "kv_total",
-        "kv_watermark",
+        "kv",
         "prompt",
         "output",
         "generated",
-        "kv_blocks",
         "prefill_done",
         "prefill_left",
         "request_class",
@@ -49,7 +53,6 @@ class LLMServerState:
         "waiting",
         "waiting_tokens",
         "running",
-        "kv_used",
         "decode_context",
         "prefilling",
         "block_phase",
@@ -59,11 +62,31 @@ class LLMServerState:
     )
 
     def __init__(self, block_size: int, kv_total: int, kv_watermark: int) -> None:
-        #: tokens per KV block, blocks in the cache, blocks kept free at admission
+        #: tokens per KV block
         self.block_size = block_size
-        self.kv_total = kv_total
-        self.kv_watermark = kv_watermark
+        #: the KV cache: the only writer of block state
+        self.kv = KVCache(block_size, kv_total, kv_watermark)
         self.clear()
+
+    @property
+    def kv_total(self) -> int:
+        """KV blocks of the cache."""
+        return self.kv.total
+
+    @property
+    def kv_watermark(self) -> int:
+        """KV blocks kept free when admitting a prompt."""
+        return self.kv.watermark
+
+    @property
+    def kv_used(self) -> int:
+        """KV blocks in use."""
+        return self.kv.used
+
+    @property
+    def kv_blocks(self) -> list[int]:
+        """Per entry: the KV blocks it holds (read only: :class:`KVCache` writes them)."""
+        return self.kv.blocks
 
     def clear(self) -> None:
         """An empty server: no request, an empty cache, the counters at 0."""
@@ -74,8 +97,6 @@ class LLMServerState:
         self.output: list[int] = []
         #: output tokens generated so far
         self.generated: list[int] = []
-        #: KV blocks held
-        self.kv_blocks: list[int] = []
         #: chunked: tokens of the current prefill computed so far
         self.prefill_done: list[int] = []
         #: chunked: tokens of the current prefill still to compute (0: no prefill in progress)
@@ -93,8 +114,7 @@ class LLMServerState:
         #: entries admitted and not finished, in admission order
         self.running: list[int] = []
         # the cache and the decodes
-        #: KV blocks in use
-        self.kv_used = 0
+        self.kv.clear()
         #: context tokens (prompt + generated) of the running entries that decode
         self.decode_context = 0
         #: chunked: running entries whose prefill is in progress (``running``'s tail)
@@ -124,7 +144,7 @@ class LLMServerState:
         self.prompt += prompts
         self.output += outputs
         self.generated += [0] * k
-        self.kv_blocks += [0] * k
+        self.kv.add(k)
         self.prefill_done += [0] * k
         self.prefill_left += [0] * k
         self.waiting.extend(range(n0, n0 + k))
@@ -134,11 +154,6 @@ class LLMServerState:
     def context(self, e: int) -> int:
         """Entry ``e``'s context: prompt + generated tokens."""
         return self.prompt[e] + self.generated[e]
-
-    def free_blocks(self, e: int) -> None:
-        """Entry ``e`` gives its KV blocks back (finished or preempted)."""
-        self.kv_used -= self.kv_blocks[e]
-        self.kv_blocks[e] = 0
 
     def decoding(self) -> list[int]:
         """The running entries whose prefill is complete (``running``'s leading run)."""

@@ -53,7 +53,7 @@ class VLLMV0Scheduler:
         W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
         if W:
             room = cap - len(s.running)
-            free = s.kv_total - s.kv_used - s.kv_watermark
+            free = s.kv.free_above_watermark()
             chunks: list[tuple[int, int, int, int]] = []
             tokens = 0
             for e in candidates(s, room, order):
@@ -77,12 +77,12 @@ class VLLMV0Scheduler:
         return self._run_prefill(plan) if plan.prefill else self._run_decode()
 
     def _finish(self, e: int, t: float) -> None:
-        self.state.free_blocks(e)
+        self.state.kv.free(e)
         self.host.finish(e, t)
 
     def _run_prefill(self, plan: Plan) -> Iteration:
         s, host = self.state, self.host
-        P, G, R, blk = s.prompt, s.generated, s.running, s.kv_blocks
+        P, G, R, kv = s.prompt, s.generated, s.running, s.kv
         sel = [e for e, _p, _x, _nb in plan.chunks]
         for e in sel:
             leave_queue(s, e)
@@ -96,8 +96,7 @@ class VLLMV0Scheduler:
         )
         c = host.now_s() + d
         for e, p, _x, nb in plan.chunks:
-            blk[e] = nb
-            s.kv_used += nb
+            kv.allocate(e, nb)  # a waiting entry holds no block
             if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
                 host.first_token(e, c)
             s.waiting_tokens -= p
@@ -121,23 +120,23 @@ class VLLMV0Scheduler:
         """A KV block for each running entry whose next token needs one, preempting the
         newest running entries where none is free; returns the victims, newest first."""
         s = self.state
-        R, P, G, blk, bs = s.running, s.prompt, s.generated, s.kv_blocks, s.block_size
+        kv = s.kv
+        R, P, G, blk, bs = s.running, s.prompt, s.generated, kv.blocks, s.block_size
         victims: list[int] = []
         i = 0
         while i < len(R):
             e = R[i]
             if P[e] + G[e] > blk[e] * bs:  # the token fed this step needs a new block
-                while s.kv_used >= s.kv_total:
+                while kv.used >= kv.total:
                     v = R.pop()
                     victims.append(v)
-                    s.free_blocks(v)
+                    kv.free(v)
                     s.decode_context -= P[v] + G[v]
                     if v == e:
                         break
                 if victims and victims[-1] == e:
                     break
-                blk[e] += 1
-                s.kv_used += 1
+                kv.grow_one(e)
             i += 1
         return victims
 
