@@ -267,6 +267,12 @@ class LLMConfig:
         inter-arrival times.
     :param recent_iterations: decode iterations averaged by ``decode_latency_recent_ms``
         and ``batch_size_recent`` (16).
+    :param prefix_caching: automatic prefix caching, as vLLM's ``enable_prefix_caching``:
+        a prompt's cached leading blocks are shared and not recomputed, and a finished
+        request's blocks stay cached until evicted (``docs/design.md``, "The KV cache and
+        prefix caching"). ``None`` (default): on where the workload carries prefix
+        information (a trace with block hashes, the ``sessions`` workload), else off;
+        ``True`` on a workload without it is an error.
     """
 
     max_num_seqs: int = 256
@@ -291,11 +297,17 @@ class LLMConfig:
     decode_first: bool = True
     split_prompts: bool = True
     budget_grid: tuple[int, ...] | None = None
+    prefix_caching: bool | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
             self, "reward_weights", RewardWeights.from_any(self.reward_weights, LLM_REWARD_WEIGHTS)
         )
+        if self.prefix_caching is not None and not isinstance(self.prefix_caching, bool):
+            raise ValueError(
+                f"prefix_caching={self.prefix_caching!r} is invalid: expected True, False or "
+                "None (on where the workload carries prefix information)"
+            )
         check_number("max_num_seqs", self.max_num_seqs, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("max_model_len", self.max_model_len, low=2, integer=True)
         self._check_scheduler()

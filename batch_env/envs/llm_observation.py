@@ -4,7 +4,9 @@ The observation is a ``Box(float32)`` with finite bounds: the 13 base features
 (:data:`BASE_FEATURES`, named :data:`OBS_FEATURES`), then, with several request classes,
 three features per class (:func:`per_class_features`), then, with ``order_features``, two per
 admission order (:func:`per_order_features`), then, with a clock grid, the SM clock in force /
-the grid's highest (:data:`CLOCK_FEATURE`). :func:`observation_features` gives a server's
+the grid's highest (:data:`CLOCK_FEATURE`), then, with prefix caching, the cached share of
+the waiting prompts and the free cached blocks (:data:`PREFIX_FEATURES`).
+:func:`observation_features` gives a server's
 list, in that order, and :func:`observation_space` the space built from it (so the names
 and the bounds agree); the env exposes it as ``observation_features``. Everything here
 reads the server's state and queries (:class:`batch_env.llm.LLMServer`) and changes
@@ -15,13 +17,17 @@ nothing; true output lengths reach only ``info["oracle"]``, and only with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from gymnasium import spaces
 
 from ..llm import Iteration, LLMServer
+from ..llm.prefixes import prefix_info, waiting_cached_fraction
 from .features import ObsFeature, feature_names, features_box
+
+if TYPE_CHECKING:
+    from ..llm.prefix_cache import PrefixKVCache
 
 _CLIP = 100.0
 _CLIPPED = f"clipped at {_CLIP:g}"
@@ -195,6 +201,27 @@ _PER_ORDER: tuple[tuple[ObsFeature, str], ...] = (
     ),
 )
 
+#: the features appended with prefix caching (``prefix_caching``)
+PREFIX_FEATURES: tuple[ObsFeature, ...] = (
+    ObsFeature(
+        "waiting_cached_fraction",
+        "tokens to prefill of the first 32 waiting requests (queue order) that their cached "
+        "prefixes cover now (0 when none waits)",
+        "tokens",
+        "/ their tokens to prefill",
+        0.0,
+        1.0,
+    ),
+    ObsFeature(
+        "kv_cached_free_fraction",
+        "KV blocks free but holding a cached prefix (evicted least recently used first)",
+        "blocks",
+        "/ KV blocks in all",
+        0.0,
+        1.0,
+    ),
+)
+
 #: the last feature with a clock grid (``clock_grid``)
 CLOCK_FEATURE = ObsFeature(
     "sm_clock_over_max_clock",
@@ -228,6 +255,7 @@ def observation_features(server: LLMServer, with_orders: bool) -> tuple[ObsFeatu
         *(per_class_features([c.name for c in server.classes]) if server.multi else ()),
         *(per_order_features(server.orders) if with_orders else ()),
         *((CLOCK_FEATURE,) if server.clocks else ()),
+        *(PREFIX_FEATURES if server.prefix_ratio is not None else ()),
     )
 
 
@@ -270,9 +298,18 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
             *(_class_features(server) if server.multi else ()),
             *(_order_features(server) if order_features else ()),
             *((server.clock / server.clocks[-1],) if server.clock is not None else ()),
+            *(_prefix_features(server) if server.prefix_ratio is not None else ()),
         ],
         dtype=np.float32,
     )
+
+
+def _prefix_features(server: LLMServer) -> tuple[float, float]:
+    """:data:`PREFIX_FEATURES`: the cached fraction of the waiting prompts' head, and the
+    free cached blocks / all blocks."""
+    srv = server.state
+    kv = cast("PrefixKVCache", srv.kv)
+    return waiting_cached_fraction(srv), kv.free_cached / kv.total
 
 
 def _class_features(server: LLMServer) -> list[float]:
@@ -353,6 +390,8 @@ def step_info(
     if server.multi:
         waiting, running, _ = server.class_counts()
         info.update(waiting_by_class=waiting, running_by_class=running)
+    if server.prefix_ratio is not None:
+        info.update(prefix_info(cast("PrefixKVCache", srv.kv)))
     return info
 
 

@@ -97,7 +97,7 @@ class ChunkedScheduler:
             v = s.running[n_run - 1]
             n_run -= 1
             victims.append(v)
-            used -= s.kv.blocks[v]
+            used -= s.kv.releasable(v)
             if s.prefill_left[v]:
                 npart -= 1
         return Plan(tuple(victims), grown, decodes, chunks)
@@ -128,7 +128,7 @@ class ChunkedScheduler:
                     v = R[n_run - 1]  # the newest (never one grown: those come before e)
                     n_run -= 1
                     victims.append(v)
-                    used -= blk[v]
+                    used -= kv.releasable(v)
                     if left[v]:
                         npart -= 1
                     if v == e:
@@ -155,7 +155,9 @@ class ChunkedScheduler:
         chunks, FCFS: the prefills in progress (in admission order), then (``admit``) the
         queue's head while the cap allows, within ``left`` tokens and the KV blocks free
         above the watermark. A prompt that cannot progress stops the scan; with
-        ``split_prompts=False`` only whole prompts are scheduled."""
+        ``split_prompts=False`` only whole prompts are scheduled. With prefix caching a
+        waiting entry's cached prefix counts as computed (``tokens already computed``), and
+        its free cached blocks count against the free ones."""
         s = self.state
         if not npart and not (admit and s.waiting):  # nothing to prefill (most decodes)
             return ()
@@ -163,6 +165,7 @@ class ChunkedScheduler:
         P, G, blk, bs = s.prompt, s.generated, kv.blocks, s.block_size
         todo, done, split = s.prefill_left, s.prefill_done, self.split_prompts
         free = kv.total - used - kv.watermark
+        pfx = kv.prefix
         out: list[tuple[int, int, int, int]] = []
         # the prefills in progress, in admission order, then (admit) the waiting entries
         # in the order, read lazily (the scan stops early); waiting ones have nothing computed
@@ -176,18 +179,22 @@ class ChunkedScheduler:
             new = not todo[e]
             x = 0 if new else done[e]
             need = P[e] + G[e] if new else todo[e]
+            base, avail = blk[e], free  # blocks it holds; free blocks it may take
+            if new and pfx:  # its cached prefix is computed; its free blocks are taken
+                h, taken = kv.lookup(e, need)
+                x, need, base, avail = h * bs, need - h * bs, h, free - taken
             c = min(need, left)
             if not split and c < need:
                 break
-            nb = -(-(x + c) // bs) - blk[e]
-            if nb > free:
+            nb = -(-(x + c) // bs) - base
+            if nb > avail:
                 if not split:
                     break
-                c = min(c, (blk[e] + free) * bs - x)
+                c = min(c, (base + avail) * bs - x)
                 if c <= 0:
                     break
-                nb = -(-(x + c) // bs) - blk[e]
-            free -= nb
+                nb = -(-(x + c) // bs) - base
+            free -= nb + (free - avail)
             left -= c
             out.append((e, c, x, nb))
             if c < need:
@@ -202,6 +209,10 @@ class ChunkedScheduler:
         for v in victims:  # newest first: each is the last running entry when it goes
             self._preempt(v)
         kv = s.kv
+        if kv.prefix:  # the admitted prompts share their cached prefixes before any eviction
+            for e, _c, x, _nb in plan.chunks:
+                if not s.prefill_left[e]:
+                    kv.admit(e, x // s.block_size, s.prompt[e] + s.generated[e])
         kv.grow(plan.grown)
         for e, _c, _x, nb in plan.chunks:
             kv.allocate(e, nb)
@@ -239,11 +250,34 @@ class ChunkedScheduler:
         self.state.kv.free(e)
         self.host.finish(e, t)
 
+    def _chunks_done(self, chunks: tuple[tuple[int, int, int, int], ...]) -> list[int]:
+        """The chunks' bookkeeping once computed (the admitted entries join the running
+        ones); returns the entries whose prefill they completed."""
+        s = self.state
+        P, G, R, kv = s.prompt, s.generated, s.running, s.kv
+        todo, done = s.prefill_left, s.prefill_done
+        ready: list[int] = []
+        for e, c, x, _nb in chunks:
+            if not todo[e]:  # admitted now: it joins the running entries
+                leave_queue(s, e)  # (FCFS: the queue's head, in order)
+                R.append(e)
+                todo[e] = P[e] + G[e] - x  # x: its cached prefix (prefix caching), else 0
+                s.waiting_tokens -= x
+                s.prefilling += 1
+            done[e] = x + c
+            todo[e] -= c
+            s.waiting_tokens -= c
+            if kv.prefix:  # the full blocks it computed become cached
+                kv.register(e, x + c)
+            if not todo[e]:
+                ready.append(e)
+        return ready
+
     def _run_mixed(self, chunks: tuple[tuple[int, int, int, int], ...], dec: list[int]) -> float:
         """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
         s, host = self.state, self.host
         P, G, R, out = s.prompt, s.generated, s.running, s.output
-        todo, done = s.prefill_left, s.prefill_done
+        done = s.prefill_done
         n = 0
         att = 0.0
         for _e, c, x, _nb in chunks:
@@ -257,18 +291,7 @@ class ChunkedScheduler:
         else:
             d, energy = self.executor.mixed(n, att, b, s.decode_context)
         t = host.now_s() + d
-        ready: list[int] = []  # prefills completed by this iteration
-        for e, c, x, _nb in chunks:
-            if x == 0 and not todo[e]:  # admitted now: it joins the running entries
-                leave_queue(s, e)  # (FCFS: the queue's head, in order)
-                R.append(e)
-                todo[e] = P[e] + G[e]
-                s.prefilling += 1
-            done[e] = x + c
-            todo[e] -= c
-            s.waiting_tokens -= c
-            if not todo[e]:
-                ready.append(e)
+        ready = self._chunks_done(chunks)  # prefills completed by this iteration
         for e in ready:
             s.prefilling -= 1
             done[e] = 0

@@ -15,7 +15,7 @@ through its operations:
 * :meth:`~KVCache.free_above_watermark` / :meth:`~KVCache.fits`: how many blocks an
   admission may still take.
 
-With prefix caching (:mod:`batch_env.llm.prefix_cache`) the blocks of a prompt's leading
+With prefix caching (:class:`batch_env.llm.prefix_cache.PrefixKVCache`) the blocks of a prompt's leading
 full blocks are shared and reference-counted, and freed ones stay cached until evicted;
 without it (the default where a workload has no prefix information) this class is the
 plain block counter it always was, and behaviour is unchanged byte for byte.
@@ -23,12 +23,13 @@ plain block counter it always was, and behaviour is unchanged byte for byte.
 Invariants (``tests/test_llm_batching.py`` and ``tests/test_llm_v2.py`` check them at
 every step): without prefix caching ``used == sum(blocks) <= total``; a waiting entry holds
 no block. ``tests/test_layering.py`` checks that nothing outside this package's cache
-modules writes block state.
+modules (this one and :mod:`batch_env.llm.prefix_cache`) writes block state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 
 class KVCache:
@@ -55,8 +56,9 @@ class KVCache:
         #: blocks in use (read only outside this class)
         self.used = 0
 
-    def add(self, k: int) -> None:
-        """``k`` new entries, holding no block."""
+    def add(self, k: int, units: Any = None, prompts: Any = ()) -> None:
+        """``k`` new entries, holding no block (``units``, ``prompts``: what
+        :class:`PrefixKVCache` keys their blocks by; unused here)."""
         self.blocks += [0] * k
 
     # -- what an admission may take --------------------------------------------------------
@@ -103,3 +105,21 @@ class KVCache:
     def attach(self, e: int, n: int) -> None:
         """Entry ``e`` gets ``n`` blocks taken for it by :meth:`take`."""
         self.blocks[e] += n
+
+    # -- what only prefix caching does (:class:`PrefixKVCache`); here, nothing ------------
+    #: whether prompts share cached blocks (the schedulers ask before any lookup)
+    prefix = False
+
+    def releasable(self, e: int) -> int:
+        """Blocks that freeing entry ``e`` alone would return (all of them here)."""
+        return self.blocks[e]
+
+    def lookup(self, e: int, tokens: int) -> tuple[int, int]:
+        """Entry ``e``'s cached prefix: none here (:meth:`~batch_env.llm.prefix_cache.PrefixKVCache.lookup`)."""
+        return 0, 0
+
+    def admit(self, e: int, h: int, tokens: int) -> None:
+        """Entry ``e`` admitted: nothing is shared here (:meth:`~batch_env.llm.prefix_cache.PrefixKVCache.admit`)."""
+
+    def register(self, e: int, computed: int) -> None:
+        """Entry ``e``'s computed blocks: none is cached here (:meth:`~batch_env.llm.prefix_cache.PrefixKVCache.register`)."""

@@ -52,6 +52,7 @@ from ..profiles.llm_profile import load as load_llm_profile
 from ..workload import Superposition, check_llm_tokens, make_workload
 from .chunked import ChunkedScheduler
 from .orders import FCFS, candidates
+from .prefixes import PrefixUnits, counters, prefix_summary
 from .scheduler import Iteration, Plan
 from .sla import SLABooks
 from .state import LLMServerState
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ..profiles.llm_profile import LLMProfile
     from ..render import Timeline
     from ..workload import RequestLengths, Trace, Workload
+    from .prefix_cache import PrefixKVCache
 
 #: Least fraction of drawn prompts that must fit ``max_model_len`` (see ``_check_admissible``).
 _MIN_FIT = 1e-3
@@ -118,7 +120,8 @@ class LLMServer(ServingLoop):
                 f"profile '{profile.name}' has {total} ({watermark} kept free by the watermark) "
                 "at this gpu_memory_utilization: lower max_model_len"
             )
-        self.state = LLMServerState(bs, total, watermark)
+        self._setup_prefix(config, workload)
+        self.state = LLMServerState(bs, total, watermark, self.prefix_ratio)
         # the SLA books: each class's SLAs and weight (one class: the config's, weight 1)
         self.sla_books = SLABooks(
             [(c.ttft_sla_ms or config.ttft_sla_ms) / 1000.0 for c in self.classes],
@@ -173,6 +176,35 @@ class LLMServer(ServingLoop):
         self.warn_if_seed_invariant(
             "profile" if isinstance(self.executor, LLMProfileExecutor) else "real", name
         )
+
+    def _setup_prefix(self, config: LLMConfig, workload: Workload) -> None:
+        """Whether prompts share cached prefixes (``prefix_caching``; ``None``: where the
+        workload carries prefix information), and the blocks per prefix unit."""
+        has = bool(getattr(workload, "has_prefix", False))
+        on = has if config.prefix_caching is None else config.prefix_caching
+        #: blocks per hashed prefix unit of the workload (None: no prefix caching)
+        self.prefix_ratio: int | None = None
+        #: the requests' prefix units (interned per episode)
+        self.prefix_units = PrefixUnits()
+        if not on:
+            return
+        if not has:
+            raise ValueError(
+                "prefix_caching=True needs a workload whose prompts carry prefix information: "
+                "a trace with block hashes (e.g. {'kind': 'trace', 'dataset': "
+                "'mooncake-conversation'}, or a JSONL trace with a 'hash_ids' list per request "
+                "and its prefix_block_tokens), or the 'sessions' workload; or set "
+                "prefix_caching=False"
+            )
+        unit = _prefix_block_tokens(workload)
+        bs = config.block_size
+        if unit % bs:
+            raise ValueError(
+                f"block_size={bs} does not divide the workload's prefix blocks of {unit} tokens "
+                f"(prefix_block_tokens): a hashed block must be whole KV blocks; use a "
+                f"block_size that divides {unit}"
+            )
+        self.prefix_ratio = unit // bs
 
     def _setup_clocks(self, config: LLMConfig, profile: LLMProfile) -> None:
         """The SM clocks a decision chooses among (``LLMBatching-v2``'s ``clock_grid``; else
@@ -351,6 +383,9 @@ class LLMServer(ServingLoop):
         self._class_drops_end: list[int] | None = None
         self._rejected_at: list[float] = []  # arrival times of the rejected prompts
         self._rejected_run = 0  # arrivals rejected in a row
+        self._arrival_hashes: list[Any] = []  # their prompts' block hashes (prefix caching)
+        self.prefix_units.clear()
+        self._prefix0: tuple[int, int, int] | None = None  # the cache's counters at the window
         self.state.clear()
         #: per entry: its completion time (``None`` while in the system)
         self.finished_at: list[float | None] = []
@@ -434,10 +469,12 @@ class LLMServer(ServingLoop):
             else:
                 p, o = self.lengths.sample(self.sizes_rng, len(times))
         fit = p + 1 <= self.max_model_len
+        pre = chunk.prefix if self.prefix_ratio is not None else None
         if not fit.all():
             self._rejected_at.extend(times[~fit].tolist())
             times, p, o = times[fit], p[fit], o[fit]
             cls = None if cls is None else cls[fit]
+            pre = None if pre is None else pre[fit]
             if not len(times):
                 self._rejected_run += len(fit)
                 if self._rejected_run > self._max_rejected_run:
@@ -456,6 +493,8 @@ class LLMServer(ServingLoop):
         self._arrival_output.extend(o.tolist())
         self._arrival_clipped.extend(clip.tolist())
         self._arrival_class.extend([0] * len(times) if cls is None else cls.tolist())
+        if self.prefix_ratio is not None:  # (interned at admission: only what enters)
+            self._arrival_hashes.extend([None] * len(times) if pre is None else pre.tolist())
         return times
 
     def _class_lengths(self, ch: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -494,6 +533,7 @@ class LLMServer(ServingLoop):
             self._arrival_output,
             self._arrival_clipped,
             self._arrival_class,
+            self._arrival_hashes,
         ):
             del kept[i:]
         del self._rejected_at[bisect_right(self._rejected_at, self.now) :]
@@ -528,6 +568,9 @@ class LLMServer(ServingLoop):
                 self._arrival_output[i : i + adm],
                 classes,
                 deadlines,
+                self.prefix_units.units(self._arrival_hashes[i : i + adm])
+                if self.prefix_ratio is not None
+                else None,
             )
             self.sla_books.admit(classes, self.arrivals[n0:])
             self.clipped += sum(self._arrival_clipped[i : i + adm])
@@ -552,6 +595,8 @@ class LLMServer(ServingLoop):
         if first:
             self._window_counts0 = self._window_counters()
             self._class_drops_w0 = list(self._class_drops)
+            if self.prefix_ratio is not None:
+                self._prefix0 = counters(cast("PrefixKVCache", self.state.kv))
         else:
             self._class_drops_end = list(self._class_drops)
 
@@ -876,10 +921,12 @@ class LLMServer(ServingLoop):
             return False
         if cfg.split_prompts:
             return True  # a chunk of at least one token fits
+        kv = srv.kv
         for order in self.orders:  # the first waiting request each order offers
-            h = next(iter(candidates(srv, 1, order)))
-            p = srv.prompt[h] + srv.generated[h]
-            if p <= left and -(-p // srv.block_size) <= free:
+            e = next(iter(candidates(srv, 1, order)))
+            p = srv.prompt[e] + srv.generated[e]
+            h, taken = kv.lookup(e, p) if kv.prefix else (0, 0)
+            if p - h * srv.block_size <= left and -(-p // srv.block_size) - h + taken <= free:
                 return True
         return False
 
@@ -971,7 +1018,7 @@ class LLMServer(ServingLoop):
         win = self.window
         srv = self.state
         w = self.config.reward_weights
-        return llm_episode_summary(
+        out = llm_episode_summary(
             arrivals=self.arrivals,
             finished_at=self.finished_at,
             first_token=self.sla_books.first_at,
@@ -990,6 +1037,9 @@ class LLMServer(ServingLoop):
             tpot_sla_s=self.sla_books.tpot_s,
             class_drops=(self._class_drops_w0, self._class_drops_end, self._class_drops),
         )
+        if self.prefix_ratio is not None:
+            out.update(prefix_summary(cast("PrefixKVCache", srv.kv), self._prefix0))
+        return out
 
 
 def profile_for(
@@ -1060,6 +1110,19 @@ def llm_workload(config: LLMConfig, workload: dict | Workload | None) -> Workloa
             "rate_per_s (or target_rate_per_s for a trace)"
         )
     return make_workload(workload)
+
+
+def _prefix_block_tokens(workload: Any) -> int:
+    """The tokens per hashed block of a workload with prefix information (a superposition:
+    its parts', which must agree)."""
+    parts = getattr(workload, "parts", None) or (workload,)
+    sizes = {p.prefix_block_tokens for p in parts if getattr(p, "has_prefix", False)}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"the workload's parts hash their prompts in blocks of different sizes "
+            f"{sorted(sizes)} (prefix_block_tokens): give them one size"
+        )
+    return sizes.pop()
 
 
 def _has_tokens(workload: Any) -> bool:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from .kv_cache import KVCache
 from .orders import WaitingQueue
+from .prefix_cache import PrefixKVCache
 
 
 class LLMServerState:
@@ -38,6 +39,8 @@ class LLMServerState:
     :param block_size: tokens per KV block.
     :param kv_total: KV blocks of the cache.
     :param kv_watermark: blocks kept free when admitting a prompt.
+    :param prefix_ratio: with prefix caching, the KV blocks per hashed prefix unit of the
+        workload (:class:`~batch_env.llm.prefix_cache.PrefixKVCache`); None: no prefix caching.
     """
 
     __slots__ = (
@@ -61,11 +64,17 @@ class LLMServerState:
         "preemptions",
     )
 
-    def __init__(self, block_size: int, kv_total: int, kv_watermark: int) -> None:
+    def __init__(
+        self, block_size: int, kv_total: int, kv_watermark: int, prefix_ratio: int | None = None
+    ) -> None:
         #: tokens per KV block
         self.block_size = block_size
         #: the KV cache: the only writer of block state
-        self.kv = KVCache(block_size, kv_total, kv_watermark)
+        self.kv = (
+            KVCache(block_size, kv_total, kv_watermark)
+            if prefix_ratio is None
+            else PrefixKVCache(block_size, kv_total, kv_watermark, prefix_ratio)
+        )
         self.clear()
 
     @property
@@ -135,8 +144,12 @@ class LLMServerState:
         outputs: list[int],
         classes: list[int],
         deadlines: list[float],
+        units: list[tuple[int, ...]] | None = None,
     ) -> int:
-        """New entries join the waiting queue's tail; returns the first new entry's number."""
+        """New entries join the waiting queue's tail; returns the first new entry's number.
+
+        :param units: their prompts' prefix units (prefix caching,
+            :class:`~batch_env.llm.prefix_cache.PrefixKVCache`), or None."""
         n0 = len(self.prompt)
         k = len(prompts)
         self.request_class += classes
@@ -144,7 +157,7 @@ class LLMServerState:
         self.prompt += prompts
         self.output += outputs
         self.generated += [0] * k
-        self.kv.add(k)
+        self.kv.add(k, units, prompts)
         self.prefill_done += [0] * k
         self.prefill_left += [0] * k
         self.waiting.extend(range(n0, n0 + k))

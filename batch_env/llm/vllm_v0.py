@@ -53,19 +53,24 @@ class VLLMV0Scheduler:
         W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
         if W:
             room = cap - len(s.running)
-            free = s.kv.free_above_watermark()
+            kv = s.kv
+            free = kv.free_above_watermark()
             chunks: list[tuple[int, int, int, int]] = []
             tokens = 0
+            h = taken = 0
             for e in candidates(s, room, order):
                 p = P[e] + G[e]
-                if tokens + p > budget:
+                if kv.prefix:  # its cached prefix is not computed; its free blocks are taken
+                    h, taken = kv.lookup(e, p)
+                u = p - h * bs  # the tokens to compute
+                if tokens + u > budget:
                     break
-                nb = -(-p // bs)
-                if nb > free:
+                nb = -(-p // bs) - h
+                if nb + taken > free:
                     break
-                free -= nb
-                tokens += p
-                chunks.append((e, p, 0, nb))
+                free -= nb + taken
+                tokens += u
+                chunks.append((e, u, h * bs, nb))
             if chunks:
                 return Plan((), (), 0, tuple(chunks), True)
         if not s.running:  # cannot happen: config validation makes the head admissible when idle
@@ -88,20 +93,25 @@ class VLLMV0Scheduler:
             leave_queue(s, e)
         tokens = 0
         sq = 0.0
-        for _e, p, _x, _nb in plan.chunks:
+        for _e, p, x, _nb in plan.chunks:  # p tokens computed after x cached ones
             tokens += p
-            sq += p * p
+            sq += p * p + 2 * p * x
         d, energy = self.executor.prefill(
             tokens, sq, sel, [P[e] + G[e] for e in sel] if self._seqs else None
         )
         c = host.now_s() + d
-        for e, p, _x, nb in plan.chunks:
+        if kv.prefix:  # the prompts share their cached prefixes before any eviction
+            for e, p, x, _nb in plan.chunks:
+                kv.admit(e, x // s.block_size, p + x)
+        for e, p, x, nb in plan.chunks:
             kv.allocate(e, nb)  # a waiting entry holds no block
+            if kv.prefix:  # its full prompt blocks become cached
+                kv.register(e, p + x)
             if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
                 host.first_token(e, c)
-            s.waiting_tokens -= p
+            s.waiting_tokens -= p + x
             G[e] += 1
-            s.decode_context += p + 1
+            s.decode_context += p + x + 1
         s.tokens_out += len(sel)
         host.advance(c, energy / d if d > 0.0 else 0.0)
         done = []

@@ -89,12 +89,16 @@ class ArrivalChunk:
     :param output_tokens: int64 output (generated) tokens per arrival, or None.
     :param source: int64 index of the part each arrival came from, for a superposition of
         workloads (:class:`batch_env.workload.superposition.Superposition`); else None.
+    :param prefix: per arrival, the tuple of its prompt's block hashes (an object array;
+        ``None`` entries: an arrival without them), or None when the workload carries no
+        prefix information (:class:`batch_env.workload.Trace`).
     """
 
     times: np.ndarray
     prompt_tokens: np.ndarray | None = None
     output_tokens: np.ndarray | None = None
     source: np.ndarray | None = None
+    prefix: np.ndarray | None = None
 
     def __len__(self) -> int:
         """Return the number of arrivals in the chunk."""
@@ -384,6 +388,12 @@ class Workload(ABC):
 
     if TYPE_CHECKING:  # every concrete workload is a dataclass (dataclasses.fields works on it)
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def has_prefix(self) -> bool:
+        """Whether the arrivals carry their prompts' block hashes (prefix information, for
+        prefix caching): a trace with them, the ``sessions`` workload; here, no."""
+        return False
 
     @property
     @abstractmethod

@@ -73,6 +73,21 @@ _AZURE_BLOB = "https://azurepublicdatasettraces.blob.core.windows.net/azurellmin
 _CITE_2023 = (
     'Patel et al., "Splitwise: Efficient Generative LLM Inference Using Phase Splitting", ISCA 2024'
 )
+_CITE_MOONCAKE = (
+    'Qin et al., "Mooncake: Trading More Storage for Less Computation -- A KVCache-centric '
+    'Architecture for Serving LLM Chatbot", FAST 2025'
+)
+#: kvcache-ai/Mooncake's FAST'25 traces: timestamps in ms, token counts, and the hash of
+#: each 512-token block of the prompt (equal ids at the same position: the same prefix)
+_MOONCAKE_FIELDS = (
+    ("timestamp_column", "timestamp"),
+    ("time_unit", "ms"),
+    ("prompt_tokens_column", "input_length"),
+    ("output_tokens_column", "output_length"),
+    ("prefix_hashes_column", "hash_ids"),
+    ("prefix_block_tokens", 512),
+)
+_MOONCAKE_SRC = "kvcache-ai/Mooncake FAST25-release/traces"
 _CITE_2024 = (
     'Stojkovic et al., "DynamoLLM: Designing LLM Inference Clusters for Performance and '
     'Energy Efficiency", HPCA 2025'
@@ -99,6 +114,9 @@ class Dataset:
     :param shipped: True when the file comes with the package (no download).
     :param rows: number of records (requests), when known.
     :param size_bytes: file size, when known.
+    :param trace_fields: the :class:`~batch_env.workload.Trace` fields that read the file
+        (columns, time unit, prefix hashes) where they differ from the Azure traces'; a
+        trace of this dataset takes them unless it sets them itself.
     """
 
     name: str
@@ -112,10 +130,13 @@ class Dataset:
     shipped: bool = False
     rows: int | None = None
     size_bytes: int | None = None
+    trace_fields: tuple[tuple[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """All fields, for ``batch-env data list --json``."""
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["trace_fields"] = dict(self.trace_fields)
+        return d
 
 
 DATASETS: dict[str, Dataset] = {
@@ -208,6 +229,38 @@ DATASETS: dict[str, Dataset] = {
             shipped=True,
             rows=8_819,
             size_bytes=76_067,
+        ),
+        Dataset(
+            name="mooncake-conversation",
+            filename="mooncake_conversation_trace.jsonl.gz",
+            description="Kimi's online conversation service (Mooncake, FAST 2025): 12,031 "
+            "requests over 59 min, prompts of 12,035 tokens on average, with the hashes of "
+            "each prompt's 512-token blocks (prefix caching); gzip-compressed, shipped",
+            source=f"{_MOONCAKE_SRC}/conversation_trace.jsonl (gzip -9 -n; decompresses to "
+            "the upstream bytes, SHA-256 b8cbb061...b9df)",
+            license="Apache-2.0",
+            citation=_CITE_MOONCAKE,
+            sha256="cbae1655f679723e13e66e016606208ac03590d5b470d82cc4306a249288ea8a",
+            shipped=True,
+            rows=12_031,
+            size_bytes=788_651,
+            trace_fields=_MOONCAKE_FIELDS,
+        ),
+        Dataset(
+            name="mooncake-synthetic",
+            filename="mooncake_synthetic_trace.jsonl.gz",
+            description="Mooncake's synthetic trace from public datasets: 3,993 requests, "
+            "Poisson arrivals (3.9 req/s), multi-turn order kept, prompts of 15,325 tokens on "
+            "average, with prefix hashes; gzip-compressed, shipped",
+            source=f"{_MOONCAKE_SRC}/synthetic_trace.jsonl (gzip -9 -n; decompresses to the "
+            "upstream bytes, SHA-256 bd070915...c131)",
+            license="Apache-2.0",
+            citation=_CITE_MOONCAKE,
+            sha256="e43beb47ac9d36c2e7b1254e3309dd3c39cebc26c8ef340612070bf0298bacb8",
+            shipped=True,
+            rows=3_993,
+            size_bytes=294_839,
+            trace_fields=_MOONCAKE_FIELDS,
         ),
         Dataset(
             name="azure-code-2023-excerpt",

@@ -36,6 +36,7 @@ class _Part:
         self.times = np.empty(0)
         self.prompt: np.ndarray | None = None
         self.output: np.ndarray | None = None
+        self.prefix: np.ndarray | None = None
         self.pos = 0
         self.ended = False
 
@@ -46,10 +47,11 @@ class _Part:
             if len(ch) == 0:
                 self.ended = True
                 return
-            self.times, self.prompt, self.output, self.pos = (
+            self.times, self.prompt, self.output, self.prefix, self.pos = (
                 ch.times,
                 ch.prompt_tokens,
                 ch.output_tokens,
+                ch.prefix,
                 0,
             )
 
@@ -75,8 +77,9 @@ class _SuperpositionStream(ArrivalStream):
             return ArrivalChunk(np.empty(0))
         # a part that has not ended may still deliver arrivals after its buffer's last
         cutoff = min((float(p.times[-1]) for p in parts if not p.ended), default=np.inf)
-        times, source, prompt, output = [], [], [], []
+        times, source, prompt, output, prefix = [], [], [], [], []
         tokens = any(p.prompt is not None for p in parts)
+        hashes = any(p.prefix is not None for p in parts)
         for k, p in enumerate(parts):
             if not p.left:
                 continue
@@ -88,6 +91,8 @@ class _SuperpositionStream(ArrivalStream):
             if tokens:
                 prompt.append(p.prompt[sl] if p.prompt is not None else np.full(n, -1, np.int64))
                 output.append(p.output[sl] if p.output is not None else np.full(n, -1, np.int64))
+            if hashes:  # a part without prefix information: None per arrival
+                prefix.append(p.prefix[sl] if p.prefix is not None else np.full(n, None, object))
             p.pos = end
         t = np.concatenate(times)
         order = np.argsort(t, kind="stable")  # ties keep the parts' order
@@ -96,6 +101,7 @@ class _SuperpositionStream(ArrivalStream):
             np.concatenate(prompt)[order] if tokens else None,
             np.concatenate(output)[order] if tokens else None,
             np.concatenate(source)[order],
+            np.concatenate(prefix)[order] if hashes else None,
         )
 
 
@@ -127,6 +133,11 @@ class Superposition(Workload):
     def arrival_cv(self) -> float | None:
         """Not known in closed form (``None``), but for one part: its own."""
         return self.parts[0].arrival_cv if len(self.parts) == 1 else None
+
+    @property
+    def has_prefix(self) -> bool:
+        """Whether some part's arrivals carry their prompts' block hashes."""
+        return any(getattr(p, "has_prefix", False) for p in self.parts)
 
     @property
     def total_arrivals(self) -> int | None:

@@ -1,9 +1,16 @@
-"""Trace replay: the :class:`Trace` workload, its CSV parsing and its stream.
+"""Trace replay: the :class:`Trace` workload, its CSV and JSONL parsing and its stream.
 
-A :class:`Trace` replays the timestamps (and optional token counts) of a CSV file
-(``path``) or of a named dataset (``dataset``, see :mod:`batch_env.workload.datasets`),
-rescaled to a target rate, optionally started at a random offset, looped by default.
-Parsed files are cached (:func:`load_trace`) on path, modification time and columns.
+A :class:`Trace` replays the timestamps (and optional token counts) of a CSV file or a
+JSON Lines file (``path``) or of a named dataset (``dataset``, see
+:mod:`batch_env.workload.datasets`), rescaled to a target rate, optionally started at a
+random offset, looped by default. Parsed files are cached (:func:`load_trace`) on path,
+modification time and columns.
+
+Prefix information (issue 63): a JSONL trace may carry, per request, the hashes of its
+prompt's blocks of ``prefix_block_tokens`` tokens (Mooncake's ``hash_ids``, 512-token
+blocks: equal ids at the same position are the same prefix). They travel with the
+arrivals (:attr:`ArrivalChunk.prefix`) to the LLM server's prefix cache
+(:mod:`batch_env.llm.kv_cache`).
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ class TraceData:
     :param output_tokens: int64 or None.
     :param period_s: loop period in raw seconds (span + mean gap).
     :param cv: CV of the gaps over one loop period (including the seam gap).
+    :param prefix: per row, the tuple of its prompt's block hashes (object array), or None.
     """
 
     times: np.ndarray
@@ -46,6 +54,7 @@ class TraceData:
     output_tokens: np.ndarray | None
     period_s: float
     cv: float
+    prefix: np.ndarray | None = None
 
 
 def check_llm_tokens(
@@ -159,6 +168,94 @@ def _read_csv(path: str, where: str) -> tuple[list[str], list[list[str]], list[i
     if header is None:
         raise ValueError(f"{where}: the file is empty (no header, no rows)")
     return header, rows, lines
+
+
+def _read_jsonl(path: str, where: str) -> tuple[list[str], list[list[str]], list[int], list[dict]]:
+    """Read a JSON Lines trace: one JSON object per line (blank lines skipped).
+
+    The columns are the first record's keys; scalar values are given to the column
+    parsers as text (``_column``), and the records themselves are returned for the
+    list-valued prefix hashes. A path ending in ``.gz`` is read through gzip.
+
+    :return: the header, the rows as text, each row's line number, and the records.
+    :raises ValueError: if the file cannot be read, a line is not a JSON object, or the
+        file holds no record.
+    """
+    import json
+
+    records: list[dict] = []
+    lines: list[int] = []
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8-sig") as fh:
+            for n, text in enumerate(fh, 1):
+                if not text.strip():
+                    continue
+                try:
+                    rec = json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ValueError(
+                        f"{where}: line {n}: not JSON ({e.msg}); expected one JSON object per line"
+                    ) from None
+                if not isinstance(rec, dict):
+                    raise ValueError(
+                        f"{where}: line {n}: {text.strip()[:60]!r} is not a JSON object; expected one object per line"
+                    )
+                records.append(rec)
+                lines.append(n)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{where}: not a UTF-8 text file (byte {e.start}: {e.reason})") from None
+    except (gzip.BadGzipFile, EOFError) as e:
+        raise ValueError(f"{where}: not a readable JSONL file: {e}") from None
+    except OSError as e:
+        raise ValueError(f"{where}: cannot read it: {e.strerror or e}") from None
+    if not records:
+        raise ValueError(f"{where}: the file holds no record (expected one JSON object per line)")
+    header = list(records[0])
+    rows = [["" if r.get(h) is None else str(r.get(h)) for h in header] for r in records]
+    return header, rows, lines, records
+
+
+def _prefix_column(
+    records: list[dict] | None,
+    name: str | None,
+    block_tokens: int,
+    prompt: np.ndarray | None,
+    lines: list[int],
+    where: str,
+) -> np.ndarray | None:
+    """The prefix hashes of each row (an object array of int tuples), or None when the
+    trace has no such column (a CSV, or a JSONL file whose first record lacks it).
+
+    :raises ValueError: naming the row and the field: a row without the field, a value
+        that is not a list of integers, or more hashes than the row's prompt has blocks of
+        ``block_tokens`` (``ceil(prompt / block_tokens)``).
+    """
+    if records is None or name is None or name not in records[0]:
+        return None
+    out = np.empty(len(records), dtype=object)
+    for k, rec in enumerate(records):
+        loc = f"{where}: {_loc(lines, k)}: field {name!r}"
+        if name not in rec:
+            raise ValueError(
+                f"{loc} is missing; every row needs its prompt's block hashes (a list of integers, [] for none)"
+            )
+        v = rec[name]
+        if not isinstance(v, list):
+            raise ValueError(f"{loc}={v!r} is invalid: expected a list of integer hashes")
+        for i, h in enumerate(v):
+            if not isinstance(h, int) or isinstance(h, bool):
+                raise ValueError(f"{loc}[{i}]={h!r} is invalid: expected an integer hash")
+        if prompt is not None:
+            blocks = -(-int(prompt[k]) // block_tokens)
+            if len(v) > blocks:
+                raise ValueError(
+                    f"{loc} has {len(v)} hashes but the prompt's {int(prompt[k])} tokens make "
+                    f"{blocks} block(s) of prefix_block_tokens={block_tokens}: expected at most {blocks}"
+                )
+        out[k] = tuple(v)
+    out.setflags(write=False)
+    return out
 
 
 def _column(header: list[str], rows: list[list[str]], name: str) -> list[str]:
@@ -284,11 +381,17 @@ def load_trace(
     ts_col: str,
     prompt_col: str | None,
     output_col: str | None,
+    prefix_col: str | None = None,
+    prefix_block_tokens: int = 512,
+    time_unit: str = "s",
 ) -> TraceData:
-    """Read and validate a trace CSV (cached on path, modification time and columns).
+    """Read and validate a trace CSV or JSONL file (cached on path, modification time and
+    columns).
 
-    Leading lines starting with ``#`` and blank lines are skipped; the first other line
-    is the header. A path ending in ``.gz`` is read through gzip.
+    CSV: leading lines starting with ``#`` and blank lines are skipped; the first other
+    line is the header. JSONL (a path ending in ``.jsonl`` or ``.jsonl.gz``): one JSON
+    object per line, whose keys are the columns. A path ending in ``.gz`` is read through
+    gzip.
 
     :param path: file path.
     :param mtime_ns: modification time (cache key only).
@@ -296,11 +399,18 @@ def load_trace(
     :param ts_col: timestamp column.
     :param prompt_col: prompt-token column or None.
     :param output_col: output-token column or None.
+    :param prefix_col: the JSONL field of the prompt's block hashes, or None.
+    :param prefix_block_tokens: tokens per hashed block.
+    :param time_unit: ``"s"`` or ``"ms"``: the unit of numeric timestamps.
     :return: the parsed trace.
     :raises ValueError: on any problem, naming the file, column, row and value.
     """
     where = f"Trace {path!r}"
-    header, rows, lines = _read_csv(path, where)
+    records: list[dict] | None = None
+    if str(path).endswith((".jsonl", ".jsonl.gz")):
+        header, rows, lines, records = _read_jsonl(path, where)
+    else:
+        header, rows, lines = _read_csv(path, where)
     if ts_col not in header:
         raise ValueError(
             f"{where}: timestamp column timestamp_column={ts_col!r} not found; "
@@ -310,16 +420,19 @@ def load_trace(
         raise ValueError(f"{where}: the file has a header {header!r} but no data rows")
     raw = _column(header, rows, ts_col)
     rel, fmt = _relative_seconds(raw, where, ts_col, lines)
+    if fmt == "seconds" and time_unit == "ms":
+        rel = rel / 1000.0
     _check_times(rel, raw, fmt, where, ts_col, lines)
     n = rel.size
     span = float(rel[-1])
     prompt = _token_column(header, rows, lines, prompt_col, where)
     output = _token_column(header, rows, lines, output_col, where)
+    prefix = _prefix_column(records, prefix_col, prefix_block_tokens, prompt, lines, where)
     period = span * n / (n - 1)
     gaps = np.append(np.diff(rel), period / n)
     cv = float(np.std(gaps) / np.mean(gaps))
     rel.setflags(write=False)
-    return TraceData(rel, prompt, output, period, cv)
+    return TraceData(rel, prompt, output, period, cv, prefix)
 
 
 def dataset_path(dataset: Any, path: Any, owner: str) -> str | None:
@@ -347,7 +460,7 @@ def dataset_path(dataset: Any, path: Any, owner: str) -> str | None:
 
 @dataclass(frozen=True)
 class Trace(Workload):
-    """Replay of a CSV trace of request arrivals.
+    """Replay of a trace of request arrivals (a CSV or a JSON Lines file).
 
     The timestamp column holds absolute datetimes (``2023-11-16 18:15:46.6805900`` as
     in the Azure LLM inference trace, ISO 8601 with ``T``, up to 9 fractional digits,
@@ -382,6 +495,17 @@ class Trace(Workload):
         ``random_offset``) and then returns empty chunks: the env must end the episode
         by its horizon.
     :param dataset: a dataset name of :data:`batch_env.workload.datasets.DATASETS`, instead of ``path``.
+    :param time_unit: ``"s"`` (default) or ``"ms"``: the unit of numeric timestamps
+        (Mooncake's traces count milliseconds).
+    :param prefix_hashes_column: a JSONL trace's field holding each prompt's block hashes
+        (a list of integers; Mooncake's ``hash_ids``); None, or a field the file lacks,
+        gives arrivals without prefix information.
+    :param prefix_block_tokens: tokens per hashed block (Mooncake: 512). The LLM server's
+        ``block_size`` must divide it: hash ``h`` at position ``j`` covers its blocks
+        ``j * prefix_block_tokens / block_size`` onwards (:mod:`batch_env.llm.kv_cache`).
+
+    A dataset with its own columns (``mooncake-conversation``) sets these fields where the
+    trace leaves them at their defaults.
     """
 
     kind: ClassVar[str] = "trace"
@@ -394,10 +518,15 @@ class Trace(Workload):
     random_offset: bool = False
     loop: bool = True
     dataset: str | None = None
+    time_unit: str = "s"
+    prefix_hashes_column: str | None = "hash_ids"
+    prefix_block_tokens: int = 512
 
     def __post_init__(self) -> None:
         """Validate the fields and load the file (raising ValueError on any problem)."""
         p = dataset_path(self.dataset, self.path, "Trace")
+        if self.dataset is not None:
+            self._dataset_fields()
         if p is None and self.path is None:
             raise ValueError(
                 "Trace: give a CSV file (path=...) or a dataset name (dataset=...; "
@@ -434,6 +563,21 @@ class Trace(Workload):
             if not isinstance(v, (bool, np.bool_)):
                 raise ValueError(f"Trace: {name}={v!r} is invalid; expected True or False")
             object.__setattr__(self, name, bool(v))
+        if self.time_unit not in ("s", "ms"):
+            raise ValueError(
+                f"Trace: time_unit={self.time_unit!r} is invalid; expected 's' or 'ms'"
+            )
+        v = self.prefix_hashes_column
+        if not (v is None or (isinstance(v, str) and v)):
+            raise ValueError(
+                f"Trace: prefix_hashes_column={v!r} is invalid; expected a field name or None"
+            )
+        b = self.prefix_block_tokens
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise ValueError(
+                f"Trace: prefix_block_tokens={b!r} is invalid; expected an integer >= 1"
+            )
+        object.__setattr__(self, "prefix_block_tokens", int(b))
         if not os.path.isfile(path):
             raise ValueError(f"Trace: path={path!r}: file not found")
         self.data()
@@ -455,7 +599,25 @@ class Trace(Workload):
             self.timestamp_column,
             self.prompt_tokens_column,
             self.output_tokens_column,
+            self.prefix_hashes_column,
+            self.prefix_block_tokens,
+            self.time_unit,
         )
+
+    def _dataset_fields(self) -> None:
+        """Take the dataset's own trace fields (columns, time unit, prefix hashes) where
+        this trace leaves them at their defaults."""
+        from . import datasets
+
+        own = dict(datasets.get(self.dataset).trace_fields)
+        for f in dataclasses.fields(self):
+            if f.name in own and getattr(self, f.name) == f.default:
+                object.__setattr__(self, f.name, own[f.name])
+
+    @property
+    def has_prefix(self) -> bool:
+        """Whether the arrivals carry their prompts' block hashes (prefix information)."""
+        return self.data().prefix is not None
 
     def _scale(self) -> float:
         """Return the factor raw times are divided by."""
@@ -528,6 +690,7 @@ class _TraceStream(ArrivalStream):
         self._t = data.times
         self._prompt = data.prompt_tokens
         self._output = data.output_tokens
+        self._prefix = data.prefix
         self._nrec = data.times.size
         self._period = data.period_s
         self._scale = wl._scale()
@@ -552,6 +715,7 @@ class _TraceStream(ArrivalStream):
                 np.empty(0, dtype=np.float64),
                 None if self._prompt is None else empty,
                 None if self._output is None else empty.copy(),
+                prefix=None if self._prefix is None else np.empty(0, dtype=object),
             )
         j = np.arange(self._next, stop, dtype=np.int64)
         loops, i = np.divmod(j, self._nrec)
@@ -563,4 +727,5 @@ class _TraceStream(ArrivalStream):
             times,
             None if self._prompt is None else self._prompt[i],
             None if self._output is None else self._output[i],
+            prefix=None if self._prefix is None else self._prefix[i],
         )
