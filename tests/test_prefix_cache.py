@@ -343,3 +343,112 @@ def test_the_env_hits_what_an_lru_replay_of_mooncake_hits(tmp_path, utilization)
     assert kv.evictions == evicted
     assert evicted > 0
     env.close()
+
+
+# -- bad input: one line naming the row and the field ------------------------------------------
+def _jsonl(path: Path, rows: list[dict]) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _trace(path: str, **kw) -> dict:
+    return {
+        "kind": "trace",
+        "path": path,
+        "timestamp_column": "timestamp",
+        "time_unit": "ms",
+        "prompt_tokens_column": "input_length",
+        "output_tokens_column": "output_length",
+        **kw,
+    }
+
+
+GOOD = [
+    {"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [1, 2]},
+    {"timestamp": 500, "input_length": 600, "output_length": 3, "hash_ids": [1, 3]},
+]
+
+
+@pytest.mark.parametrize(
+    "bad, expect",
+    [
+        (
+            {"hash_ids": [1, 2, 3]},
+            r"row 2 \(line 2\): field 'hash_ids' has 3 hashes but the prompt's 600 tokens make 2 block",
+        ),
+        (
+            {"hash_ids": [1, "x"]},
+            r"row 2 \(line 2\): field 'hash_ids'\[1\]='x' is invalid: expected an integer hash",
+        ),
+        ({"hash_ids": [1, 2.5]}, r"row 2 \(line 2\): field 'hash_ids'\[1\]=2.5 is invalid"),
+        (
+            {"hash_ids": None},
+            r"row 2 \(line 2\): field 'hash_ids'=None is invalid: expected a list",
+        ),
+        ({"hash_ids": ...}, r"row 2 \(line 2\): field 'hash_ids' is missing"),
+    ],
+)
+def test_a_bad_hash_names_the_row_and_the_field(tmp_path, bad, expect):
+    from batch_env.workload import make_workload
+
+    row = dict(GOOD[1])
+    for k, v in bad.items():
+        if v is ...:
+            del row[k]
+        else:
+            row[k] = v
+    path = _jsonl(tmp_path / "t.jsonl", [GOOD[0], row])
+    with pytest.raises(ValueError, match=expect) as err:
+        make_workload(_trace(path))
+    assert "\n" not in str(err.value)
+
+
+def test_a_block_size_that_does_not_divide_the_hashed_block_is_refused(tmp_path):
+    import gymnasium as gym
+
+    path = _jsonl(tmp_path / "t.jsonl", GOOD)
+    with pytest.raises(
+        ValueError,
+        match=r"block_size=24 does not divide the workload's prefix blocks of 512 tokens",
+    ):
+        gym.make("batch_env/LLMBatching-v1", workload=_trace(path), block_size=24)
+    env = gym.make(
+        "batch_env/LLMBatching-v1", workload=_trace(path, prefix_block_tokens=48), block_size=24
+    )
+    assert env.unwrapped.server.prefix_ratio == 2  # 48-token hashed blocks: two of 24
+
+
+def test_caching_asked_for_without_prefix_information_says_how_to_add_it(tmp_path):
+    import gymnasium as gym
+
+    with pytest.raises(
+        ValueError,
+        match=r"prefix_caching=True needs a workload whose prompts carry prefix information.*hash_ids.*prefix_caching=False",
+    ):
+        gym.make("batch_env/LLMBatching-v1", prefix_caching=True)
+    with pytest.raises(
+        ValueError, match=r"prefix_caching='yes' is invalid: expected True, False or None"
+    ):
+        gym.make("batch_env/LLMBatching-v1", prefix_caching="yes")
+    # a trace with hashes turns it on by default; False turns it off
+    path = _jsonl(tmp_path / "t.jsonl", GOOD)
+    assert (
+        gym.make("batch_env/LLMBatching-v1", workload=_trace(path)).unwrapped.server.prefix_ratio
+        == 32
+    )
+    off = gym.make("batch_env/LLMBatching-v1", workload=_trace(path), prefix_caching=False)
+    assert off.unwrapped.server.prefix_ratio is None
+    assert not off.unwrapped.server.state.kv.prefix
+
+
+def test_the_shipped_mooncake_traces_are_the_upstream_files():
+    """The gzipped files decompress to the upstream bytes (SHA-256 of the FAST'25 release)."""
+    import hashlib
+
+    upstream = {
+        "mooncake_conversation_trace.jsonl.gz": "b8cbb061a85206d729d91cdc2981f43c9e0d99209dce588d3af5f7934408b9df",
+        "mooncake_synthetic_trace.jsonl.gz": "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131",
+    }
+    for name, sha in upstream.items():
+        data = gzip.decompress((MOONCAKE.parent / name).read_bytes())
+        assert hashlib.sha256(data).hexdigest() == sha
