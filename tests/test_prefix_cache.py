@@ -104,17 +104,45 @@ class BlockModel:
         return freed
 
 
+def _nodes(kv: PrefixKVCache) -> list:
+    """Every node of the cache's tree but the root."""
+    out, todo = [], list(kv.root.children.values())
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        todo += node.children.values()
+    return out
+
+
+def _block_keys(kv: PrefixKVCache, node, lo: int, hi: int) -> list:
+    r = kv.ratio
+    return [(node.units[k // r], k % r) for k in range(lo, hi)]
+
+
 def cached_keys(kv: PrefixKVCache) -> set:
-    """The segment model's cached blocks as ``(unit, offset)`` keys."""
-    return {(u, k) for u, unit in kv.cache.items() for k in range(unit.cached)}
+    """The tree's cached blocks as ``(unit, offset)`` keys."""
+    return {key for node in _nodes(kv) for key in _block_keys(kv, node, node.b0, node.b1)}
 
 
 def free_queue(kv: PrefixKVCache) -> list:
-    """The segment model's free queue block by block, evicted first first."""
+    """The free queue block by block, evicted first first (stale entries skipped)."""
     out = []
-    for u, lo, hi in kv.lru:
-        out += [(u, k) for k in range(hi - 1, lo - 1, -1)]
+    for stamp, node in kv.lru:
+        if node.stamp == stamp:
+            out += _block_keys(kv, node, node.b0, node.b1)[::-1]
     return out
+
+
+def check_tree(kv: PrefixKVCache) -> None:
+    """The tree's invariants: a node is non-empty, starts where its parent ends, holds
+    no more holders than its parent, and a free node has only free children."""
+    for node in _nodes(kv):
+        assert node.b0 < node.b1
+        if node.parent is not kv.root:
+            assert node.b0 == node.parent.b1 and node.holders <= node.parent.holders
+        assert (node.stamp >= 0) == (node.holders == 0)
+        if not node.holders:
+            assert all(not c.holders for c in node.children.values())
 
 
 def test_a_hand_computed_case():
@@ -223,6 +251,7 @@ def _random_run(seed: int, steps: int = 400) -> None:
         assert kv.free_cached == len(ref.lru)
         assert cached_keys(kv) == set(ref.refs) | set(ref.lru)
         assert kv.cached_total == len(ref.refs) + len(ref.lru)
+        check_tree(kv)
         assert free_queue(kv) == list(ref.lru)
         for e in running:
             assert kv.blocks[e] == ref.blocks[e] and kv.held[e] == len(ref.held[e])

@@ -29,14 +29,18 @@ before it: a request holds a prefix of its keys, so every holder of block ``k`` 
 block ``k - 1``, which becomes free no earlier and is queued after it), and within a
 unit the free blocks are a run above the blocks in use, older the higher.
 
-The implementation keeps that per-block behaviour at the cost of a unit, not a block:
-per prefix unit (:class:`_Unit`) the count of its cached leading blocks, the extents its
-holders hold, and its free run cut into *segments* (blocks freed together), each one
-entry of the free queue. Evicting takes blocks off the oldest segment's top. A request's
-admission, registration and freeing cost a few operations per unit (32 blocks of 16
-tokens for Mooncake's 512-token hashes), not per block. ``tests/test_prefix_cache.py``
-holds it equal, operation by operation, to a plain per-block model, and the env's hit
-tokens on the Mooncake trace equal an independent LRU replay.
+The implementation keeps that per-block behaviour at the cost of a *run* of blocks, as
+SGLang's radix cache does: the cached blocks form a tree of nodes (:class:`_Node`), each a
+run of consecutive blocks of one chain held by the same requests; a request holds a path
+from the root. A node whose last holder leaves joins the free queue as one entry (its
+blocks were freed together, last first); eviction takes blocks off the oldest free node's
+end, and a node emptied so leaves the tree (its descendants, freed no later, left before
+it). A hit that ends inside a node splits it. So a request's lookup, admission,
+registration and freeing cost a few operations per node on its path (the shared system
+prompt, the conversation so far, its own blocks), not per block or per hashed unit.
+``tests/test_prefix_cache.py`` holds it equal, operation by operation, to a plain
+per-block model, and the env's hit tokens on the Mooncake trace equal an independent LRU
+replay.
 """
 
 from __future__ import annotations
@@ -48,20 +52,24 @@ from typing import Any
 from .kv_cache import KVCache
 
 
-class _Unit:
-    """One prefix unit in the cache: its cached leading blocks (``cached``), the extents
-    (leading blocks) its holders hold, counted (``holders``), the largest of them
-    (``top``: blocks ``top..cached - 1`` are free), and its free segments from the lowest
-    (``segs``: each ``[unit, lo, hi]``, also in the free queue; the most recently freed
-    first)."""
+class _Node:
+    """A run of cached blocks ``b0..b1 - 1`` of the chain of ``units`` (block ``k``'s key:
+    ``units[k // ratio] * ratio + k % ratio``), held by ``holders`` requests (0: free, in
+    the free queue under ``stamp``; -1: not queued), below ``parent``; ``children`` by the
+    key of their first block."""
 
-    __slots__ = ("cached", "top", "holders", "segs")
+    __slots__ = ("parent", "children", "units", "b0", "b1", "holders", "stamp")
 
-    def __init__(self) -> None:
-        self.cached = 0
-        self.top = 0
-        self.holders: dict[int, int] = {}
-        self.segs: list[list[int]] = []
+    def __init__(
+        self, parent: _Node | None, units: tuple[int, ...], b0: int, b1: int, holders: int
+    ) -> None:
+        self.parent = parent
+        self.children: dict[int, _Node] = {}
+        self.units = units
+        self.b0 = b0
+        self.b1 = b1
+        self.holders = holders
+        self.stamp = -1
 
 
 class PrefixKVCache(KVCache):
@@ -81,11 +89,13 @@ class PrefixKVCache(KVCache):
         "nfull",
         "held",
         "frozen",
-        "cache",
+        "leaf",
+        "root",
         "lru",
         "free_cached",
         "cached_total",
-        "_dead",
+        "_stamp",
+        "_live",
         "hit_tokens",
         "prompt_tokens",
         "evictions",
@@ -99,22 +109,23 @@ class PrefixKVCache(KVCache):
         """An empty cache (nothing cached), no entry, the counters at 0."""
         super().clear()
         #: per entry: its prompt's prefix units, its keyed (full prompt) blocks, its leading
-        #: blocks that are cached (shared or registered by it), and whether its registration
-        #: stopped at a block cached by another
+        #: blocks that are cached (shared or registered by it), whether its registration
+        #: stopped at a block cached by another, and the deepest node it holds
         self.units: list[tuple[int, ...]] = []
         self.nfull: list[int] = []
         self.held: list[int] = []
         self.frozen: list[bool] = []
-        #: the units with cached blocks
-        self.cache: dict[int, _Unit] = {}
-        #: the free segments ``[unit, lo, hi]``, least recently freed first; a segment shared
-        #: whole leaves it lazily (emptied: ``lo == hi``; dropped at the head, or all at
-        #: once when they outnumber the others)
-        self.lru: deque[list[int]] = deque()
+        self.leaf: list[_Node | None] = []
+        #: the tree's root (no block; never freed)
+        self.root = _Node(None, (), 0, 0, 1)
+        #: the free queue, least recently freed first: ``(stamp, node)``; an entry whose
+        #: node was shared again or emptied since is dropped lazily
+        self.lru: deque[tuple[int, _Node]] = deque()
         #: cached blocks that are free (evictable), and all cached blocks (in use or free)
         self.free_cached = 0
         self.cached_total = 0
-        self._dead = 0  # emptied segments still in the queue
+        self._stamp = 0
+        self._live = 0  # entries of the free queue still valid
         #: prompt tokens found cached at admission, prompt tokens admitted, blocks evicted
         self.hit_tokens = 0
         self.prompt_tokens = 0
@@ -130,6 +141,7 @@ class PrefixKVCache(KVCache):
         self.nfull += [min(p // bs, len(u) * r) for u, p in zip(us, prompts, strict=True)]
         self.held += [0] * k
         self.frozen += [False] * k
+        self.leaf += [None] * k
 
     # -- lookup and sharing ------------------------------------------------------------------
     def lookup(self, e: int, tokens: int) -> tuple[int, int]:
@@ -137,22 +149,34 @@ class PrefixKVCache(KVCache):
         ones)``: the leading blocks found cached, and how many of them are free (sharing
         those takes them from the free blocks). Changes nothing."""
         m = min(self.nfull[e], (tokens - 1) // self.block_size)
-        r, cache = self.ratio, self.cache
-        h = taken = 0
-        for u in self.units[e]:
-            w = m - h if m - h < r else r
-            if w <= 0:
+        r, us = self.ratio, self.units[e]
+        node = self.root
+        pos = taken = 0
+        while pos < m:
+            k = pos // r
+            child = node.children.get(us[k] * r + pos % r)
+            if child is None:
                 break
-            unit = cache.get(u)
-            if unit is None:
+            end = child.b1 if child.b1 < m else m
+            q = (end - 1) // r
+            cu = child.units
+            if cu[q] != us[q]:  # the chains part inside this node: the last unit they share
+                lo, hi = k, q - 1
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if cu[mid] == us[mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                end = (lo + 1) * r
+            if not child.holders:
+                taken += end - pos
+            if end < child.b1:
+                pos = end
                 break
-            k = w if unit.cached >= w else unit.cached
-            if k > unit.top:
-                taken += k - unit.top
-            h += k
-            if k < r:
-                break
-        return h, taken
+            pos = end
+            node = child
+        return pos, taken
 
     def admit(self, e: int, h: int, tokens: int) -> None:
         """Entry ``e`` is admitted for a prefill of ``tokens`` tokens, its first ``h``
@@ -160,100 +184,92 @@ class PrefixKVCache(KVCache):
         self.prompt_tokens += tokens
         if not h:
             return
-        r, cache = self.ratio, self.cache
-        taken = 0
-        left = h
-        for u in self.units[e]:
-            if left <= 0:
-                break
-            w = left if left < r else r
-            left -= w
-            unit = cache[u]
-            if w > unit.top:  # its free blocks top..w - 1 come into use
-                taken += w - unit.top
-                self._unfree(unit, w)
-                unit.top = w
-            unit.holders[w] = unit.holders.get(w, 0) + 1
+        r, us = self.ratio, self.units[e]
+        node = self.root
+        pos = taken = 0
+        while pos < h:
+            child = node.children[us[pos // r] * r + pos % r]
+            if child.b1 > h:
+                child = self._split(child, h)
+            if not child.holders:  # free: its blocks come into use
+                taken += child.b1 - child.b0
+                if child.stamp >= 0:
+                    child.stamp = -1
+                    self._live -= 1
+            child.holders += 1
+            pos = child.b1
+            node = child
         self.used += taken
         self.free_cached -= taken
         self.blocks[e] += h
         self.held[e] = h
+        self.leaf[e] = node
         self.hit_tokens += h * self.block_size
 
-    def _unfree(self, unit: _Unit, w: int) -> None:
-        """The free blocks of ``unit`` below ``w`` leave the free queue (the lowest
-        segments, or the low part of one)."""
-        segs = unit.segs
-        while segs:
-            seg = segs[0]
-            if seg[2] <= w:
-                seg[1] = seg[2]  # emptied: the queue drops it lazily
-                self._dead += 1
-                segs.pop(0)
-            else:
-                if seg[1] < w:
-                    seg[1] = w
-                break
-        if self._dead > 1024 and self._dead > len(self.lru) // 2:
-            self.lru = deque(g for g in self.lru if g[1] < g[2])
-            self._dead = 0
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Cut ``node`` at block ``at``: a new node takes its blocks before ``at`` (and its
+        place under its parent); ``node`` keeps the rest (and its place in the free
+        queue), below the new one. Returns the new node."""
+        r = self.ratio
+        parent = node.parent
+        assert parent is not None
+        up = _Node(parent, node.units, node.b0, at, node.holders)
+        parent.children[node.units[node.b0 // r] * r + node.b0 % r] = up
+        node.b0 = at
+        node.parent = up
+        up.children[node.units[at // r] * r + at % r] = node
+        return up
 
     def register(self, e: int, computed: int) -> None:
         """Entry ``e`` has computed ``computed`` tokens of its prompt: its keyed blocks
-        among them become cached, in order, up to the first cached by another."""
+        among them become cached, in order, unless the first is cached already (by
+        another): then they, and its later ones, stay its own."""
         k = self.held[e]
         hi = min(computed // self.block_size, self.nfull[e])
         if k >= hi or self.frozen[e]:
             return
-        r, us, cache = self.ratio, self.units[e], self.cache
-        while k < hi:
-            j = k // r
-            a = k - j * r  # e holds blocks 0..a - 1 of this unit
-            b = hi - j * r if hi - j * r < r else r
-            unit = cache.get(us[j])
-            if unit is None:
-                unit = cache[us[j]] = _Unit()
-            if unit.cached != a:  # its block a is cached already: e's stays its own
-                self.frozen[e] = True
-                break
-            unit.cached = unit.top = b
-            self.cached_total += b - a
-            if a:
-                _drop(unit.holders, a)
-            unit.holders[b] = unit.holders.get(b, 0) + 1
-            k = j * r + b
-        self.held[e] = k
+        r, us = self.ratio, self.units[e]
+        last = self.leaf[e] or self.root
+        key = us[k // r] * r + k % r
+        if key in last.children:
+            self.frozen[e] = True
+            return
+        if last is not self.root and last.holders == 1 and not last.children:
+            last.units = us  # its own run, extended (the same keys up to its end)
+            last.b1 = hi
+        else:
+            node = last.children[key] = _Node(last, us, k, hi, 1)
+            self.leaf[e] = node
+        self.cached_total += hi - k
+        self.held[e] = hi
 
     # -- allocation and freeing ----------------------------------------------------------------
     def _take(self, n: int) -> None:
         """``n`` free blocks into use: empty ones first, then the least recently used
-        cached ones (evicted from the oldest segment's top)."""
+        cached ones (evicted from the oldest free node's end)."""
         empty = self.total - self.used - self.free_cached
         if n > empty:
             need = n - empty
             self.evictions += need
             self.free_cached -= need
             self.cached_total -= need
-            lru, cache = self.lru, self.cache
+            lru, r = self.lru, self.ratio
             while need:
-                seg = lru[0]
-                u, lo, hi = seg
-                if lo == hi:  # emptied by a share
+                stamp, node = lru[0]
+                if node.stamp != stamp:  # shared again since it was queued
                     lru.popleft()
-                    self._dead -= 1
                     continue
-                t = need if need < hi - lo else hi - lo
+                size = node.b1 - node.b0
+                t = need if need < size else size
                 need -= t
-                hi -= t
-                unit = cache[u]
-                unit.cached = hi  # the oldest segment of a unit is its highest
-                if hi == lo:
+                node.b1 -= t
+                if t == size:  # emptied: it leaves the tree (its children left before it)
                     lru.popleft()
-                    unit.segs.pop()
-                    if not hi:
-                        del cache[u]
-                else:
-                    seg[2] = hi
+                    self._live -= 1
+                    node.stamp = -1
+                    parent = node.parent
+                    assert parent is not None
+                    del parent.children[node.units[node.b0 // r] * r + node.b0 % r]
         self.used += n
 
     def allocate(self, e: int, n: int) -> None:
@@ -278,51 +294,38 @@ class PrefixKVCache(KVCache):
         self._take(n)
 
     def free(self, e: int, extra: int = 0) -> int:
-        """Entry ``e`` gives its blocks back (and ``extra`` taken for it): its cached ones
-        lose a reference, and those left with none join the free queue's tail, its last
-        unit first; returns the blocks that became free."""
-        h = self.held[e]
-        freed = self.blocks[e] + extra - h
-        if h:
-            r, us, cache, lru = self.ratio, self.units[e], self.cache, self.lru
-            for j in range((h - 1) // r, -1, -1):
-                w = h - j * r if h - j * r < r else r
-                unit = cache[us[j]]
-                holders = unit.holders
-                _drop(holders, w)
-                if w == unit.top and w not in holders:
-                    top = max(holders) if holders else 0
-                    seg = [us[j], top, w]
-                    lru.append(seg)
-                    unit.segs.insert(0, seg)
-                    freed += w - top
-                    self.free_cached += w - top
-                    unit.top = top
+        """Entry ``e`` gives its blocks back (and ``extra`` taken for it): the nodes of its
+        path lose a holder, and those left with none join the free queue's tail, the
+        deepest first; returns the blocks that became free."""
+        freed = self.blocks[e] + extra - self.held[e]
+        node = self.leaf[e]
+        root, lru = self.root, self.lru
+        while node is not None and node is not root:
+            node.holders -= 1
+            if not node.holders:
+                size = node.b1 - node.b0
+                freed += size
+                self.free_cached += size
+                self._stamp += 1
+                node.stamp = self._stamp
+                lru.append((self._stamp, node))
+                self._live += 1
+            node = node.parent
+        if len(lru) > 2 * self._live + 1024:  # drop the stale entries at once
+            self.lru = deque(x for x in lru if x[1].stamp == x[0])
         self.used -= freed
         self.blocks[e] = 0
         self.held[e] = 0
         self.frozen[e] = False
+        self.leaf[e] = None
         return freed
 
     def releasable(self, e: int) -> int:
         """Blocks that freeing entry ``e`` alone would return: all but its cached blocks
-        that others hold too."""
-        h = self.held[e]
-        n = self.blocks[e] - h
-        r, us, cache = self.ratio, self.units[e], self.cache
-        for j in range(-(-h // r)):
-            w = h - j * r if h - j * r < r else r
-            unit = cache[us[j]]
-            if w == unit.top and unit.holders[w] == 1:
-                others = [x for x in unit.holders if x != w]
-                n += w - (max(others) if others else 0)
+        that others hold too (the nodes of its path with another holder)."""
+        n = self.blocks[e] - self.held[e]
+        node = self.leaf[e]
+        while node is not None and node is not self.root and node.holders == 1:
+            n += node.b1 - node.b0
+            node = node.parent
         return n
-
-
-def _drop(holders: dict[int, int], w: int) -> None:
-    """One holder of extent ``w`` fewer."""
-    n = holders[w] - 1
-    if n:
-        holders[w] = n
-    else:
-        del holders[w]
