@@ -239,7 +239,7 @@ class LLMServer(ServingLoop):
         data = trace.data() if trace is not None else None
         has_tokens = (
             data is not None and data.prompt_tokens is not None and data.output_tokens is not None
-        )
+        ) or _has_tokens(workload)  # (a sessions workload draws its own lengths)
         if lens is not None and lens.kind == "trace" and not has_tokens:
             raise ValueError(
                 "lengths.kind='trace' needs a trace workload with prompt and output token columns"
@@ -251,9 +251,9 @@ class LLMServer(ServingLoop):
             lens = RequestLengths()
         # None only when the lengths come from the trace, and then it is never read
         self.lengths = cast("RequestLengths", lens)
-        if self._lengths_from_trace:
+        if self._lengths_from_trace and trace is not None:
             # has_tokens: the trace's data has both token columns, so both are named
-            assert trace is not None and data is not None
+            assert data is not None
             assert data.prompt_tokens is not None and data.output_tokens is not None
             p_col, o_col = trace.prompt_tokens_column, trace.output_tokens_column
             assert p_col is not None and o_col is not None
@@ -306,6 +306,9 @@ class LLMServer(ServingLoop):
     def _check_trace_part(self, c: RequestClass) -> None:
         """A class whose own trace gives its lengths: some prompt of it must fit (as
         :meth:`_check_admissible` asks of a trace workload)."""
+        if c.workload.kind != "trace":  # the sessions' own lengths
+            _check_shortest(c.workload, self.max_model_len, f"class {c.name!r}: ")
+            return
         trace = cast("Trace", c.workload)
         data = trace.data()
         assert data.prompt_tokens is not None and data.output_tokens is not None
@@ -326,6 +329,10 @@ class LLMServer(ServingLoop):
         them would. This bounds the search for an admissible arrival (see :meth:`more_arrivals`).
         """
         maxlen = self.max_model_len
+        if self._lengths_from_trace and data is None:  # the sessions' own lengths
+            _check_shortest(self.workload, maxlen, "")
+            self._max_rejected_run = _MAX_REJECTED_RUN
+            return
         if self._lengths_from_trace:
             if not np.any(data.prompt_tokens + 1 <= maxlen):
                 raise ValueError(
@@ -1125,10 +1132,24 @@ def _prefix_block_tokens(workload: Any) -> int:
     return sizes.pop()
 
 
+def _check_shortest(workload: Any, maxlen: int, where: str) -> None:
+    """Refuse a workload with its own lengths (``sessions``) whose shortest prompt never
+    fits ``max_model_len``."""
+    shortest = workload.min_prompt_tokens
+    if shortest + 1 > maxlen:
+        raise ValueError(
+            f"{where}no request can ever be admitted: a prompt fits when prompt + 1 <= "
+            f"max_model_len={maxlen}, and the workload's shortest prompt has {shortest} tokens "
+            "(the system prompt and one user token); raise max_model_len or shorten "
+            "system_prompt_tokens"
+        )
+
+
 def _has_tokens(workload: Any) -> bool:
-    """Whether a workload is a trace whose data has prompt and output token columns."""
+    """Whether a workload's arrivals carry prompt and output lengths: a trace whose data
+    has both token columns, or a workload that draws its own (``sessions``)."""
     if getattr(workload, "kind", None) != "trace":
-        return False
+        return bool(getattr(workload, "has_tokens", False))
     data = cast("Trace", workload).data()
     return data.prompt_tokens is not None and data.output_tokens is not None
 

@@ -30,11 +30,13 @@ from .arrivals import (
 )
 from .lengths import LENGTH_KINDS, RequestLengths, make_lengths
 from .random_load import RandomLoad
+from .sessions import Sessions
 from .specs import WORKLOAD_KINDS, make_workload
 from .superposition import Superposition
 from .traces import Trace, check_llm_tokens
 
 __all__ = [
+    "Sessions",
     "DEFAULT_CHUNK_SIZE",
     "ArrivalChunk",
     "ArrivalStream",

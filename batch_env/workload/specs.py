@@ -14,6 +14,7 @@ from typing import Any
 from ..checks import positive
 from .arrivals import MMPP, Gamma, Poisson, Workload
 from .random_load import RandomLoad
+from .sessions import Sessions
 from .superposition import Superposition
 from .traces import Trace
 
@@ -31,6 +32,7 @@ WORKLOAD_KINDS: dict[str, type[Workload]] = {
     "trace": Trace,
     "random-load": RandomLoad,
     "superposition": Superposition,
+    "sessions": Sessions,
 }
 
 # which field "load" replaces (None: "load" rescales the shape given by other fields)
@@ -41,6 +43,7 @@ _RATE_FIELD: dict[str, str | None] = {
     "trace": "target_rate_per_s",
     "random-load": None,
     "superposition": None,
+    "sessions": "rate_per_s",
 }
 
 
