@@ -32,6 +32,7 @@ from .llm import (
     ClockQueuePolicy,
     EDFPolicy,
     LLMGreedyPolicy,
+    LongestPrefixPolicy,
     MemoryAwarePolicy,
     OracleSRPTPolicy,
     Pang2025Policy,
@@ -40,6 +41,7 @@ from .llm import (
     SLAFeedbackPolicy,
     StaticBudgetPolicy,
     StaticCapPolicy,
+    VLLMPrefixCachingPolicy,
 )
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .rollout import ConstantPolicy, RolloutPolicy, rollout_oracle
@@ -81,6 +83,8 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "shortest-prompt": ShortestPromptPolicy,
     "class-priority": ClassPriorityPolicy,
     "oracle-srpt": OracleSRPTPolicy,
+    "vllm-apc": VLLMPrefixCachingPolicy,
+    "sglang-lpm": LongestPrefixPolicy,
     "constant": ConstantPolicy,
     "rollout": RolloutPolicy,
     "rollout-oracle": rollout_oracle,
@@ -252,6 +256,7 @@ __all__ = [
     "GreedyPolicy",
     "LLMGreedyPolicy",
     "LazyBatchingPolicy",
+    "LongestPrefixPolicy",
     "MMPPBeliefPolicy",
     "MMPPOraclePolicy",
     "MemoryAwarePolicy",
@@ -265,6 +270,7 @@ __all__ = [
     "StaticPolicy",
     "TFServingPolicy",
     "TritonTimeoutPolicy",
+    "VLLMPrefixCachingPolicy",
     "available",
     "make",
     "parse_spec",

@@ -1,7 +1,8 @@
 """Batch-size (``max_num_seqs``) policies for ``LLMBatching-v0``; token budgets for the
 chunked scheduler (``static-budget``, ``sarathi``); admission orders for
 ``LLMBatching-v2`` (``edf``, ``shortest-prompt``, ``class-priority`` and the oracle
-``oracle-srpt``, each with sarathi's budget rule: :class:`OrderPolicy`).
+``oracle-srpt``, each with sarathi's budget rule: :class:`OrderPolicy`); with prefix
+caching, vLLM's (``vllm-apc``: FCFS) and SGLang's (``sglang-lpm``: longest prefix match).
 
 From Pang, Li and Wang, "Optimizing LLM Inference Throughput via Memory-aware and
 SLA-constrained Dynamic Batching" (arXiv 2503.05248), as described by the authors' vLLM
@@ -405,6 +406,65 @@ class StaticBudgetPolicy(_CapPolicy):
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Always the same cap and budget."""
         return self._action
+
+
+def _need_prefix(env: gym.Env | None, policy: str) -> None:
+    """``ValueError`` unless ``env`` runs with prefix caching (where an env is given)."""
+    server = getattr(getattr(env, "unwrapped", None), "server", None)
+    if env is not None and getattr(server, "prefix_ratio", None) is None:
+        raise ValueError(
+            f"policy {policy!r} runs with prefix caching: make the env with a workload whose "
+            "prompts carry prefix information (e.g. {'kind': 'trace', 'dataset': "
+            "'mooncake-conversation'}, or {'kind': 'sessions', ...}) and prefix_caching left on"
+        )
+
+
+class VLLMPrefixCachingPolicy(StaticBudgetPolicy):
+    """vLLM's automatic prefix caching (on by default in vLLM V1) with its first come
+    first served scheduler: :class:`StaticBudgetPolicy`'s settings (the largest cap,
+    vLLM's default token budget, FCFS) on an env with prefix caching. The same settings on
+    the env made with ``prefix_caching=False`` are vLLM without caching.
+
+    :param env: an LLMBatching env with the chunked scheduler and prefix caching.
+    :param budget: as :class:`StaticBudgetPolicy`.
+    :param clock: as :class:`StaticBudgetPolicy`.
+    """
+
+    name = "vllm-apc"
+
+    def __init__(
+        self, env: gym.Env | None = None, budget: int | None = None, clock: float | None = None
+    ) -> None:
+        _need_prefix(env, self.name)
+        super().__init__(env, budget, "fcfs", clock)
+
+
+class LongestPrefixPolicy(StaticBudgetPolicy):
+    """SGLang's longest prefix match: the waiting requests with the most prompt blocks in
+    the prefix cache first, first come first served while more than
+    ``longest_prefix_fcfs_above`` (128) wait (the env's ``longest-prefix`` order), at the
+    largest cap and vLLM's default token budget for the device (SGLang's
+    ``chunked_prefill_size`` defaults alike: 8192 on large GPUs, 2048 on small ones).
+
+    :param env: an LLMBatching-v2 env with prefix caching and ``"longest-prefix"`` among
+        its ``orders``.
+    :param budget: as :class:`StaticBudgetPolicy`.
+    :param clock: as :class:`StaticBudgetPolicy`.
+    """
+
+    name = "sglang-lpm"
+
+    def __init__(
+        self, env: gym.Env | None = None, budget: int | None = None, clock: float | None = None
+    ) -> None:
+        _need_prefix(env, self.name)
+        if env is not None and "longest-prefix" not in _orders(env):
+            raise ValueError(
+                f"policy {self.name!r} admits by the longest cached prefix, which the env's "
+                f"actions cannot choose (its orders are {list(_orders(env))}); make "
+                "batch_env/LLMBatching-v2 with orders=[..., 'longest-prefix']"
+            )
+        super().__init__(env, budget, "longest-prefix", clock)
 
 
 class ClockQueuePolicy(StaticBudgetPolicy):

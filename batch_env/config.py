@@ -540,7 +540,14 @@ class RequestClass:
 #: priority (the first class of ``classes`` first), and shortest remaining output first,
 #: an oracle (it reads the true output lengths: only on an env made with
 #: ``oracle_info=True``). Ties, and the order within a class, are first come first served.
-ADMISSION_ORDERS = ("fcfs", "edf", "shortest-prompt", "class-priority", "srpt")
+ADMISSION_ORDERS = (
+    "fcfs",
+    "edf",
+    "shortest-prompt",
+    "class-priority",
+    "srpt",
+    "longest-prefix",
+)
 
 
 @dataclass(frozen=True)
@@ -561,15 +568,23 @@ class LLMConfigV2(LLMConfigV1):
         ``clock_mhz``. With clocks the action is ``a = ((clock index * len(orders) +
         order index) * len(budget_grid) + budget index) * len(grid) + cap index``; each
         episode starts at the grid's highest clock.
+    :param longest_prefix_fcfs_above: the ``longest-prefix`` order (SGLang's longest prefix
+        match) admits first come first served while more than this many requests wait
+        (SGLang's switch: 128); ``None``: never.
     """
 
     classes: tuple[RequestClass, ...] | None = None
     orders: tuple[str, ...] = ("fcfs",)
     clock_grid: tuple[float, ...] | None = None
+    longest_prefix_fcfs_above: int | None = 128
 
     def __post_init__(self) -> None:
         super().__post_init__()
         self._check_orders()
+        if self.longest_prefix_fcfs_above is not None:
+            check_number(
+                "longest_prefix_fcfs_above", self.longest_prefix_fcfs_above, low=0, integer=True
+            )
         self._check_clocks()
         if self.classes is None:
             return

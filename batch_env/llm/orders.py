@@ -13,9 +13,15 @@ the queue.
   request recomputes what it had generated);
 * ``class-priority``: the first class of ``classes`` first, then the second, ...;
 * ``srpt``: fewest output tokens left first, the true remaining length: an oracle, offered
-  only on an env made with ``oracle_info=True``.
+  only on an env made with ``oracle_info=True``;
+* ``longest-prefix``: SGLang's longest prefix match (LPM): most prompt blocks found in the
+  prefix cache first (ties: the queue's order), and first come first served while more
+  than ``longest_prefix_fcfs_above`` requests wait (SGLang's switch, 128: matching a long
+  queue costs more than it gains). Without prefix caching every match is empty: FCFS.
 
-Cost. Every order's key is fixed while a request waits (its prompt, generated tokens,
+Cost. ``longest-prefix``'s key changes as the cache does: :func:`candidates` looks up
+every waiting request's cached prefix (at most ``longest_prefix_fcfs_above`` of them, a
+few dictionary reads each) and sorts them, at each plan. Every other order's key is fixed while a request waits (its prompt, generated tokens,
 deadline, class and output change only while it runs), so the queue keeps, for each order
 a scheduler has asked for, a heap of ``(key, position, entry)``: an entry's position is
 its place in the queue (the tail's grows, the head's shrinks), the tie-break the queue
@@ -37,6 +43,8 @@ from itertools import islice
 from typing import Any, Protocol
 
 FCFS = "fcfs"
+#: SGLang's longest prefix match (module docstring)
+LONGEST_PREFIX = "longest-prefix"
 
 
 class OrderedState(Protocol):
@@ -49,6 +57,8 @@ class OrderedState(Protocol):
     ttft_deadline: list[float]
     request_class: list[int]
     waiting: WaitingQueue
+    kv: Any  # the KV cache: its lookup gives longest-prefix's key
+    fcfs_above: int | None  # longest-prefix admits FCFS while more wait (None: never)
 
 
 _SLACK = 32  # stale heap entries tolerated beyond the queue's length before a rebuild
@@ -232,6 +242,12 @@ def candidates(state: OrderedState, room: int, order: str) -> Iterable[int]:
     W = state.waiting
     if order == FCFS or room <= 0:
         return islice(W, max(room, 0))
+    if order == LONGEST_PREFIX:
+        if not state.kv.prefix or (state.fcfs_above is not None and len(W) > state.fcfs_above):
+            return islice(W, room)
+        P, G, lookup = state.prompt, state.generated, state.kv.lookup
+        keyed = sorted((-lookup(e, P[e] + G[e])[0], i, e) for i, e in enumerate(W))
+        return [e for _, _, e in keyed[:room]]
     return W.in_order(order, room)
 
 

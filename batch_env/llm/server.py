@@ -122,6 +122,7 @@ class LLMServer(ServingLoop):
             )
         self._setup_prefix(config, workload)
         self.state = LLMServerState(bs, total, watermark, self.prefix_ratio)
+        self.state.fcfs_above = getattr(config, "longest_prefix_fcfs_above", 128)
         # the SLA books: each class's SLAs and weight (one class: the config's, weight 1)
         self.sla_books = SLABooks(
             [(c.ttft_sla_ms or config.ttft_sla_ms) / 1000.0 for c in self.classes],

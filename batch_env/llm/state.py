@@ -62,6 +62,7 @@ class LLMServerState:
         "decode_steps",
         "tokens_out",
         "preemptions",
+        "fcfs_above",
     )
 
     def __init__(
@@ -69,6 +70,9 @@ class LLMServerState:
     ) -> None:
         #: tokens per KV block
         self.block_size = block_size
+        #: ``longest-prefix`` admits FCFS while more than this many wait (None: never;
+        #: the server sets its configuration's ``longest_prefix_fcfs_above``)
+        self.fcfs_above: int | None = 128
         #: the KV cache: the only writer of block state
         self.kv = (
             KVCache(block_size, kv_total, kv_watermark)
