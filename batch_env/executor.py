@@ -429,6 +429,11 @@ class LLMProfileExecutor:
         """:param profile: a :class:`batch_env.llm_profile.LLMProfile`."""
         self.profile = profile
 
+    def use_profile(self, profile: LLMProfile) -> None:
+        """Time and power the coming iterations by ``profile`` (the server's profile at
+        the SM clock it sets: :meth:`batch_env.llm.LLMServer.set`)."""
+        self.profile = profile
+
     def reset(self, rng: np.random.Generator) -> None:
         """Start an episode (no randomness: iteration times are deterministic)."""
 

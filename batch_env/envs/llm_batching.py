@@ -8,9 +8,8 @@ KV cache, SLA books and the iteration scheduler chosen by name) lives in
 and the frame :func:`batch_env.render.llm_frame`. The three ids differ by their
 configuration's defaults (:class:`batch_env.config.LLMConfig`, ``LLMConfigV1``,
 ``LLMConfigV2``) and their decision epochs (every iteration boundary; v2: where two
-actions differ). Their constructors share one signature, the env's own arguments and
-their configuration's fields, each passed by its name to the configuration.
-"""
+actions differ). Their constructors share one signature: the env's own arguments and
+their configuration's fields, each passed by its name to the configuration."""
 
 from __future__ import annotations
 
@@ -266,12 +265,10 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
             type(self).__name__,
         )
         srv = self.server
-        self.profile, self.workload, self.config = srv.profile, srv.workload, srv.config
-        self.executor, self.horizon_s = srv.executor, srv.horizon_s
-        self.mean_rate_per_s, self.idle_power_w = srv.mean_rate_per_s, srv.idle_power_w
-        self.kv_blocks_total = srv.state.kv_total
-        #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`,
-        #: :meth:`action_of`
+        self.workload, self.config, self.executor = srv.workload, srv.config, srv.executor
+        self.horizon_s, self.mean_rate_per_s = srv.horizon_s, srv.mean_rate_per_s
+        self.idle_power_w, self.kv_blocks_total = srv.idle_power_w, srv.state.kv_total
+        #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`, :meth:`action_of`
         self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders, srv.clocks)
         self.action_space = spaces.Discrete(self.actions.n)
         self._features = observation_features(srv, order_features)
@@ -280,9 +277,13 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self._record_executor(executor, model, torch_device, executor_options)
 
     @property
+    def profile(self) -> LLMProfile:
+        """The server's profile now, at the SM clock in force (never a stale copy)."""
+        return self.server.profile
+
+    @property
     def observation_features(self) -> tuple[ObsFeature, ...]:
-        """The features of this env's observation, one per entry of ``observation_space``
-        (:func:`batch_env.envs.llm_observation.observation_features`)."""
+        """Its features (:func:`~batch_env.envs.llm_observation.observation_features`)."""
         return self._features
 
     @property
@@ -290,7 +291,6 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         """The LLM server this env runs (what :meth:`fork` copies with it)."""
         return self.server
 
-    # -- actions ------------------------------------------------------------------------
     def _setting(self, action: int) -> tuple[int, int, str]:
         """Put ``action``'s cap, budget, order (and SM clock) in force; the first three."""
         c, b, o = self.actions.indices(action)
@@ -299,9 +299,8 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         return srv.cap, srv.budget, srv.order
 
     def action_parts(self, action: int) -> LLMAction:
-        """The parts of ``action``: ``LLMAction(cap, budget, order, clock)``, in the
-        encoding of :mod:`batch_env.llm.actions` (caps :attr:`grid`, token budgets, v2's
-        admission orders and SM clocks; ``clock`` is ``None`` without a clock grid).
+        """The parts of ``action``: ``LLMAction(cap, budget, order, clock)``
+        (:mod:`batch_env.llm.actions`; ``clock`` is ``None`` without a clock grid).
 
         :raises ValueError: ``action`` is not an action of this env.
         """

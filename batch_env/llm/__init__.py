@@ -4,13 +4,16 @@
   built from a configuration, a profile, a workload and an executor, it admits requests,
   runs iterations through its scheduler to the next decision point, and keeps the KV
   cache, the SLA books and the summary's counters;
-- :mod:`.state`: :class:`~batch_env.llm.state.LLMServerState`, the requests, queues and paged KV cache between
-  iterations, with names a reader understands;
+- :mod:`.state`: :class:`~batch_env.llm.state.LLMServerState`, the requests and queues
+  between iterations, with names a reader understands;
+- :mod:`.kv_cache`: :class:`KVCache`, the paged KV cache, the only writer of block state;
+  :mod:`.prefix_cache`: :class:`PrefixKVCache`, the same with automatic prefix caching;
+  :mod:`.prefixes`: the requests' prefix units and the cache's counters;
 - :mod:`.scheduler`: the one written interface every scheduler implements
   (:class:`Scheduler`: ``plan`` the next iteration without changing anything, then
   ``run`` it), the records it exchanges (:class:`Plan`, :class:`Iteration`), the
-  :class:`Host` it reports to, and the registry that chooses a scheduler by name
-  (:func:`make_scheduler`, :data:`SCHEDULERS`);
+  :class:`Host` it reports to; :mod:`.registry`, the registry that chooses a scheduler
+  by name (:func:`make_scheduler`, :data:`SCHEDULERS`);
 - :mod:`.sla`: :class:`SLABooks`, the TTFT and TPOT misses per request class (the
   reward's SLA term and the summary's first tokens);
 - :mod:`.vllm_v0`: ``"vllm-v0"``, vLLM v0's default scheduler (an iteration is a prefill of
@@ -34,39 +37,16 @@ import this).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from .actions import ActionCodec, LLMAction
 from .chunked import ChunkedScheduler
+from .kv_cache import KVCache
+from .prefix_cache import PrefixKVCache
+from .registry import SCHEDULERS, make_scheduler
 from .scheduler import Host, Iteration, Plan, Scheduler
 from .server import LLMServer
 from .sla import SLABooks
 from .state import LLMServerState
 from .vllm_v0 import VLLMV0Scheduler
-
-if TYPE_CHECKING:
-    from ..executor import LLMExecutor
-
-#: The schedulers by name.
-SCHEDULERS: dict[str, type[VLLMV0Scheduler] | type[ChunkedScheduler]] = {
-    VLLMV0Scheduler.name: VLLMV0Scheduler,
-    ChunkedScheduler.name: ChunkedScheduler,
-}
-
-
-def make_scheduler(
-    name: str, state: LLMServerState, host: Host, executor: LLMExecutor, **options: Any
-) -> Scheduler:
-    """The scheduler called ``name`` (:data:`SCHEDULERS`) over ``state``, reporting to ``host``.
-
-    :param options: the scheduler's own options (``chunked``: ``decode_first``,
-        ``split_prompts``).
-    :raises ValueError: for an unknown name.
-    """
-    if name not in SCHEDULERS:
-        raise ValueError(f"scheduler={name!r} is invalid: allowed values are {list(SCHEDULERS)}")
-    return SCHEDULERS[name](state, host, executor, **options)
-
 
 __all__ = [
     "SCHEDULERS",
@@ -74,10 +54,12 @@ __all__ = [
     "ChunkedScheduler",
     "Host",
     "Iteration",
+    "KVCache",
     "LLMAction",
     "LLMServer",
     "LLMServerState",
     "Plan",
+    "PrefixKVCache",
     "SLABooks",
     "Scheduler",
     "VLLMV0Scheduler",

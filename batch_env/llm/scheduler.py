@@ -29,7 +29,7 @@ the last. Hence if the smallest and the largest setting plan the same iteration,
 setting between them does too (``tests/test_llm_v2.py`` checks this against trying every
 action, on many random states).
 
-The registry that picks a scheduler by name is the package's (:data:`batch_env.llm.SCHEDULERS`,
+The registry that picks a scheduler by name is :mod:`batch_env.llm.registry` (:data:`batch_env.llm.SCHEDULERS`,
 :func:`batch_env.llm.make_scheduler`).
 """
 

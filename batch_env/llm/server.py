@@ -53,6 +53,7 @@ from ..workload import Superposition, check_llm_tokens, make_workload
 from .chunked import ChunkedScheduler
 from .orders import FCFS, candidates
 from .prefixes import PrefixUnits, counters, prefix_summary
+from .registry import make_scheduler
 from .scheduler import Iteration, Plan
 from .sla import SLABooks
 from .state import LLMServerState
@@ -156,8 +157,6 @@ class LLMServer(ServingLoop):
             if config.scheduler == "chunked"
             else {}
         )
-        from . import make_scheduler  # (the package's registry, which imports this module)
-
         self.scheduler = make_scheduler(
             config.scheduler, self.state, self, self.executor, **options
         )
@@ -442,7 +441,8 @@ class LLMServer(ServingLoop):
         prof = self.clock_profiles[k]
         self.clock = self.clocks[k]
         self.profile = prof
-        self.executor.profile = prof  # type: ignore[attr-defined]  # the profile executor
+        if isinstance(self.executor, LLMProfileExecutor):  # (a clock grid needs it)
+            self.executor.use_profile(prof)
 
     def prefill_phase(self) -> bool:
         """Whether prompt work is pending: a request waits or a prefill is in progress
