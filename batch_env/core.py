@@ -519,6 +519,12 @@ class ServingLoop:
     @property
     def queue_len(self) -> int:
         """Requests waiting now (not counting those in service)."""
+        return self.waiting_count()
+
+    def waiting_count(self) -> int:
+        """Requests waiting now, as admission's queue capacity counts them: the entries
+        after ``started`` (the queue is FIFO here); an engine whose queue is not (the LLM
+        server) says its own."""
         return len(self.arrivals) - self.started
 
     def past_sla_waiting(self) -> int:
@@ -652,8 +658,47 @@ class ServingLoop:
 
     def _finish_batch(self, b: int) -> None:
         """The ``b`` requests of the running batch complete now."""
-        self.in_system -= b
-        self.completed += b
+        self.complete(b)
+
+    def complete(self, n: int) -> None:
+        """``n`` requests in the system complete now (they leave it)."""
+        self.in_system -= n
+        self.completed += n
+
+    def count_batches(self, batches: int, requests: int) -> None:
+        """``batches`` more batches ran, of ``requests`` requests in all (the summary's
+        mean batch size)."""
+        self.batches += batches
+        self.batched += requests
+
+    def use_profile(self, profile: Any) -> None:
+        """Time and power the coming work by ``profile`` (the LLM server's profile at the
+        SM clock in force)."""
+        self.profile = profile
+
+    def commit_stretch(
+        self,
+        t_end: float,
+        latency_integral_s: float,
+        energy_j: float,
+        rate_per_s: float,
+        rate_since: tuple[float, int],
+    ) -> None:
+        """Commit work that ran outside :meth:`advance` and admitted no arrival (the LLM
+        server's decode-only stretches): the clock at ``t_end``, and the latency and energy
+        integrals and the arrival-rate estimate as the caller carried them forward from
+        this loop's values by this loop's rules (``advance``'s integrals, ``update_rate``'s
+        decay at each boundary).
+
+        :raises RuntimeError: ``t_end`` before now, or an arrival before ``t_end``.
+        """
+        if t_end < self.now or self.peek_arrival() < t_end:
+            raise RuntimeError(
+                f"commit_stretch: t_end={t_end!r} must lie between now ({self.now!r}) and the "
+                f"next arrival ({self.peek_arrival()!r})"
+            )
+        self.now, self.latency_integral_s, self.energy_j = t_end, latency_integral_s, energy_j
+        self.rate_per_s, self.rate_since = rate_per_s, rate_since
 
     # -- SLA bookkeeping ------------------------------------------------------------------
     def _deadline_prefix(self, t: float) -> int:
@@ -786,7 +831,7 @@ class ServingLoop:
         k = j - i
         if k:
             arr = self.arrivals
-            room = self.queue_capacity - (len(arr) - self.started)
+            room = self.queue_capacity - self.waiting_count()
             adm = k if k <= room else (room if room > 0 else 0)
             if adm:
                 seg = self._buf[i : i + adm]

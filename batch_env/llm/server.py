@@ -440,7 +440,7 @@ class LLMServer(ServingLoop):
         """Run the coming iterations at ``clocks[k]``: its profile times and powers them."""
         prof = self.clock_profiles[k]
         self.clock = self.clocks[k]
-        self.profile = prof
+        self.use_profile(prof)
         if isinstance(self.executor, LLMProfileExecutor):  # (a clock grid needs it)
             self.executor.use_profile(prof)
 
@@ -651,17 +651,15 @@ class LLMServer(ServingLoop):
         """Entry ``e``'s first token at ``t``."""
         self.sla_books.first_token(e, t)
 
-    def advance(self, t: float, power_w: float) -> None:
-        """The clock to ``t`` (an iteration's end, or an arrival while idle), the queue as
-        the scheduler left it (the scheduler's host; the loop's :meth:`advance`)."""
-        self.started = len(self.arrivals) - len(self.state.waiting)
-        super().advance(t, power_w)
+    def waiting_count(self) -> int:
+        """The waiting requests (the loop's queue capacity counts them): the waiting queue,
+        which is not the arrivals' FIFO tail here (admission orders, preemptions)."""
+        return len(self.state.waiting)
 
     def finish(self, e: int, t: float) -> None:
         """Entry ``e`` completed at ``t``; a TPOT miss is counted now (TTFT met)."""
         self.finished_at[e] = t
-        self.in_system -= 1
-        self.completed += 1
+        self.complete(1)
         self.sla_books.finish(e, t, self.state.output[e])
 
     # -- iterations ----------------------------------------------------------------------
@@ -671,7 +669,6 @@ class LLMServer(ServingLoop):
         sch = self.scheduler
         self.last_chunk_tokens = 0
         it = sch.run(sch.plan(cap, budget, self.order) if plan is None else plan)
-        self.started = len(self.arrivals) - len(self.state.waiting)
         self.iterations += 1
         if self.timeline is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
             tokens = self.state.tokens_out
@@ -687,8 +684,7 @@ class LLMServer(ServingLoop):
             if prefill:
                 self.prefill_iterations += 1
             if b:
-                self.batches += 1
-                self.batched += b
+                self.count_batches(1, b)
                 self._recent(d, b)
             self.last_prefill = 1.0 if prefill else 0.0
         return it
@@ -905,8 +901,8 @@ class LLMServer(ServingLoop):
             j += 1
         if not j:
             return 0, None
-        self.now, self.latency_integral_s, self.energy_j, self.kv_integral = now, L, E, kv_int
-        self.rate_per_s, self.rate_since = rate, (rate_t, rate_n)
+        self.kv_integral = kv_int
+        self.commit_stretch(now, L, E, rate, (rate_t, rate_n))
         kv.take(pending)
         srv.decode_context, srv.decode_steps = ctx, K
         srv.tokens_out += tokens
@@ -965,8 +961,7 @@ class LLMServer(ServingLoop):
                 keep.append(e)
         srv.running = keep
         self.iterations += j
-        self.batches += j
-        self.batched += tokens
+        self.count_batches(j, tokens)
         self._recent_many(recent)
         self.last_prefill = 0.0
         self.last_preempted = self.last_chunk_tokens = 0
