@@ -602,3 +602,14 @@ def test_the_block_state_check_sees_every_kind_of_write(tmp_path):
         "    return x\n"
     )
     assert block_state_writes([f]) == [f"x.py:{n}" for n in (2, 3, 5, 6, 8, 9)]
+
+
+def test_no_class_in_the_llm_room_exceeds_500_lines():
+    """Issue 63: the LLM room is split by owner (server, intake, KV cache, schedulers, ...);
+    no class of ``batch_env/llm/`` is over 500 lines."""
+    big = []
+    for path in sorted((ROOT / "batch_env/llm").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > 500:
+                big.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not big, big

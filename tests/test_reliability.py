@@ -81,10 +81,10 @@ def test_llm_empirical_lengths_that_never_fit_are_refused(tmp_path):
 def test_llm_search_for_an_admissible_arrival_is_bounded():
     """Past the construction check (here bypassed), the search still gives up with an error."""
     env = LLMBatchingEnv(lengths={"kind": "fixed", "prompt_tokens": 20, "output_tokens": 3})
-    env.server.lengths = batch_env.workload.RequestLengths(
+    env.server.intake.lengths = batch_env.workload.RequestLengths(
         kind="fixed", prompt_tokens=5000, output_tokens=3
     )
-    env.server._max_rejected_run = 10_000
+    env.server.intake._max_rejected_run = 10_000
     with pytest.raises(ValueError, match=r"arrivals in a row were rejected.*max_model_len=4096"):
         env.reset(seed=0)
 

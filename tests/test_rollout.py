@@ -98,7 +98,7 @@ def test_a_realizable_llm_copy_redraws_the_output_lengths_in_flight():
         assert cs.generated[e] < cs.output[e] <= srv.max_model_len - cs.prompt[e]
     done = [e for e in range(len(srv.finished_at)) if srv.finished_at[e] is not None]
     assert [cs.output[e] for e in done] == [st.output[e] for e in done]
-    assert len(copy._arrival_prompt) == copy.arrival_index  # nothing of the old future
+    assert copy.intake.buffered() == copy.arrival_index  # nothing of the old future
 
 
 def test_output_given_draws_above_what_was_generated():

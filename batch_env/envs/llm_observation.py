@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from ..llm import Iteration, LLMServer
 from ..llm.prefixes import prefix_info, waiting_cached_fraction
+from ..llm.views import class_counts, first_admitted, past_ttft_waiting
 from .features import ObsFeature, feature_names, features_box
 
 if TYPE_CHECKING:
@@ -275,7 +276,7 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
     n_dec = n_run - srv.prefilling
     if w:
         oldest = min((server.now - server.arrivals[srv.waiting[0]]) / server.ttft_scale_s, _CLIP)
-        past = server.past_ttft_waiting() / w
+        past = past_ttft_waiting(server) / w
         ptoks: float = srv.waiting_tokens
     else:
         oldest = past = ptoks = 0.0
@@ -316,7 +317,7 @@ def _class_features(server: LLMServer) -> list[float]:
     """Three features per class (several classes): waiting / max_num_seqs (clipped at
     100), running / max_num_seqs, and its oldest waiting request's age / its TTFT SLA
     (clipped at 100; 0 when none waits)."""
-    waiting, running, oldest = server.class_counts()
+    waiting, running, oldest = class_counts(server)
     N, now, ttft = server.config.max_num_seqs, server.now, server.sla_books.ttft_s
     out: list[float] = []
     for c in range(len(server.classes)):
@@ -336,7 +337,7 @@ def _order_features(server: LLMServer) -> list[float]:
     budget = server.max_num_batched_tokens
     out: list[float] = []
     for order in server.orders:
-        h = server.first_admitted(order)
+        h = first_admitted(server, order)
         age = (now - server.arrivals[h]) / ttft[srv.request_class[h]]
         out += [min(srv.context(h) / budget, _CLIP), min(age, _CLIP)]
     return out
@@ -388,7 +389,7 @@ def step_info(
         "energy_source": energy_source,
     }
     if server.multi:
-        waiting, running, _ = server.class_counts()
+        waiting, running, _ = class_counts(server)
         info.update(waiting_by_class=waiting, running_by_class=running)
     if server.prefix_ratio is not None:
         info.update(prefix_info(cast("PrefixKVCache", srv.kv)))

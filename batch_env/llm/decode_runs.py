@@ -1,0 +1,221 @@
+"""The LLM server's decode-only stretches, run in one loop (:func:`run_decodes`).
+
+Where no prefill is in progress and every setting runs the same decode (nothing waits, or
+no setting admits anything), the coming iterations are decode steps of every running
+request until the next arrival, a decode that needs a KV block not free, the episode's
+end, or (when requests wait) the first completion. :func:`run_decodes` runs them without
+the scheduler, to the bit as it would: the same times, energy, latency and KV-use
+integrals summed in the same order, the same completions, the rate estimate brought up
+to every boundary; each request's tokens and blocks, the recent windows and the counters
+are brought up to date once, at the end (:func:`catch_up`), and the loop's clock and
+integrals are committed through its public operation
+(:meth:`batch_env.core.ServingLoop.commit_stretch`). ``tests/test_llm_v2.py`` and
+``tests/test_llm_prefix.py`` hold the result identical to running each iteration
+through the scheduler. Each function takes the :class:`~batch_env.llm.LLMServer`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from .orders import candidates
+from .scheduler import Iteration
+
+
+def run_decodes(server: Any) -> tuple[int, Iteration | None]:
+    """Run the coming decode-only iterations in one loop: those before the next
+    arrival, while no decode needs a KV block that is not free, and until the episode
+    ends (or, when requests wait, the first completion). Returns how many ran and the
+    last.
+
+    Called at a boundary where no prefill is in progress and every setting runs the
+    same decode (nothing waits, or no setting admits anything), with the profile
+    executor. Each iteration is the chunked scheduler's decode to the bit: the same
+    time, energy, latency and KV-use integrals, summed in the same order, the same
+    completions (:meth:`finish`), the rate estimate brought up to every boundary; what
+    no boundary reads in between (each request's tokens and blocks, the recent
+    windows, the counters) is brought up to date once, at the end. The requests'
+    completions are scheduled from their remaining tokens, and their block growth
+    from their block phase (:class:`batch_env.llm.state.LLMServerState`), so an iteration
+    costs no pass over the running requests. ``tests/test_llm_v2.py`` holds the
+    result identical to running each iteration through the scheduler.
+    """
+    srv = server.state
+    R = srv.running
+    kv = srv.kv
+    bs, total = srv.block_size, kv.total
+    K0 = K = srv.decode_steps
+    used = kv.used  # kv.used + the blocks taken and not yet committed (pending)
+    pending = 0
+    counts = [len(bucket) for bucket in srv.block_phase]
+    b = len(R)
+    if not b or counts[(1 - K) % bs] > total - used:
+        return 0, None  # a decode must preempt: the scheduler's own path
+    t_next = server.peek_arrival()
+    prof = server.profile
+    base, per_ctx, pw = prof.decode_step(b)
+    ctx = srv.decode_context
+    if server.now + (base + per_ctx * ctx) >= t_next:
+        return 0, None  # the first iteration admits an arrival (before any setup)
+    # requests wait, but no setting admits any (the plan was forced, without chunks);
+    # without a completion none will (the cap's room and the budget left stay, the
+    # free blocks only shrink), so after a completion the queue's head is tried
+    blocked = bool(srv.waiting)
+    P, out = srv.prompt, srv.output
+    finishing = _completions(R, out, srv.generated)
+    now, L, E, kv_int = server.now, server.latency_integral_s, server.energy_j, server.kv_integral
+    rate, (rate_t, rate_n) = server.rate_per_s, server.rate_since
+    tau, horizon = server.rate_window_s, server.horizon_s
+    recent: deque[tuple[float, int]] = deque(maxlen=server.config.recent_iterations)
+    done: dict[int, int] = {}  # finished request -> its iteration
+    j = tokens = 0
+    n_sys = server.in_system
+    exp = math.exp
+    finished_now: list[int] | None = None
+    while True:
+        if j:  # the boundary before iteration j: what run_to_epoch checks there
+            if now >= horizon or not b:
+                break
+            if finished_now and (
+                server.summary_done()
+                or (blocked and head_fits(server, b, used + counts[(1 - K) % bs]))
+            ):
+                break  # the episode's end, or the freed room and blocks admit the head
+        need = counts[(1 - K) % bs]
+        if need > total - used:
+            break  # preemption: the scheduler's own path
+        d = base + per_ctx * ctx
+        energy = d * pw
+        t = now + d
+        if t >= t_next:
+            break  # this iteration admits an arrival: the usual path
+        if j:  # the rate estimate at that boundary (update_rate; no arrival came)
+            rate = rate * exp(-(now - rate_t) / tau) + 0.0
+            rate_t = now
+        # the iteration: its blocks, then the clock (advance), then the tokens
+        used += need
+        pending += need
+        dt = t - now
+        kv_int += used * dt
+        L += n_sys * dt
+        E += (energy / d if d > 0.0 else 0.0) * dt
+        now = t
+        recent.append((d, b))
+        tokens += b
+        ctx += b
+        K += 1
+        finished_now = finishing.get(j)
+        if finished_now:
+            kv.take(pending)  # the decodes' blocks so far, before any is freed
+            pending = 0
+            for e in finished_now:
+                g = out[e]
+                ctx -= P[e] + g
+                r = (P[e] + g - K) % bs
+                counts[r] -= 1
+                used -= kv.free(e, _grown(K0, r, j + 1, bs))
+                done[e] = j
+                server.finish(e, t)
+            b -= len(finished_now)
+            n_sys -= len(finished_now)  # as finish did to the loop's count
+            if b:
+                base, per_ctx, pw = prof.decode_step(b)
+        j += 1
+    if not j:
+        return 0, None
+    server.kv_integral = kv_int
+    server.commit_stretch(now, L, E, rate, (rate_t, rate_n))
+    kv.take(pending)
+    srv.decode_context, srv.decode_steps = ctx, K
+    srv.tokens_out += tokens
+    catch_up(server, done, j, K0, tokens, recent)
+    return j, Iteration(recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)
+
+
+def head_fits(server: Any, decodes: int, used: int) -> bool:
+    """Whether the largest setting would schedule a chunk of the first waiting request
+    of some admission order, with ``decodes`` requests running, all decoding, and
+    ``used`` KV blocks in use once their blocks for the next token are given (the
+    chunked scheduler's scan, with no prefill in progress, stops at that first
+    request). If it would not, no setting would (monotone)."""
+    srv = server.state
+    cfg = server.config
+    if server.grid[-1] - decodes <= 0:
+        return False  # no room under the largest cap
+    left = server.budgets[-1] - (decodes if cfg.decode_first else 0)
+    free = srv.kv.total - used - srv.kv.watermark
+    if left <= 0 or free <= 0:
+        return False
+    if cfg.split_prompts:
+        return True  # a chunk of at least one token fits
+    kv = srv.kv
+    for order in server.orders:  # the first waiting request each order offers
+        e = next(iter(candidates(srv, 1, order)))
+        p = srv.prompt[e] + srv.generated[e]
+        h, taken = kv.lookup(e, p) if kv.prefix else (0, 0)
+        if p - h * srv.block_size <= left and -(-p // srv.block_size) - h + taken <= free:
+            return True
+    return False
+
+
+def catch_up(
+    server: Any,
+    done: dict[int, int],
+    j: int,
+    k0: int,
+    tokens: int,
+    recent: deque[tuple[float, int]],
+) -> None:
+    """After :meth:`_run_decodes`' ``j`` iterations from decode step ``k0``: each
+    request's tokens and blocks (``done``: those that completed), the running list,
+    the counters and the recent windows, which no boundary read in between."""
+    srv = server.state
+    P, G, out, kv, phase, bs = (
+        srv.prompt,
+        srv.generated,
+        srv.output,
+        srv.kv,
+        srv.block_phase,
+        srv.block_size,
+    )
+    keep = []
+    for e in srv.running:
+        r = (P[e] + G[e] - k0) % bs
+        if e in done:  # (its blocks were freed at its completion)
+            G[e] = out[e]
+            phase[r].remove(e)
+        else:
+            G[e] += j
+            kv.attach(e, _grown(k0, r, j, bs))
+            keep.append(e)
+    srv.running = keep
+    server.iterations += j
+    server.count_batches(j, tokens)
+    server.recent.add_many(recent)
+    server.last_prefill = 0.0
+    server.last_preempted = server.last_chunk_tokens = 0
+
+
+def _completions(
+    running: list[int], output: list[int], generated: list[int]
+) -> dict[int, list[int]]:
+    """The decoding requests by the iteration (from 0) in which they complete: request
+    ``e`` produces its last token ``output[e] - generated[e]`` decodes from now."""
+    out: dict[int, list[int]] = {}
+    for e in running:
+        j = output[e] - generated[e] - 1
+        if j in out:
+            out[j].append(e)
+        else:
+            out[j] = [e]
+    return out
+
+
+def _grown(k0: int, r: int, m: int, bs: int) -> int:
+    """KV blocks a decoding request of block phase ``r`` gains over ``m`` decode
+    iterations from decode step ``k0``: one at each iteration ``j`` with
+    ``(1 - k0 - j) % bs == r`` (:class:`batch_env.llm.state.LLMServerState`: block_phase)."""
+    j0 = (1 - k0 - r) % bs
+    return 0 if j0 >= m else (m - 1 - j0) // bs + 1
