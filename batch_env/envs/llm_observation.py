@@ -285,7 +285,7 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
         [
             min(w / N, _CLIP),
             n_run / N,
-            srv.kv_used / srv.kv_total,
+            srv.kv.used / srv.kv.total,
             oldest,
             past,
             min(ptoks / server.max_num_batched_tokens, _CLIP),
@@ -298,7 +298,7 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
             server.last_prefill,
             *(_class_features(server) if server.multi else ()),
             *(_order_features(server) if order_features else ()),
-            *((server.clock / server.clocks[-1],) if server.clock is not None else ()),
+            *((clock / server.clocks[-1],) if (clock := server.sm_clock.mhz) is not None else ()),
             *(_prefix_features(server) if server.prefix_ratio is not None else ()),
         ],
         dtype=np.float32,
@@ -358,8 +358,8 @@ def step_info(
     time_sum, batch_sum, n_recent = server.recent_decode()
     R = srv.running
     info = {
-        "kv_blocks_used": srv.kv_used,
-        "kv_blocks_total": srv.kv_total,
+        "kv_blocks_used": srv.kv.used,
+        "kv_blocks_total": srv.kv.total,
         "running": len(R),
         "waiting": len(srv.waiting),
         "queue_len": len(srv.waiting),
@@ -368,7 +368,7 @@ def step_info(
         "cap": server.cap,
         "budget": server.budget,
         **({"order": server.order} if len(server.orders) > 1 else {}),
-        **({"clock_mhz": server.clock} if server.clock is not None else {}),
+        **({"clock_mhz": clock} if (clock := server.sm_clock.mhz) is not None else {}),
         **({"oracle": _oracle_view(server)} if oracle else {}),
         "chunk_tokens": server.last_chunk_tokens,
         "prefilling": srv.prefilling,

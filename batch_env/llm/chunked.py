@@ -213,9 +213,7 @@ class ChunkedScheduler:
             for e, _c, x, _nb in plan.chunks:
                 if not s.prefill_left[e]:
                     kv.admit(e, x // s.block_size, s.prompt[e] + s.generated[e])
-        kv.grow(plan.grown)
-        for e, _c, _x, nb in plan.chunks:
-            kv.allocate(e, nb)
+        kv.grow_and_allocate(plan.grown, plan.chunks)
         if victims:
             if self._seqs:
                 self.executor.release(list(victims))  # recompute: the KV cache is dropped

@@ -47,8 +47,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     kv = srv.kv
     bs, total = srv.block_size, kv.total
     K0 = K = srv.decode_steps
-    used = kv.used  # kv.used + the blocks taken and not yet committed (pending)
-    pending = 0
+    used = kv.used  # kv.used + the decodes' blocks not yet taken from it
     counts = [len(bucket) for bucket in srv.block_phase]
     b = len(R)
     if not b or counts[(1 - K) % bs] > total - used:
@@ -96,7 +95,6 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
             rate_t = now
         # the iteration: its blocks, then the clock (advance), then the tokens
         used += need
-        pending += need
         dt = t - now
         kv_int += used * dt
         L += n_sys * dt
@@ -108,8 +106,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         K += 1
         finished_now = finishing.get(j)
         if finished_now:
-            kv.take(pending)  # the decodes' blocks so far, before any is freed
-            pending = 0
+            kv.take(used - kv.used)  # the decodes' blocks so far, before any is freed
             for e in finished_now:
                 g = out[e]
                 ctx -= P[e] + g
@@ -127,7 +124,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         return 0, None
     server.kv_integral = kv_int
     server.commit_stretch(now, L, E, rate, (rate_t, rate_n))
-    kv.take(pending)
+    kv.take(used - kv.used)
     srv.decode_context, srv.decode_steps = ctx, K
     srv.tokens_out += tokens
     catch_up(server, done, j, K0, tokens, recent)
@@ -168,7 +165,7 @@ def catch_up(
     tokens: int,
     recent: deque[tuple[float, int]],
 ) -> None:
-    """After :meth:`_run_decodes`' ``j`` iterations from decode step ``k0``: each
+    """After :func:`run_decodes`' ``j`` iterations from decode step ``k0``: each
     request's tokens and blocks (``done``: those that completed), the running list,
     the counters and the recent windows, which no boundary read in between."""
     srv = server.state
@@ -181,6 +178,7 @@ def catch_up(
         srv.block_size,
     )
     keep = []
+    grown = []
     for e in srv.running:
         r = (P[e] + G[e] - k0) % bs
         if e in done:  # (its blocks were freed at its completion)
@@ -188,8 +186,9 @@ def catch_up(
             phase[r].remove(e)
         else:
             G[e] += j
-            kv.attach(e, _grown(k0, r, j, bs))
+            grown.append(_grown(k0, r, j, bs))
             keep.append(e)
+    kv.attach_many(keep, grown)
     srv.running = keep
     server.iterations += j
     server.count_batches(j, tokens)

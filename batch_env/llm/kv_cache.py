@@ -9,7 +9,7 @@ through its operations:
 * :meth:`~KVCache.grow` one block for each of some entries (the decodes whose next token
   starts a block), :meth:`~KVCache.grow_one` for one;
 * :meth:`~KVCache.free` an entry's blocks (finished or preempted);
-* :meth:`~KVCache.take` / :meth:`~KVCache.attach`: blocks of a run of decode-only
+* :meth:`~KVCache.take` / :meth:`~KVCache.attach_many`: blocks of a run of decode-only
   iterations (``LLMServer._run_decodes``), taken as counts while the run goes and given to
   their entries once at its end;
 * :meth:`~KVCache.free_above_watermark` / :meth:`~KVCache.fits`: how many blocks an
@@ -83,6 +83,17 @@ class KVCache:
             blk[e] += 1
         self.used += len(entries)
 
+    def grow_and_allocate(self, grown: Collection[int], chunks: Any) -> None:
+        """An iteration's blocks: :meth:`grow` for ``grown``, then :meth:`allocate` each
+        chunk's new blocks (``(entry, tokens, computed, new blocks)``), in one call."""
+        blk = self.blocks
+        for e in grown:
+            blk[e] += 1
+        self.used += len(grown)
+        for e, _c, _x, nb in chunks:
+            blk[e] += nb
+            self.used += nb
+
     def grow_one(self, e: int) -> None:
         """One more block for entry ``e``."""
         self.blocks[e] += 1
@@ -105,6 +116,12 @@ class KVCache:
     def attach(self, e: int, n: int) -> None:
         """Entry ``e`` gets ``n`` blocks taken for it by :meth:`take`."""
         self.blocks[e] += n
+
+    def attach_many(self, entries: list[int], counts: list[int]) -> None:
+        """:meth:`attach` for each entry of ``entries`` and its count."""
+        blk = self.blocks
+        for e, n in zip(entries, counts, strict=True):
+            blk[e] += n
 
     # -- what only prefix caching does (:class:`PrefixKVCache`); here, nothing ------------
     #: whether prompts share cached blocks (the schedulers ask before any lookup)

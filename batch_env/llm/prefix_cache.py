@@ -284,6 +284,12 @@ class PrefixKVCache(KVCache):
         for e in entries:
             blk[e] += 1
 
+    def grow_and_allocate(self, grown: Collection[int], chunks: Any) -> None:
+        """:meth:`grow` for ``grown``, then :meth:`allocate` for each chunk."""
+        self.grow(grown)
+        for e, _c, _x, nb in chunks:
+            self.allocate(e, nb)
+
     def grow_one(self, e: int) -> None:
         """One new block for entry ``e``."""
         self._take(1)
