@@ -21,6 +21,8 @@ EXCERPTS = ("azure-conv-2023-excerpt", "azure-code-2023-excerpt")
 # whole traces, gzipped (the Trace benchmark task; the chunked-prefill comparison)
 SHIPPED_FULL = ("azure-conv-2023-gz", "azure-code-2023-gz")
 FULL = ("azure-conv-2023", "azure-code-2023", "azure-conv-2024", "azure-code-2024")
+# the Mooncake traces with prefix hashes, gzipped whole (Apache-2.0)
+MOONCAKE = {"mooncake-conversation": 12_031, "mooncake-synthetic": 3_993}
 
 
 @pytest.fixture
@@ -51,13 +53,14 @@ def fake_conv(tmp_path, monkeypatch) -> tuple[Path, str]:
 
 
 def test_registry_entries_are_well_formed():
-    assert set(data.DATASETS) == {*FULL, *EXCERPTS, *SHIPPED_FULL}
+    assert set(data.DATASETS) == {*FULL, *EXCERPTS, *SHIPPED_FULL, *MOONCAKE}
     for name, d in data.DATASETS.items():
         assert d.name == name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)
-        assert d.license == "CC-BY-4.0" and d.citation and d.source and d.description
+        assert d.license == ("Apache-2.0" if name in MOONCAKE else "CC-BY-4.0")
+        assert d.citation and d.source and d.description
         assert d.sha256 is None or re.fullmatch(r"[0-9a-f]{64}", d.sha256)
         if d.shipped:
-            whole = {"azure-conv-2023-gz": 19_366, "azure-code-2023-gz": 8_819}
+            whole = {"azure-conv-2023-gz": 19_366, "azure-code-2023-gz": 8_819, **MOONCAKE}
             assert (
                 d.url is None
                 and d.sha256
@@ -76,6 +79,16 @@ def test_registry_entries_are_well_formed():
     assert data.DATASETS["azure-code-2023"].sha256 == (
         "54e9a6d2a4bd06ba1e060304b900abbc74cbea53de96506e60fe5bb4f2277fb6"
     )
+
+
+@pytest.mark.parametrize("name", sorted(MOONCAKE))
+def test_the_shipped_mooncake_traces_match_their_checksums(name):
+    d = data.DATASETS[name]
+    p = data.path(name)
+    assert data.is_available(name) and p.stat().st_size == d.size_bytes
+    assert data.sha256_of(p) == d.sha256
+    readme = (ROOT / "batch_env" / "workload" / "excerpts" / "README.md").read_text()
+    assert d.sha256 in readme and d.filename in readme and "Apache License 2.0" in readme
 
 
 @pytest.mark.parametrize("name", EXCERPTS)
