@@ -14,6 +14,9 @@
   ``run`` it), the records it exchanges (:class:`Plan`, :class:`Iteration`), the
   :class:`Host` it reports to; :mod:`.registry`, the registry that chooses a scheduler
   by name (:func:`make_scheduler`, :data:`SCHEDULERS`);
+- :mod:`.intake`: the request intake (lengths, classes, prefix hashes, rejected prompts);
+  :mod:`.clock`: the SM clock; :mod:`.decode_runs`: the decode-only stretches in one
+  loop; :mod:`.views`: what the observation and frames read of a server;
 - :mod:`.sla`: :class:`SLABooks`, the TTFT and TPOT misses per request class (the
   reward's SLA term and the summary's first tokens);
 - :mod:`.vllm_v0`: ``"vllm-v0"``, vLLM v0's default scheduler (an iteration is a prefill of

@@ -10,7 +10,7 @@ through its operations:
   starts a block), :meth:`~KVCache.grow_one` for one;
 * :meth:`~KVCache.free` an entry's blocks (finished or preempted);
 * :meth:`~KVCache.take` / :meth:`~KVCache.attach_many`: blocks of a run of decode-only
-  iterations (``LLMServer._run_decodes``), taken as counts while the run goes and given to
+  iterations (:func:`batch_env.llm.decode_runs.run_decodes`), taken as counts while the run goes and given to
   their entries once at its end;
 * :meth:`~KVCache.free_above_watermark` / :meth:`~KVCache.fits`: how many blocks an
   admission may still take.

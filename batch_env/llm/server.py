@@ -6,14 +6,20 @@ and a KV-cache manager; vidur's replica). It is built from one validated configu
 its arrivals and their lengths (and classes) from its own streams, admits them, and runs
 iterations through the scheduler named in the configuration
 (:func:`batch_env.llm.make_scheduler`), which reports back to it (it is the scheduler's
-:class:`~batch_env.llm.scheduler.Host`). It owns the requests, queues and KV cache
-(:attr:`LLMServer.state`, an :class:`~batch_env.llm.state.LLMServerState`), the SLA books
+:class:`~batch_env.llm.scheduler.Host`). It owns its parts: the request intake
+(:attr:`LLMServer.intake`, :class:`~batch_env.llm.intake.RequestIntake`: each arrival's
+lengths, class and prefix hashes), the requests, queues and KV cache
+(:attr:`LLMServer.state`, an :class:`~batch_env.llm.state.LLMServerState` whose ``kv`` is
+the only writer of block state), the SM clock (:attr:`LLMServer.sm_clock`), the SLA books
 (:attr:`LLMServer.sla_books`) and the counters the episode summary reads.
 
-The clock, the arrival stream, the FIFO admission with its queue capacity and drops, the
+The clock, the arrival stream, the admission with its queue capacity and drops, the
 latency and energy integrals and the summary window are the one event loop's
-(:class:`batch_env.core.ServingLoop`, which this class extends through its hooks:
-``more_arrivals``, ``absorb``, ``on_mark``, ``misses``, ``summary_done``, ...).
+(:class:`batch_env.core.ServingLoop`), which this class extends through its hooks
+(``arrival_chunk``, ``absorb``, ``on_mark``, ``misses``, ``summary_done``,
+``waiting_count``, ...) and uses through its public operations (``advance``,
+``complete``, ``count_batches``, ``use_profile``, ``commit_stretch``): it writes none of
+the loop's fields.
 
 Driving it::
 
@@ -26,7 +32,8 @@ Driving it::
 :meth:`LLMServer.run_iteration` runs one iteration (``LLMBatching-v0``/``-v1`` ask at
 every iteration boundary); :meth:`LLMServer.run_to_epoch` runs until two settings would
 schedule different iterations (``LLMBatching-v2``'s decision epochs), running the
-decode-only stretches that no setting can change in one loop (:meth:`_run_decodes`).
+decode-only stretches that no setting can change in one loop
+(:func:`batch_env.llm.decode_runs.run_decodes`).
 Several servers can run side by side, each with its own streams and clock.
 
 Imports: ``batch_env.core`` (the loop), ``batch_env.config``, ``batch_env.executor``,
@@ -165,7 +172,7 @@ class LLMServer(ServingLoop):
         self.scheduler = make_scheduler(
             config.scheduler, self.state, self, self.executor, **options
         )
-        #: whether decode-only stretches run in one loop (:meth:`_run_decodes`): with the
+        #: whether decode-only stretches run in one loop (:func:`~batch_env.llm.decode_runs.run_decodes`): with the
         #: chunked scheduler on the profile executor, outside the frame modes (whose
         #: timeline logs each iteration)
         self.decode_runs = (
