@@ -694,7 +694,8 @@ class ServingLoop:
 
         :raises RuntimeError: ``t_end`` before now, or an arrival before ``t_end``.
         """
-        if t_end < self.now or self.peek_arrival() < t_end:
+        i = self.arrival_index  # (the caller has drawn the next arrival: peek_arrival)
+        if t_end < self.now or (i < len(self._buf) and self._buf[i] < t_end):
             raise RuntimeError(
                 f"commit_stretch: t_end={t_end!r} must lie between now ({self.now!r}) and the "
                 f"next arrival ({self.peek_arrival()!r})"

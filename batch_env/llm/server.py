@@ -256,7 +256,7 @@ class LLMServer(ServingLoop):
         the admission order and (with a clock grid) the SM clock ``clocks[clock_index]``
         (``None``: unchanged)."""
         self.cap, self.budget, self.order = cap, budget, order
-        if clock_index is not None and self.clocks:
+        if clock_index is not None and self.sm_clock.grid:
             self._set_clock(clock_index)
 
     @property
@@ -535,7 +535,8 @@ class LLMServer(ServingLoop):
         """The recent decode iterations (the last ``recent_iterations``): the sum of their
         times (s), the sum of their batch sizes, and how many there are (0 before the
         first)."""
-        return self.recent.sums()
+        r = self.recent
+        return r.time_sum, r.batch_sum, len(r.time_s)
 
     def rejected_total(self) -> int:
         """Prompts rejected by now (they never fit ``max_model_len``)."""
@@ -681,7 +682,3 @@ class RecentDecodes:
             rb.append(b)
         self.batch_sum = sum(rb)
         self.time_sum = sum(rd)
-
-    def sums(self) -> tuple[float, int, int]:
-        """The sum of the times (s), of the batch sizes, and how many there are."""
-        return self.time_sum, self.batch_sum, len(self.time_s)
