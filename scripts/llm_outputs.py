@@ -13,9 +13,11 @@ reward (``repr``, exact), ``terminated``/``truncated``, ``info`` (every key, flo
   request classes (shares, and each its own workload), admission orders (the oracle's
   ``srpt`` included), ``order_features``, a clock and the frame mode;
 * every registered LLM task, as its protocol makes it, at a short episode length;
+* prefix caching: chat sessions with two orders and a small cache, and the Mooncake
+  trace's hashes;
 * each with several policies: random actions (seeded), the first and the last action,
   and the baselines that act there (greedy, static-cap, memory-aware, sla-feedback,
-  sarathi, edf, shortest-prompt, class-priority, oracle-srpt).
+  sarathi, edf, shortest-prompt, class-priority, oracle-srpt, vllm-apc, sglang-lpm).
 
 Usage::
 
@@ -159,6 +161,33 @@ ENVS: list[tuple[str, str, dict[str, Any], tuple[str, ...]]] = [
         },
         ("random", "last"),
     ),
+    (  # prefix caching (issue 63): chat sessions, two orders, a small cache (evictions)
+        "v2-sessions-prefix",
+        "batch_env/LLMBatching-v2",
+        {
+            "workload": {"kind": "sessions", "rate_per_s": 12.0, "system_prompts": 4},
+            "orders": ["fcfs", "longest-prefix"],
+            "budget_grid": [512, 2048],
+            "gpu_memory_utilization": 0.3,
+        },
+        ("random", "last", "vllm-apc", "sglang-lpm"),
+    ),
+    (  # the Mooncake trace's hashes on Llama-3.1-8B / H100
+        "v1-mooncake-prefix",
+        "batch_env/LLMBatching-v1",
+        {
+            "profile": "llama-3.1-8b-h100",
+            "max_model_len": 131_072,
+            "max_num_batched_tokens": 8192,
+            "gpu_memory_utilization": 0.5,
+            "workload": {
+                "kind": "trace",
+                "dataset": "mooncake-conversation",
+                "target_rate_per_s": 1.0,
+            },
+        },
+        ("random", "last"),
+    ),
     (
         "v2-frames",
         "batch_env/LLMBatching-v2",
@@ -275,10 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.check is None:
         return 0
     old = json.loads(args.check.read_text())
-    bad = [k for k in out if k not in old or old[k]["sha256"] != out[k]["sha256"]]
+    bad = [k for k in out if k in old and old[k]["sha256"] != out[k]["sha256"]]
+    new = [k for k in out if k not in old]
     for k in bad:
         print(f"DIFFERS: {k}: {old.get(k)} -> {out[k]}")
-    print(f"{len(out) - len(bad)} of {len(out)} runs identical")
+    for k in new:
+        print(f"NEW (not in {args.check}): {k}")
+    print(f"{len(out) - len(bad) - len(new)} of {len(out) - len(new)} runs identical", end="")
+    print(f" ({len(new)} new)" if new else "")
     return 1 if bad else 0
 
 
