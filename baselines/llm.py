@@ -431,15 +431,23 @@ class VLLMPrefixCachingPolicy(StaticBudgetPolicy):
     """
 
     name = "vllm-apc"
+    #: the admission order it runs (one of the env's ``orders``)
+    order = "fcfs"
 
     def __init__(
         self, env: gym.Env | None = None, budget: int | None = None, clock: float | None = None
     ) -> None:
         _need_prefix(env, self.name)
-        super().__init__(env, budget, "fcfs", clock)
+        if env is not None and self.order not in _orders(env):
+            raise ValueError(
+                f"policy {self.name!r} admits in the order {self.order!r}, which the env's "
+                f"actions cannot choose (its orders are {list(_orders(env))}); make "
+                f"batch_env/LLMBatching-v2 with orders=[..., {self.order!r}]"
+            )
+        super().__init__(env, budget, self.order, clock)
 
 
-class LongestPrefixPolicy(StaticBudgetPolicy):
+class LongestPrefixPolicy(VLLMPrefixCachingPolicy):
     """SGLang's longest prefix match: the waiting requests with the most prompt blocks in
     the prefix cache first, first come first served while more than
     ``longest_prefix_fcfs_above`` (128) wait (the env's ``longest-prefix`` order), at the
@@ -453,18 +461,7 @@ class LongestPrefixPolicy(StaticBudgetPolicy):
     """
 
     name = "sglang-lpm"
-
-    def __init__(
-        self, env: gym.Env | None = None, budget: int | None = None, clock: float | None = None
-    ) -> None:
-        _need_prefix(env, self.name)
-        if env is not None and "longest-prefix" not in _orders(env):
-            raise ValueError(
-                f"policy {self.name!r} admits by the longest cached prefix, which the env's "
-                f"actions cannot choose (its orders are {list(_orders(env))}); make "
-                "batch_env/LLMBatching-v2 with orders=[..., 'longest-prefix']"
-            )
-        super().__init__(env, budget, "longest-prefix", clock)
+    order = "longest-prefix"
 
 
 class ClockQueuePolicy(StaticBudgetPolicy):

@@ -110,15 +110,11 @@ class KVCache:
     # -- a run of decode-only iterations -----------------------------------------------------
     def take(self, n: int) -> None:
         """``n`` blocks for decodes of a run whose entries get them at its end
-        (:meth:`attach`, or :meth:`free` with ``extra``)."""
+        (:meth:`attach_many`, or :meth:`free` with ``extra``)."""
         self.used += n
 
-    def attach(self, e: int, n: int) -> None:
-        """Entry ``e`` gets ``n`` blocks taken for it by :meth:`take`."""
-        self.blocks[e] += n
-
     def attach_many(self, entries: list[int], counts: list[int]) -> None:
-        """:meth:`attach` for each entry of ``entries`` and its count."""
+        """Each entry of ``entries`` gets its count of blocks taken for it by :meth:`take`."""
         blk = self.blocks
         for e, n in zip(entries, counts, strict=True):
             blk[e] += n

@@ -133,7 +133,8 @@ class LLMServer(ServingLoop):
                 "at this gpu_memory_utilization: lower max_model_len"
             )
         self.state = LLMServerState(bs, total, watermark, self.prefix_ratio)
-        self.state.fcfs_above = getattr(config, "longest_prefix_fcfs_above", 128)
+        # (only LLMBatching-v2's configuration offers orders, and so this setting)
+        self.state.fcfs_above = getattr(config, "longest_prefix_fcfs_above", None)
         # the SLA books: each class's SLAs and weight (one class: the config's, weight 1)
         self.sla_books = SLABooks(
             [(c.ttft_sla_ms or config.ttft_sla_ms) / 1000.0 for c in self.classes],

@@ -72,7 +72,7 @@ class LLMServerState:
         self.block_size = block_size
         #: ``longest-prefix`` admits FCFS while more than this many wait (None: never;
         #: the server sets its configuration's ``longest_prefix_fcfs_above``)
-        self.fcfs_above: int | None = 128
+        self.fcfs_above: int | None = None
         #: the KV cache: the only writer of block state
         self.kv = (
             KVCache(block_size, kv_total, kv_watermark)
