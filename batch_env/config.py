@@ -33,7 +33,7 @@ the CLI and the sweep table agree with them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, InitVar, asdict, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -273,6 +273,10 @@ class LLMConfig:
         prefix caching"). ``None`` (default): on where the workload carries prefix
         information (a trace with block hashes, the ``sessions`` workload), else off;
         ``True`` on a workload without it is an error.
+    :param profile_max_batch_tokens: the largest prefill (tokens) the server's profile
+        covers (``LLMProfile.max_batch_tokens``; not a field: the env passes its
+        profile's). The default ``max_num_batched_tokens`` is settled here alone, cut to
+        it; ``None``: no cut.
     """
 
     max_num_seqs: int = 256
@@ -298,8 +302,9 @@ class LLMConfig:
     split_prompts: bool = True
     budget_grid: tuple[int, ...] | None = None
     prefix_caching: bool | None = None
+    profile_max_batch_tokens: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, profile_max_batch_tokens: int | None = None) -> None:
         object.__setattr__(
             self, "reward_weights", RewardWeights.from_any(self.reward_weights, LLM_REWARD_WEIGHTS)
         )
@@ -310,7 +315,7 @@ class LLMConfig:
             )
         check_number("max_num_seqs", self.max_num_seqs, low=1, high=MAX_BATCH_LIMIT, integer=True)
         check_number("max_model_len", self.max_model_len, low=2, integer=True)
-        self._check_scheduler()
+        self._check_scheduler(profile_max_batch_tokens)
         check_number("block_size", self.block_size, low=1, integer=True)
         check_number("watermark", self.watermark, low=0.0, high=0.5)
         if self.gpu_memory_utilization is not None:
@@ -355,8 +360,9 @@ class LLMConfig:
             check_number("rate_window_s", self.rate_window_s, low=0.0, low_inclusive=False)
         check_number("recent_iterations", self.recent_iterations, low=1, integer=True)
 
-    def _check_scheduler(self) -> None:
-        """The scheduler's options and the token budget (its default filled in)."""
+    def _check_scheduler(self, limit: int | None) -> None:
+        """The scheduler's options and the token budget (its default filled in, within the
+        profile's largest prefill ``limit``)."""
         if self.scheduler not in SCHEDULERS:
             raise ValueError(
                 f"scheduler={self.scheduler!r} is unknown: allowed values are {list(SCHEDULERS)}"
@@ -376,14 +382,7 @@ class LLMConfig:
             )
         tokens = self.max_num_batched_tokens
         if tokens is None:
-            tokens = 2048 if chunked else max(int(self.max_model_len), 2048)
-            if chunked and self.budget_grid is not None:  # the grid's largest budget
-                try:
-                    tokens = int(max(self.budget_grid))
-                except (TypeError, ValueError):
-                    pass  # _budgets names what is wrong with the grid
-            if chunked and not self.split_prompts:
-                tokens = max(tokens, int(self.max_model_len))
+            tokens = self._default_budget(chunked, limit)
             object.__setattr__(self, "max_num_batched_tokens", tokens)
         check_number("max_num_batched_tokens", tokens, low=1, integer=True)
         if tokens < self.max_model_len and not (chunked and self.split_prompts):
@@ -400,6 +399,30 @@ class LLMConfig:
             )
         if self.budget_grid is not None:
             object.__setattr__(self, "budget_grid", self._budgets(self.budget_grid, int(tokens)))
+
+    def _default_budget(self, chunked: bool, limit: int | None) -> int:
+        """The default token budget (``max_num_batched_tokens=None``): vLLM's (2048;
+        ``vllm-v0``: at least ``max_model_len``; chunked with a ``budget_grid``: its
+        largest; whole prompts: at least ``max_model_len``), cut to the profile's largest
+        prefill ``limit``."""
+        tokens = 2048 if chunked else max(int(self.max_model_len), 2048)
+        if chunked and self.budget_grid is not None:  # the grid's largest budget
+            try:
+                tokens = int(max(self.budget_grid))
+            except (TypeError, ValueError):
+                pass  # _budgets names what is wrong with the grid
+        if chunked and not self.split_prompts:
+            tokens = max(tokens, int(self.max_model_len))
+        if limit is None:
+            return tokens
+        if self.max_model_len > limit:  # the default derives from it: name what was set
+            raise ValueError(
+                f"max_model_len={self.max_model_len!r} is out of range: a prompt of up to "
+                f"max_model_len - 1 tokens must fit one prefill, and the profile covers "
+                f"prefills of up to {limit} tokens (no extrapolation); expected "
+                f"max_model_len <= {limit}"
+            )
+        return min(tokens, limit)
 
     def _budgets(self, grid: Any, tokens: int) -> tuple[int, ...]:
         if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
@@ -578,8 +601,8 @@ class LLMConfigV2(LLMConfigV1):
     clock_grid: tuple[float, ...] | None = None
     longest_prefix_fcfs_above: int | None = 128
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def __post_init__(self, profile_max_batch_tokens: int | None = None) -> None:
+        super().__post_init__(profile_max_batch_tokens)
         self._check_orders()
         if self.longest_prefix_fcfs_above is not None:
             check_number(

@@ -50,7 +50,7 @@ def test_envs_decode_their_actions_with_it(env_id):
         part = u.action_parts(a)
         assert u.action_of(*part) == a
         env.step(a)
-        assert (u.server.cap, u.server.budget, u.server.order, u.server.clock) == tuple(part)
+        assert (u.server.cap, u.server.budget, u.server.order, u.server.sm_clock.mhz) == tuple(part)
 
 
 def test_the_baselines_encode_with_it():

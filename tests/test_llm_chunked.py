@@ -101,36 +101,36 @@ def _same_info(ia, ib, skip):
 
 class _Recorder(LLMBatchingEnv):
     """The env, recording each iteration's chunks and decodes and the running state (its
-    scheduler's ``run`` and ``_run_mixed`` wrapped on the instance, at the first reset)."""
+    scheduler's ``start`` wrapped on the instance, at the first reset)."""
 
     def _wrap_scheduler(self):
         sch = self.server.scheduler
-        run, run_mixed = sch.run, sch._run_mixed
+        start = sch.start
 
-        def recorded_run(plan):
+        def recorded_start(plan):
             srv = self.server.state
             ready = [e for e in srv.running if not srv.prefill_left[e]]
             before = (list(ready), list(srv.running), srv.preemptions)
-            self._pending = {"budget": self.server.budget, "cap": self.server.cap, "before": before}
+            rec = {"budget": self.server.budget, "cap": self.server.cap, "before": before}
             for v in plan.victims:  # newest first, as they are preempted
                 self.log.append({"preempted": v})
-            self._victims = list(plan.victims)
-            return run(plan)
+            work = start(plan)
+            if work.kind != "empty":  # an iteration runs: its chunks and decodes
+                rec.update(
+                    chunks=[(e, c, x) for e, c, x, _nb in plan.chunks],
+                    dec=list(work.decoding),
+                    prompt={
+                        e: srv.prompt[e] + srv.generated[e]
+                        for e, _, x, _nb in plan.chunks
+                        if x == 0
+                    },
+                    used=srv.kv_used,
+                    victims=list(plan.victims),
+                )
+                self.log.append(rec)
+            return work
 
-        def recorded_mixed(chunks, dec):
-            srv = self.server.state
-            rec = dict(self._pending)
-            rec.update(
-                chunks=[(e, c, x) for e, c, x, _nb in chunks],
-                dec=list(dec),
-                prompt={e: srv.prompt[e] + srv.generated[e] for e, _, x, _nb in chunks if x == 0},
-                used=srv.kv_used,
-                victims=list(self._victims),
-            )
-            self.log.append(rec)
-            return run_mixed(chunks, dec)
-
-        sch.run, sch._run_mixed = recorded_run, recorded_mixed
+        sch.start = recorded_start
         self._wrapped = True
 
     def reset(self, *args, **kwargs):

@@ -144,10 +144,10 @@ def test_a_realizable_copy_keeps_its_own_clock():
     for _ in range(20):
         env.step(u.action_of(u.grid[-1], clock=990.0))
     copy = u.fork(np.random.default_rng(0))
-    assert copy.server.clock_profiles is u.server.clock_profiles  # shared, not copied
+    assert copy.server.sm_clock.profiles is u.server.sm_clock.profiles  # shared, not copied
     copy.step(copy.action_of(copy.grid[-1], clock=1980.0))
-    assert copy.server.clock == 1980.0 and u.server.clock == 990.0
-    assert u.server.executor.profile is u.server.clock_profiles[0]
+    assert copy.server.sm_clock.mhz == 1980.0 and u.server.sm_clock.mhz == 990.0
+    assert u.server.executor.profile is u.server.sm_clock.profiles[0]
 
 
 def test_clock_queue_sets_the_clock_by_the_queue_and_static_budget_holds_one():

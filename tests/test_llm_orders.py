@@ -137,10 +137,10 @@ def test_every_order_keeps_the_invariants_and_admits_what_it_says(order):
     env = make(V2, **kw, orders=[order], oracle_info=order == "srpt")
     u = env.unwrapped
     srv, sch = u.server.state, u.server.scheduler
-    run = sch.run
+    start = sch.start
     seen = {"iterations": 0, "admitted_first": 0}
 
-    def checked_run(plan):
+    def checked_start(plan):
         waiting = list(srv.waiting)
         decoding = srv.decoding()
         running = len(srv.running)
@@ -159,13 +159,13 @@ def test_every_order_keeps_the_invariants_and_admits_what_it_says(order):
         # decodes first (decode_first): every decoding request decodes unless preempted
         assert plan.decodes == len(set(decoding) - set(plan.victims))
         assert len(new) <= max(cap - (running - len(plan.victims)), 0)  # the cap's room
-        it = run(plan)
-        assert sum(c for _, c, _, _ in plan.chunks) + it.decode_batch <= budget
+        work = start(plan)
+        assert sum(c for _, c, _, _ in plan.chunks) + len(work.decoding) <= budget
         assert srv.kv_used <= srv.kv_total
         seen["iterations"] += 1
-        return it
+        return work
 
-    sch.run = checked_run
+    sch.start = checked_start
     env.reset(seed=4)
     rng = np.random.default_rng(0)
     while True:

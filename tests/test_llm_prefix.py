@@ -12,7 +12,7 @@ import warnings
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_llm_v2 import _RecordingHost, _server_signature
+from test_llm_v2 import _server_signature, one_iteration
 
 import baselines
 from batch_env.llm import make_scheduler
@@ -96,13 +96,12 @@ def _outcome(u, cap, budget, order, frozen):
     """One iteration at a setting on a copy of the server: what it did, the server's and
     the cache's state after."""
     srv = pickle.loads(frozen)
-    host = _RecordingHost(u.server.now)
     options = {"decode_first": u.config.decode_first, "split_prompts": u.config.split_prompts}
     if u.config.scheduler != "chunked":
         options = {}
-    sch = make_scheduler(u.config.scheduler, srv, host, u.executor, **options)
-    it = sch.run(sch.plan(cap, budget, order))
-    return it, host.events, _server_signature(srv), prefix_signature(srv.kv)
+    sch = make_scheduler(u.config.scheduler, srv, u.executor.needs_sequences, **options)
+    it, events = one_iteration(sch, sch.plan(cap, budget, order), u.executor, u.server.now)
+    return it, events, _server_signature(srv), prefix_signature(srv.kv)
 
 
 @pytest.mark.parametrize("workload", ["sessions", "mooncake"])

@@ -44,8 +44,7 @@ WORKLOAD = {"kind": "poisson", "rate_per_s": 6.0}
 
 
 def _server(setting: str) -> LLMServer:
-    config = LLMConfigV2(**SETTINGS[setting])
-    profile, config = profile_for("llama-2-7b-a100", None, config, SETTINGS[setting])
+    profile, config = profile_for("llama-2-7b-a100", None, SETTINGS[setting], LLMConfigV2)
     executor = make_llm_executor("profile", profile, config.max_num_seqs, config.max_model_len)
     return LLMServer(config, profile, llm_workload(config, WORKLOAD), executor)
 

@@ -3,7 +3,7 @@
 * The cheap test of a decision epoch (``_forced_plan``: nothing to admit, or the smallest
   and the largest setting plan the same iteration) agrees with trying every action, each
   run on a copy of the server, on many states of many configurations.
-* ``Scheduler.plan`` changes nothing, and ``run`` carries out the plan it is given.
+* ``Scheduler.plan`` changes nothing, and ``start``/``apply`` carry out the plan given.
 * A policy that acts on v2's epochs has, in v1, the same trajectory (the observation at
   every epoch), reward total and summary when it plays its actions at those boundaries and
   anything elsewhere; static baselines and sarathi give identical summaries in both ids.
@@ -24,7 +24,7 @@ import pytest
 
 import baselines
 import batch_env
-from batch_env.llm import make_scheduler
+from batch_env.llm import execute, make_scheduler
 
 V1, V2 = "batch_env/LLMBatching-v1", "batch_env/LLMBatching-v2"
 PROFILES = ["llama-2-7b-a100", "llama-2-7b-h100", "llama-2-70b-tp8-a100"]
@@ -87,23 +87,23 @@ def check_invariants(u):
 # -- the test of a decision epoch against every action --------------------------------------
 
 
-class _RecordingHost:
-    """A host that records what a scheduler reports, at the env's time."""
-
-    def __init__(self, now):
-        self.t, self.events = now, []
-
-    def now_s(self):
-        return self.t
-
-    def first_token(self, e, t):
-        self.events.append(("first", e, t))
-
-    def advance(self, t, power_w):
-        self.events.append(("advance", t, power_w))
-
-    def finish(self, e, t):
-        self.events.append(("finish", e, t))
+def one_iteration(sch, plan, executor, now):
+    """One iteration of ``plan`` as the engine runs it (``LLMServer.run_iteration``: start,
+    execute, apply, then the clock, first tokens and completions), on the scheduler's
+    state alone: what it did, and the events the engine would record, in order."""
+    work = sch.start(plan)
+    d, energy = execute(executor, work)
+    it, first, finished, tokens_at_end = sch.apply(work, d)
+    events = []
+    if not it.empty:
+        t = now + d
+        events += [("first", e, t) for e in first]
+        events.append(("advance", t, energy / d if d > 0.0 else 0.0))
+        sch.state.tokens_out += tokens_at_end
+        for e in finished:
+            sch.state.kv.free(e)
+            events.append(("finish", e, t))
+    return it, events
 
 
 def _server_signature(srv):
@@ -131,15 +131,14 @@ def _outcome(u, cap, budget, order="fcfs", server=None):
     it did. ``server``: the server pickled (:func:`_frozen`), made once for the many
     settings tried at one epoch (a pickle round trip copies as deepcopy does, 20x faster)."""
     srv = pickle.loads(server if server is not None else _frozen(u))
-    host = _RecordingHost(u.server.now)
     options = (
         {"decode_first": u.config.decode_first, "split_prompts": u.config.split_prompts}
         if u.config.scheduler == "chunked"
         else {}
     )
-    sch = make_scheduler(u.config.scheduler, srv, host, u.executor, **options)
-    it = sch.run(sch.plan(cap, budget, order))
-    return it, host.events, _server_signature(srv)
+    sch = make_scheduler(u.config.scheduler, srv, u.executor.needs_sequences, **options)
+    it, events = one_iteration(sch, sch.plan(cap, budget, order), u.executor, u.server.now)
+    return it, events, _server_signature(srv)
 
 
 def _frozen(u):

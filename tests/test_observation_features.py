@@ -131,7 +131,7 @@ def test_the_clock_tasks_name_their_clock_feature():
         assert len(names) == 14 == env.observation_space.shape[0]
         assert names[-1] == "sm_clock_over_max_clock"
         assert u.observation_features[-1].unit == "MHz"
-        clocks = u.server.clocks
+        clocks = u.server.sm_clock.grid
         obs, _ = env.reset(seed=0)
         assert obs[-1] == pytest.approx(1.0)  # an episode starts at the highest clock
         obs, *_, info = env.step(u.action_of(u.grid[-1], clock=clocks[0]))

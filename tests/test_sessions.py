@@ -113,8 +113,7 @@ def test_sessions_run_in_every_llm_env_and_in_a_server_without_an_env():
                 break
         s = info["serving"]
         assert s["completed"] > 0 and s["prefix_hit_rate"] > 0.3, s
-    config = LLMConfigV1(horizon_requests=100)
-    profile, config = profile_for("llama-2-7b-a100", None, config, {})
+    profile, config = profile_for("llama-2-7b-a100", None, {"horizon_requests": 100}, LLMConfigV1)
     ex = make_llm_executor("profile", profile, config.max_num_seqs, config.max_model_len)
     server = LLMServer(
         config, profile, Sessions(**{k: v for k, v in spec.items() if k != "kind"}), ex

@@ -16,6 +16,7 @@ from __future__ import annotations
 import inspect
 import types
 from dataclasses import MISSING, fields
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
@@ -236,10 +237,9 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         for name, value in (("oracle_info", oracle_info), ("order_features", order_features)):
             if not isinstance(value, bool):
                 raise ValueError(f"{name}={value!r} is invalid: expected true or false")
-        config = self._config_class(**settings)
         self.task = task
         self._set_render_mode(render_mode)
-        prof, config = profile_for(profile, clock_mhz, config, settings, executor)
+        prof, config = profile_for(profile, clock_mhz, settings, self._config_class)
         if "srpt" in getattr(config, "orders", ()) and not oracle_info:
             raise ValueError(
                 "orders: 'srpt' admits by the true remaining output lengths, which no "
@@ -248,19 +248,16 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self.oracle_info, self.order_features = oracle_info, order_features
         # the iterations' timeline of the frame modes (None otherwise: nothing per iteration)
         frames = render_mode in ("rgb_array", "human")
+
+        build = partial(
+            make_llm_executor, executor, prof, config.max_num_seqs, config.max_model_len,
+            model=model, torch_device=torch_device, options=executor_options,
+        )  # fmt: skip
         self.server = LLMServer(
             config,
             prof,
             llm_workload(config, workload),
-            lambda: make_llm_executor(
-                executor,
-                prof,
-                config.max_num_seqs,
-                config.max_model_len,
-                model=model,
-                torch_device=torch_device,
-                options=executor_options,
-            ),
+            build() if executor == "profile" else build,  # a real one: built last
             Timeline() if frames else None,
             type(self).__name__,
         )
@@ -269,7 +266,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         self.horizon_s, self.mean_rate_per_s = srv.horizon_s, srv.mean_rate_per_s
         self.idle_power_w, self.kv_blocks_total = srv.idle_power_w, srv.state.kv_total
         #: the action encoding (:mod:`batch_env.llm.actions`): :meth:`action_parts`, :meth:`action_of`
-        self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders, srv.clocks)
+        self.actions = ActionCodec(srv.grid, srv.budgets, srv.orders, srv.sm_clock.grid)
         self.action_space = spaces.Discrete(self.actions.n)
         self._features = observation_features(srv, order_features)
         self.observation_space = features_box(self._features)

@@ -255,7 +255,7 @@ def observation_features(server: LLMServer, with_orders: bool) -> tuple[ObsFeatu
         *BASE_FEATURES,
         *(per_class_features([c.name for c in server.classes]) if server.multi else ()),
         *(per_order_features(server.orders) if with_orders else ()),
-        *((CLOCK_FEATURE,) if server.clocks else ()),
+        *((CLOCK_FEATURE,) if server.sm_clock.grid else ()),
         *(PREFIX_FEATURES if server.prefix_ratio is not None else ()),
     )
 
@@ -298,7 +298,11 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
             server.last_prefill,
             *(_class_features(server) if server.multi else ()),
             *(_order_features(server) if order_features else ()),
-            *((clock / server.clocks[-1],) if (clock := server.sm_clock.mhz) is not None else ()),
+            *(
+                (clock / server.sm_clock.grid[-1],)
+                if (clock := server.sm_clock.mhz) is not None
+                else ()
+            ),
             *(_prefix_features(server) if server.prefix_ratio is not None else ()),
         ],
         dtype=np.float32,

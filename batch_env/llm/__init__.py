@@ -10,9 +10,10 @@
   :mod:`.prefix_cache`: :class:`PrefixKVCache`, the same with automatic prefix caching;
   :mod:`.prefixes`: the requests' prefix units and the cache's counters;
 - :mod:`.scheduler`: the one written interface every scheduler implements
-  (:class:`Scheduler`: ``plan`` the next iteration without changing anything, then
-  ``run`` it), the records it exchanges (:class:`Plan`, :class:`Iteration`), the
-  :class:`Host` it reports to; :mod:`.registry`, the registry that chooses a scheduler
+  (:class:`Scheduler`: ``plan`` the next iteration without changing anything, ``start``
+  it, then ``apply`` the executor's result), the records it exchanges (:class:`Plan`,
+  :class:`Work`, :class:`Outcome`, :class:`Iteration`) and :func:`execute`, which runs a
+  work on an executor; :mod:`.registry`, the registry that chooses a scheduler
   by name (:func:`make_scheduler`, :data:`SCHEDULERS`);
 - :mod:`.intake`: the request intake (lengths, classes, prefix hashes, rejected prompts);
   :mod:`.clock`: the SM clock; :mod:`.decode_runs`: the decode-only stretches in one
@@ -28,8 +29,9 @@
 
 The envs (:mod:`batch_env.envs.llm_batching`) are thin MDPs over a server: spaces,
 decision epochs, reward, observation, info, reset, step, render. A scheduler changes only
-the server state, calls the executor, and reports first tokens, completions and the
-passing of time to its host (the server).
+the server state (its KV cache through the cache's operations); the server, as an engine
+core, runs the executor between ``start`` and ``apply`` and then moves the clock,
+records first tokens and frees the completed requests. No scheduler calls the server.
 
 Imports: the schedulers, ``batch_env.executor`` (the
 :class:`~batch_env.executor.LLMExecutor` Protocol) and nothing else of ``batch_env``; the
@@ -45,7 +47,7 @@ from .chunked import ChunkedScheduler
 from .kv_cache import KVCache
 from .prefix_cache import PrefixKVCache
 from .registry import SCHEDULERS, make_scheduler
-from .scheduler import Host, Iteration, Plan, Scheduler
+from .scheduler import Iteration, Outcome, Plan, Scheduler, Work, execute
 from .server import LLMServer
 from .sla import SLABooks
 from .state import LLMServerState
@@ -55,16 +57,18 @@ __all__ = [
     "SCHEDULERS",
     "ActionCodec",
     "ChunkedScheduler",
-    "Host",
     "Iteration",
     "KVCache",
     "LLMAction",
     "LLMServer",
     "LLMServerState",
+    "Outcome",
     "Plan",
     "PrefixKVCache",
     "SLABooks",
     "Scheduler",
     "VLLMV0Scheduler",
+    "Work",
+    "execute",
     "make_scheduler",
 ]

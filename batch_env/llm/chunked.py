@@ -27,10 +27,9 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .orders import FCFS, candidates, leave_queue
-from .scheduler import Host, Iteration, Plan
+from .scheduler import Iteration, Outcome, Plan, Work
 
 if TYPE_CHECKING:
-    from ..executor import LLMExecutor
     from .state import LLMServerState
 
 
@@ -38,8 +37,8 @@ class ChunkedScheduler:
     """Chunked prefill (module docstring), behind :class:`~batch_env.llm.scheduler.Scheduler`.
 
     :param state: the server state.
-    :param host: the env it reports to.
-    :param executor: what runs the iterations.
+    :param sequences: the executor is told which requests run (it keeps their KV
+        caches: ``LLMExecutor.needs_sequences``).
     :param decode_first: decodes before prompt chunks (default); ``False``: an iteration
         with chunks runs no decode.
     :param split_prompts: a prompt may be split across iterations (default).
@@ -50,17 +49,14 @@ class ChunkedScheduler:
     def __init__(
         self,
         state: LLMServerState,
-        host: Host,
-        executor: LLMExecutor,
+        sequences: bool = False,
         decode_first: bool = True,
         split_prompts: bool = True,
     ) -> None:
         self.state = state
-        self.host = host
-        self.executor = executor
         self.decode_first = decode_first
         self.split_prompts = split_prompts
-        self._seqs = executor.needs_sequences  # tell the executor which requests run
+        self._seqs = sequences  # tell the executor which requests run
 
     # -- plan: what the next iteration would be, changing nothing --------------------------
     def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
@@ -201,9 +197,10 @@ class ChunkedScheduler:
                 break  # the budget or the memory ends inside this prompt
         return tuple(out)
 
-    # -- run: carry a plan out -----------------------------------------------------------
-    def run(self, plan: Plan) -> Iteration:
-        """Preempt the plan's victims, allocate its blocks, run its decodes and chunks."""
+    # -- start and apply: carry a plan out -------------------------------------------------
+    def start(self, plan: Plan) -> Work:
+        """Preempt the plan's victims and allocate its blocks; the work of its decodes and
+        chunks."""
         s = self.state
         victims = plan.victims
         for v in victims:  # newest first: each is the last running entry when it goes
@@ -215,18 +212,67 @@ class ChunkedScheduler:
                     kv.admit(e, x // s.block_size, s.prompt[e] + s.generated[e])
         kv.grow_and_allocate(plan.grown, plan.chunks)
         if victims:
-            if self._seqs:
-                self.executor.release(list(victims))  # recompute: the KV cache is dropped
             s.waiting.extendleft(victims)  # the oldest victim ends up at the head
             s.preemptions += len(victims)
         if not plan.decodes and not plan.chunks:  # every decoder preempted: an empty iteration
-            return Iteration(0.0, "decode", False, 0, len(victims), empty=True)
+            return Work("empty", (), victims, plan, [])
         dec = s.running[: plan.decodes]
-        d = self._run_mixed(plan.chunks, dec)
-        kind = "mixed" if plan.chunks and dec else "prefill" if plan.chunks else "decode"
-        return Iteration(
-            d, kind, bool(plan.chunks), len(dec), len(victims), sum(c for _, c, _, _ in plan.chunks)
-        )
+        n = 0
+        att = 0.0
+        for _e, c, x, _nb in plan.chunks:
+            n += c
+            att += c * c + 2 * c * x
+        args: tuple[Any, ...] = (n, att, len(dec), s.decode_context)
+        if self._seqs:
+            args += ([(e, x, c) for e, c, x, _ in plan.chunks], dec)
+        return Work("mixed", args, victims, plan, dec)
+
+    def apply(self, work: Work, duration_s: float) -> Outcome:
+        """The chunks' and decodes' tokens computed: first tokens, completions."""
+        d, chunks, dec = duration_s, work.plan.chunks, work.decoding
+        if work.kind == "empty":
+            return Outcome(
+                Iteration(0.0, "decode", False, 0, len(work.victims), empty=True), [], []
+            )
+        s = self.state
+        P, G, R, out = s.prompt, s.generated, s.running, s.output
+        done = s.prefill_done
+        b = len(dec)
+        ready = self._chunks_done(chunks)  # prefills completed by this iteration
+        first: list[int] = []
+        for e in ready:
+            s.prefilling -= 1
+            done[e] = 0
+            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
+                first.append(e)
+            G[e] += 1
+        s.tokens_out += len(ready) + b
+        finished: list[int] = []
+        ctx = s.decode_context + b  # one token more for each decode, until it finishes
+        phase, bs = s.block_phase, s.block_size
+        if dec:
+            s.decode_steps += 1  # every decoding entry gains a token: the phases stay
+        K = s.decode_steps
+        for e in dec:
+            g = G[e] + 1
+            G[e] = g
+            if g >= out[e]:
+                ctx -= P[e] + g
+                phase[(P[e] + g - K) % bs].remove(e)
+                finished.append(e)
+        s.decode_context = ctx
+        for e in ready:
+            if G[e] >= out[e]:  # a one-token request ends with its prefill
+                finished.append(e)
+            else:
+                s.decode_context += P[e] + G[e]
+                phase[(P[e] + G[e] - K) % bs].add(e)  # it decodes from the next iteration
+        if finished:  # (in running order: the decodes lead it, the chunks' entries follow)
+            gone = set(finished)
+            s.running = [e for e in R if e not in gone]
+        kind = "mixed" if chunks and dec else "prefill" if chunks else "decode"
+        it = Iteration(d, kind, bool(chunks), b, len(work.victims), sum(c for _, c, _, _ in chunks))
+        return Outcome(it, first, finished)
 
     def _preempt(self, v: int) -> None:
         """Preempt running entry ``v``, the newest (recompute): its blocks freed; the caller
@@ -243,10 +289,6 @@ class ChunkedScheduler:
             s.decode_context -= ctx
             s.waiting_tokens += ctx
         s.prefill_done[v] = s.prefill_left[v] = 0
-
-    def _finish(self, e: int, t: float) -> None:
-        self.state.kv.free(e)
-        self.host.finish(e, t)
 
     def _chunks_done(self, chunks: tuple[tuple[int, int, int, int], ...]) -> list[int]:
         """The chunks' bookkeeping once computed (the admitted entries join the running
@@ -270,58 +312,3 @@ class ChunkedScheduler:
             if not todo[e]:
                 ready.append(e)
         return ready
-
-    def _run_mixed(self, chunks: tuple[tuple[int, int, int, int], ...], dec: list[int]) -> float:
-        """Run one iteration of prompt ``chunks`` and decodes ``dec``; the bookkeeping."""
-        s, host = self.state, self.host
-        P, G, R, out = s.prompt, s.generated, s.running, s.output
-        done = s.prefill_done
-        n = 0
-        att = 0.0
-        for _e, c, x, _nb in chunks:
-            n += c
-            att += c * c + 2 * c * x
-        b = len(dec)
-        if self._seqs:
-            d, energy = self.executor.mixed(
-                n, att, b, s.decode_context, [(e, x, c) for e, c, x, _ in chunks], dec
-            )
-        else:
-            d, energy = self.executor.mixed(n, att, b, s.decode_context)
-        t = host.now_s() + d
-        ready = self._chunks_done(chunks)  # prefills completed by this iteration
-        for e in ready:
-            s.prefilling -= 1
-            done[e] = 0
-            if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
-                host.first_token(e, t)
-            G[e] += 1
-        s.tokens_out += len(ready) + b
-        host.advance(t, energy / d if d > 0.0 else 0.0)
-        finished: set[int] = set()
-        ctx = s.decode_context + b  # one token more for each decode, until it finishes
-        phase, bs = s.block_phase, s.block_size
-        if dec:
-            s.decode_steps += 1  # every decoding entry gains a token: the phases stay
-        K = s.decode_steps
-        for e in dec:
-            g = G[e] + 1
-            G[e] = g
-            if g >= out[e]:
-                ctx -= P[e] + g
-                phase[(P[e] + g - K) % bs].remove(e)
-                self._finish(e, t)
-                finished.add(e)
-        s.decode_context = ctx
-        for e in ready:
-            if G[e] >= out[e]:  # a one-token request ends with its prefill
-                self._finish(e, t)
-                finished.add(e)
-            else:
-                s.decode_context += P[e] + G[e]
-                phase[(P[e] + G[e] - K) % bs].add(e)  # it decodes from the next iteration
-        if finished:
-            if self._seqs:
-                self.executor.release([e for e in R if e in finished])
-            s.running = [e for e in R if e not in finished]
-        return d

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .chunked import ChunkedScheduler
-from .scheduler import Host, Scheduler
+from .scheduler import Scheduler
 from .vllm_v0 import VLLMV0Scheduler
 
 if TYPE_CHECKING:
-    from ..executor import LLMExecutor
     from .state import LLMServerState
 
 #: The schedulers by name.
@@ -24,14 +23,16 @@ SCHEDULERS: dict[str, type[VLLMV0Scheduler] | type[ChunkedScheduler]] = {
 
 
 def make_scheduler(
-    name: str, state: LLMServerState, host: Host, executor: LLMExecutor, **options: Any
+    name: str, state: LLMServerState, sequences: bool = False, **options: Any
 ) -> Scheduler:
-    """The scheduler called ``name`` (:data:`SCHEDULERS`) over ``state``, reporting to ``host``.
+    """The scheduler called ``name`` (:data:`SCHEDULERS`) over ``state``.
 
+    :param sequences: the executor is told which requests run
+        (``LLMExecutor.needs_sequences``: it keeps their KV caches).
     :param options: the scheduler's own options (``chunked``: ``decode_first``,
         ``split_prompts``).
     :raises ValueError: for an unknown name.
     """
     if name not in SCHEDULERS:
         raise ValueError(f"scheduler={name!r} is invalid: allowed values are {list(SCHEDULERS)}")
-    return SCHEDULERS[name](state, host, executor, **options)
+    return SCHEDULERS[name](state, sequences, **options)

@@ -1,19 +1,30 @@
-"""The one interface of the LLM iteration schedulers, and the registry that picks one by name.
+"""The one interface of the LLM iteration schedulers: plan, start, apply.
 
-A scheduler decides, at an iteration boundary, what the next iteration computes, and
-then runs it. The two halves are apart on purpose:
+A scheduler decides, at an iteration boundary, what the next iteration computes; the
+engine (:class:`batch_env.llm.LLMServer`, as vLLM v1's engine core) runs the executor in
+between and moves the clock. The scheduler never calls the engine or the executor:
 
 ``plan(cap, budget, order)``
     What the next iteration would be under a setting: the cap on running requests, the
-    token budget and the admission order (:mod:`batch_env.llm.orders`). It changes nothing (the state, the executor and the host are left
-    as they were), so an env can ask what several settings would do (``LLMBatching-v2``
-    asks at every boundary whether its actions differ there). Two plans are equal
-    (``==``) exactly when they schedule the same iteration.
-``run(plan)``
-    Carry the plan out: change the server state, call the executor, and report to the
-    host (:class:`Host`: first tokens, completions, the clock moving to the iteration's
-    end). Returns what happened (:class:`Iteration`). ``run(plan(cap, budget))`` is one
-    iteration of the scheduler at that setting.
+    token budget and the admission order (:mod:`batch_env.llm.orders`). It changes
+    nothing, so an env can ask what several settings would do (``LLMBatching-v2`` asks
+    at every boundary whether its actions differ there). Two plans schedule the same
+    iteration exactly when :meth:`Plan.same_iteration` says so.
+``start(plan)``
+    Begin the plan's iteration: preempt its victims and give out its KV blocks (through
+    the KV cache, :mod:`batch_env.llm.kv_cache`). Returns the :class:`Work`: what the
+    executor computes (:func:`execute`), and the victims (an executor that keeps
+    sequences drops their KV cache).
+``apply(work, duration_s)``
+    The executor's result applied: the admitted requests leave the queue and join the
+    running ones; each request's computed tokens, first tokens and completions. Returns the :class:`Outcome`: what the iteration did, whose first
+    token came at its end, and who completed. The completed requests' blocks are still
+    held: the engine frees them (``state.kv.free``) once the clock has reached the
+    iteration's end, so the KV-use integral counts them over the iteration.
+
+One iteration is therefore ``work = start(plan(...))``, ``d, energy = execute(executor,
+work)``, ``apply(work, d)``, then the engine's clock and the completions
+(:meth:`batch_env.llm.LLMServer.run_iteration`).
 
 Monotonicity (what makes ``LLMBatching-v2``'s test of its epochs cheap and exact). Under
 both schedulers, the next iteration's admissions are a greedy scan of one candidate list
@@ -38,24 +49,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
+    from ..executor import LLMExecutor
     from .state import LLMServerState
-
-
-class Host(Protocol):
-    """What a scheduler reports to (the env): the clock and the requests' milestones."""
-
-    def now_s(self) -> float:
-        """The simulated time now (the iteration starts then)."""
-
-    def first_token(self, e: int, t: float) -> None:
-        """Entry ``e`` produced its first output token at ``t`` (its prefill ended)."""
-
-    def advance(self, t: float, power_w: float) -> None:
-        """Move the clock to ``t`` (the iteration's end) at ``power_w``, admitting the
-        arrivals until then; called after the queues reflect the iteration's start."""
-
-    def finish(self, e: int, t: float) -> None:
-        """Entry ``e`` completed at ``t`` (the scheduler has freed its blocks)."""
 
 
 class Plan(NamedTuple):
@@ -111,8 +106,60 @@ class Iteration(NamedTuple):
     empty: bool = False
 
 
+class Work(NamedTuple):
+    """An iteration begun (:meth:`Scheduler.start`): what the executor computes, and what
+    the scheduler needs to apply its result.
+
+    :ivar kind: the executor's call: ``"prefill"``, ``"decode"`` or ``"mixed"``
+        (:class:`batch_env.executor.LLMExecutor`); ``"empty"``: nothing runs (every
+        decode was preempted).
+    :ivar args: that call's arguments.
+    :ivar victims: the entries preempted before it, newest first (back in the queue,
+        their blocks freed).
+    :ivar plan: the plan it carries out.
+    :ivar decoding: the entries that decode a token in it.
+    """
+
+    kind: str
+    args: tuple[Any, ...]
+    victims: tuple[int, ...]
+    plan: Plan
+    decoding: list[int]
+
+
+class Outcome(NamedTuple):
+    """What :meth:`Scheduler.apply` reports of an iteration.
+
+    :ivar iteration: what it did.
+    :ivar first_tokens: the entries whose first output token came at its end (their
+        prefill ended), in order.
+    :ivar finished: the entries it completed, in order: out of the running list, their
+        blocks still held for the engine to free at the iteration's end.
+    :ivar tokens_at_end: output tokens the engine adds to ``state.tokens_out`` once the
+        clock has reached the iteration's end (``vllm-v0``'s decode, whose tokens a
+        summary window opening inside the iteration counts; the other iterations count
+        theirs in ``apply``, before: ``docs/decisions.md``, issue 63).
+    """
+
+    iteration: Iteration
+    first_tokens: list[int]
+    finished: list[int]
+    tokens_at_end: int = 0
+
+
+def execute(executor: LLMExecutor, work: Work) -> tuple[float, float]:
+    """Run ``work`` on ``executor``: ``(duration_s, energy_j)`` (``(0, 0)`` for empty work)."""
+    if work.kind == "mixed":
+        return executor.mixed(*work.args)
+    if work.kind == "decode":
+        return executor.decode(*work.args)
+    if work.kind == "prefill":
+        return executor.prefill(*work.args)
+    return 0.0, 0.0
+
+
 class Scheduler(Protocol):
-    """An LLM iteration scheduler (module docstring): ``plan`` then ``run``.
+    """An LLM iteration scheduler (module docstring): ``plan``, ``start``, ``apply``.
 
     :ivar name: its registry name.
     :ivar state: the server state it schedules (shared with the env).
@@ -126,5 +173,10 @@ class Scheduler(Protocol):
         admitting waiting requests in ``order`` (:mod:`batch_env.llm.orders`); changes
         nothing."""
 
-    def run(self, plan: Plan) -> Iteration:
-        """Run a plan from :meth:`plan` (made at this boundary); returns what it did."""
+    def start(self, plan: Plan) -> Work:
+        """Begin the iteration of a plan from :meth:`plan` (made at this boundary):
+        preemptions, KV blocks, admissions; returns what the executor computes."""
+
+    def apply(self, work: Work, duration_s: float) -> Outcome:
+        """The executor's result of ``work`` (it took ``duration_s``) applied to the
+        requests; returns what the iteration did."""

@@ -5,8 +5,10 @@ and a KV-cache manager; vidur's replica). It is built from one validated configu
 (:class:`batch_env.config.LLMConfig`), a profile, a workload and an executor; it draws
 its arrivals and their lengths (and classes) from its own streams, admits them, and runs
 iterations through the scheduler named in the configuration
-(:func:`batch_env.llm.make_scheduler`), which reports back to it (it is the scheduler's
-:class:`~batch_env.llm.scheduler.Host`). It owns its parts: the request intake
+(:func:`batch_env.llm.make_scheduler`) as vLLM v1's engine core does: the scheduler plans
+and starts an iteration, the server runs the executor, the scheduler applies the result,
+and the server moves the clock, records first tokens and frees the completed requests
+(:meth:`LLMServer.run_iteration`); no scheduler calls back into it. It owns its parts: the request intake
 (:attr:`LLMServer.intake`, :class:`~batch_env.llm.intake.RequestIntake`: each arrival's
 lengths, class and prefix hashes), the requests, queues and KV cache
 (:attr:`LLMServer.state`, an :class:`~batch_env.llm.state.LLMServerState` whose ``kv`` is
@@ -44,7 +46,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -62,7 +63,7 @@ from .intake import RequestIntake
 from .orders import FCFS
 from .prefixes import counters, prefix_summary
 from .registry import make_scheduler
-from .scheduler import Iteration, Plan
+from .scheduler import Iteration, Plan, execute
 from .sla import SLABooks
 from .state import LLMServerState
 from .views import class_counts
@@ -85,8 +86,9 @@ class LLMServer(ServingLoop):
         profile's largest prefill).
     :param profile: the LLM profile (iteration times and power, KV bytes per token).
     :param workload: the arrivals (a trace with token columns may give the lengths).
-    :param executor: what runs the iterations, or a function of no argument that builds
-        it, called last, once everything else is valid (a real executor builds a model).
+    :param executor: what runs the iterations: the profile executor, or a real one or a
+        function of no argument that builds a real one, called last, once everything else
+        is valid (a real executor builds a model).
     :param timeline: where to log each iteration (batch / max_num_seqs, time / TPOT SLA,
         prefill) for the frames; ``None``: nothing per iteration.
     :param name: what its warnings call it (an env passes its class's name).
@@ -163,6 +165,17 @@ class LLMServer(ServingLoop):
         self._clocked = len(self.sm_clock.grid) > 1  # the clock-aware epoch rule
         self._check_drop_cost()
         self.timeline = timeline
+        # what only profile mode simulates, refused before a real executor is built
+        simulated = isinstance(executor, LLMProfileExecutor)
+        for on, name, why in (
+            (self.prefix_ratio is not None, "prefix_caching", "set prefix_caching=False"),
+            (self.sm_clock.grid, "clock_grid", "a real executor runs at the device's own clock"),
+        ):
+            if on and not simulated:
+                raise ValueError(
+                    f"{name}: simulated in profile mode only (executor='profile'), not with "
+                    f"a real executor: {why}"
+                )
         # last, once the configuration is valid
         self.executor = executor() if callable(executor) else executor
         options = (
@@ -171,7 +184,7 @@ class LLMServer(ServingLoop):
             else {}
         )
         self.scheduler = make_scheduler(
-            config.scheduler, self.state, self, self.executor, **options
+            config.scheduler, self.state, self.executor.needs_sequences, **options
         )
         #: whether decode-only stretches run in one loop (:func:`~batch_env.llm.decode_runs.run_decodes`): with the
         #: chunked scheduler on the profile executor, outside the frame modes (whose
@@ -181,19 +194,7 @@ class LLMServer(ServingLoop):
             and isinstance(self.executor, LLMProfileExecutor)
             and timeline is None
         )
-        if self.prefix_ratio is not None and not isinstance(self.executor, LLMProfileExecutor):
-            raise ValueError(
-                "prefix_caching: cached prefixes are simulated in profile mode only (executor="
-                "'profile'); with a real executor set prefix_caching=False"
-            )
-        if self.clocks and not isinstance(self.executor, LLMProfileExecutor):
-            raise ValueError(
-                "clock_grid: the SM clock is an action only in profile mode (executor="
-                "'profile'); a real executor runs at the device's own clock"
-            )
-        self.warn_if_seed_invariant(
-            "profile" if isinstance(self.executor, LLMProfileExecutor) else "real", name
-        )
+        self.warn_if_seed_invariant("profile" if simulated else "real", name)
 
     # -- construction: lengths and classes ------------------------------------------------
 
@@ -240,8 +241,8 @@ class LLMServer(ServingLoop):
         self.budget = self.budgets[-1]
         self.order = self.orders[0]
         self.sm_clock.mhz = None
-        if self.clocks:
-            self._set_clock(len(self.clocks) - 1)
+        if self.sm_clock.grid:
+            self._set_clock(len(self.sm_clock.grid) - 1)
         #: what the last iteration did: requests preempted, prompt tokens chunked, whether
         #: it was a prefill (1.0) or not (0.0)
         self.last_preempted = 0
@@ -260,23 +261,9 @@ class LLMServer(ServingLoop):
         if clock_index is not None and self.sm_clock.grid:
             self._set_clock(clock_index)
 
-    @property
-    def clock(self) -> float | None:
-        """The SM clock in force (MHz; ``None``: the profile's, no clock grid)."""
-        return self.sm_clock.mhz
-
-    @property
-    def clocks(self) -> tuple[float, ...]:
-        """The clock grid (MHz; empty: no clock in the action)."""
-        return self.sm_clock.grid
-
-    @property
-    def clock_profiles(self) -> tuple[LLMProfile, ...]:
-        """The profile at each clock of the grid."""
-        return self.sm_clock.profiles
-
     def _set_clock(self, k: int) -> None:
-        """Run the coming iterations at ``clocks[k]``: its profile times and powers them."""
+        """Run the coming iterations at the grid's clock ``k`` (:attr:`sm_clock`, the
+        clock's one owner): its profile times and powers them."""
         prof = self.sm_clock.set(k)
         self.use_profile(prof)
         if isinstance(self.executor, LLMProfileExecutor):  # (a clock grid needs it)
@@ -395,15 +382,7 @@ class LLMServer(ServingLoop):
         self._done_upto = d
         return d >= self.window_end
 
-    # -- what the scheduler reports (batch_env.llm.scheduler.Host) ----------------------
-    def now_s(self) -> float:
-        """The simulated time now."""
-        return self.now
-
-    def first_token(self, e: int, t: float) -> None:
-        """Entry ``e``'s first token at ``t``."""
-        self.sla_books.first_token(e, t)
-
+    # -- the requests' milestones ---------------------------------------------------------
     def waiting_count(self) -> int:
         """The waiting requests (the loop's queue capacity counts them): the waiting queue,
         which is not the arrivals' FIFO tail here (admission orders, preemptions)."""
@@ -419,9 +398,25 @@ class LLMServer(ServingLoop):
     def run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
         """One iteration of the scheduler at this cap and budget and the order in force
         (``plan``: its plan, made at this boundary), and its counters."""
-        sch = self.scheduler
+        sch, ex = self.scheduler, self.executor
         self.last_chunk_tokens = 0
-        it = sch.run(sch.plan(cap, budget, self.order) if plan is None else plan)
+        work = sch.start(sch.plan(cap, budget, self.order) if plan is None else plan)
+        if work.victims and ex.needs_sequences:
+            ex.release(list(work.victims))  # recompute: their KV cache is dropped
+        d, energy = execute(ex, work)
+        it, first, finished, tokens_at_end = sch.apply(work, d)
+        if not it.empty:  # the clock to its end; then its completed requests leave
+            t = self.now + d
+            for e in first:
+                self.sla_books.first_token(e, t)
+            self.advance(t, energy / d if d > 0.0 else 0.0)
+            self.state.tokens_out += tokens_at_end
+            kv = self.state.kv
+            for e in finished:
+                kv.free(e)
+                self.finish(e, t)
+            if finished and ex.needs_sequences:
+                ex.release(finished)
         self.iterations += 1
         if self.timeline is not None:  # frame modes only: (batch, time / TPOT SLA, prefill)
             tokens = self.state.tokens_out
@@ -583,43 +578,24 @@ class LLMServer(ServingLoop):
 def profile_for(
     profile: str | dict | LLMProfile,
     clock_mhz: float | None,
-    config: LLMConfig,
     settings: dict[str, Any],
-    executor: str = "profile",
+    config_class: type[LLMConfig] = LLMConfig,
 ) -> tuple[LLMProfile, LLMConfig]:
     """The server's profile (at the GPU's SM clock ``clock_mhz``; ``None``: its default)
-    and its configuration checked against it: ``max_num_seqs`` and the token budget within
-    the profile's tables; without a ``max_num_batched_tokens`` among ``settings`` (the
-    arguments given), the default budget is cut to the profile's largest prefill.
+    and its configuration built from ``settings`` (``config_class``'s fields) for it: the
+    default token budget within the profile's largest prefill (settled by the
+    configuration, :class:`batch_env.config.LLMConfig`), ``max_num_seqs`` and the budget
+    checked against the profile's tables.
 
-    :param executor: the env's executor name (a clock grid needs ``"profile"``).
-    :raises ValueError: a setting beyond the profile (naming the one given).
+    :raises ValueError: an invalid setting, or one beyond the profile (naming it).
     """
-    if getattr(config, "clock_grid", None) is not None and executor != "profile":
-        raise ValueError(
-            f"clock_grid: the SM clock is an action only with executor='profile' (got "
-            f"executor={executor!r}); a real executor runs at the device's own clock"
-        )
     prof = load_llm_profile(profile)
     if clock_mhz is not None:
         prof = prof.at_clock(clock_mhz)
+    config = config_class(**settings, profile_max_batch_tokens=prof.max_batch_tokens)
     prof.check_max_num_seqs(config.max_num_seqs)
-    budget = config.max_num_batched_tokens
-    assert budget is not None  # LLMConfig.__post_init__ fills the default
-    limit = prof.max_batch_tokens
-    if settings.get("max_num_batched_tokens") is None and limit is not None:
-        # the default budget derives from max_model_len: name what the user set
-        if config.max_model_len > limit:
-            raise ValueError(
-                f"max_model_len={config.max_model_len!r} is out of range: a prompt of up to "
-                f"max_model_len - 1 tokens must fit one prefill, and profile '{prof.name}' "
-                f"covers prefills of up to {limit} tokens (no extrapolation); expected "
-                f"max_model_len <= {limit}"
-            )
-        if budget > limit:
-            config = replace(config, max_num_batched_tokens=limit)
-            budget = limit
-    prof.check_max_num_batched_tokens(budget)  # the largest (budget_grid's are below it)
+    assert config.max_num_batched_tokens is not None  # the configuration settles it
+    prof.check_max_num_batched_tokens(config.max_num_batched_tokens)  # (budget_grid's are below)
     return prof, config
 
 

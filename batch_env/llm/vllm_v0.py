@@ -14,7 +14,7 @@ An iteration is either a **prefill** or a **decode**:
   is preempted too).
 
 A decode's preemptions do not depend on the setting, so :meth:`VLLMV0Scheduler.plan`
-leaves them to :meth:`~VLLMV0Scheduler.run`: two decode plans are the same iteration.
+leaves them to :meth:`~VLLMV0Scheduler.start`: two decode plans are the same iteration.
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .orders import FCFS, candidates, leave_queue
-from .scheduler import Host, Iteration, Plan
+from .scheduler import Iteration, Outcome, Plan, Work
 
 if TYPE_CHECKING:
-    from ..executor import LLMExecutor
     from .state import LLMServerState
 
 
@@ -34,17 +33,15 @@ class VLLMV0Scheduler:
     :class:`~batch_env.llm.scheduler.Scheduler`.
 
     :param state: the server state.
-    :param host: the env it reports to.
-    :param executor: what runs the iterations.
+    :param sequences: the executor is told which requests run (it keeps their KV
+        caches: ``LLMExecutor.needs_sequences``).
     """
 
     name = "vllm-v0"
 
-    def __init__(self, state: LLMServerState, host: Host, executor: LLMExecutor) -> None:
+    def __init__(self, state: LLMServerState, sequences: bool = False) -> None:
         self.state = state
-        self.host = host
-        self.executor = executor
-        self._seqs = executor.needs_sequences  # tell the executor which requests run
+        self._seqs = sequences  # tell the executor which requests run
 
     def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
         """A prefill of the longest admissible run of the waiting requests in ``order``
@@ -77,29 +74,20 @@ class VLLMV0Scheduler:
             raise RuntimeError("LLMBatching: requests wait, none runs, none admissible")
         return Plan((), (), len(s.running), (), False)
 
-    def run(self, plan: Plan) -> Iteration:
-        """The prefill or the decode of ``plan``."""
-        return self._run_prefill(plan) if plan.prefill else self._run_decode()
-
-    def _finish(self, e: int, t: float) -> None:
-        self.state.kv.free(e)
-        self.host.finish(e, t)
-
-    def _run_prefill(self, plan: Plan) -> Iteration:
-        s, host = self.state, self.host
-        P, G, R, kv = s.prompt, s.generated, s.running, s.kv
+    def start(self, plan: Plan) -> Work:
+        """The prefill's KV blocks (its prompts share their cached prefixes, and their
+        full blocks become cached, as vLLM v1 caches at scheduling), or the decode's, with
+        its preemptions."""
+        s = self.state
+        if not plan.prefill:
+            return self._start_decode(plan)
+        P, G, kv = s.prompt, s.generated, s.kv
         sel = [e for e, _p, _x, _nb in plan.chunks]
-        for e in sel:
-            leave_queue(s, e)
         tokens = 0
         sq = 0.0
         for _e, p, x, _nb in plan.chunks:  # p tokens computed after x cached ones
             tokens += p
             sq += p * p + 2 * p * x
-        d, energy = self.executor.prefill(
-            tokens, sq, sel, [P[e] + G[e] for e in sel] if self._seqs else None
-        )
-        c = host.now_s() + d
         if kv.prefix:  # the prompts share their cached prefixes before any eviction
             for e, p, x, _nb in plan.chunks:
                 kv.admit(e, x // s.block_size, p + x)
@@ -107,24 +95,40 @@ class VLLMV0Scheduler:
             kv.allocate(e, nb)  # a waiting entry holds no block
             if kv.prefix:  # its full prompt blocks become cached
                 kv.register(e, p + x)
+        lens = [P[e] + G[e] for e in sel] if self._seqs else None
+        return Work("prefill", (tokens, sq, sel, lens), (), plan, [])
+
+    def apply(self, work: Work, duration_s: float) -> Outcome:
+        """The prefill's first tokens (its entries join the running ones), or the
+        decode's tokens; the completions."""
+        if work.kind == "empty":
+            return Outcome(
+                Iteration(0.0, "decode", False, 0, len(work.victims), empty=True), [], []
+            )
+        if work.kind == "decode":
+            return self._apply_decode(work, duration_s)
+        s = self.state
+        G, R = s.generated, s.running
+        sel = work.args[2]
+        for e in sel:
+            leave_queue(s, e)
+        first: list[int] = []
+        for e, p, x, _nb in work.plan.chunks:
             if G[e] == 0:  # a first prefill: first tokens come in arrival order (FCFS)
-                host.first_token(e, c)
+                first.append(e)
             s.waiting_tokens -= p + x
             G[e] += 1
             s.decode_context += p + x + 1
         s.tokens_out += len(sel)
-        host.advance(c, energy / d if d > 0.0 else 0.0)
         done = []
         for e in sel:
-            if G[e] >= s.output[e]:
-                s.decode_context -= P[e] + G[e]
-                self._finish(e, c)
+            if G[e] >= s.output[e]:  # a one-token request ends with its prefill
+                s.decode_context -= s.prompt[e] + G[e]
                 done.append(e)
             else:
                 R.append(e)
-        if self._seqs and done:  # one-token requests finish in their prefill
-            self.executor.release(done)
-        return Iteration(d, "prefill", True, 0, 0)  # chunk_tokens: the chunked scheduler's
+        # chunk_tokens: the chunked scheduler's
+        return Outcome(Iteration(duration_s, "prefill", True, 0, 0), first, done)
 
     def _grow(self) -> list[int]:
         """A KV block for each running entry whose next token needs one, preempting the
@@ -150,24 +154,22 @@ class VLLMV0Scheduler:
             i += 1
         return victims
 
-    def _run_decode(self) -> Iteration:
-        s, host = self.state, self.host
+    def _start_decode(self, plan: Plan) -> Work:
+        s = self.state
         P, G = s.prompt, s.generated
-        victims = self._grow()
+        victims = tuple(self._grow())
         if victims:
-            if self._seqs:
-                self.executor.release(victims)  # recompute: the KV cache is dropped
             s.waiting.extendleft(victims)  # the oldest victim ends up at the head
             s.waiting_tokens += sum(P[v] + G[v] for v in victims)
             s.preemptions += len(victims)
         R = s.running
-        b = len(R)
-        if b == 0:
-            return Iteration(0.0, "decode", False, 0, len(victims), empty=True)
-        d, energy = self.executor.decode(b, s.decode_context, R)
-        c = host.now_s() + d
-        host.advance(c, energy / d if d > 0.0 else 0.0)
-        out = s.output
+        if not R:
+            return Work("empty", (), victims, plan, [])
+        return Work("decode", (len(R), s.decode_context, R), victims, plan, R)
+
+    def _apply_decode(self, work: Work, duration_s: float) -> Outcome:
+        s = self.state
+        P, G, R, out = s.prompt, s.generated, s.running, s.output
         keep = []
         done = []
         for e in R:
@@ -175,13 +177,10 @@ class VLLMV0Scheduler:
             G[e] = g
             if g >= out[e]:
                 s.decode_context -= P[e] + g - 1
-                self._finish(e, c)
                 done.append(e)
             else:
                 keep.append(e)
         s.decode_context += len(keep)
-        if self._seqs and done:
-            self.executor.release(done)
         s.running = keep
-        s.tokens_out += b
-        return Iteration(d, "decode", False, b, len(victims))
+        b = len(R)  # (its tokens count once the clock has passed: tokens_at_end)
+        return Outcome(Iteration(duration_s, "decode", False, b, len(work.victims)), [], done, b)
