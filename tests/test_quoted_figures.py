@@ -2434,3 +2434,16 @@ def test_readme_console_scores_use_the_stored_span():
         g = rate(task, "greedy")
         top = entry.get("bound_reward_rate_per_s", entry["best_reward_rate_per_s"])
         assert abs(float(d) / (top - g) - float(s)) < 1e-3, (task, d, s)
+
+
+@pytest.mark.slow
+def test_validation_page_quotes_the_prefix_caching_run(capsys):
+    """docs/validation.md's prefix-caching table (issue 63) is what
+    ``scripts/validate_prefix_caching.py`` prints (eight offline runs: a few seconds)."""
+    mod = script("validate_prefix_caching")
+    assert mod.main([]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 2 + len(mod.PUBLISHED)
+    page = (ROOT / VALIDATION).read_text()
+    for row in rows:
+        assert row in page, f"{VALIDATION}: {row!r} is not what the script prints"
