@@ -244,6 +244,51 @@ def test_longest_prefix_admits_the_longest_cached_prefix_first_and_fcfs_above_it
         assert expect_fcfs or checked > 5, checked
 
 
+def test_a_masked_longest_prefix_action_plans_what_its_fcfs_twin_plans():
+    """v2's mask hides a longest-prefix action exactly where it would do what its FCFS twin
+    (same cap, budget) does: at every epoch of random episodes, masked or not, the two
+    orders' plans at every setting agree where the mask hides it; and the mask does hide
+    it at some epochs and not at others. Without FCFS offered nothing is masked; without
+    prefix caching the longest-prefix actions are always masked."""
+    kw = {**BASE, "workload": {**SESSIONS, "rate_per_s": 25.0}, "horizon_requests": 150}
+    env = make(V2, **kw, orders=["fcfs", "longest-prefix"])
+    u = env.unwrapped
+    sch = u.server.scheduler
+    rng = np.random.default_rng(0)
+    seen = {True: 0, False: 0}
+    for seed in (0, 1):
+        _, info = env.reset(seed=seed)
+        while True:
+            mask = env.unwrapped.action_masks()
+            assert np.array_equal(mask, info["action_mask"])
+            lpm = [a for a in range(u.action_space.n) if u.action_parts(a).order != "fcfs"]
+            hidden = not mask[lpm].any()
+            assert hidden or mask[lpm].all()  # all or none of them
+            seen[hidden] += 1
+            if hidden:
+                for cap in u.server.grid:
+                    for budget in u.server.budgets:
+                        a, b = (
+                            sch.plan(cap, budget, "fcfs"),
+                            sch.plan(cap, budget, "longest-prefix"),
+                        )
+                        assert a.same_iteration(b) and a.chunks == b.chunks
+            valid = np.flatnonzero(mask)
+            *_, trunc, info = env.step(int(rng.choice(valid)))
+            if trunc:
+                break
+    assert seen[True] > 10 and seen[False] > 10, seen
+    alone = make(V2, **kw, orders=["longest-prefix"])
+    alone.reset(seed=0)
+    assert alone.unwrapped.action_masks().all()
+    off = make(V2, **kw, orders=["fcfs", "longest-prefix"], prefix_caching=False)
+    off.reset(seed=0)
+    for _ in range(30):
+        mask = off.unwrapped.action_masks()
+        assert mask.sum() == mask.size // 2  # the fcfs half
+        off.step(int(np.flatnonzero(mask)[-1]))
+
+
 def test_the_prefix_caching_baselines_run_and_refuse_an_env_without_caching():
     kw = {**BASE, "workload": SESSIONS, "horizon_requests": 120}
     env = make(V2, **kw, orders=["fcfs", "longest-prefix"])

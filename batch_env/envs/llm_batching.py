@@ -92,7 +92,9 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
     ``a`` sets the cap ``grid[a % len(grid)]`` and the iteration's token budget
     ``budget_grid[a // len(grid)]``. A cap below the number
     running stops admission; it never evicts. Every action is valid at every epoch
-    (``action_masks()`` is all true). An action outside the space raises ``ValueError``.
+    (``action_masks()``), but v2's ``longest-prefix`` actions where they would admit as
+    their FCFS twins (``batch_env.llm.actions``: Masks). An action outside the space
+    raises ``ValueError``.
 
     ## Observation Space
 
@@ -317,7 +319,8 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
         return self.actions.action(cap, budget, order, clock)
 
     def action_masks(self) -> np.ndarray:
-        """Every action is valid at every epoch (a copy of an all-true mask)."""
+        """The valid actions now (a new array): all of them, but a ``longest-prefix`` action
+        where it admits as its FCFS twin (:class:`batch_env.llm.actions.ActionCodec`)."""
         self._check_started("action_masks")
         return self._mask.copy()
 
@@ -343,6 +346,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
 
     def _info(self, dt: float, comps: dict[str, float], last: Iteration | None) -> dict[str, Any]:
         energy = self.executor.energy_source
+        self._mask = self.actions.mask(self.server.state)
         return step_info(self.server, dt, comps, last, self._mask, self.oracle_info, energy)
 
     # -- Gymnasium API ----------------------------------------------------------------

@@ -11,6 +11,14 @@ running requests from ``grid``, a token budget from ``budgets`` (v1/v2 with a
 
 Without a clock grid there is one clock index (0) and the encoding is the three-part one.
 
+Masks (:meth:`ActionCodec.mask`): an action is masked where another valid action does
+exactly the same. That is the case of a ``longest-prefix`` action whose FCFS twin (the
+same cap, budget and clock) is offered, at an epoch where longest prefix match would
+offer the waiting requests in the queue's own order
+(:func:`batch_env.llm.orders.acts_as_fcfs`: no prefix caching, too few or too many
+waiting, or no longer cached prefix behind a shorter one); every other action is valid
+at every epoch.
+
 :class:`ActionCodec` is that encoding, the only place it is written: the envs decode their
 actions with it, the baselines encode theirs, and a user's policy goes between an action
 and its parts with ``env.unwrapped.action_parts(action)`` and
@@ -21,7 +29,14 @@ and its parts with ``env.unwrapped.action_parts(action)`` and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from .orders import FCFS, LONGEST_PREFIX, acts_as_fcfs
+
+if TYPE_CHECKING:
+    from .orders import OrderedState
 
 __all__ = ["ActionCodec", "LLMAction"]
 
@@ -59,6 +74,25 @@ class ActionCodec:
         self.clocks = tuple(float(f) for f in clocks)
         if not (self.grid and self.budgets and self.orders):
             raise ValueError("an LLM action needs at least one cap, one budget and one order")
+        #: every action valid; the same with the longest-prefix actions that have an FCFS
+        #: twin masked (None: no such action)
+        self._valid = np.ones(self.n, dtype=bool)
+        self._twins_masked: np.ndarray | None = None
+        if LONGEST_PREFIX in self.orders and FCFS in self.orders:
+            m = self._valid.copy()
+            k = self.orders.index(LONGEST_PREFIX)
+            per = len(self.grid) * len(self.budgets)
+            for c in range(self.n_clocks):
+                start = (c * len(self.orders) + k) * per
+                m[start : start + per] = False
+            self._twins_masked = m
+
+    def mask(self, state: OrderedState) -> np.ndarray:
+        """The valid actions at this epoch (module docstring: Masks), a read-only array
+        (copy it to change it)."""
+        if self._twins_masked is not None and acts_as_fcfs(state, LONGEST_PREFIX):
+            return self._twins_masked
+        return self._valid
 
     @property
     def n_clocks(self) -> int:

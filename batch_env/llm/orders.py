@@ -251,6 +251,31 @@ def candidates(state: OrderedState, room: int, order: str) -> Iterable[int]:
     return W.in_order(order, room)
 
 
+def acts_as_fcfs(state: OrderedState, order: str) -> bool:
+    """Whether ``order`` offers the waiting requests in the queue's own order now, so that
+    any cap and budget admit under it exactly what they admit under FCFS (checked for
+    ``fcfs`` and ``longest-prefix``; any other order: ``False``). ``longest-prefix`` does
+    without prefix caching, above its switch to FCFS, and where no waiting request's
+    cached prefix is longer than one ahead of it (its stable sort is then the queue)."""
+    if order == FCFS:
+        return True
+    if order != LONGEST_PREFIX:
+        return False
+    W = state.waiting
+    if len(W) < 2 or not state.kv.prefix:
+        return True
+    if state.fcfs_above is not None and len(W) > state.fcfs_above:
+        return True
+    P, G, lookup = state.prompt, state.generated, state.kv.lookup
+    ahead = None
+    for e in W:
+        h = lookup(e, P[e] + G[e])[0]
+        if ahead is not None and h > ahead:
+            return False
+        ahead = h
+    return True
+
+
 def leave_queue(state: OrderedState, e: int) -> None:
     """Waiting entry ``e`` is admitted: it leaves the queue (at its head under FCFS)."""
     W = state.waiting
