@@ -12,6 +12,14 @@ the rounds' ratios.
 
 Usage: ``python scripts/llm_cpu_vs.py OTHER_CHECKOUT [--rounds 7] [--requests 2000]``,
 e.g. ``git worktree add /tmp/old <commit>`` first (both need this venv's packages).
+
+On a shared 2-core VM the rounds' ratios move by 5-10% from round to round.
+``--instructions`` counts instead the CPU instructions per completed request of ``LLMBatching-v2``
+(valgrind's callgrind, which must be installed; ``PYTHONHASHSEED=0``): each side runs one
+episode of ``--requests`` + 20 requests and one of 20, and the difference over
+``--requests`` is its count per request, free of the start-up (imports, the env's
+construction). Deterministic to about 0.5%, but not time: memory stalls and branch
+misses do not count. It takes about 3 minutes a setting.
 """
 
 from __future__ import annotations
@@ -46,12 +54,69 @@ def _one(root: Path, n: int) -> dict[str, float]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+INSTRUCTIONS_CHILD = """
+import sys, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, {root!r})
+from experiments.bench import _llm_episode_cost, llm_v2_settings
+kw = llm_v2_settings()[{name!r}]
+r = _llm_episode_cost("batch_env/LLMBatching-v2", {{**kw, "horizon_requests": {n}}}, 0)
+print(r["completed"])
+"""
+
+
+def _instructions(root: Path, name: str, n: int) -> int:
+    """CPU instructions of one episode of ``n`` requests of setting ``name`` (callgrind)."""
+    import os
+    import re
+
+    code = INSTRUCTIONS_CHILD.format(root=str(root), name=name, n=n)
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    res = subprocess.run(
+        [*cmd, sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    m = re.search(r"Collected : (\d+)", res.stderr)
+    if m is None:
+        raise RuntimeError(f"callgrind printed no count: {res.stderr[-500:]}")
+    return int(m.group(1))
+
+
+def instructions(other: Path, requests: int) -> int:
+    """The ``--instructions`` table (module docstring)."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        print("error: --instructions needs valgrind (callgrind) on the PATH", file=sys.stderr)
+        return 2
+    print(f"{'setting (LLMBatching-v2)':34s} {'here /req':>12s} {'other /req':>12s} {'ratio':>8s}")
+    for name in ("v1-defaults", "LLMMemoryPressure-v0"):
+        per = []
+        for root in (HERE, other.resolve()):
+            big = _instructions(root, name, requests + 20)
+            small = _instructions(root, name, 20)
+            per.append((big - small) / requests)
+        print(f"{name:34s} {per[0]:12.0f} {per[1]:12.0f} {per[0] / per[1]:8.3f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("other", type=Path, help="the other checkout (e.g. the commit before)")
     ap.add_argument("--rounds", type=int, default=7, help="rounds (default 7)")
     ap.add_argument("--requests", type=int, default=2000, help="horizon_requests (2000)")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count CPU instructions per request with callgrind instead (module docstring)",
+    )
     args = ap.parse_args(argv)
+    if args.instructions:
+        return instructions(args.other, args.requests)
     here: list[dict[str, float]] = []
     other: list[dict[str, float]] = []
     for r in range(args.rounds):

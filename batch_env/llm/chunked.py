@@ -27,7 +27,16 @@ from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from .orders import FCFS, candidates, leave_queue
-from .scheduler import Iteration, Outcome, Plan, Work
+from .scheduler import (
+    Iteration,
+    Outcome,
+    Plan,
+    Work,
+    new_iteration,
+    new_outcome,
+    new_plan,
+    new_work,
+)
 
 if TYPE_CHECKING:
     from .state import LLMServerState
@@ -96,7 +105,7 @@ class ChunkedScheduler:
             used -= s.kv.releasable(v)
             if s.prefill_left[v]:
                 npart -= 1
-        return Plan(tuple(victims), grown, decodes, chunks)
+        return new_plan((tuple(victims), grown, decodes, chunks, False))
 
     def _plan_grow(
         self, victims: list[int], n_run: int, npart: int, used: int
@@ -215,7 +224,7 @@ class ChunkedScheduler:
             s.waiting.extendleft(victims)  # the oldest victim ends up at the head
             s.preemptions += len(victims)
         if not plan.decodes and not plan.chunks:  # every decoder preempted: an empty iteration
-            return Work("empty", (), victims, plan, [])
+            return new_work(("empty", (), victims, plan, []))
         dec = s.running[: plan.decodes]
         n = 0
         att = 0.0
@@ -225,7 +234,7 @@ class ChunkedScheduler:
         args: tuple[Any, ...] = (n, att, len(dec), s.decode_context)
         if self._seqs:
             args += ([(e, x, c) for e, c, x, _ in plan.chunks], dec)
-        return Work("mixed", args, victims, plan, dec)
+        return new_work(("mixed", args, victims, plan, dec))
 
     def apply(self, work: Work, duration_s: float) -> Outcome:
         """The chunks' and decodes' tokens computed: first tokens, completions."""
@@ -271,8 +280,9 @@ class ChunkedScheduler:
             gone = set(finished)
             s.running = [e for e in R if e not in gone]
         kind = "mixed" if chunks and dec else "prefill" if chunks else "decode"
-        it = Iteration(d, kind, bool(chunks), b, len(work.victims), sum(c for _, c, _, _ in chunks))
-        return Outcome(it, first, finished)
+        n = sum(c for _, c, _, _ in chunks) if chunks else 0
+        it = new_iteration((d, kind, bool(chunks), b, len(work.victims), n, False))
+        return new_outcome((it, first, finished, 0))
 
     def _preempt(self, v: int) -> None:
         """Preempt running entry ``v``, the newest (recompute): its blocks freed; the caller

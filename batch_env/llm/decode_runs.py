@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any
 
 from .orders import candidates
-from .scheduler import Iteration
+from .scheduler import Iteration, new_iteration
 
 
 def run_decodes(server: Any) -> tuple[int, Iteration | None]:
@@ -64,6 +64,8 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     blocked = bool(srv.waiting)
     P, out = srv.prompt, srv.output
     finishing = _completions(R, out, srv.generated)
+    stops = sorted(finishing)  # the iterations with completions, in turn
+    stop, nxt = 0, stops[0]  # (a running request completes: the dict is never empty)
     now, L, E, kv_int = server.now, server.latency_integral_s, server.energy_j, server.kv_integral
     rate, (rate_t, rate_n) = server.rate_per_s, server.rate_since
     tau, horizon = server.rate_window_s, server.horizon_s
@@ -104,8 +106,12 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         tokens += b
         ctx += b
         K += 1
-        finished_now = finishing.get(j)
-        if finished_now:
+        if j != nxt:
+            finished_now = None
+        else:
+            finished_now = finishing[j]
+            stop += 1
+            nxt = stops[stop] if stop < len(stops) else -1
             kv.take(used - kv.used)  # the decodes' blocks so far, before any is freed
             for e in finished_now:
                 g = out[e]
@@ -128,7 +134,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     srv.decode_context, srv.decode_steps = ctx, K
     srv.tokens_out += tokens
     catch_up(server, done, j, K0, tokens, recent)
-    return j, Iteration(recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)
+    return j, new_iteration((recent[-1][0], "decode", False, recent[-1][1], 0, 0, False))
 
 
 def head_fits(server: Any, decodes: int, used: int) -> bool:
@@ -186,7 +192,8 @@ def catch_up(
             phase[r].remove(e)
         else:
             G[e] += j
-            grown.append(_grown(k0, r, j, bs))
+            j0 = (1 - k0 - r) % bs  # _grown(k0, r, j, bs), written out (one per request)
+            grown.append(0 if j0 >= j else (j - 1 - j0) // bs + 1)
             keep.append(e)
     kv.attach_many(keep, grown)
     srv.running = keep

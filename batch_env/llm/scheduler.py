@@ -46,6 +46,7 @@ The registry that picks a scheduler by name is :mod:`batch_env.llm.registry` (:d
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 if TYPE_CHECKING:
@@ -145,6 +146,16 @@ class Outcome(NamedTuple):
     first_tokens: list[int]
     finished: list[int]
     tokens_at_end: int = 0
+
+
+#: Constructors of the records from one tuple of all their fields, in one C call:
+#: ``new_plan((victims, grown, decodes, chunks, prefill))`` is ``Plan(victims, grown,
+#: decodes, chunks, prefill)`` without the named tuple's Python-level ``__new__`` (the
+#: chunked scheduler makes several of these an iteration: its hot path).
+new_plan = partial(tuple.__new__, Plan)
+new_iteration = partial(tuple.__new__, Iteration)
+new_work = partial(tuple.__new__, Work)
+new_outcome = partial(tuple.__new__, Outcome)
 
 
 def execute(executor: LLMExecutor, work: Work) -> tuple[float, float]:

@@ -403,7 +403,8 @@ class LLMServer(ServingLoop):
         work = sch.start(sch.plan(cap, budget, self.order) if plan is None else plan)
         if work.victims and ex.needs_sequences:
             ex.release(list(work.victims))  # recompute: their KV cache is dropped
-        d, energy = execute(ex, work)
+        # (execute(ex, work), written out: the hot path's commonest kind first)
+        d, energy = ex.mixed(*work.args) if work.kind == "mixed" else execute(ex, work)
         it, first, finished, tokens_at_end = sch.apply(work, d)
         if not it.empty:  # the clock to its end; then its completed requests leave
             t = self.now + d
