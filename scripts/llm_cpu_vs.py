@@ -18,8 +18,10 @@ On a shared 2-core VM the rounds' ratios move by 5-10% from round to round.
 (valgrind's callgrind, which must be installed; ``PYTHONHASHSEED=0``): each side runs one
 episode of ``--requests`` + 20 requests and one of 20, and the difference over
 ``--requests`` is its count per request, free of the start-up (imports, the env's
-construction). Deterministic to about 0.5%, but not time: memory stalls and branch
-misses do not count. It takes about 3 minutes a setting.
+construction). Not time (memory stalls and branch misses do not count), and the
+start-up's count moves by some 10-30 million instructions from process to process, so
+use ``--requests 6000`` or more (about 1.5% at 2,000, 0.5% at 6,000 on v1's defaults).
+At 6,000 it takes about 15 minutes a setting.
 """
 
 from __future__ import annotations

@@ -2447,3 +2447,16 @@ def test_validation_page_quotes_the_prefix_caching_run(capsys):
     page = (ROOT / VALIDATION).read_text()
     for row in rows:
         assert row in page, f"{VALIDATION}: {row!r} is not what the script prints"
+    errors = [float(r.split("|")[4].strip().rstrip("%")) for r in rows[2:]]
+    assert mod.main(["--cascade-bound"]) == 0
+    bound = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    top = float(bound[-1].split("|")[4].strip().rstrip("%"))
+    want = (
+        f"within {max(abs(e) for e in errors[:-1]):.1f}% at 0-50%, {-errors[-1]:.1f}% low at "
+        f"75%; cascade attention (not modelled) brackets it: reading the shared prefix once "
+        f"per decode batch gives {top:+.1f}% there"
+    )
+    assert want in page_text("README.md"), f"README.md should say {want!r}"
+    b = [float(r.split("|")[4].strip().rstrip("%")) for r in bound[3:]]
+    want = f"{b[0]:+.1f}%, {b[1]:+.1f}% and {b[2]:+.1f}% at 25, 50 and 75%"
+    assert want in page_text(VALIDATION), f"{VALIDATION} should say {want!r}"
