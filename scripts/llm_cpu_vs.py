@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -69,9 +72,6 @@ print(r["completed"])
 
 def _instructions(root: Path, name: str, n: int) -> int:
     """CPU instructions of one episode of ``n`` requests of setting ``name`` (callgrind)."""
-    import os
-    import re
-
     code = INSTRUCTIONS_CHILD.format(root=str(root), name=name, n=n)
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     res = subprocess.run(
@@ -90,8 +90,6 @@ def _instructions(root: Path, name: str, n: int) -> int:
 
 def instructions(other: Path, requests: int) -> int:
     """The ``--instructions`` table (module docstring)."""
-    import shutil
-
     if shutil.which("valgrind") is None:
         print("error: --instructions needs valgrind (callgrind) on the PATH", file=sys.stderr)
         return 2

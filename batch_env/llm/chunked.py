@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from .orders import FCFS, candidates, leave_queue
 from .scheduler import (
-    Iteration,
     Outcome,
     Plan,
     Work,
@@ -36,6 +35,7 @@ from .scheduler import (
     new_outcome,
     new_plan,
     new_work,
+    nothing_ran,
 )
 
 if TYPE_CHECKING:
@@ -240,9 +240,7 @@ class ChunkedScheduler:
         """The chunks' and decodes' tokens computed: first tokens, completions."""
         d, chunks, dec = duration_s, work.plan.chunks, work.decoding
         if work.kind == "empty":
-            return Outcome(
-                Iteration(0.0, "decode", False, 0, len(work.victims), empty=True), [], []
-            )
+            return nothing_ran(work)
         s = self.state
         P, G, R, out = s.prompt, s.generated, s.running, s.output
         done = s.prefill_done

@@ -158,6 +158,11 @@ new_work = partial(tuple.__new__, Work)
 new_outcome = partial(tuple.__new__, Outcome)
 
 
+def nothing_ran(work: Work) -> Outcome:
+    """The outcome of empty work (every decode was preempted): no time, no token."""
+    return Outcome(Iteration(0.0, "decode", False, 0, len(work.victims), empty=True), [], [])
+
+
 def execute(executor: LLMExecutor, work: Work) -> tuple[float, float]:
     """Run ``work`` on ``executor``: ``(duration_s, energy_j)`` (``(0, 0)`` for empty work)."""
     if work.kind == "mixed":

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .orders import FCFS, candidates, leave_queue
-from .scheduler import Iteration, Outcome, Plan, Work
+from .scheduler import Iteration, Outcome, Plan, Work, nothing_ran
 
 if TYPE_CHECKING:
     from .state import LLMServerState
@@ -102,9 +102,7 @@ class VLLMV0Scheduler:
         """The prefill's first tokens (its entries join the running ones), or the
         decode's tokens; the completions."""
         if work.kind == "empty":
-            return Outcome(
-                Iteration(0.0, "decode", False, 0, len(work.victims), empty=True), [], []
-            )
+            return nothing_ran(work)
         if work.kind == "decode":
             return self._apply_decode(work, duration_s)
         s = self.state
