@@ -273,6 +273,11 @@ class LLMConfig:
         prefix caching"). ``None`` (default): on where the workload carries prefix
         information (a trace with block hashes, the ``sessions`` workload), else off;
         ``True`` on a workload without it is an error.
+    :param cascade_attention: ``chunked`` only, with prefix caching: vLLM V1's cascade
+        attention (``disable_cascade_attn=False``), which reads a prefix that every running
+        request holds once per iteration where its rule chooses to
+        (:mod:`batch_env.llm.cascade`). Default ``False``, as vLLM's since March 2026 (its
+        V1 release of January 2025 ran with it on).
     :param profile_max_batch_tokens: the largest prefill (tokens) the server's profile
         covers (``LLMProfile.max_batch_tokens``; not a field: the env passes its
         profile's). The default ``max_num_batched_tokens`` is settled here alone, cut to
@@ -302,6 +307,7 @@ class LLMConfig:
     split_prompts: bool = True
     budget_grid: tuple[int, ...] | None = None
     prefix_caching: bool | None = None
+    cascade_attention: bool = False
     profile_max_batch_tokens: InitVar[int | None] = None
 
     def __post_init__(self, profile_max_batch_tokens: int | None = None) -> None:
@@ -368,16 +374,19 @@ class LLMConfig:
                 f"scheduler={self.scheduler!r} is unknown: allowed values are {list(SCHEDULERS)}"
             )
         chunked = self.scheduler == "chunked"
-        for name in ("decode_first", "split_prompts"):
+        for name in ("decode_first", "split_prompts", "cascade_attention"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is invalid: expected true or false"
                 )
         if not chunked and (
-            not self.decode_first or not self.split_prompts or self.budget_grid is not None
+            not self.decode_first
+            or not self.split_prompts
+            or self.budget_grid is not None
+            or self.cascade_attention
         ):
             raise ValueError(
-                "decode_first, split_prompts and budget_grid are options of "
+                "decode_first, split_prompts, budget_grid and cascade_attention are options of "
                 f"scheduler='chunked' (scheduler={self.scheduler!r} here)"
             )
         tokens = self.max_num_batched_tokens

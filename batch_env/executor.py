@@ -482,6 +482,21 @@ class LLMProfileExecutor:
         d = p.mixed_time_s(chunk_tokens, chunk_attention, batch, context_tokens)
         return d, d * p.mixed_power_w(chunk_tokens, batch)
 
+    def cascade(
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        batch: int,
+        context_tokens: int,
+        shared: int,
+    ) -> tuple[float, float]:
+        """:meth:`mixed` with cascade attention: a prefix of ``shared`` tokens that every
+        request holds is read once (:meth:`batch_env.llm_profile.LLMProfile.cascade_time_s`;
+        the power is :meth:`mixed`'s)."""
+        p = self.profile
+        d = p.cascade_time_s(chunk_tokens, chunk_attention, batch, context_tokens, shared)
+        return d, d * p.mixed_power_w(chunk_tokens, batch)
+
     def release(self, seqs: Sequence[int]) -> None:
         """Nothing to release (no cache is kept)."""
 

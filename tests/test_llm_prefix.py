@@ -183,14 +183,22 @@ def _run(env_id, kw, seed, epochs=None):
 
 @pytest.mark.parametrize(
     "workload,scheduler",
-    [("sessions", "chunked"), ("mooncake", "chunked"), ("sessions", "vllm-v0")],
+    [
+        ("sessions", "chunked"),
+        ("mooncake", "chunked"),
+        ("sessions", "vllm-v0"),
+        ("cascade", "chunked"),
+    ],
 )
 def test_v2s_trajectory_is_v1s_with_prefix_caching(workload, scheduler):
     """v2 runs decode-only stretches in one loop (the KV cache's take and free, evictions
-    included); v1 runs every iteration through the scheduler. The same actions at v2's
-    epochs, repeated in v1 between them, give the same observations there, the same
-    summary and the same cache at the end."""
+    included; with cascade attention, the shared prefix found again at each completion);
+    v1 runs every iteration through the scheduler. The same actions at v2's epochs,
+    repeated in v1 between them, give the same observations there, the same summary and
+    the same cache at the end."""
     kw = {**BASE, "workload": SESSIONS, "scheduler": scheduler, "horizon_requests": 200}
+    if workload == "cascade":  # one system prompt: every running request may share it
+        kw.update(workload={**SESSIONS, "system_prompts": 1}, cascade_attention=True)
     if workload == "mooncake":  # long prompts, chunked: Llama-3.1-8B on an H100
         kw.update(
             workload=MOONCAKE,
@@ -211,6 +219,8 @@ def test_v2s_trajectory_is_v1s_with_prefix_caching(workload, scheduler):
     assert cache1 == cache2
     assert steps1 > 3 * steps2  # v2 ran many iterations per step
     assert summary2["prefix_hit_tokens"] > 0 and summary2["prefix_evictions"] > 0, summary2
+    if workload == "cascade":
+        assert summary2["cascade_iterations"] > steps2, summary2  # in decode runs too
 
 
 def test_longest_prefix_admits_the_longest_cached_prefix_first_and_fcfs_above_its_switch():

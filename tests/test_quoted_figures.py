@@ -2439,7 +2439,8 @@ def test_readme_console_scores_use_the_stored_span():
 @pytest.mark.slow
 def test_validation_page_quotes_the_prefix_caching_run(capsys):
     """docs/validation.md's prefix-caching table (issue 63) is what
-    ``scripts/validate_prefix_caching.py`` prints (eight offline runs: a few seconds)."""
+    ``scripts/validate_prefix_caching.py`` prints (twelve offline runs: a few seconds),
+    and the README and the page's summary quote its errors."""
     mod = script("validate_prefix_caching")
     assert mod.main([]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
@@ -2448,15 +2449,13 @@ def test_validation_page_quotes_the_prefix_caching_run(capsys):
     for row in rows:
         assert row in page, f"{VALIDATION}: {row!r} is not what the script prints"
     errors = [float(r.split("|")[4].strip().rstrip("%")) for r in rows[2:]]
-    assert mod.main(["--cascade-bound"]) == 0
-    bound = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
-    top = float(bound[-1].split("|")[4].strip().rstrip("%"))
+    without = [float(r.split("|")[6].strip().rstrip("%")) for r in rows[2:]]
+    worst = max(abs(e) for e in errors)
+    assert worst <= 15.0, errors  # issue 63: within 15% (as the published run: cascade on)
     want = (
-        f"within {max(abs(e) for e in errors[:-1]):.1f}% at 0-50%, {-errors[-1]:.1f}% low at "
-        f"75%; cascade attention (not modelled) brackets it: reading the shared prefix once "
-        f"per decode batch gives {top:+.1f}% there"
+        f"within {worst:.1f}% at every hit rate with cascade attention as V1 ran it "
+        f"(without it, {-without[-1]:.1f}% low at 75%)"
     )
     assert want in page_text("README.md"), f"README.md should say {want!r}"
-    b = [float(r.split("|")[4].strip().rstrip("%")) for r in bound[3:]]
-    want = f"{b[0]:+.1f}%, {b[1]:+.1f}% and {b[2]:+.1f}% at 25, 50 and 75%"
-    assert want in page_text(VALIDATION), f"{VALIDATION} should say {want!r}"
+    want = f"reproduced at all four of\nits points, within {worst:.1f}%"
+    assert want in page, f"{VALIDATION} should say {want!r}"

@@ -39,6 +39,7 @@ from .scheduler import (
 )
 
 if TYPE_CHECKING:
+    from .cascade import CascadeRule
     from .state import LLMServerState
 
 
@@ -51,6 +52,10 @@ class ChunkedScheduler:
     :param decode_first: decodes before prompt chunks (default); ``False``: an iteration
         with chunks runs no decode.
     :param split_prompts: a prompt may be split across iterations (default).
+    :param cascade: with prefix caching, vLLM's rule for cascade attention
+        (:class:`~batch_env.llm.cascade.CascadeRule`): an iteration it chooses is a
+        ``"cascade"`` work, which reads the prefix every running request holds once;
+        ``None`` (default): never.
     """
 
     name = "chunked"
@@ -61,10 +66,12 @@ class ChunkedScheduler:
         sequences: bool = False,
         decode_first: bool = True,
         split_prompts: bool = True,
+        cascade: CascadeRule | None = None,
     ) -> None:
         self.state = state
         self.decode_first = decode_first
         self.split_prompts = split_prompts
+        self.cascade = cascade
         self._seqs = sequences  # tell the executor which requests run
 
     # -- plan: what the next iteration would be, changing nothing --------------------------
@@ -234,7 +241,26 @@ class ChunkedScheduler:
         args: tuple[Any, ...] = (n, att, len(dec), s.decode_context)
         if self._seqs:
             args += ([(e, x, c) for e, c, x, _ in plan.chunks], dec)
+        if self.cascade is not None:
+            shared = self.shared_prefix(plan.chunks, len(dec))
+            if shared:
+                s.cascade_iterations += 1
+                return new_work(("cascade", (*args, shared), victims, plan, dec))
         return new_work(("mixed", args, victims, plan, dec))
+
+    def shared_prefix(self, chunks: tuple[tuple[int, int, int, int], ...], decodes: int) -> int:
+        """The tokens cascade attention reads once in an iteration of ``decodes`` decodes
+        and ``chunks`` (started: their entries hold their cached prefixes), or 0: the
+        blocks every running entry holds, where the rule chooses cascade
+        (:mod:`batch_env.llm.cascade`). Every holder has computed those blocks (a hit or
+        its own prefill), so vLLM's cap at the least computed request never binds."""
+        s = self.state
+        assert self.cascade is not None
+        todo = s.prefill_left
+        holders = len(s.running) + sum(1 for e, _c, _x, _nb in chunks if not todo[e])
+        e = s.running[0] if s.running else chunks[0][0]
+        tokens = s.kv.common_prefix(e, holders) * s.block_size
+        return self.cascade.shared(tokens, decodes + len(chunks), not chunks)
 
     def apply(self, work: Work, duration_s: float) -> Outcome:
         """The chunks' and decodes' tokens computed: first tokens, completions."""

@@ -54,7 +54,9 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         return 0, None  # a decode must preempt: the scheduler's own path
     t_next = server.peek_arrival()
     prof = server.profile
-    base, per_ctx, pw = prof.decode_step(b)
+    rule = server.scheduler.cascade  # cascade attention: the prefix all hold read once
+    base, per_ctx, pw, shared = _step(prof, srv, rule, R, {}, b)
+    seg0 = cascades = 0  # the iteration the current step's figures began at; cascade ones
     ctx = srv.decode_context
     if server.now + (base + per_ctx * ctx) >= t_next:
         return 0, None  # the first iteration admits an arrival (before any setup)
@@ -124,10 +126,13 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
             b -= len(finished_now)
             n_sys -= len(finished_now)  # as finish did to the loop's count
             if b:
-                base, per_ctx, pw = prof.decode_step(b)
+                cascades += j + 1 - seg0 if shared else 0
+                seg0 = j + 1
+                base, per_ctx, pw, shared = _step(prof, srv, rule, R, done, b)
         j += 1
     if not j:
         return 0, None
+    srv.cascade_iterations += cascades + (j - seg0 if shared else 0)
     server.kv_integral = kv_int
     server.commit_stretch(now, L, E, rate, (rate_t, rate_n))
     kv.take(used - kv.used)
@@ -202,6 +207,22 @@ def catch_up(
     server.recent.add_many(recent)
     server.last_prefill = 0.0
     server.last_preempted = server.last_chunk_tokens = 0
+
+
+def _step(
+    prof: Any, srv: Any, rule: Any, running: list[int], done: dict[int, int], b: int
+) -> tuple[float, float, float, int]:
+    """A decode step of the ``b`` entries of ``running`` not in ``done``: the profile's
+    ``(base_s, per_context_token_s, power_w)`` and the prefix cascade attention reads once
+    in it (``rule``: the scheduler's; as
+    :meth:`~batch_env.llm.chunked.ChunkedScheduler.shared_prefix` finds it), or 0."""
+    shared = 0
+    if rule is not None:
+        e = next(e for e in running if e not in done)
+        shared = int(rule.shared(srv.kv.common_prefix(e, b) * srv.block_size, b, True))
+    if shared:
+        return (*prof.cascade_step(b, shared), shared)
+    return (*prof.decode_step(b), 0)
 
 
 def _completions(

@@ -134,5 +134,10 @@ class KVCache:
     def admit(self, e: int, h: int, tokens: int) -> None:
         """Entry ``e`` admitted: nothing is shared here (:meth:`~batch_env.llm.prefix_cache.PrefixKVCache.admit`)."""
 
+    def common_prefix(self, e: int, holders: int) -> int:
+        """The leading blocks of entry ``e`` that ``holders`` entries hold (cascade
+        attention's shared prefix): none here, as nothing is shared."""
+        return 0
+
     def register(self, e: int, computed: int) -> None:
         """Entry ``e``'s computed blocks: none is cached here (:meth:`~batch_env.llm.prefix_cache.PrefixKVCache.register`)."""

@@ -326,6 +326,19 @@ class PrefixKVCache(KVCache):
         self.leaf[e] = None
         return freed
 
+    def common_prefix(self, e: int, holders: int) -> int:
+        """The leading blocks of entry ``e`` that ``holders`` entries hold (with
+        ``holders`` the running entries: the prefix they all share, which cascade attention
+        reads once; :mod:`batch_env.llm.cascade`). A node's holders never exceed its
+        parent's, so it is the end of the deepest node of ``e``'s path held so often."""
+        node = self.leaf[e]
+        root = self.root
+        while node is not None and node is not root:
+            if node.holders >= holders:
+                return node.b1
+            node = node.parent
+        return 0
+
     def releasable(self, e: int) -> int:
         """Blocks that freeing entry ``e`` alone would return: all but its cached blocks
         that others hold too (the nodes of its path with another holder)."""

@@ -13,7 +13,7 @@ reports of its prefix cache.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from .prefix_cache import PrefixKVCache
@@ -54,10 +54,12 @@ class PrefixUnits:
         return out
 
 
-def counters(kv: PrefixKVCache) -> tuple[int, int, int]:
+def counters(state: LLMServerState) -> tuple[int, int, int, int]:
     """The counters a summary window takes differences of: hit tokens, prompt tokens
-    admitted, blocks evicted."""
-    return kv.hit_tokens, kv.prompt_tokens, kv.evictions
+    admitted, blocks evicted (of its :class:`PrefixKVCache`), iterations with cascade
+    attention."""
+    kv = cast("PrefixKVCache", state.kv)
+    return kv.hit_tokens, kv.prompt_tokens, kv.evictions, state.cascade_iterations
 
 
 def prefix_info(kv: PrefixKVCache) -> dict[str, Any]:
@@ -73,19 +75,27 @@ def prefix_info(kv: PrefixKVCache) -> dict[str, Any]:
     }
 
 
-def prefix_summary(kv: PrefixKVCache, at_start: tuple[int, int, int] | None) -> dict[str, Any]:
+def prefix_summary(
+    state: LLMServerState, at_start: tuple[int, int, int, int] | None, cascade: bool = False
+) -> dict[str, Any]:
     """The summary's prefix-cache keys, over the summary window (``at_start``: the
-    counters when it opened; ``None``: it never did, and the counts are 0)."""
-    hit, prompt, evicted = counters(kv)
-    h0, p0, e0 = at_start if at_start is not None else (hit, prompt, evicted)
+    counters when it opened; ``None``: it never did, and the counts are 0); with
+    ``cascade`` (cascade attention on) also the window's iterations that ran it."""
+    now = counters(state)
+    hit, prompt, evicted, casc = now
+    h0, p0, e0, c0 = at_start if at_start is not None else now
     hit, prompt = hit - h0, prompt - p0
-    return {
+    kv = cast("PrefixKVCache", state.kv)
+    out = {
         "prefix_hit_tokens": hit,
         "prefix_prompt_tokens": prompt,
         "prefix_hit_rate": hit / prompt if prompt else float("nan"),
         "prefix_evictions": evicted - e0,
         "kv_cached_fraction_end": kv.cached_total / kv.total,
     }
+    if cascade:
+        out["cascade_iterations"] = casc - c0
+    return out
 
 
 def waiting_cached_fraction(state: LLMServerState) -> float:

@@ -112,8 +112,10 @@ class Work(NamedTuple):
     the scheduler needs to apply its result.
 
     :ivar kind: the executor's call: ``"prefill"``, ``"decode"`` or ``"mixed"``
-        (:class:`batch_env.executor.LLMExecutor`); ``"empty"``: nothing runs (every
-        decode was preempted).
+        (:class:`batch_env.executor.LLMExecutor`); ``"cascade"``: a mixed iteration with
+        cascade attention (:meth:`batch_env.executor.LLMProfileExecutor.cascade`, the
+        shared prefix's tokens last); ``"empty"``: nothing runs (every decode was
+        preempted).
     :ivar args: that call's arguments.
     :ivar victims: the entries preempted before it, newest first (back in the queue,
         their blocks freed).
@@ -171,6 +173,8 @@ def execute(executor: LLMExecutor, work: Work) -> tuple[float, float]:
         return executor.decode(*work.args)
     if work.kind == "prefill":
         return executor.prefill(*work.args)
+    if work.kind == "cascade":  # profile mode only (the server refuses it otherwise)
+        return executor.cascade(*work.args)  # type: ignore[attr-defined]
     return 0.0, 0.0
 
 

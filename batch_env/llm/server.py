@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from ..executor import LLMExecutor, LLMProfileExecutor
 from ..metrics import llm_episode_summary
 from ..profiles.llm_profile import load as load_llm_profile
 from ..workload import Superposition, make_workload
+from .cascade import cascade_rule
 from .chunked import ChunkedScheduler
 from .clock import SMClock
 from .decode_runs import run_decodes
@@ -72,7 +73,6 @@ if TYPE_CHECKING:
     from ..profiles.llm_profile import LLMProfile
     from ..render import Timeline
     from ..workload import Workload
-    from .prefix_cache import PrefixKVCache
 
 #: Iterations :meth:`LLMServer.run_to_epoch` may run at most (a bound, never reached: it
 #: returns at the next boundary where the settings differ or at the episode's end).
@@ -180,6 +180,7 @@ class LLMServer(ServingLoop):
         self.executor = executor() if callable(executor) else executor
         options = (
             {"decode_first": config.decode_first, "split_prompts": config.split_prompts}
+            | {"cascade": cascade_rule(config, profile, self.prefix_ratio is not None)}
             if config.scheduler == "chunked"
             else {}
         )
@@ -220,7 +221,7 @@ class LLMServer(ServingLoop):
         self.intake.clear()
         self._class_drops_w0: list[int] | None = None  # drops per class at the marks
         self._class_drops_end: list[int] | None = None
-        self._prefix0: tuple[int, int, int] | None = None  # the cache's counters at the window
+        self._prefix0: tuple[int, int, int, int] | None = None  # the cache's counters at the window
         self.state.clear()
         #: per entry: its completion time (``None`` while in the system)
         self.finished_at: list[float | None] = []
@@ -344,7 +345,7 @@ class LLMServer(ServingLoop):
             self._window_counts0 = self._window_counters()
             self._class_drops_w0 = list(self.intake.class_drops)
             if self.prefix_ratio is not None:
-                self._prefix0 = counters(cast("PrefixKVCache", self.state.kv))
+                self._prefix0 = counters(self.state)
         else:
             self._class_drops_end = list(self.intake.class_drops)
 
@@ -572,7 +573,7 @@ class LLMServer(ServingLoop):
             class_drops=(self._class_drops_w0, self._class_drops_end, self.intake.class_drops),
         )
         if self.prefix_ratio is not None:
-            out.update(prefix_summary(cast("PrefixKVCache", srv.kv), self._prefix0))
+            out.update(prefix_summary(srv, self._prefix0, self.config.cascade_attention))
         return out
 
 

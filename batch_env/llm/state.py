@@ -62,6 +62,7 @@ class LLMServerState:
         "decode_steps",
         "tokens_out",
         "preemptions",
+        "cascade_iterations",
         "fcfs_above",
     )
 
@@ -141,6 +142,8 @@ class LLMServerState:
         self.tokens_out = 0
         #: preemptions (recompute)
         self.preemptions = 0
+        #: iterations that ran cascade attention (:mod:`batch_env.llm.cascade`)
+        self.cascade_iterations = 0
 
     def admit(
         self,

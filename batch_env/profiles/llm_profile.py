@@ -351,6 +351,7 @@ class LLMProfile:
         self.max_batch_size = None if linear else d_x[-1]
         self._tok_lim = math.inf if linear else float(p_x[-1])
         self._bs_lim = math.inf if linear else float(d_x[-1])
+        self._cascade_floor_s: float | None = None  # (_cascade_extra_s, on first use)
 
     def _read_power_tables(self, server_max: float) -> None:
         """Check and build the power tables (watts, whole server, flat outside their points)."""
@@ -686,6 +687,78 @@ class LLMProfile:
             + self._p_sq_s * chunk_attention
             + self._ctx_s * decode_context
         )
+
+    def cascade_time_s(
+        self,
+        chunk_tokens: int,
+        chunk_attention: float,
+        decode_batch: int,
+        decode_context: int,
+        shared: int,
+    ) -> float:
+        """Duration of a :meth:`mixed_time_s` iteration that runs *cascade attention*
+        (:mod:`batch_env.llm.cascade`): a prefix of ``shared`` tokens, held by every request
+        of the iteration, is read once instead of by each of the ``decode_batch`` decodes;
+        the prefix pass computes their queries against it at the prefill attention's rate
+        (``ms_per_sq_token x 2 b shared``) and adds two kernel floors per layer
+        (:meth:`cascade_step`). With no chunk it is ``base + per_context_token_s x
+        decode_context`` of :meth:`cascade_step`, bit for bit.
+
+        :param shared: the shared prefix's tokens (>= 0; at most any decode's context).
+        :returns: seconds.
+        """
+        if chunk_tokens == 0:
+            base, per_ctx, _pw = self.cascade_step(decode_batch, shared)
+            return base + per_ctx * decode_context
+        return (
+            self.mixed_time_s(chunk_tokens, chunk_attention, decode_batch, decode_context)
+            + self._cascade_extra_s(decode_batch, shared)
+            - self._ctx_s * ((decode_batch - 1) * shared)
+        )
+
+    def cascade_step(self, batch_size: int, shared: int) -> tuple[float, float, float]:
+        """:meth:`decode_step` of a decode step that runs cascade attention over a prefix of
+        ``shared`` tokens that every one of the ``batch_size`` requests holds: its
+        ``base_s`` is the plain step's, plus the prefix pass (:meth:`cascade_time_s`), less
+        the reads of the prefix by all but one request."""
+        base, per_ctx, pw = self.decode_step(batch_size)
+        extra = self._cascade_extra_s(batch_size, shared) - per_ctx * ((batch_size - 1) * shared)
+        return base + extra, per_ctx, pw
+
+    def _cascade_extra_s(self, queries: int, shared: int) -> float:
+        """The cascade prefix pass of ``queries`` decode queries over ``shared`` tokens:
+        their attention at the prefill attention's rate, and two kernel floors per layer."""
+        floor = self._cascade_floor_s
+        if floor is None:
+            floor = self._cascade_floor_s = self._kernel_floors_s()
+        return self._p_sq_s * (2 * queries * shared) + floor
+
+    def _kernel_floors_s(self) -> float:
+        """Two kernel floors per layer (the prefix attention and the merge), from the
+        ``arch`` field's GPU efficiencies; 0 without one."""
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            return 0.0
+        from . import llm_arch
+
+        layers = llm_arch.load_model_config(arch["model"]).layers
+        return 2.0 * layers * float(self._arch_gpu().efficiency["kernel_floor_us"]) * 1e-6
+
+    def attention_shape(self) -> tuple[int, int, int] | None:
+        """``(query heads, KV heads, SMs)`` per GPU of the profile's model and GPU (its
+        ``arch`` field), what :class:`batch_env.llm.cascade.CascadeRule` weighs; ``None``
+        without one (or a GPU spec without ``sm_count``)."""
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            return None
+        from . import llm_arch
+
+        model = llm_arch.load_model_config(arch["model"])
+        tp = int(arch.get("tp", self.num_gpus))
+        sms = self._arch_gpu().raw.get("sm_count")
+        if not isinstance(sms, int) or sms < 1:
+            return None
+        return model.heads // tp, model.kv_heads_per_rank(tp), sms
 
     def mixed_power_w(self, chunk_tokens: int, decode_batch: int) -> float:
         """Average whole-server power during a mixed iteration: the prefill power at the
