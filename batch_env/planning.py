@@ -65,9 +65,15 @@ def _shared(v: Any) -> bool:
 
 
 def _flat(v: list[Any]) -> bool:
-    """A list of immutable scalars (checked at both ends: the lists the envs keep hold
-    one type each)."""
-    return type(v[0]) in _SCALARS and type(v[-1]) in _SCALARS
+    """A list of immutable scalars: checked at both ends (the lists the envs keep hold one
+    type each), in full where an end is ``None`` (a list of optional objects, such as
+    ``PrefixKVCache.leaf``, whose ends are often ``None``: its objects must be copied)."""
+    a, b = type(v[0]), type(v[-1])
+    if a not in _SCALARS or b not in _SCALARS:
+        return False
+    if a is type(None) or b is type(None):
+        return all(type(x) in _SCALARS for x in v)
+    return True
 
 
 def _attributes(obj: Any) -> list[Any]:

@@ -22,6 +22,28 @@ IDS = [
     ("batch_env/Trace-v0", {"horizon_requests": 2000}),
     ("batch_env/LLMTwoClasses-v0", {"horizon_requests": 150, "warmup_requests": 20}),
 ]
+#: prefix caching on a trace with token columns: the copy's cache (its tree of shared
+#: blocks) is its own, and a realizable copy redraws outputs from the trace's
+PREFIX = [
+    (
+        "batch_env/LLMBatching-v2",
+        {
+            "profile": "llama-3.1-8b-h100",
+            "workload": {
+                "kind": "trace",
+                "dataset": "mooncake-conversation",
+                "target_rate_per_s": 1.5,
+                "random_offset": True,
+            },
+            "max_model_len": 131_072,
+            "gpu_memory_utilization": 0.5,
+            "max_num_batched_tokens": 8192,
+            "budget_grid": [512, 8192],
+            "orders": ["fcfs", "longest-prefix"],
+            "horizon_requests": 300,
+        },
+    ),
+]
 
 
 def _advance(env: gym.Env, steps: int, seed: int = 3) -> tuple[object, dict]:
@@ -46,7 +68,7 @@ def _play(env: gym.Env, obs: object, info: dict, steps: int) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize(("env_id", "kw"), IDS)
+@pytest.mark.parametrize(("env_id", "kw"), IDS + PREFIX)
 def test_a_fork_leaves_its_env_alone_and_a_clairvoyant_one_replays_its_future(env_id, kw):
     env, twin = gym.make(env_id, **kw), gym.make(env_id, **kw)
     obs, info = _advance(env, 60)

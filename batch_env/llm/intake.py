@@ -22,6 +22,7 @@ import numpy as np
 
 from ..config import LLMConfig, RequestClass
 from ..workload import check_llm_tokens
+from ..workload.lengths import outputs_above
 from .prefixes import PrefixUnits
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class RequestIntake:
 
     def __init__(self, config: LLMConfig, workload: Workload) -> None:
         self.workload = workload
+        self._trace_outputs: np.ndarray | None = None  # (outputs_given, on first use)
         #: a request's context limit (prompts that do not fit are rejected)
         self.max_model_len = config.max_model_len
         self._setup_lengths(config, workload)
@@ -353,6 +355,24 @@ class RequestIntake:
         """The lengths that class ``c``'s outputs are drawn from (its own, else the
         configuration's)."""
         return self._own_lengths[c] or self.lengths
+
+    def outputs_given(self, c: int, rng: np.random.Generator, generated: np.ndarray) -> np.ndarray:
+        """Class ``c``'s output lengths of requests in flight that have ``generated``
+        tokens, redrawn for a planner's copy: from the class's law given what each has
+        generated (:meth:`RequestLengths.output_given`), or, where the lengths come with
+        a trace's rows, from the trace's output lengths above it (the trace a planner
+        replays futures of: ``batch_env.planning``)."""
+        lens = self.output_lengths(c)
+        if lens is not None and lens.kind != "trace":
+            return lens.output_given(rng, generated)
+        if self._trace_outputs is None:
+            parts = getattr(self.workload, "parts", None) or (self.workload,)
+            cols = [p.data().output_tokens for p in parts if hasattr(p, "data")]
+            cols = [x for x in cols if x is not None]
+            if not cols:
+                raise ValueError("outputs_given: the workload carries no output lengths")
+            self._trace_outputs = np.sort(np.concatenate(cols).astype(np.int64))
+        return outputs_above(self._trace_outputs, rng, generated)
 
     def buffered(self) -> int:
         """Arrivals taken so far (admitted, dropped or still to come) and not forgotten."""

@@ -291,8 +291,8 @@ class LLMServer(ServingLoop):
     def resample_future(self, rng: np.random.Generator) -> None:
         """The loop's (future arrivals from the planner's model, with lengths and classes
         drawn from ``rng``), and the output lengths of the requests in the system redrawn
-        given the tokens each has generated (:meth:`RequestLengths.output_given`, from
-        its class's lengths), clipped to ``max_model_len`` as at arrival."""
+        given the tokens each has generated (:meth:`RequestIntake.outputs_given`: its
+        class's lengths, or a trace's own), clipped to ``max_model_len`` as at arrival."""
         i = self.arrival_index
         super().resample_future(rng)
         self.intake.forget_from(i, self.now)
@@ -302,11 +302,11 @@ class LLMServer(ServingLoop):
             return
         cls = np.asarray([s.request_class[e] for e in live], np.int64)
         for c in range(len(self.classes)):
-            lens = self.intake.output_lengths(c)
             idx = [live[k] for k in np.flatnonzero(cls == c)]
             if not idx:
                 continue
-            new = lens.output_given(rng, np.asarray([s.generated[e] for e in idx], np.int64))
+            g = np.asarray([s.generated[e] for e in idx], np.int64)
+            new = self.intake.outputs_given(c, rng, g)
             for e, o in zip(idx, new.tolist(), strict=True):
                 s.output[e] = min(o, self.max_model_len - s.prompt[e])
 

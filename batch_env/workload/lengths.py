@@ -176,15 +176,7 @@ class RequestLengths:
         if self.kind == "fixed":
             return np.maximum(int(self.output_tokens), g + 1)
         if self.kind == "empirical":
-            table = _sorted_outputs(self)
-            lo = np.searchsorted(table, g, side="right")
-            out = g + 1
-            have = lo < table.size
-            if have.any():
-                span = table.size - lo[have]
-                pick = lo[have] + (rng.random(span.size) * span).astype(np.int64)
-                out[have] = table[np.minimum(pick, table.size - 1)]
-            return out
+            return outputs_above(_sorted_outputs(self), rng, g)
         out = g + 1
         todo = np.arange(g.size)
         for _ in range(64):
@@ -256,6 +248,22 @@ def make_lengths(spec: RequestLengths | Mapping[str, Any] | None) -> RequestLeng
 
 
 _SORTED_OUTPUTS: dict[tuple[str, int, int], np.ndarray] = {}
+
+
+def outputs_above(table: np.ndarray, rng: np.random.Generator, generated: np.ndarray) -> np.ndarray:
+    """Output lengths drawn uniformly from the sorted ``table`` of output lengths above
+    what each request has ``generated`` (``generated + 1`` where none is above): the
+    empirical law conditioned on a request in flight
+    (:meth:`RequestLengths.output_given`)."""
+    g = np.asarray(generated, np.int64)
+    lo = np.searchsorted(table, g, side="right")
+    out = g + 1
+    have = lo < table.size
+    if have.any():
+        span = table.size - lo[have]
+        pick = lo[have] + (rng.random(span.size) * span).astype(np.int64)
+        out[have] = table[np.minimum(pick, table.size - 1)]
+    return out
 
 
 def _sorted_outputs(lengths: RequestLengths) -> np.ndarray:
