@@ -4,10 +4,8 @@ v1's iterations with it on, and its errors."""
 
 from __future__ import annotations
 
-import warnings
-
-import gymnasium as gym
 import pytest
+from test_llm_prefix import make
 
 from batch_env.llm.cascade import CascadeRule
 from batch_env.llm.prefix_cache import PrefixKVCache
@@ -24,12 +22,6 @@ ONE_SYSTEM_PROMPT = {
     "user_tokens_mean": 100.0,
     "output_tokens_mean": 150.0,
 }
-
-
-def make(env_id, **kw):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return gym.make(env_id, **kw)
 
 
 def test_vllms_rule_by_hand():
