@@ -230,6 +230,16 @@ class RolloutPolicy:
         ok = set(allowed)
         return [a for a in self.candidates if a in ok] or allowed
 
+    def _as_valid(self, action: int, valid: list[int]) -> int | None:
+        """``action`` if valid, else the valid action that does the same where the env
+        names one (an LLM env's masked ``longest-prefix`` action: its FCFS twin,
+        :meth:`batch_env.llm.actions.ActionCodec.twin`), else None."""
+        if action in valid:
+            return action
+        codec = getattr(self._env, "actions", None)
+        twin = codec.twin(action) if hasattr(codec, "twin") else None
+        return twin if twin in valid else None
+
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Plan (or repeat the planned action) and return the action to play."""
         self.decisions += 1
@@ -238,11 +248,13 @@ class RolloutPolicy:
         valid = self._valid(info)
         if self._held is not None and k % self.every:
             if self.between == "base":
-                own = self._base_choice(obs, info)
-                if own in valid:
+                own = self._as_valid(self._base_choice(obs, info), valid)
+                if own is not None:
                     return own
-            elif self._held in valid:
-                return self._held
+            else:
+                held = self._as_valid(self._held, valid)
+                if held is not None:
+                    return held
         t = time.process_time()
         if len(valid) == 1:
             best = valid[0]
@@ -264,8 +276,9 @@ class RolloutPolicy:
             warnings.simplefilter("ignore")
             self._base_rate(obs, info, t0)  # the base, chosen before its own choice is read
         own = self._base_choice(obs, info)
-        if own not in valid and self.candidates is not None and own in self._valid(info, True):
-            valid = [*valid, own]  # the base's own choice is always a candidate
+        own = self._as_valid(own, self._valid(info, True)) if own not in valid else own
+        if own is not None and own not in valid:
+            valid = [*valid, own]  # the base's own choice (or its twin) is always a candidate
         sums = np.zeros((len(valid), self.samples))
         ends = np.zeros_like(sums)
         with warnings.catch_warnings():  # a copy's episode end warns as the env's would

@@ -55,12 +55,12 @@ shared ``PrefixKVCache.leaf``'s nodes with the env (``planning_copy`` took a lis
 ends are ``None`` for a flat list of scalars), so stepping it corrupted the env's cache
 (``RuntimeError: requests wait, none runs, none admissible`` or an ``AssertionError`` in
 ``PrefixKVCache._take``). Both are fixed in the library (86ecb10: the trace's own output
-lengths above what a request has generated; such a list scanned in full). One gap
-remains, and ``--planner`` works around it here: the env masks a ``longest-prefix``
-action where it admits as its FCFS twin (at 98-99% of the best constant's decisions
-here), and ``RolloutPolicy`` plans at every decision where its base's action (or the
-held one) is masked, whatever ``every``; the script shows the planner its base as valid
-at every decision (where masked, it admits as its twin: the same action).
+lengths above what a request has generated; such a list scanned in full). A third gap
+was worked around here at first: the env masks a ``longest-prefix`` action where it
+admits as its FCFS twin (at 98-99% of the best constant's decisions here), and
+``RolloutPolicy`` planned at every decision where its base's action (or the held one)
+was masked, whatever ``every``; it now plays the masked action's valid twin
+(``ActionCodec.twin``), the same action, so the script shows it the env's own mask.
 
     python scripts/llm_prefix_task_settings.py --planner [--planner-settings 1,3]
         [--planner-requests 300] [--planner-every 250] [--oracle] [--out FILE (appended)]
@@ -232,10 +232,8 @@ def planner_episode(
         warnings.simplefilter("ignore")
         obs, info = env.reset(seed=seed)
         for _ in range(50 * requests + 10_000):
-            mask = np.array(info["action_mask"], dtype=bool)  # the base always valid
-            mask[base] = True
             k = pol.plans
-            a = pol.act(obs, {**info, "action_mask": mask})
+            a = pol.act(obs, info)
             if pol.plans > k:
                 moved += a != base and not (a == twin and not info["action_mask"][base])
                 act = u.action_parts(a)
@@ -332,8 +330,7 @@ def planner_main(args: argparse.Namespace) -> int:
         f"tuning seeds with {args.requests} requests an episode) on the same episodes, "
         f"paired (mean ± 95% CI of the per-seed gain over |best constant|); CPU: the "
         f"planner's process time per decision and per planned decision. rollout is "
-        f"realizable (its futures drawn from its model; its base shown valid at every "
-        f"decision: the script's docstring)"
+        f"realizable (its futures drawn from its model)"
         + ("; rollout-oracle plans on the true future (not realizable)" if args.oracle else "")
         + ".\n\n"
         + "\n".join(lines)

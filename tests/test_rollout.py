@@ -238,6 +238,35 @@ def test_between_planned_decisions_a_planner_plays_its_base_or_holds():
         RolloutPolicy(env, between="never")
 
 
+def test_a_masked_base_plays_as_its_valid_twin_and_is_not_planned_again():
+    """A ``longest-prefix`` action is masked where it admits as its FCFS twin; a planner
+    whose base (or held action) is such an action plays the twin between planned
+    decisions and plans one decision in ``every``, not at each masked one."""
+    env_id, kw = PREFIX[0]
+    env = gym.make(env_id, **kw)
+    u = env.unwrapped
+    lpm = u.action_of(256, budget=8192, order="longest-prefix")
+    twin = u.action_of(256, budget=8192, order="fcfs")
+    assert u.actions.twin(lpm) == twin and u.actions.twin(twin) == twin
+    for between in ("base", "hold"):
+        pol = RolloutPolicy(
+            env, base=lpm, candidates=[lpm, twin], samples=2, every=4, between=between
+        )
+        obs, info = env.reset(seed=1)
+        masked = 0
+        for k in range(8):
+            a = pol.act(obs, info)
+            assert pol.plans == k // 4 + 1
+            if not info["action_mask"][lpm]:
+                masked += 1
+                assert a == twin
+            else:
+                assert a == lpm
+            obs, _, term, trunc, info = env.step(a)
+            assert not (term or trunc)
+        assert masked >= 6  # the case this checks: the base masked at most decisions
+
+
 def test_the_headroom_planner_may_switch_to_the_tasks_stored_reference():
     from experiments.headroom import stored_reference
 

@@ -94,6 +94,15 @@ class ActionCodec:
             return self._twins_masked
         return self._valid
 
+    def twin(self, action: int) -> int:
+        """The action that does what ``action`` does where it is masked: a
+        ``longest-prefix`` action's FCFS twin (the same cap, budget and clock), which is
+        valid wherever it is masked (module docstring: Masks); any other action itself."""
+        if self._twins_masked is None or self._twins_masked[action]:
+            return action
+        c, b, _ = self.indices(action)
+        return self.encode(c, b, self.orders.index(FCFS), self.clock_index(action))
+
     @property
     def n_clocks(self) -> int:
         """The clock indices: ``len(clocks)``, at least 1 (no clock grid: index 0)."""
