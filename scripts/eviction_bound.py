@@ -13,6 +13,10 @@ exact check) in a cache of ``capacity`` 16-token blocks, under three rules:
   once are evicted only when no block that was never hit is left, each group least
   recently freed first (shared system prompts and conversations that came back are kept
   over one-off prompts);
+* ``deepest``: another realizable alternative: the free cached block deepest in its
+  prompt (its offset from the prompt's start) first, ties least recently freed first (the
+  fronts of many prompts, where shared system prompts and early turns lie, are kept over
+  the tails of a few);
 * ``furthest``: the clairvoyant rule, evict the free cached block whose next use (by a
   later request of the trace) is furthest away, never-used-again first (Belady's rule, the
   offline optimum of the number of block hits for unit pages; not realizable);
@@ -23,8 +27,8 @@ It reports each rule's prefix hit rate (hit tokens over prompt tokens) and, for
 whole prefix cached, so block hits bound prefix hits from above under any rule, and
 Belady's rule maximises block hits: ``furthest``'s block-hit rate bounds what any
 eviction rule can reach at that capacity (at this load). The gap to ``lru`` is the most
-an eviction choice in the action could add, and ``protect-hits`` what one realizable
-alternative adds.
+an eviction choice in the action could add, and ``protect-hits`` and ``deepest`` what two
+realizable alternatives add.
 
     python scripts/eviction_bound.py [--trace conversation|synthetic] [--requests 12031]
         [--capacity 26674,9507]
@@ -125,6 +129,39 @@ def protect_hits(rows: list, capacity: int) -> tuple[int, int]:
     return hits, evicted
 
 
+def deepest(rows: list, capacity: int) -> tuple[int, int]:
+    """Prefix hit tokens and evictions under ``deepest`` (the module docstring)."""
+    free: dict = {}  # free cached key -> its heap entry's stamp
+    heap: list[tuple[int, int, object]] = []  # (-depth, stamp, key); stale entries skipped
+    hits = evicted = stamp = 0
+    for p, o, keys in rows:
+        m = (p - 1) // BS
+        h = 0
+        while h < min(m, len(keys)) and keys[h] in free:
+            h += 1
+        for key in keys[:h]:
+            del free[key]
+        hits += h * BS
+        fresh = -(-(p + o - 1) // BS) - h
+        for _ in range(max(0, fresh - (capacity - h - len(free)))):
+            while True:
+                _, st, key = heapq.heappop(heap)
+                if free.get(key) == st:
+                    break
+            del free[key]
+            evicted += 1
+        mine = keys[:h]
+        for key in keys[h:]:
+            if key in free:
+                break
+            mine.append(key)
+        for depth in range(len(mine) - 1, -1, -1):  # freed last block first
+            stamp += 1
+            free[mine[depth]] = stamp
+            heapq.heappush(heap, (-depth, stamp, mine[depth]))
+    return hits, evicted
+
+
 def furthest(rows: list, capacity: int | None) -> tuple[int, int, int]:
     """Prefix hit tokens, block hit tokens and evictions when the evicted block is the one
     used again furthest ahead (``capacity`` None: never evict). Every block a request
@@ -212,17 +249,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "| capacity (16-token blocks) | lru: prefix hits (evictions) | protect-hits: prefix "
-        "hits | furthest (clairvoyant): prefix hits | furthest: block hits, the bound "
+        "hits | deepest: prefix hits | furthest (clairvoyant): prefix hits | furthest: block hits, the bound "
         "(evictions) | unbounded: prefix hits |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     unb = furthest(rows, None)[0] / tokens
     for c in caps:
         h, e = lru(rows, c)
         ph = protect_hits(rows, c)[0]
+        dh = deepest(rows, c)[0]
         fp, fb, fe = furthest(rows, c)
         print(
-            f"| {c:,} | {h / tokens:.2%} ({e:,}) | {ph / tokens:.2%} | {fp / tokens:.2%} | "
+            f"| {c:,} | {h / tokens:.2%} ({e:,}) | {ph / tokens:.2%} | {dh / tokens:.2%} | "
+            f"{fp / tokens:.2%} | "
             f"{fb / tokens:.2%} "
             f"({fe:,}) | {unb:.2%} |"
         )

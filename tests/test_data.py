@@ -114,8 +114,39 @@ def test_repository_tables_are_present_and_documented():
         "vidur_llama_linear_ops_ms.csv",
         "splitwise_llm_perf_model.csv",
         "h200_llm_ops.json",
+        "mlenergy_v3_llm_energy.csv",
+        "mlenergy_v3_output_lengths.json",
     ):
         assert (ROOT / "data" / f).is_file() and f"`{f}`" in readme, f
+
+
+def test_the_mlenergy_tables_are_the_extracted_ones_and_agree_with_themselves():
+    """The ML.ENERGY rows are what the README's checksums say, and each row's figures are
+    consistent: energy per token is power over throughput (the steady state's energy over
+    its tokens), energy per request is energy per token times the average output, and
+    every row has its output-length histogram, whose mean is near the average output."""
+    import csv
+    import hashlib
+    import json
+
+    readme = (ROOT / "data" / "README.md").read_text()
+    for f in ("mlenergy_v3_llm_energy.csv", "mlenergy_v3_output_lengths.json"):
+        assert hashlib.sha256((ROOT / "data" / f).read_bytes()).hexdigest() in readme, f
+    rows = list(csv.DictReader((ROOT / "data" / "mlenergy_v3_llm_energy.csv").open()))
+    hists = json.loads((ROOT / "data" / "mlenergy_v3_output_lengths.json").read_text())
+    assert len(rows) == 42
+    for r in rows:
+        e, w, tps = (
+            float(r[k]) for k in ("energy_per_token_j", "avg_power_w", "output_tokens_per_s")
+        )
+        assert w / tps == pytest.approx(e, rel=0.01), r
+        assert e * float(r["avg_output_len"]) == pytest.approx(
+            float(r["energy_per_request_j"]), rel=1e-4
+        )
+        h = hists["histograms"][f"{r['model']}|{r['gpu']}|{r['num_gpus']}|{r['max_num_seqs']}"]
+        edges, counts = h["bins"], h["counts"]
+        mean = sum(c * (a + b) / 2 for a, b, c in zip(edges, edges[1:], counts)) / sum(counts)
+        assert mean == pytest.approx(float(r["avg_output_len"]), rel=0.1), r
 
 
 def test_missing_full_dataset_is_a_clear_error(cache):
