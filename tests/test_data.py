@@ -145,7 +145,9 @@ def test_the_mlenergy_tables_are_the_extracted_ones_and_agree_with_themselves():
         )
         h = hists["histograms"][f"{r['model']}|{r['gpu']}|{r['num_gpus']}|{r['max_num_seqs']}"]
         edges, counts = h["bins"], h["counts"]
-        mean = sum(c * (a + b) / 2 for a, b, c in zip(edges, edges[1:], counts)) / sum(counts)
+        assert len(edges) == len(counts) + 1, r
+        mids = [(a + b) / 2 for a, b in zip(edges, edges[1:], strict=False)]
+        mean = sum(m * c for m, c in zip(mids, counts, strict=True)) / sum(counts)
         assert mean == pytest.approx(float(r["avg_output_len"]), rel=0.1), r
 
 
