@@ -236,8 +236,8 @@ class RolloutPolicy:
         :meth:`batch_env.llm.actions.ActionCodec.twin`), else None."""
         if action in valid:
             return action
-        codec = getattr(self._env, "actions", None)
-        twin = codec.twin(action) if hasattr(codec, "twin") else None
+        twin_of = getattr(getattr(self._env, "actions", None), "twin", None)
+        twin = twin_of(action) if callable(twin_of) else None
         return twin if twin in valid else None
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
@@ -275,8 +275,8 @@ class RolloutPolicy:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self._base_rate(obs, info, t0)  # the base, chosen before its own choice is read
-        own = self._base_choice(obs, info)
-        own = self._as_valid(own, self._valid(info, True)) if own not in valid else own
+        choice = self._base_choice(obs, info)
+        own = choice if choice in valid else self._as_valid(choice, self._valid(info, True))
         if own is not None and own not in valid:
             valid = [*valid, own]  # the base's own choice (or its twin) is always a candidate
         sums = np.zeros((len(valid), self.samples))
