@@ -102,8 +102,22 @@ def window_batch(series: list[tuple[float, int]], t0: float, t1: float) -> float
     return total / (t1 - t0)
 
 
-def simulate(row: dict[str, Any], ins: list[int], outs: list[int]) -> dict[str, float]:
-    """One run: energy per token, power and throughput over ML.ENERGY's window."""
+def profile_of(row: dict[str, Any], per_seq_ms: float) -> Any:
+    """The row's profile, with ``overhead_ms_per_seq`` set to ``per_seq_ms`` where > 0."""
+    if per_seq_ms <= 0:
+        return row["profile"]
+    path = DATA.parent / "batch_env" / "profiles" / "llm" / f"{row['profile']}.json"
+    d = json.loads(path.read_text())
+    d["overhead_ms_per_seq"] = per_seq_ms
+    d["overhead_source"] = "scripts/validate_energy.py --per-seq-ms (exploratory)"
+    return d
+
+
+def simulate(
+    row: dict[str, Any], ins: list[int], outs: list[int], per_seq_ms: float = 0.0
+) -> dict[str, float]:
+    """One run: energy per token, power and throughput over ML.ENERGY's window
+    (``per_seq_ms``: a per-sequence overhead a decode step, :func:`profile_of`)."""
     b, n = int(row["max_num_seqs"]), len(ins)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.csv"
@@ -115,7 +129,7 @@ def simulate(row: dict[str, Any], ins: list[int], outs: list[int]) -> dict[str, 
             warnings.simplefilter("ignore")
             env = gym.make(
                 "batch_env/LLMBatching-v1",
-                profile=row["profile"],
+                profile=profile_of(row, per_seq_ms),
                 max_num_seqs=b,
                 max_num_batched_tokens=BUDGET,
                 max_model_len=MAX_MODEL_LEN,
@@ -169,6 +183,25 @@ def simulate(row: dict[str, Any], ins: list[int], outs: list[int]) -> dict[str, 
     }
 
 
+#: the per-sequence costs ``--per-seq-ms fit`` tries (ms a running request a decode step)
+FIT_GRID = tuple(round(0.0025 * k, 4) for k in range(33))
+
+
+def fit_per_seq(which: str, mean_in: float, sigma: float, seed: int) -> tuple[float, float]:
+    """The per-sequence cost of :data:`FIT_GRID` whose simulated output throughputs of
+    ``which``'s rows are nearest the published ones (least mean squared log ratio), and
+    that mean's root (the typical relative error)."""
+    data = [(r, *lengths(r, mean_in, sigma, seed)) for r in rows(which)]
+    best = (math.inf, 0.0)
+    for x in FIT_GRID:
+        logs = [
+            math.log(simulate(r, i, o, x)["tokens_per_s"] / float(r["output_tokens_per_s"]))
+            for r, i, o in data
+        ]
+        best = min(best, (float(np.mean(np.square(logs))), x))
+    return best[1], math.sqrt(best[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the comparison table (markdown)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -176,37 +209,57 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input-sigma", type=float, default=1.0, help="log-normal sigma")
     ap.add_argument("--rows", choices=["8B", "70B", "all"], default="all")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--per-seq-ms",
+        default="0",
+        help="a per-sequence cost (ms) added to every iteration of the profile, or 'fit': "
+        "fitted on the 70B rows' output throughputs, then every row run with it",
+    )
     args = ap.parse_args(argv)
-    if not (args.input_mean >= 1 and args.input_sigma >= 0):
+    try:
+        fit = args.per_seq_ms == "fit"
+        args.per_seq_ms = 0.0 if fit else float(args.per_seq_ms)
+    except ValueError:
+        args.per_seq_ms = -1.0
+    if not (args.input_mean >= 1 and args.input_sigma >= 0 and args.per_seq_ms >= 0):
         print(
-            f"error: --input-mean {args.input_mean} / --input-sigma {args.input_sigma}: "
-            "expected a mean >= 1 and a sigma >= 0",
+            f"error: --input-mean {args.input_mean} / --input-sigma {args.input_sigma} / "
+            "--per-seq-ms: expected a mean >= 1, a sigma >= 0, a cost >= 0 or 'fit'",
             file=sys.stderr,
         )
         return 2
     t0 = time.perf_counter()
     print(
         f"Prompts log-normal, mean {args.input_mean:g}, sigma {args.input_sigma:g} (assumed); "
-        "outputs from each row's histogram.\n"
+        "outputs from each row's histogram."
     )
+    if fit:
+        args.per_seq_ms, rms = fit_per_seq("70B", args.input_mean, args.input_sigma, args.seed)
+        print(
+            f"Per-sequence cost fitted on the 70B rows' output throughputs: "
+            f"{args.per_seq_ms:g} ms (their rms log error {rms:.1%}); every row runs with it."
+        )
+    elif args.per_seq_ms:
+        print(f"Per-sequence cost {args.per_seq_ms:g} ms a decode step (given).")
+    print()
     print(
         "| model, GPUs | max_num_seqs | J/token published | simulated | error | power W "
         "published / simulated | error | tokens/s published / simulated | error | "
         "average batch published / simulated |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    errs = []
+    errs: dict[str, list[float]] = {}
     for row in rows(args.rows):
         ins, outs = lengths(row, args.input_mean, args.input_sigma, args.seed)
-        sim = simulate(row, ins, outs)
+        sim = simulate(row, ins, outs, args.per_seq_ms)
         pub = {
             "j_per_token": float(row["energy_per_token_j"]),
             "power_w": float(row["avg_power_w"]),
             "tokens_per_s": float(row["output_tokens_per_s"]),
         }
         e = {k: sim[k] / pub[k] - 1 for k in pub}
-        errs.append(e["j_per_token"])
         name = row["model"].split("/")[1].replace("-Instruct", "")
+        errs.setdefault(name, []).append(e["j_per_token"])
         print(
             f"| {name}, {row['num_gpus']}x{row['gpu']} | {row['max_num_seqs']} | "
             f"{pub['j_per_token']:.4f} | {sim['j_per_token']:.4f} | {e['j_per_token']:+.1%} | "
@@ -214,11 +267,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{pub['tokens_per_s']:.0f} / {sim['tokens_per_s']:.0f} | {e['tokens_per_s']:+.1%} | "
             f"{float(row['avg_batch_size']):.1f} / {sim['avg_batch']:.1f} |"
         )
-    a = np.abs(errs)
-    print(
-        f"\nEnergy per token: median |error| {np.median(a):.1%}, max {a.max():.1%}, "
-        f"within 15%: {int((a <= 0.15).sum())} of {a.size} ({time.perf_counter() - t0:.0f} s)"
-    )
+    print()
+    for name, err in [*errs.items(), ("all", [x for v in errs.values() for x in v])]:
+        a = np.abs(err)
+        print(
+            f"Energy per token, {name}: median |error| {np.median(a):.1%}, max {a.max():.1%}, "
+            f"within 15%: {int((a <= 0.15).sum())} of {a.size}"
+        )
+    print(f"({time.perf_counter() - t0:.0f} s)")
     return 0
 
 
