@@ -73,36 +73,12 @@ def load(trace: str, n: int) -> list[tuple[int, int, list]]:
     return rows
 
 
-def lru(rows: list, capacity: int) -> tuple[int, int]:
-    """Prefix hit tokens and evictions under vLLM's free queue (the module docstring)."""
-    queue: OrderedDict = OrderedDict()
-    hits = evicted = 0
-    for p, o, keys in rows:
-        m = (p - 1) // BS
-        h = 0
-        while h < min(m, len(keys)) and keys[h] in queue:
-            h += 1
-        for key in keys[:h]:
-            del queue[key]
-        hits += h * BS
-        fresh = -(-(p + o - 1) // BS) - h
-        for _ in range(max(0, fresh - (capacity - h - len(queue)))):
-            queue.popitem(last=False)
-            evicted += 1
-        mine = keys[:h]
-        for key in keys[h:]:
-            if key in queue:
-                break
-            mine.append(key)
-        for key in reversed(mine):
-            queue[key] = None
-    return hits, evicted
-
-
-def protect_hits(rows: list, capacity: int) -> tuple[int, int]:
-    """Prefix hit tokens and evictions under ``protect-hits`` (the module docstring)."""
-    fresh_q: OrderedDict = OrderedDict()  # free cached blocks never hit, oldest first
-    hit_q: OrderedDict = OrderedDict()  # free cached blocks hit at least once
+def lru(rows: list, capacity: int, protect: bool = False) -> tuple[int, int]:
+    """Prefix hit tokens and evictions under vLLM's free queue, or with ``protect`` under
+    ``protect-hits`` (the module docstring): blocks hit at least once wait in a second
+    queue, evicted from only when the first is empty."""
+    fresh_q: OrderedDict = OrderedDict()  # free cached blocks (never hit, with protect)
+    hit_q: OrderedDict = OrderedDict() if protect else fresh_q
     hits = evicted = 0
     for p, o, keys in rows:
         m = (p - 1) // BS
@@ -114,7 +90,8 @@ def protect_hits(rows: list, capacity: int) -> tuple[int, int]:
             hit_q.pop(key, None)
         hits += h * BS
         fresh = -(-(p + o - 1) // BS) - h
-        for _ in range(max(0, fresh - (capacity - h - len(fresh_q) - len(hit_q)))):
+        free = len(fresh_q) + (len(hit_q) if protect else 0)
+        for _ in range(max(0, fresh - (capacity - h - free))):
             (fresh_q if fresh_q else hit_q).popitem(last=False)
             evicted += 1
         new = []
@@ -122,9 +99,9 @@ def protect_hits(rows: list, capacity: int) -> tuple[int, int]:
             if key in fresh_q or key in hit_q:
                 break
             new.append(key)
-        for key in reversed(new):
+        for key in reversed(new):  # freed last block first: the request's new blocks,
             fresh_q[key] = None
-        for key in reversed(keys[:h]):
+        for key in reversed(keys[:h]):  # then the prefix it shared
             hit_q[key] = None
     return hits, evicted
 
@@ -256,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     unb = furthest(rows, None)[0] / tokens
     for c in caps:
         h, e = lru(rows, c)
-        ph = protect_hits(rows, c)[0]
+        ph = lru(rows, c, protect=True)[0]
         dh = deepest(rows, c)[0]
         fp, fb, fe = furthest(rows, c)
         print(
