@@ -314,10 +314,18 @@ def paired_score(
 
 
 def _episode_kwargs(
-    horizon_requests: int | None, warmup_requests: int | None, cache: Any
+    horizon_requests: int | None,
+    warmup_requests: int | None,
+    cache: Any,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The episode length a shortened protocol gives the task's env."""
+    """The episode length a shortened protocol gives the task's env, and the env
+    arguments a changed problem overrides (``env_kwargs``)."""
     kw: dict[str, Any] = {}
+    if env_kwargs:
+        if cache is not None:
+            raise ValueError("env_kwargs is not for a cached run (the cache keys omit it)")
+        kw.update(env_kwargs)
     if horizon_requests is not None:
         kw["horizon_requests"] = horizon_requests
     if warmup_requests is not None:
@@ -339,6 +347,7 @@ def run_protocol(
     cut_ok: bool = False,
     warmup_requests: int | None = None,
     max_steps: int | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Evaluate a policy on a task's protocol.
 
@@ -367,6 +376,8 @@ def run_protocol(
     :param cut_ok: an episode the step net cuts (a policy that starves the server) counts
         with its rate while it ran (:class:`batch_env.EpisodeCut`'s ``partial``) instead
         of raising; its seed is listed in ``cut_seeds``.
+    :param env_kwargs: more keyword arguments for the task's env, overriding the task's
+        (a changed problem, e.g. ``profile`` with another power model; not with ``cache``).
     :returns: :func:`summarize_rates`' figures plus ``seeds``, ``horizon_requests`` and
         ``wall_s`` (the episodes' own seconds, cached ones included).
     :raises batch_env.EpisodeCut: with ``agent_bound``, an episode the bound cut.
@@ -384,7 +395,7 @@ def run_protocol(
             lo if (lo := task.load_of(s)) is not None else levels[(i * len(levels)) // len(seeds)]
             for i, s in enumerate(seeds)
         )
-    kw = _episode_kwargs(horizon_requests, warmup_requests, cache)
+    kw = _episode_kwargs(horizon_requests, warmup_requests, cache, env_kwargs)
     horizon = horizon_requests or task.horizon_requests
     if cache is not None and not isinstance(policy, str):
         raise ValueError("cache is only for a named policy (its name and parameters key it)")
@@ -516,13 +527,17 @@ def _add_classes(
 def _protocol_env(task: tasks.Task, policy: Any, kw: dict[str, Any]) -> gym.Env:
     """The env a protocol runs ``policy`` on: the task's id, or for an oracle policy the
     task with ``oracle_info=True`` (on the task's base env with its ``oracle_kwargs``
-    where it has them, under the task's step net)."""
-    if policy not in ORACLE_POLICIES:
-        return gym.make(task.id, **kw)
-    if not task.oracle_kwargs:
-        return gym.make(task.id, oracle_info=True, **kw)
-    env_id, kwargs = tasks.make_args(task.id, **dict(task.oracle_kwargs), **kw)
-    return gym.make(env_id, oracle_info=True, max_episode_steps=task.safety_steps, **kwargs)
+    where it has them, under the task's step net). Where ``kw`` changes the task's
+    problem (``env_kwargs``), the task's base env with its kwargs and ``kw``
+    (:func:`batch_env.tasks.make_args`), under the task's step net."""
+    oracle = policy in ORACLE_POLICIES
+    extra = dict(task.oracle_kwargs) if oracle else {}
+    env_id, kwargs = tasks.make_args(task.id, **extra, **kw)
+    if oracle:
+        kwargs["oracle_info"] = True
+    if env_id == task.id:
+        return gym.make(env_id, **kwargs)
+    return gym.make(env_id, max_episode_steps=task.safety_steps, **kwargs)
 
 
 def _episode_key(

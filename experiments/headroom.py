@@ -86,10 +86,11 @@ def _job(
     warmup: int | None = None,
     max_steps: int | None = None,
     say: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One policy on ``seeds`` (a process pool's job): per-seed rates, wall seconds and,
     for a planner, its CPU seconds per decision. ``say`` (in this process only) gets a
-    line after each episode."""
+    line after each episode; ``env_kwargs`` override the task's env arguments."""
     made: list[Any] = []
 
     def factory(env: gym.Env) -> Any:
@@ -109,6 +110,7 @@ def _job(
             cut_ok=True,
             warmup_requests=warmup,
             max_steps=max_steps,
+            env_kwargs=env_kwargs,
             tick=None
             if say is None
             else lambda done, total: say(
@@ -153,7 +155,12 @@ requests per episode and the warm-up requests (``None``: the task's)."""
 
 
 def _run_all(
-    task_id: str, specs: list[Spec], jobs: int, warm: int, say: Any = None
+    task_id: str,
+    specs: list[Spec],
+    jobs: int,
+    warm: int,
+    say: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """:func:`_job` for each spec (in ``jobs`` processes), by key. A constant that takes
     more than :data:`STEPS_PER_REQUEST` steps a request (one that starves the server: a
@@ -179,12 +186,16 @@ def _run_all(
     if jobs <= 1:
         for key, name, params, seeds, hz, wu in specs:
             tick = say if say is not None and name.startswith("rollout") else None
-            out[key] = _job(task_id, name, params, seeds, hz, wu, bound(name, hz, wu), tick)
+            out[key] = _job(
+                task_id, name, params, seeds, hz, wu, bound(name, hz, wu), tick, env_kwargs
+            )
             done(key)
         return out
     with process_pool(jobs, fresh=False) as pool:  # baselines only: no PyTorch
         futs = {
-            pool.submit(_job, task_id, name, params, seeds, hz, wu, bound(name, hz, wu)): key
+            pool.submit(
+                _job, task_id, name, params, seeds, hz, wu, bound(name, hz, wu), None, env_kwargs
+            ): key
             for key, name, params, seeds, hz, wu in specs
         }
         for fut in as_completed(futs):
@@ -258,6 +269,9 @@ def measure(
     planners: bool = True,
     tuning: int = len(TUNING_SEEDS),
     log: Any = None,
+    env_kwargs: dict[str, Any] | None = None,
+    reference: tuple[str, dict[str, Any]] | None | str = "stored",
+    oracle: bool = True,
 ) -> dict[str, Any]:
     """The headroom figures of one task (the module docstring).
 
@@ -275,9 +289,16 @@ def measure(
     :param planners: run the planners (False: constants only).
     :param tuning: how many of the tuning seeds the constants are tuned on (the first).
     :param log: called with a line of progress.
+    :param env_kwargs: override the task's env arguments (a changed problem: another
+        profile or power model, as ``scripts/clock_sensitivity.py`` asks).
+    :param reference: the reference policy ``(baseline name, parameters)`` to measure
+        beside the constants, ``None`` for none, or ``"stored"``: the task's stored best
+        (:func:`stored_reference`).
+    :param oracle: run the clairvoyant planner too (with ``planners``).
     """
     task = tasks.get(task_id)
-    env = gym.make(task_id)
+    env_id, kwargs = tasks.make_args(task_id, **(env_kwargs or {}))
+    env = gym.make(env_id, **kwargs)
     n_actions = int(env.action_space.n)  # type: ignore[attr-defined]  # Discrete
     names = [action_name(env, a) for a in range(n_actions)]
     env.close()
@@ -290,7 +311,7 @@ def measure(
     warm = int(task.kwargs.get("warmup_requests", 0))
 
     def run_all(specs: list[Spec], progress: bool = True) -> dict[str, Any]:
-        return _run_all(task_id, specs, jobs, warm, say if progress else None)
+        return _run_all(task_id, specs, jobs, warm, say if progress else None, env_kwargs)
 
     def named(a: int) -> str:  # the action as the table names it, and its number
         return f"{names[a]} (action {a})" if names[a] != str(a) else f"action {a}"
@@ -314,29 +335,30 @@ def measure(
     )
     specs: list[Spec] = [("greedy", "greedy", {}, held, horizon, None)]
     specs += [(f"constant {a}", "constant", {"action": a}, held, horizon, None) for a in kept]
-    reference = stored_reference(task_id)
-    if reference is not None:
-        name, params = reference
+    ref_policy = stored_reference(task_id) if isinstance(reference, str) else reference
+    if ref_policy is not None:
+        name, params = ref_policy
         specs.append(("reference", name, params, held, horizon, None))
     if planners:
         rollout = {
             "base": best,
-            "policies": _family(best, kept, reference),
+            "policies": _family(best, kept, ref_policy),
             "candidates": None if n_actions <= ALL_CANDIDATES else kept,
             "samples": samples,
             "every": every,
             "between": between,
         }
-        oracle = {k: v for k, v in rollout.items() if k != "samples"}
         on = (sub, planner_horizon, planner_warmup)
         specs += [
             ("best constant (planner episodes)", "constant", {"action": best}, *on),
             ("rollout", "rollout", rollout, *on),
-            ("rollout-oracle", "rollout-oracle", oracle, *on),
         ]
+        if oracle:
+            clairvoyant = {k: v for k, v in rollout.items() if k != "samples"}
+            specs.append(("rollout-oracle", "rollout-oracle", clairvoyant, *on))
     say(
         f"{task_id}: {len(specs)} runs on the held-out seeds: greedy, {len(kept)} constants"
-        + (", the task's reference" if reference is not None else "")
+        + (", the task's reference" if ref_policy is not None else "")
         + (
             f", and the two planners on {len(sub)} x {planner_horizon} requests (each plans "
             "at every decision: minutes)"
@@ -369,8 +391,8 @@ def measure(
         "wall_s": time.perf_counter() - t0,
     }
     out["best_constant_rate"] = float(np.mean(const))
-    if reference is not None:
-        out["reference"] = {"policy": reference[0], "params": reference[1]}
+    if ref_policy is not None:
+        out["reference"] = {"policy": ref_policy[0], "params": ref_policy[1]}
         out["figures"]["reference"] = paired(runs["reference"]["per_seed"], const)
     if planners:
         ref = runs["best constant (planner episodes)"]["per_seed"]
@@ -382,7 +404,8 @@ def measure(
             "between": between,
         }
         out["figures"]["rollout"] = paired(runs["rollout"]["per_seed"], ref)
-        out["figures"]["rollout-oracle"] = paired(runs["rollout-oracle"]["per_seed"], ref)
+        if oracle:
+            out["figures"]["rollout-oracle"] = paired(runs["rollout-oracle"]["per_seed"], ref)
     return out
 
 

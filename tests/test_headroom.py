@@ -67,3 +67,46 @@ def test_the_command_writes_its_files_and_refuses_an_unknown_task(tmp_path, caps
         main(["headroom", "--seeds", "0"])
     assert main(["headroom", "--tasks", "NoSuchTask-v0", "--results-dir", str(out)]) == 2
     assert "NoSuchTask" in capsys.readouterr().err
+
+
+def test_a_changed_problem_runs_on_the_base_env_with_the_tasks_kwargs():
+    """``env_kwargs`` (scripts/clock_sensitivity.py's power models): the protocol runs the
+    task's base env with the task's kwargs and the change, under the task's step net; a
+    higher memory power costs more on the same episodes; the reference and oracle
+    options of measure() hold."""
+    from batch_env import llm_profile
+    from experiments.benchmark import run_protocol
+
+    task = "batch_env/LLMClockQwenH200-v0"
+    base = llm_profile.load("qwen2.5-7b-h200")
+    mem = base._arch_gpu().power_model["mem_w"]
+    kw = dict(seeds=(0,), horizon_requests=60, warmup_requests=20, params={"budget": 512})
+    same = run_protocol(task, "static-budget", env_kwargs={"profile": base.to_dict()}, **kw)
+    plain = run_protocol(task, "static-budget", **kw)
+    assert same["per_seed"] == plain["per_seed"]
+    hot = base.with_power_model(mem_w=1.3 * mem).to_dict()
+    costly = run_protocol(task, "static-budget", env_kwargs={"profile": hot}, **kw)
+    assert costly["per_seed"][0] < plain["per_seed"][0]
+    with pytest.raises(ValueError, match="env_kwargs is not for a cached run"):
+        run_protocol(task, "greedy", cache="x.jsonl", env_kwargs={"profile": hot})
+    r = headroom.measure(
+        task,
+        horizon=40,
+        eval_seeds=2,
+        planner_seeds=1,
+        planner_horizon=20,
+        planner_warmup=20,
+        top=2,
+        samples=1,
+        every=8,
+        tuning=1,
+        env_kwargs={"profile": hot},
+        reference=("clock-queue", {"low_clock": 990.0, "threshold": 2}),
+        oracle=False,
+        planners=True,
+    )
+    assert r["reference"] == {
+        "policy": "clock-queue",
+        "params": {"low_clock": 990.0, "threshold": 2},
+    }
+    assert set(r["figures"]) == {"greedy", "best constant per episode", "reference", "rollout"}

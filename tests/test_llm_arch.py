@@ -288,6 +288,34 @@ def test_power_limit_holds_h200_prefill_below_its_maximum_clock():
     assert A.power_w(g, dec, 1980.0, 1.0) == pytest.approx(450.4, rel=0.1)
 
 
+def test_with_power_model_changes_power_not_timings_and_carries_to_the_clock():
+    """The power model's constants at another value: power figures follow the model with
+    them (a modelled profile becomes exactly the model's), timings at the default clock do
+    not move, and at_clock of the result uses the new constants."""
+    p = L.load("llama-3.1-8b-h100")
+    pm = A.load_gpu("h100-sxm").power_model
+    low = p.with_power_model(mem_w=0.7 * pm["mem_w"])
+    spec = dict(A.load_gpu("h100-sxm").raw, power_model={**pm, "mem_w": 0.7 * pm["mem_w"]})
+    rebuilt = L.load(A.build_profile("llama-3.1-8b", spec, 1))
+    for b in (1, 16, 64):
+        assert low.decode_power_w(b) == pytest.approx(rebuilt.decode_power_w(b), rel=1e-9)
+        assert low.decode_power_w(b) < p.decode_power_w(b)
+        assert low.decode_time_s(b, 1000 * b) == p.decode_time_s(b, 1000 * b)
+    assert low.prefill_time_s(2048, 2048**2) == p.prefill_time_s(2048, 2048**2)
+    # the exponent only acts below the maximum clock: alpha 3 saves more power at 990 MHz
+    a1, a3 = (p.with_power_model(alpha=a) for a in (1.0, 3.0))
+    assert a1.decode_power_w(32) == pytest.approx(p.decode_power_w(32), rel=1e-9)
+    q1, q2, q3 = (x.at_clock(990.0).decode_power_w(32) for x in (a1, p, a3))
+    assert q1 > q2 > q3
+    assert p.decode_power_w(32) == L.load("llama-3.1-8b-h100").decode_power_w(32)  # unchanged
+    with pytest.raises(ValueError, match=r"beta=1 is not a power-model constant"):
+        p.with_power_model(beta=1)
+    with pytest.raises(ValueError, match=r"field 'power_model.alpha'=-1"):
+        p.with_power_model(alpha=-1)
+    with pytest.raises(ValueError, match="at 990"):
+        p.at_clock(990.0).with_power_model(alpha=3.0)
+
+
 # --------------------------------------------------------------------------- against measurements
 
 

@@ -843,7 +843,7 @@ class LLMProfile:
             llm_arch.build_profile(arch["model"], gpu, tp, clock_mhz=f, **kw), origin="clock model"
         )
         d = copy.deepcopy(self.raw)
-        pre, dec, pw = d["prefill"], d["decode"], d["power"]
+        pre, dec = d["prefill"], d["decode"]
 
         def ratio(a: Any, b: Any, x: int) -> float:
             return float(a(x) / b(x))
@@ -863,29 +863,86 @@ class LLMProfile:
         ):
             sec[key] = sec[key] * (a / b if b > 0 else 1.0)
 
-        def pratio(a: Any, b: Any, x: int, idle: float) -> float:
-            return (a(x) - idle) / max(b(x) - idle, 1e-9)
-
-        idle = self.idle_power_w
-        pw["prefill_w"] = [
-            min(
-                idle
-                + (y - idle) * pratio(new._prefill_power, ref._prefill_power, x, ref.idle_power_w),
-                self.num_gpus * self.gpu_rated_power_w,
-            )
-            for x, y in zip(pw["prefill_tokens"], pw["prefill_w"], strict=True)
-        ]
-        pw["decode_w"] = [
-            min(
-                idle
-                + (y - idle) * pratio(new._decode_power, ref._decode_power, x, ref.idle_power_w),
-                self.num_gpus * self.gpu_rated_power_w,
-            )
-            for x, y in zip(pw["decode_batch_sizes"], pw["decode_w"], strict=True)
-        ]
+        self._rescale_power(d, new, ref)
         d["arch"] = dict(arch, clock_mhz=f)
         d["device"] = f"{self.device}, SM clock set to {f:g} MHz"
         return LLMProfile(d, origin=f"{self.origin} at {f:g} MHz")
+
+    def _rescale_power(self, d: dict[str, Any], new: LLMProfile, ref: LLMProfile) -> None:
+        """Scale ``d``'s power tables (a copy of this profile's) by the roofline model's
+        busy power (above idle) in ``new`` over that in ``ref``, capped at the boards'
+        rated power: a modelled profile becomes ``new``'s, a measured one keeps its
+        measurements where ``new`` and ``ref`` agree."""
+        pw, idle, cap = d["power"], self.idle_power_w, self.num_gpus * self.gpu_rated_power_w
+        for xs, ys, a, b in (
+            ("prefill_tokens", "prefill_w", new._prefill_power, ref._prefill_power),
+            ("decode_batch_sizes", "decode_w", new._decode_power, ref._decode_power),
+        ):
+            pw[ys] = [
+                min(
+                    idle
+                    + (y - idle) * (a(x) - ref.idle_power_w) / max(b(x) - ref.idle_power_w, 1e-9),
+                    cap,
+                )
+                for x, y in zip(pw[xs], pw[ys], strict=True)
+            ]
+
+    def with_power_model(self, **constants: float) -> LLMProfile:
+        """This profile with some of its GPU's power-model constants changed: ``clock_w``,
+        ``mem_w``, ``sm_w`` (watts) or ``alpha`` (the clock exponent), as in
+        :mod:`batch_env.profiles.llm_arch`'s ``P(f)``. For asking how a result depends on
+        a constant the data do not pin (docs/validation.md, "The clock where it can be
+        checked"; ``scripts/clock_sensitivity.py``).
+
+        Every power figure is scaled by the model's busy power (above idle) with the new
+        constants over that with the old (a modelled profile's become the model's with
+        the new constants), and :meth:`at_clock` of the result uses the new constants.
+        Timings at the default clock are unchanged (they are the fitted ones); timings at
+        another clock can change where the power limit sets the clock a compute-bound
+        iteration runs at by default.
+
+        :param constants: the constants to change, each a non-negative number.
+        :returns: a new :class:`LLMProfile` (this one is unchanged).
+        :raises ValueError: the profile has no clock model (no field ``arch``) or is not at
+            the default clock, a name is not a power-model constant, or a value is invalid
+            (the error names it).
+        """
+        from . import llm_arch
+
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            raise ValueError(
+                f"profile '{self.name}' has no power model (no field 'arch'): build one from "
+                "the model's config.json with `batch-env profile llm` (batch_env.profiles.llm_arch)"
+            )
+        gpu = self._arch_gpu()
+        if arch.get("clock_mhz") is not None and float(arch["clock_mhz"]) != gpu.max_clock_mhz:
+            raise ValueError(
+                f"profile '{self.name}' is at {arch['clock_mhz']} MHz: change the power model of "
+                "the profile at the default clock, then call at_clock"
+            )
+        allowed = tuple(gpu.power_model)
+        for k in constants:
+            if k not in allowed:
+                raise ValueError(
+                    f"with_power_model: {k}={constants[k]!r} is not a power-model constant: "
+                    f"allowed {list(allowed)}"
+                )
+        spec = copy.deepcopy(dict(gpu.raw))
+        spec["power_model"] = {**gpu.power_model, **constants}
+        new_gpu = llm_arch.load_gpu(spec)  # validates each value, naming it
+        kw = {k: arch[k] for k in ("max_tokens", "max_batch", "power_context_tokens") if k in arch}
+        tp = int(arch.get("tp", self.num_gpus))
+        ref = LLMProfile(llm_arch.build_profile(arch["model"], gpu, tp, **kw), origin="power model")
+        new = LLMProfile(
+            llm_arch.build_profile(arch["model"], new_gpu, tp, **kw), origin="power model"
+        )
+        d = copy.deepcopy(self.raw)
+        self._rescale_power(d, new, ref)
+        d["arch"] = dict(arch, gpu=spec)
+        changed = ", ".join(f"{k}={float(v):g}" for k, v in constants.items())
+        d["power"]["rule"] = f"{d['power'].get('rule', '')}; power model changed: {changed}"
+        return LLMProfile(d, origin=f"{self.origin} with {changed or 'the same power model'}")
 
     # ----------------------------------------------------------------- misc
 
