@@ -52,10 +52,16 @@ The clock (``f`` MHz) and power
     ``peak(f) = peak_tflops x f / peak_tflops_clock_mhz``; bandwidth does not depend on the
     SM clock; floors do not either. Board power of one GPU during an iteration::
 
-        P(f) = idle + clock_w (f/f_max)**alpha + mem_w x u_mem + sm_w x u_sm (f/f_max)**alpha
+        P(f) = idle + clock_w r + mem_w x u_mem (1 - s + s r) + sm_w x u_sm r,  r = (f/f_max)**alpha
 
     with ``u_sm`` the fraction of the iteration the tensor cores need at clock f (the
-    compute terms' sum over the iteration time) and ``u_mem`` the same for HBM traffic.
+    compute terms' sum over the iteration time) and ``u_mem`` the same for HBM traffic;
+    ``s`` (the spec's optional ``mem_clock_share``, default 0) is the share of the memory
+    traffic's power that scales with the SM clock (the L2, crossbar and load/store units
+    that move it run in the SM's clock and voltage domain). At ``f_max`` it drops out.
+    Neither ``alpha`` nor ``s`` is pinned by a measurement at several clocks: the shipped
+    specs have alpha 2 and s 0, and docs/validation.md ("The clock where it can be
+    checked") gives the range the published per-clock figures allow.
     Where P at the requested clock would exceed the board's power limit the GPU lowers its
     clock until it does not (its own power management, as measured on the H200: compute-
     bound prefills ran at 1476-1570 MHz at the 700 W limit, memory-bound decodes at the
@@ -359,6 +365,8 @@ _EFF_FIELDS = (
     "eta_kv",
 )
 _POWER_FIELDS = ("clock_w", "mem_w", "sm_w", "alpha")
+#: optional power-model constants and their defaults (a spec without them has these)
+_POWER_OPTIONAL = {"mem_clock_share": 0.0}
 
 
 @dataclass(frozen=True)
@@ -475,6 +483,8 @@ def _gpu_from_dict(d: dict[str, Any], origin: str) -> GPUSpec:
                 raise ValueError(f"{origin}: field '{key}' lacks '{key}.{f}'")
             high = 1.0 if f.startswith("eta_") else None
             num(f"{key}.{f}", sec[f], low=0.0, low_inclusive=not f.startswith("eta_"), high=high)
+    for f, default in _POWER_OPTIONAL.items():
+        num(f"power_model.{f}", pm.get(f, default), low=0.0, high=1.0)
     tdp = num("tdp_w", d["tdp_w"], low=0.0, low_inclusive=False)
     mem = d["memory_bytes"]
     check_number(f"{origin}: field 'memory_bytes'", mem, low=1, integer=True)
@@ -497,7 +507,10 @@ def _gpu_from_dict(d: dict[str, Any], origin: str) -> GPUSpec:
             "allreduce.bus_bandwidth_gb_s", ar["bus_bandwidth_gb_s"], low=0.0, low_inclusive=False
         ),
         efficiency={f: float(eff[f]) for f in _EFF_FIELDS},
-        power_model={f: float(pm[f]) for f in _POWER_FIELDS},
+        power_model={
+            **{f: float(pm[f]) for f in _POWER_FIELDS},
+            **{f: float(pm.get(f, d)) for f, d in _POWER_OPTIONAL.items()},
+        },
         raw=d,
     )
 
@@ -693,8 +706,9 @@ def default_clock(gpu: GPUSpec, cost: IterationCost) -> float:
     fmax = gpu.max_clock_mhz
     if power_w(gpu, cost, fmax, 1.0) <= gpu.tdp_w:
         return fmax
-    room = gpu.tdp_w - gpu.idle_power_w - pm["mem_w"] * u_mem
-    per = pm["clock_w"] + pm["sm_w"] * u_sm
+    share = pm["mem_clock_share"]
+    room = gpu.tdp_w - gpu.idle_power_w - pm["mem_w"] * u_mem * (1.0 - share)
+    per = pm["clock_w"] + pm["sm_w"] * u_sm + pm["mem_w"] * u_mem * share
     if room <= 0 or per <= 0:
         return gpu.min_clock_mhz
     return max(gpu.min_clock_mhz, min(fmax, fmax * (room / per) ** (1.0 / pm["alpha"])))
@@ -706,7 +720,8 @@ def power_w(gpu: GPUSpec, cost: IterationCost, f: float, scale: float) -> float:
     pm = gpu.power_model
     u_sm, u_mem = cost.utilization(scale)
     r = (f / gpu.max_clock_mhz) ** pm["alpha"]
-    return gpu.idle_power_w + pm["clock_w"] * r + pm["mem_w"] * u_mem + pm["sm_w"] * u_sm * r
+    mem = pm["mem_w"] * u_mem * (1.0 - pm["mem_clock_share"] * (1.0 - r))
+    return gpu.idle_power_w + pm["clock_w"] * r + mem + pm["sm_w"] * u_sm * r
 
 
 def at_clock(gpu: GPUSpec, cost: IterationCost, f_req: float) -> tuple[float, float, float]:
