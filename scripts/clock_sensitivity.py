@@ -5,8 +5,10 @@ control because of the power model: a low SM clock saves a quarter of a compute-
 prefill's energy and halves its speed, while memory-bound decode barely slows. How power
 falls with the clock (the exponent ``alpha``) and how much of it is memory power
 (``mem_w``) are not pinned by published data (docs/validation.md, "The clock where it can
-be checked"). This script measures, for each task and each power model at the ends of
-the range the sources allow, the headroom of
+be checked"; ``s`` is ``mem_clock_share``, the share of memory power that scales with
+the clock, which the published figures put at 0.5 or more where the shipped specs have
+0). This script measures, for each task and each power model at the ends of the range
+the sources allow, the headroom of
 
 * ``clock-queue`` (the tasks' reference rule: the low clock while at most ``threshold``
   requests wait), re-tuned for that power model on the tuning seeds (its low and high
@@ -54,6 +56,8 @@ VARIANTS: dict[str, dict[str, float]] = {
     "alpha=3": {"alpha": 3.0},
     "mem_w x0.7": {"mem_w": 0.7},
     "mem_w x1.3": {"mem_w": 1.3},
+    "s=0.5": {"mem_clock_share": 0.5},
+    "alpha=3+s=0.5": {"alpha": 3.0, "mem_clock_share": 0.5},
 }
 #: the clock rule's tuning grid: low clocks, high clocks, thresholds, budgets
 LOWS, HIGHS, THRESHOLDS, BUDGETS = (
@@ -132,7 +136,7 @@ def _pct(f: dict[str, float] | None) -> str:
 def table(results: list[dict[str, Any]]) -> str:
     """The sensitivity table (Markdown)."""
     lines = [
-        "| task | power model (alpha, mem_w) | best constant (rate/s) | clock-queue (tuned) | "
+        "| task | power model (alpha, mem_w, s) | best constant (rate/s) | clock-queue (tuned) | "
         "clock-queue's gain | rollout's gain | wall |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -144,7 +148,7 @@ def table(results: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"| {r['task'].removeprefix('batch_env/')} | {r['variant']} ({pm['alpha']:g}, "
-            f"{pm['mem_w']:.0f} W) | {r['best_constant_parts']} ({r['best_constant_rate']:.2f}) | "
+            f"{pm['mem_w']:.0f} W, {pm.get('mem_clock_share', 0.0):g}) | {r['best_constant_parts']} ({r['best_constant_rate']:.2f}) | "
             f"{rule} | {_pct(r['figures'].get('reference'))} | "
             f"{_pct(r['figures'].get('rollout'))} | {r['wall_s'] / 60:.0f} min |"
         )
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
 
     def path(t: str, v: str) -> Path:
-        return OUT_DIR / f"{t}__{v.replace(' ', '_')}.json"
+        return OUT_DIR / f"{t}__{v.replace(' ', '_').replace(',', '')}.json"
 
     todo = [(t, v) for t in task_ids for v in variants if not path(t, v).exists()]
     print(f"{len(todo)} runs to do", file=sys.stderr, flush=True)

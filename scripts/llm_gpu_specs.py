@@ -86,6 +86,31 @@ SPECS: dict[str, dict[str, Any]] = {
             "the 400 W limit; alpha and the clock term as the H200's (fitted)",
         },
     },
+    "a100-40gb": {
+        "name": "a100-40gb",
+        "device": "NVIDIA A100-SXM4-40GB",
+        "peak_tflops": {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0},
+        "peak_tflops_clock_mhz": 1410.0,
+        "memory_bandwidth_gb_s": 1555.0,
+        "memory_bytes": 40_000_000_000,
+        "tdp_w": 400.0,
+        "idle_power_w": 63.0,
+        "sm_clock_mhz": {"min": 210.0, "max": 1410.0, "step": 15.0},
+        "sm_count": 108,
+        "allreduce": {"latency_us": 10.0, "bus_bandwidth_gb_s": 235.0},
+        "sources": {
+            "datasheet": "NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-us-nvidia-1758950-r4-web): "
+            "A100 40GB SXM: BF16/FP16 Tensor Core 312 TFLOPS dense (624 with sparsity), TF32 156, GPU memory "
+            "40GB HBM2, memory bandwidth 1,555 GB/s, max TDP 400W; the same GA100 die as the A100 80GB (108 "
+            "SMs, 312 TFLOPS at the 1410 MHz boost clock)",
+            "sm_clock_mhz": "the A100's: 210..1410 MHz in 15 MHz steps (nvidia-smi -q -d SUPPORTED_CLOCKS)",
+            "idle_power_w": "assumed the A100 80GB's 63 W (splitwise-sim's constant power model); public "
+            "nvidia-smi idle readings of A100-SXM4-40GB boards are 50-60 W",
+            "allreduce": "the A100 80GB's (the same NVLink 3 and NVSwitch)",
+            "power_model": "the A100 80GB's (the same die and 400 W limit); modelled, not measured on a 40GB "
+            "board, whose HBM2 draws somewhat less than the 80GB's HBM2e",
+        },
+    },
     "h100-sxm": {
         "name": "h100-sxm",
         "device": "NVIDIA H100-SXM5-80GB",
@@ -141,6 +166,36 @@ SPECS: dict[str, dict[str, Any]] = {
             "(data/h200_llm_ops.json 'power')",
         },
     },
+    "b200": {
+        "name": "b200",
+        "device": "NVIDIA B200 (HGX, 1000 W)",
+        "peak_tflops": {"bf16": 2250.0, "fp16": 2250.0, "fp8": 4500.0, "tf32": 1100.0},
+        "peak_tflops_clock_mhz": 1860.0,
+        "memory_bandwidth_gb_s": 8000.0,
+        "memory_bytes": 192_000_000_000,
+        "tdp_w": 1000.0,
+        "idle_power_w": 117.0,
+        "sm_clock_mhz": {"min": 345.0, "max": 1980.0, "step": 15.0},
+        "sm_count": 148,
+        "allreduce": {"latency_us": 8.0, "bus_bandwidth_gb_s": 734.0},
+        "sources": {
+            "datasheet": "NVIDIA DGX B200 datasheet: 8 B200 GPUs, 64 TB/s HBM3e bandwidth (8 TB/s each), FP8 "
+            "training 72 PFLOPS (sparse; 4.5 dense per GPU), 1,440 GB of GPU memory (180 GB each, as NVIDIA "
+            "rounds it; the 8 HBM3e stacks hold 192 GB, which is what vLLM sizes its cache against); NVIDIA's HGX "
+            "B200 figures at 1,000 W (as tabulated by glennklockwood.com/garden/processors/B200): BF16/FP16 "
+            "2,250 dense TFLOPS, FP8 4,500, TF32 1,100; 148 SMs, a 1.86 GHz tensor clock for those rates and "
+            "a 1.98 GHz boost (hmc-tech.com's B200 page, third-party); ML.ENERGY's B200 servers: 1,000 W a GPU",
+            "sm_clock_mhz": "assumed: up to the 1.98 GHz boost in 15 MHz steps from the Hopper GPUs' 345 MHz "
+            "minimum (no published supported-clocks list found)",
+            "idle_power_w": "assumed: the H200's measured 82 W scaled by the power limit (1000/700); no "
+            "published idle reading found",
+            "allreduce": "modelled: 8 us a call (as the Hoppers') + 2 (tp-1)/tp x bytes / 734 GB/s (the "
+            "H200's nccl-tests bus bandwidth, 367 GB/s, doubled with NVLink 5's 1.8 TB/s against NVLink 4's "
+            "900 GB/s; an assumption)",
+            "power_model": "modelled, not measured: the H200's fitted model with every constant scaled by the "
+            "power limit (1000/700)",
+        },
+    },
 }
 #: The power model's clock term, measured on the H200: 125 W at rest with the SM clock at
 #: 1980 MHz right after load, against 82 W at rest at 345 MHz.
@@ -149,6 +204,8 @@ CLOCK_W = 125.0 - 82.0
 #: linear (fixed voltage) and cubic (voltage proportional to clock) limits; the measured
 #: windows (two clock regimes only) do not determine it.
 ALPHA = 2.0
+#: GPUs with no operator profile here: the sibling whose fitted efficiencies they take
+DERIVED = {"a100-40gb": "a100-80gb", "b200": "h100-sxm"}
 LLAMA2 = {
     "llama-2-7b": llm_arch.load_model_config("llama-2-7b"),
     "llama-2-70b": llm_arch.load_model_config("llama-2-70b"),
@@ -511,7 +568,7 @@ def _round(d: dict[str, float], digits: int = 4) -> dict[str, float]:
 
 
 def build(data: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """The three GPU specs and the fits' report."""
+    """The GPU specs and the fits' report."""
     ops = json.loads((data / OPS).read_text())
     report: dict[str, Any] = {}
     gemm, report["h200 gemm"] = fit_h200_gemm(ops)
@@ -527,11 +584,16 @@ def build(data: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     report["h200 moe"] = check_moe(ops, llm_arch.load_gpu(specs["h200"]))
 
     vid = read_vidur(data / VIDUR)
-    for name in ("a100-80gb", "h100-sxm"):
+    for name in ("a100-80gb", "h100-sxm", "a100-40gb", "b200"):
         sp = SPECS[name]
         base = dict(eff)
         if name == "h100-sxm":
             p = dict(pm)
+        elif name == "b200":  # the H200's model at the B200's power limit (its sources)
+            k = sp["tdp_w"] / SPECS["h200"]["tdp_w"]
+            p = {c: (v if c == "alpha" else v * k) for c, v in pm.items()}
+        elif name == "a100-40gb":
+            p = dict(specs["a100-80gb"]["power_model"])
         else:  # splitwise-sim's constants, read as described in the spec's sources
             clock_w = pm["clock_w"] * sp["tdp_w"] / SPECS["h200"]["tdp_w"]
             p = {
@@ -540,7 +602,10 @@ def build(data: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
                 "sm_w": sp["tdp_w"] - sp["idle_power_w"] - clock_w,
                 "alpha": pm["alpha"],
             }
-        e, report[f"{name} fit"] = fit_vidur(vid, name, base, p)
+        if name in DERIVED:  # no operator profile of this GPU: its sibling's efficiencies
+            e = dict(specs[DERIVED[name]]["efficiency"])
+        else:
+            e, report[f"{name} fit"] = fit_vidur(vid, name, base, p)
         specs[name] = dict(sp, efficiency=_round(e), power_model=_round(p))
     for name, sp in specs.items():
         sp["sources"] = dict(sp["sources"])
@@ -551,10 +616,14 @@ def build(data: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
             "microsoft/vidur @7d47513, MIT) for the GEMM and elementwise terms; attention efficiencies from the "
             "H200's fit"
         )
+        if name in DERIVED:
+            sp["sources"]["efficiency"] = (
+                f"not fitted (nothing measured on this GPU): {DERIVED[name]}'s efficiencies, assumed"
+            )
         sp["fit"] = {
             k: v
             for k, v in report.items()
-            if k.startswith(name.split("-")[0]) and "rows" not in str(k)
+            if name not in DERIVED and k.startswith(name.split("-")[0]) and "rows" not in str(k)
         }
     return specs, report
 

@@ -54,21 +54,28 @@ import numpy as np
 import batch_env  # noqa: F401 (registers the ids)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
-PROFILES = {
+PROFILES: dict[tuple[str, str, int], str | tuple[str, str, int]] = {
     ("meta-llama/Llama-3.1-8B-Instruct", "H100", 1): "llama-3.1-8b-h100",
     ("meta-llama/Llama-3.1-70B-Instruct", "H100", 4): "llama-3.1-70b-tp4-h100",
+    # no shipped B200 profile: built from the model's config on the B200 spec (its power
+    # model and efficiencies are assumed, not fitted: batch_env/profiles/gpus/b200.json)
+    ("meta-llama/Llama-3.1-8B-Instruct", "B200", 1): ("llama-3.1-8b", "b200", 1),
+    ("meta-llama/Llama-3.1-70B-Instruct", "B200", 2): ("llama-3.1-70b", "b200", 2),
 }
 BUDGET, MAX_MODEL_LEN, MAX_OUTPUT, MAX_PROMPT = 8192, 20_480, 4096, 16_384
 
 
-def rows(which: str) -> list[dict[str, Any]]:
-    """The published rows that a profile covers (``which``: "8B", "70B" or "all")."""
+def rows(which: str, gpus: tuple[str, ...] = ("H100",)) -> list[dict[str, Any]]:
+    """The published rows that a profile covers (``which``: "8B", "70B" or "all") on
+    ``gpus`` (the H100's by default: the B200 has no fitted spec)."""
     out = []
     hists = json.loads((DATA / "mlenergy_v3_output_lengths.json").read_text())["histograms"]
     with (DATA / "mlenergy_v3_llm_energy.csv").open() as fh:
         for r in csv.DictReader(fh):
             key = (r["model"], r["gpu"], int(r["num_gpus"]))
             if key not in PROFILES or (which != "all" and f"-{which}-" not in r["model"]):
+                continue
+            if r["gpu"] not in gpus:
                 continue
             h = hists[f"{r['model']}|{r['gpu']}|{r['num_gpus']}|{r['max_num_seqs']}"]
             out.append({**r, "profile": PROFILES[key], "hist": h})
@@ -104,10 +111,17 @@ def window_batch(series: list[tuple[float, int]], t0: float, t1: float) -> float
 
 def profile_of(row: dict[str, Any], per_seq_ms: float) -> Any:
     """The row's profile, with ``overhead_ms_per_seq`` set to ``per_seq_ms`` where > 0."""
-    if per_seq_ms <= 0:
+    if isinstance(row["profile"], tuple):
+        from batch_env.profiles import llm_arch
+
+        d = llm_arch.build_profile(*row["profile"], max_batch=2048)
+    elif per_seq_ms <= 0:
         return row["profile"]
-    path = DATA.parent / "batch_env" / "profiles" / "llm" / f"{row['profile']}.json"
-    d = json.loads(path.read_text())
+    else:
+        path = DATA.parent / "batch_env" / "profiles" / "llm" / f"{row['profile']}.json"
+        d = json.loads(path.read_text())
+    if per_seq_ms <= 0:
+        return d
     d["overhead_ms_per_seq"] = per_seq_ms
     d["overhead_source"] = "scripts/validate_energy.py --per-seq-ms (exploratory)"
     return d
@@ -163,6 +177,8 @@ def simulate(
     t_start = first[b - 1]
     done = [s[3] for s in series]
     k_end = bisect.bisect_left(done, n - b - 1)
+    if k_end >= len(series):
+        raise RuntimeError(f"empty steady state for max_num_seqs={b}: the run ended first")
     t_end = series[k_end][0]
     k_start = bisect.bisect_left([s[0] for s in series], t_start)
 
@@ -208,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--input-mean", type=float, default=300.0, help="mean prompt tokens")
     ap.add_argument("--input-sigma", type=float, default=1.0, help="log-normal sigma")
     ap.add_argument("--rows", choices=["8B", "70B", "all"], default="all")
+    ap.add_argument(
+        "--gpus",
+        default="H100",
+        help="comma-separated GPUs of the rows: H100 (default), B200 (its spec's power model "
+        "is assumed, not fitted)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--per-seq-ms",
@@ -249,9 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     errs: dict[str, list[float]] = {}
-    for row in rows(args.rows):
+    for row in rows(args.rows, tuple(g.strip() for g in args.gpus.split(","))):
         ins, outs = lengths(row, args.input_mean, args.input_sigma, args.seed)
-        sim = simulate(row, ins, outs, args.per_seq_ms)
+        try:
+            sim = simulate(row, ins, outs, args.per_seq_ms)
+        except RuntimeError as exc:  # the KV cache holds fewer than max_num_seqs
+            print(
+                f"| {row['model']}, {row['num_gpus']}x{row['gpu']} | {row['max_num_seqs']} | {exc} |"
+            )
+            continue
         pub = {
             "j_per_token": float(row["energy_per_token_j"]),
             "power_w": float(row["avg_power_w"]),
@@ -259,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         e = {k: sim[k] / pub[k] - 1 for k in pub}
         name = row["model"].split("/")[1].replace("-Instruct", "")
-        errs.setdefault(name, []).append(e["j_per_token"])
+        errs.setdefault(f"{name}, {row['num_gpus']}x{row['gpu']}", []).append(e["j_per_token"])
         print(
             f"| {name}, {row['num_gpus']}x{row['gpu']} | {row['max_num_seqs']} | "
             f"{pub['j_per_token']:.4f} | {sim['j_per_token']:.4f} | {e['j_per_token']:+.1%} | "

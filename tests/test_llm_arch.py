@@ -194,6 +194,27 @@ def test_tp_must_divide_the_model():
         ({"efficiency": {"eta_compute": 0.5}}, "lacks 'efficiency.eta_memory'"),
         ({"sm_clock_mhz": {"min": 500}}, "'sm_clock_mhz'"),
         ({"tdp_w": -1}, "'tdp_w'"),
+        ({"idle_power_w": 2000.0}, "'idle_power_w'=2000.0 is out of range"),
+        (
+            {"power_model": {"clock_w": 5.0, "mem_w": -20.0, "sm_w": 40.0, "alpha": 2.0}},
+            "'power_model.mem_w'",
+        ),
+        (
+            {"power_model": {"clock_w": 5.0, "mem_w": 20.0, "alpha": 2.0}},
+            "lacks 'power_model.sm_w'",
+        ),
+        (
+            {
+                "power_model": {
+                    "clock_w": 5.0,
+                    "mem_w": 20.0,
+                    "sm_w": 40.0,
+                    "alpha": 2.0,
+                    "mem_clock_share": 1.5,
+                }
+            },
+            "'power_model.mem_clock_share'",
+        ),
     ],
 )
 def test_bad_gpu_spec_is_one_line(change, needle):
@@ -208,8 +229,8 @@ def test_bad_gpu_spec_is_one_line(change, needle):
     del d["tdp_w"]
     with pytest.raises(ValueError, match=r"missing required field\(s\) \['tdp_w'\]"):
         A.load_gpu(d)
-    with pytest.raises(ValueError, match="--gpu='b200' is invalid"):
-        A.load_gpu("b200")
+    with pytest.raises(ValueError, match="--gpu='mi300x' is invalid"):
+        A.load_gpu("mi300x")
     assert A.load_gpu("H100").name == "h100-sxm" and A.load_gpu("a100").name == "a100-80gb"
 
 
