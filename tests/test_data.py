@@ -116,8 +116,31 @@ def test_repository_tables_are_present_and_documented():
         "h200_llm_ops.json",
         "mlenergy_v3_llm_energy.csv",
         "mlenergy_v3_output_lengths.json",
+        "llmk8s_llama33_70b_tp8_a100_40gb.json",
     ):
         assert (ROOT / "data" / f).is_file() and f"`{f}`" in readme, f
+
+
+def test_the_online_runs_are_the_extracted_ones_and_agree_with_themselves():
+    """The llm-k8s serving runs (scripts/validate_online.py) are what the README's checksum
+    says: four rates of the same 200 prompts, every percentile ordered, and the output
+    throughput the generated tokens over the run's duration."""
+    import hashlib
+    import json
+
+    f = ROOT / "data" / "llmk8s_llama33_70b_tp8_a100_40gb.json"
+    assert hashlib.sha256(f.read_bytes()).hexdigest() in (ROOT / "data" / "README.md").read_text()
+    runs = json.loads(f.read_text())["runs"]
+    assert list(runs) == ["01", "04", "16", "inf"]
+    prompts = runs["01"]["input_lens"]
+    assert len(prompts) == 200 and sum(prompts) == 42659
+    for r in runs.values():
+        assert r["input_lens"] == prompts and r["completed"] == 200
+        assert len(r["output_lens"]) == 200
+        assert r["median_ttft_ms"] <= r["p99_ttft_ms"] and r["median_tpot_ms"] <= r["p99_tpot_ms"]
+        assert sum(r["output_lens"]) / r["duration_s"] == pytest.approx(
+            r["output_tokens_per_s"], rel=1e-6
+        )
 
 
 def test_the_mlenergy_tables_are_the_extracted_ones_and_agree_with_themselves():
