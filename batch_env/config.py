@@ -600,6 +600,10 @@ class LLMConfigV2(LLMConfigV1):
         ``clock_mhz``. With clocks the action is ``a = ((clock index * len(orders) +
         order index) * len(budget_grid) + budget index) * len(grid) + cap index``; each
         episode starts at the grid's highest clock.
+    :param clock_latency_ms: how long a clock change takes to take effect (ms, >= 0; with
+        a ``clock_grid`` only): the clock asked for is pending until then, and the
+        iterations that start before it run at the clock in force
+        (:mod:`batch_env.llm.clock`); 0 (default): at once.
     :param longest_prefix_fcfs_above: the ``longest-prefix`` order (SGLang's longest prefix
         match) admits first come first served while more than this many requests wait
         (SGLang's switch: 128); ``None``: never.
@@ -608,6 +612,7 @@ class LLMConfigV2(LLMConfigV1):
     classes: tuple[RequestClass, ...] | None = None
     orders: tuple[str, ...] = ("fcfs",)
     clock_grid: tuple[float, ...] | None = None
+    clock_latency_ms: float = 0.0
     longest_prefix_fcfs_above: int | None = 128
 
     def __post_init__(self, profile_max_batch_tokens: int | None = None) -> None:
@@ -664,7 +669,13 @@ class LLMConfigV2(LLMConfigV1):
 
     def _check_clocks(self) -> None:
         grid = self.clock_grid
+        check_number("clock_latency_ms", self.clock_latency_ms, low=0.0, high=1e6)
         if grid is None:
+            if self.clock_latency_ms:
+                raise ValueError(
+                    f"clock_latency_ms={self.clock_latency_ms!r} is invalid without a "
+                    "clock_grid: only a clock the action sets can change (give clock_grid)"
+                )
             return
         if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
             raise ValueError(

@@ -189,3 +189,73 @@ def test_clock_queue_sets_the_clock_by_the_queue_and_static_budget_holds_one():
     plain = gym.make(V2, profile=PROFILE, max_num_batched_tokens=8192)
     with pytest.raises(ValueError, match="make the env .* with a clock_grid"):
         baselines.make("clock-queue", plain)
+
+
+def test_a_clock_change_takes_effect_after_its_latency_and_the_env_says_so():
+    """``clock_latency_ms``: the clock asked for is pending (info and the observation say
+    which, info how long is left) and the iterations before the latency has passed run
+    at the old clock; asking for the clock in force cancels a pending change."""
+    env = gym.make(
+        V2, profile=PROFILE, clock_grid=[990, 1980], clock_latency_ms=50.0, horizon_requests=200
+    )
+    u = env.unwrapped
+    assert u.observation_space.shape == (15,)  # the clock in force and the clock asked for
+    obs, info = env.reset(seed=0)
+    assert info["clock_mhz"] == 1980.0 and info["clock_change_in_ms"] == 0.0
+    t0 = u.server.now
+    obs, _, _, _, info = env.step(u.action_of(u.grid[-1], clock=990.0))
+    left = info["clock_change_in_ms"]
+    assert info["clock_mhz"] == 1980.0 and info["clock_requested_mhz"] == 990.0
+    assert left == pytest.approx(50.0 - 1e3 * (u.server.now - t0)) and 0 < left <= 50.0
+    assert obs[-2] == 1.0 and obs[-1] == pytest.approx(990 / 1980)
+    # asking for the clock in force cancels the change
+    obs, _, _, _, info = env.step(u.action_of(u.grid[-1], clock=1980.0))
+    assert info["clock_change_in_ms"] == 0.0 and info["clock_requested_mhz"] == 1980.0
+    assert u.server.sm_clock.pending == -1
+    # held long enough, the change lands: from then on the iterations run at 990 MHz
+    seen = []
+    for _ in range(200):
+        obs, _, term, trunc, info = env.step(u.action_of(u.grid[-1], clock=990.0))
+        seen.append((u.server.now, info["clock_mhz"]))
+        if info["clock_mhz"] == 990.0 or term or trunc:
+            break
+    assert seen[-1][1] == 990.0 and u.server.executor.profile is u.server.sm_clock.profiles[0]
+    assert info["clock_change_in_ms"] == 0.0 and obs[-2] == obs[-1]
+
+
+def test_clock_latency_zero_is_the_immediate_clock_and_stretches_stop_at_a_change():
+    """A latency of 0 is the env without one (to the bit); with one, the decode-only
+    stretches end where a pending change lands, so running every iteration through the
+    scheduler gives the same episode."""
+
+    def alternate(u, obs, info):
+        return u.action_of(u.grid[-1], clock=(1980.0, 990.0)[u.server.sm_clock.index == 1])
+
+    kw = dict(
+        profile=PROFILE,
+        clock_grid=[990, 1980],
+        horizon_requests=150,
+        workload={"kind": "poisson", "rate_per_s": 40.0},
+    )
+    plain = _episode(gym.make(V2, **kw), alternate)
+    zero = _episode(gym.make(V2, clock_latency_ms=0.0, **kw), alternate)
+    assert plain == zero
+    runs = gym.make(V2, clock_latency_ms=30.0, **kw)
+    stepwise = gym.make(V2, clock_latency_ms=30.0, **kw)
+    stepwise.unwrapped.server.decode_runs = False
+    a, b = _episode(runs, alternate), _episode(stepwise, alternate)
+    assert a[0] == b[0] and a[2] == pytest.approx(b[2], rel=1e-12)
+    assert a[0] != plain[0]  # the latency changes the episode
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"clock_grid": [990, 1980], "clock_latency_ms": -1}, r"clock_latency_ms"),
+        ({"clock_grid": [990, 1980], "clock_latency_ms": float("nan")}, r"clock_latency_ms"),
+        ({"clock_latency_ms": 10.0}, r"clock_latency_ms=10.0 is invalid without a clock_grid"),
+    ],
+)
+def test_bad_clock_latencies_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        gym.make(V2, profile=PROFILE, **kwargs)

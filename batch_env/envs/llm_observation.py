@@ -234,6 +234,42 @@ CLOCK_FEATURE = ObsFeature(
 )
 
 
+#: with a clock latency (``clock_latency_ms``), after the clock: the clock asked for
+CLOCK_TARGET_FEATURE = ObsFeature(
+    "sm_clock_requested_over_max_clock",
+    "the SM clock last asked for (pending until the clock latency has passed)",
+    "MHz",
+    "/ the clock grid's highest",
+    0.0,
+    1.0,
+)
+
+
+def _clock_features(server: LLMServer) -> tuple[float, ...]:
+    """The clock in force and, with a clock latency, the clock asked for, each over the
+    grid's highest (none without a grid)."""
+    clock = server.sm_clock
+    if clock.mhz is None:
+        return ()
+    top = clock.grid[-1]
+    if clock.latency_s <= 0.0:
+        return (clock.mhz / top,)
+    return (clock.mhz / top, (clock.requested_mhz or clock.mhz) / top)
+
+
+def _clock_pending(server: LLMServer) -> dict[str, float]:
+    """``info``'s pending clock change, with a clock latency: the clock asked for and the
+    milliseconds until it takes effect (0 when none is pending)."""
+    clock = server.sm_clock
+    if clock.mhz is None or clock.latency_s <= 0.0:
+        return {}
+    left = clock.switch_at - server.now if clock.pending >= 0 else 0.0
+    return {
+        "clock_requested_mhz": clock.requested_mhz or clock.mhz,
+        "clock_change_in_ms": 1e3 * max(left, 0.0),
+    }
+
+
 def per_class_features(classes: Sequence[str]) -> tuple[ObsFeature, ...]:
     """The three features of each request class named in ``classes``, in that order
     (appended with several classes): its waiting and running requests and its oldest
@@ -256,6 +292,7 @@ def observation_features(server: LLMServer, with_orders: bool) -> tuple[ObsFeatu
         *(per_class_features([c.name for c in server.classes]) if server.multi else ()),
         *(per_order_features(server.orders) if with_orders else ()),
         *((CLOCK_FEATURE,) if server.sm_clock.grid else ()),
+        *((CLOCK_TARGET_FEATURE,) if server.sm_clock.grid and server.sm_clock.latency_s else ()),
         *(PREFIX_FEATURES if server.prefix_ratio is not None else ()),
     )
 
@@ -298,11 +335,7 @@ def observe(server: LLMServer, order_features: bool) -> np.ndarray:
             server.last_prefill,
             *(_class_features(server) if server.multi else ()),
             *(_order_features(server) if order_features else ()),
-            *(
-                (clock / server.sm_clock.grid[-1],)
-                if (clock := server.sm_clock.mhz) is not None
-                else ()
-            ),
+            *_clock_features(server),
             *(_prefix_features(server) if server.prefix_ratio is not None else ()),
         ],
         dtype=np.float32,
@@ -373,6 +406,7 @@ def step_info(
         "budget": server.budget,
         **({"order": server.order} if len(server.orders) > 1 else {}),
         **({"clock_mhz": clock} if (clock := server.sm_clock.mhz) is not None else {}),
+        **_clock_pending(server),
         **({"oracle": _oracle_view(server)} if oracle else {}),
         "chunk_tokens": server.last_chunk_tokens,
         "prefilling": srv.prefilling,

@@ -52,7 +52,9 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     b = len(R)
     if not b or counts[(1 - K) % bs] > total - used:
         return 0, None  # a decode must preempt: the scheduler's own path
-    t_next = server.peek_arrival()
+    # the next arrival, or a pending clock change (the iteration that would end after it
+    # runs through the usual path, at the clock it starts at: batch_env/llm/clock.py)
+    t_next = min(server.peek_arrival(), server.sm_clock.switch_at)
     prof = server.profile
     rule = server.scheduler.cascade  # cascade attention: the prefix all hold read once
     base, per_ctx, pw, shared = _step(prof, srv, rule, R, {}, b)

@@ -161,7 +161,7 @@ class LLMServer(ServingLoop):
         self.orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
         self._one_setting = len(self.grid) * len(self.budgets) * len(self.orders) == 1
         #: the GPU's SM clock: its grid, the profile at each clock, the clock in force
-        self.sm_clock = SMClock(getattr(config, "clock_grid", None), profile)
+        self.sm_clock = SMClock.of(config, profile)
         self._clocked = len(self.sm_clock.grid) > 1  # the clock-aware epoch rule
         self._check_drop_cost()
         self.timeline = timeline
@@ -242,8 +242,8 @@ class LLMServer(ServingLoop):
         self.budget = self.budgets[-1]
         self.order = self.orders[0]
         self.sm_clock.mhz = None
-        if self.sm_clock.grid:
-            self._set_clock(len(self.sm_clock.grid) - 1)
+        if self.sm_clock.grid:  # each episode starts at the highest clock, at once
+            self._run_at(self.sm_clock.set(len(self.sm_clock.grid) - 1))
         #: what the last iteration did: requests preempted, prompt tokens chunked, whether
         #: it was a prefill (1.0) or not (0.0)
         self.last_preempted = 0
@@ -260,12 +260,13 @@ class LLMServer(ServingLoop):
         (``None``: unchanged)."""
         self.cap, self.budget, self.order = cap, budget, order
         if clock_index is not None and self.sm_clock.grid:
-            self._set_clock(clock_index)
+            self._run_at(self.sm_clock.request(clock_index, self.now))
 
-    def _set_clock(self, k: int) -> None:
-        """Run the coming iterations at the grid's clock ``k`` (:attr:`sm_clock`, the
-        clock's one owner): its profile times and powers them."""
-        prof = self.sm_clock.set(k)
+    def _run_at(self, prof: LLMProfile | None) -> None:
+        """Time and power the coming iterations by ``prof``, the profile at the clock now in
+        force (:attr:`sm_clock`, the clock's one owner; ``None``: no change)."""
+        if prof is None:
+            return
         self.use_profile(prof)
         if isinstance(self.executor, LLMProfileExecutor):  # (a clock grid needs it)
             self.executor.use_profile(prof)
@@ -496,6 +497,7 @@ class LLMServer(ServingLoop):
         phase = self.prefill_phase() if chosen else False
         while not (self.now >= self.horizon_s or self.summary_done()):
             plan = None
+            self._run_at(self.sm_clock.due(self.now))  # a pending clock change, landed
             if self._clocked and (ran or not chosen) and self.prefill_phase() != phase:
                 break  # prompt work appeared or ended: the clock's epoch
             if ran or not chosen:
