@@ -874,16 +874,16 @@ class LLMProfile:
         rated power: a modelled profile becomes ``new``'s, a measured one keeps its
         measurements where ``new`` and ``ref`` agree."""
         pw, idle, cap = d["power"], self.idle_power_w, self.num_gpus * self.gpu_rated_power_w
+
+        def ratio(a: Any, b: Any, x: int) -> float:  # busy power above idle, new over ref
+            return (a(x) - ref.idle_power_w) / max(b(x) - ref.idle_power_w, 1e-9)
+
         for xs, ys, a, b in (
             ("prefill_tokens", "prefill_w", new._prefill_power, ref._prefill_power),
             ("decode_batch_sizes", "decode_w", new._decode_power, ref._decode_power),
         ):
             pw[ys] = [
-                min(
-                    idle
-                    + (y - idle) * (a(x) - ref.idle_power_w) / max(b(x) - ref.idle_power_w, 1e-9),
-                    cap,
-                )
+                min(idle + (y - idle) * ratio(a, b, x), cap)
                 for x, y in zip(pw[xs], pw[ys], strict=True)
             ]
 
