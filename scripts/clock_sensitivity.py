@@ -98,8 +98,9 @@ def tune_rule(task_id: str, env_kwargs: dict[str, Any]) -> tuple[dict[str, Any],
     return best[1], best[0]
 
 
-def one(task_id: str, variant: str) -> dict[str, Any]:
-    """The headroom figures of one task under one power model."""
+def one(task_id: str, variant: str, planners: bool = True) -> dict[str, Any]:
+    """The headroom figures of one task under one power model (``planners``: the
+    realizable planner too)."""
     t0 = time.perf_counter()
     env_kwargs = {"profile": profile_of(task_id, variant)}
     rule, rule_rate = tune_rule(task_id, env_kwargs)
@@ -119,6 +120,7 @@ def one(task_id: str, variant: str) -> dict[str, Any]:
         env_kwargs=env_kwargs,
         reference=("clock-queue", rule),
         oracle=False,
+        planners=planners,
     )
     res["variant"] = variant
     res["power_model"] = env_kwargs["profile"]["arch"]["gpu"]["power_model"]
@@ -165,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated clock tasks")
     ap.add_argument("--out", default="docs/results/clock-sensitivity.md", help="the table")
+    ap.add_argument(
+        "--no-planners",
+        action="store_true",
+        help="the constants and the rule only (a planner run takes 10 minutes a power model)",
+    )
     args = ap.parse_args(argv)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     bad = [v for v in variants if v not in VARIANTS]
@@ -179,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [(t, v) for t in task_ids for v in variants if not path(t, v).exists()]
     print(f"{len(todo)} runs to do", file=sys.stderr, flush=True)
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
-        futs = {pool.submit(one, t, v): (t, v) for t, v in todo}
+        futs = {pool.submit(one, t, v, not args.no_planners): (t, v) for t, v in todo}
         for fut in as_completed(futs):
             t, v = futs[fut]
             res = fut.result()

@@ -89,24 +89,32 @@ def test_a_changed_problem_runs_on_the_base_env_with_the_tasks_kwargs():
     assert costly["per_seed"][0] < plain["per_seed"][0]
     with pytest.raises(ValueError, match="env_kwargs is not for a cached run"):
         run_protocol(task, "greedy", cache="x.jsonl", env_kwargs={"profile": hot})
+    # measure() on a changed problem (a cheap task: every LLM env builds its clocks'
+    # profiles), with a reference of its own and no clairvoyant planner
+    low = "batch_env/LowLoadEnergy-v0"
     r = headroom.measure(
-        task,
+        low,
         horizon=40,
         eval_seeds=2,
         planner_seeds=1,
-        planner_horizon=20,
-        planner_warmup=20,
+        planner_horizon=30,
         top=2,
         samples=1,
-        every=8,
         tuning=1,
-        env_kwargs={"profile": hot},
-        reference=("clock-queue", {"low_clock": 990.0, "threshold": 2}),
+        env_kwargs={"reward_weights": {"latency": 1.0, "energy": 4.0, "sla": 0.0, "drop": 1.0}},
+        reference=("greedy", {}),
         oracle=False,
-        planners=True,
     )
-    assert r["reference"] == {
-        "policy": "clock-queue",
-        "params": {"low_clock": 990.0, "threshold": 2},
-    }
+    assert r["reference"] == {"policy": "greedy", "params": {}}
+    plain = headroom.measure(
+        low,
+        horizon=40,
+        eval_seeds=2,
+        planner_seeds=1,
+        planner_horizon=30,
+        planners=False,
+        tuning=1,
+        top=2,
+    )
+    assert r["tuning"]["rates"] != plain["tuning"]["rates"]  # the energy weight changed them
     assert set(r["figures"]) == {"greedy", "best constant per episode", "reference", "rollout"}
