@@ -30,6 +30,7 @@ import numpy as np
 import batch_env  # noqa: F401 (registers the ids)
 from batch_env import tasks
 from batch_env.evaluate import ci95_half_width
+from batch_env.provenance import provenance_line
 from experiments.benchmark import run_protocol
 from experiments.headroom import TUNING_SEEDS
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         "Output of `python scripts/clock_latency.py` (its docstring gives the protocol); gains "
         "are the re-tuned `clock-queue` over the task's best constant clock, paired over the "
         "held-out seeds, with 95% CIs; switches are the clock changes that took effect a "
-        "second of the first held-out episode.\n\n" + text + "\n"
+        "second of the first held-out episode.\n\n" + text + "\n\n" + provenance_line() + "\n"
     )
     return 0
 

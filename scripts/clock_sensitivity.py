@@ -45,6 +45,7 @@ import numpy as np
 
 import batch_env  # noqa: F401 (registers the ids)
 from batch_env import llm_profile, tasks
+from batch_env.provenance import provenance_line
 from experiments.benchmark import run_protocol
 from experiments.headroom import TUNING_SEEDS, measure
 
@@ -204,7 +205,11 @@ def main(argv: list[str] | None = None) -> int:
         "# The clock tasks' headroom under the power model's uncertainty\n\n"
         "Output of `python scripts/clock_sensitivity.py` (its docstring gives the protocol). "
         "Gains are over the best constant action of the same power model, paired, with 95% "
-        "CIs; mem_w x0.7 / x1.3 are the GPU's memory power at 70% / 130%.\n\n" + text + "\n"
+        "CIs; mem_w x0.7 / x1.3 are the GPU's memory power at 70% / 130%.\n\n"
+        + text
+        + "\n\n"
+        + provenance_line()
+        + "\n"
     )
     print(text)
     return 0
