@@ -259,3 +259,17 @@ def test_clock_latency_zero_is_the_immediate_clock_and_stretches_stop_at_a_chang
 def test_bad_clock_latencies_are_named(kwargs, message):
     with pytest.raises(ValueError, match=message):
         gym.make(V2, profile=PROFILE, **kwargs)
+
+
+def test_envs_of_one_problem_share_their_clocks_profiles():
+    """The profiles at each clock are built once per profile content and grid (an env's
+    construction's most: about 0.1 s) and shared, as a planner's copies share them;
+    another grid or another profile builds its own."""
+    a = gym.make(V2, profile=PROFILE, clock_grid=[990, 1980]).unwrapped.server.sm_clock
+    b = gym.make(V2, profile=PROFILE, clock_grid=[990, 1980]).unwrapped.server.sm_clock
+    c = gym.make(V2, profile=PROFILE, clock_grid=[990, 1410, 1980]).unwrapped.server.sm_clock
+    d = gym.make(V2, profile="llama-3.1-8b-h200", clock_grid=[990, 1980]).unwrapped.server.sm_clock
+    assert a.profiles is b.profiles
+    assert c.profiles is not a.profiles and d.profiles is not a.profiles
+    assert [p.clock_mhz for p in c.profiles] == [990.0, 1410.0, 1980.0]
+    assert d.profiles[0].raw["arch"]["gpu"]["name"] == "h200"

@@ -18,12 +18,40 @@ docs/validation.md, "Clock changes as a real GPU makes them").
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..profiles.llm_profile import LLMProfile
+
+
+#: the profiles at each clock of a grid, by the profile's content and the grid: building
+#: them takes about 0.1 s (two roofline builds a clock), an env's construction's most;
+#: headroom's tuning and the tests make hundreds of envs of one problem. Profiles are
+#: never written after construction (a planner's copies share them), so sharing is safe.
+_BUILT: dict[tuple[str, tuple[float, ...]], tuple[LLMProfile, ...]] = {}
+_BUILT_MAX = 16
+
+
+def _profiles_at(profile: LLMProfile, grid: tuple[float, ...]) -> tuple[LLMProfile, ...]:
+    """``profile.at_clock`` of each clock of ``grid`` (cached by content; naming
+    ``clock_grid[i]`` where the GPU cannot run at it)."""
+    key = (json.dumps(profile.raw, sort_keys=True, default=repr), grid)
+    hit = _BUILT.get(key)
+    if hit is not None:
+        return hit
+    built = []
+    for i, f in enumerate(grid):
+        try:
+            built.append(profile.at_clock(f))
+        except ValueError as err:
+            raise ValueError(f"clock_grid[{i}]={f:g}: {err}") from None
+    if len(_BUILT) >= _BUILT_MAX:
+        _BUILT.pop(next(iter(_BUILT)))
+    _BUILT[key] = out = tuple(built)
+    return out
 
 
 class SMClock:
@@ -62,13 +90,7 @@ class SMClock:
                 f"clock_grid={list(self.grid)} and clock_mhz={profile.clock_mhz:g}: give one "
                 "(the grid's clocks are chosen per decision; clock_mhz fixes one)"
             )
-        built = []
-        for i, f in enumerate(self.grid):
-            try:
-                built.append(profile.at_clock(f))
-            except ValueError as err:
-                raise ValueError(f"clock_grid[{i}]={f:g}: {err}") from None
-        self.profiles = tuple(built)
+        self.profiles = _profiles_at(profile, self.grid)
 
     @classmethod
     def of(cls, config: Any, profile: LLMProfile) -> SMClock:
