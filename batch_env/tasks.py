@@ -549,7 +549,10 @@ TASKS: dict[str, Task] = {
                 "not. The best clock depends on what waits: the best constant action "
                 "settles on a middle clock, while a rule that runs at the lowest clock "
                 "until prompts queue is about 7% cheaper. No exact bound is known: the "
-                "reference is the best realizable policy."
+                "reference is the best realizable policy. The gain rests on power falling "
+                "faster than the clock (an exponent of 2, which published per-clock figures "
+                "support): 7-12% at the ends of the range they allow, 1.5% at an exponent "
+                "of 1, which they rule out (docs/headroom.md)."
             ),
             bound=None,
             seeds=tuple(range(1000, 1050)),
@@ -570,7 +573,10 @@ TASKS: dict[str, Task] = {
                 "tighter TTFT: prefill at a low clock saves energy until the queue builds, "
                 "and a burst at a low clock misses 300 ms within seconds. The best constant "
                 "action is a middle clock; a queue rule beats it by about 7%. No exact "
-                "bound is known: the reference is the best realizable policy."
+                "bound is known: the reference is the best realizable policy. As on "
+                "LLMClockBursts-v0 the gain rests on the power model's clock exponent: "
+                "8-17% at the ends of the range published figures allow, 1.1% at an "
+                "exponent of 1 (docs/headroom.md)."
             ),
             bound=None,
             seeds=tuple(range(1000, 1050)),

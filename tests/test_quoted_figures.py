@@ -146,6 +146,31 @@ def hr(task: str, figure: str) -> tuple[float, float]:
     return 100 * f["rel"], 100 * f["rel_ci95"]
 
 
+def sens(task: str, variant: str, figure: str = "reference") -> tuple[float, float]:
+    """A clock-sensitivity figure (scripts/clock_sensitivity.py): % cheaper than the best
+    constant of that power model, and its 95% CI."""
+    name = variant.replace(" ", "_").replace(",", "")
+    d = json.loads((ROOT / "results" / "clock_sensitivity" / f"{task}__{name}.json").read_text())
+    f = d["figures"][figure]
+    return 100 * f["rel"], 100 * f["rel_ci95"]
+
+
+_PLAUSIBLE = ("default", "alpha=3", "mem_w x0.7", "mem_w x1.3", "s=0.5", "alpha=3+s=0.5")
+
+
+def sens_span(task: str) -> tuple[float, float]:
+    """The rule's smallest and largest gain over the plausible power models."""
+    g = [sens(task, v)[0] for v in _PLAUSIBLE]
+    return min(g), max(g)
+
+
+def latency_gain(task: str, ms: str) -> float:
+    """The re-tuned clock rule's gain at a clock latency (docs/results/clock-latency.md)."""
+    rows = md_rows("docs/results/clock-latency.md", "| task | clock latency (ms) |")
+    (row,) = (r for r in rows if r["task"] == task and r["clock latency (ms)"] == ms)
+    return float(row["gain"].split("%")[0])
+
+
 def hr_per_episode(task: str, a: str, b: str) -> np.ndarray:
     """``a`` against ``b`` on each planner episode, in % of the best constant's cost."""
     runs = headroom(task)["runs"]
@@ -2136,6 +2161,41 @@ FIGURES: list[Figure] = [
         (
             "| Pang et al.'s 8-28% / 22% gains | +7% to {} against a cap too small for the memory",
             lambda: pct0(llm_claim("capacity", "pang2025", "static-32")),
+        ),
+    ),
+    *_figs(
+        HEADROOM,
+        "results/clock_sensitivity/<task>__<power model>.json, docs/results/clock-latency.md",
+        (
+            "{:.1f}-{:.1f}% on LLMClockBursts-v0 and {:.1f}-{:.1f}% on LLMClockQwenH200-v0 at "
+            "the exponent 2 and 3",
+            lambda: (*sens_span("LLMClockBursts-v0"), *sens_span("LLMClockQwenH200-v0")),
+        ),
+        (
+            "At the exponent 1 it falls to {:.1f} ± {:.1f}% and {:.1f} ± {:.1f}%",
+            lambda: (
+                *sens("LLMClockBursts-v0", "alpha=1"),
+                *sens("LLMClockQwenH200-v0", "alpha=1"),
+            ),
+        ),
+        (
+            "requests on LLMClockBursts-v0: {:+.1f} ± {:.1f}%, too short for a CI",
+            lambda: sens("LLMClockBursts-v0", "default", "rollout"),
+        ),
+        (
+            "the re-tuned rule keeps {:.1f}-{:.1f}% (LLMClockBursts-v0) and {:.1f}-{:.1f}% "
+            "(LLMClockQwenH200-v0), against {:.1f}% and {:.1f}% immediate; at 300 ms {:.1f}% "
+            "and {:.1f}%",
+            lambda: (
+                latency_gain("LLMClockBursts-v0", "100"),
+                latency_gain("LLMClockBursts-v0", "10"),
+                latency_gain("LLMClockQwenH200-v0", "100"),
+                latency_gain("LLMClockQwenH200-v0", "10"),
+                latency_gain("LLMClockBursts-v0", "0"),
+                latency_gain("LLMClockQwenH200-v0", "0"),
+                latency_gain("LLMClockBursts-v0", "300"),
+                latency_gain("LLMClockQwenH200-v0", "300"),
+            ),
         ),
     ),
 ]
