@@ -53,6 +53,7 @@ COMMANDS = (
     "experiments.roundtrip",  # profile, roundtrip
     "experiments.benchmark",  # benchmark
     "experiments.headroom",  # headroom
+    "experiments.clock_robustness",  # clock-sensitivity, clock-latency
     "experiments.bench",  # bench
     "experiments.data",  # data
 )

@@ -289,11 +289,9 @@ def measure(
     :param planners: run the planners (False: constants only).
     :param tuning: how many of the tuning seeds the constants are tuned on (the first).
     :param log: called with a line of progress.
-    :param env_kwargs: override the task's env arguments (a changed problem: another
-        profile or power model, as ``scripts/clock_sensitivity.py`` asks).
-    :param reference: the reference policy ``(baseline name, parameters)`` to measure
-        beside the constants, ``None`` for none, or ``"stored"``: the task's stored best
-        (:func:`stored_reference`).
+    :param env_kwargs: the task's env arguments changed (another power model, a latency).
+    :param reference: ``(baseline name, parameters)`` measured beside the constants,
+        ``None``, or ``"stored"``: the task's stored best (:func:`stored_reference`).
     :param oracle: run the clairvoyant planner too (with ``planners``).
     """
     task = tasks.get(task_id)
@@ -359,12 +357,7 @@ def measure(
     say(
         f"{task_id}: {len(specs)} runs on the held-out seeds: greedy, {len(kept)} constants"
         + (", the task's reference" if ref_policy is not None else "")
-        + (
-            f", and the two planners on {len(sub)} x {planner_horizon} requests (each plans "
-            "at every decision: minutes)"
-            if planners
-            else ""
-        )
+        + (f", and the planners on {len(sub)} x {planner_horizon} requests" if planners else "")
     )
     runs = run_all(specs)
     const = runs[f"constant {best}"]["per_seed"]

@@ -70,7 +70,7 @@ def test_the_command_writes_its_files_and_refuses_an_unknown_task(tmp_path, caps
 
 
 def test_a_changed_problem_runs_on_the_base_env_with_the_tasks_kwargs():
-    """``env_kwargs`` (scripts/clock_sensitivity.py's power models): the protocol runs the
+    """``env_kwargs`` (batch-env clock-sensitivity's power models): the protocol runs the
     task's base env with the task's kwargs and the change, under the task's step net; a
     higher memory power costs more on the same episodes; the reference and oracle
     options of measure() hold."""

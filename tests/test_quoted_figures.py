@@ -147,7 +147,7 @@ def hr(task: str, figure: str) -> tuple[float, float]:
 
 
 def sens(task: str, variant: str, figure: str = "reference") -> tuple[float, float]:
-    """A clock-sensitivity figure (scripts/clock_sensitivity.py): % cheaper than the best
+    """A clock-sensitivity figure (batch-env clock-sensitivity): % cheaper than the best
     constant of that power model, and its 95% CI."""
     name = variant.replace(" ", "_").replace(",", "")
     d = json.loads((ROOT / "results" / "clock_sensitivity" / f"{task}__{name}.json").read_text())

@@ -554,17 +554,14 @@ class LLMBatchingV2Env(LLMBatchingV1Env):
     :meth:`action_parts`; by default the grid's highest, where each episode starts): the
     iterations after a decision run on ``profile.at_clock`` of its clock, and a boundary
     is also an epoch where prompt work appears or ends. The observation gains the clock /
-    the highest, ``info["clock_mhz"]`` names it (``docs/decisions.md``: "The SM clock").
-    ``clock_latency_ms`` makes a change take that long to take effect (pending until
-    then: the observation also gains the clock asked for / the highest, ``info`` has
-    ``clock_requested_mhz`` and ``clock_change_in_ms``; :mod:`batch_env.llm.clock`).
+    the highest, ``info["clock_mhz"]`` names it; with ``clock_latency_ms`` a change lands
+    that much later (:mod:`batch_env.llm.clock`; ``docs/decisions.md``: "The SM clock").
 
     ## Version History
 
     * v2: decisions only where they matter (v1's scheduler, arguments and observation);
       request classes; admission orders; ``order_features``.
-    * v2, later: ``clock_grid`` (the SM clock in the action); off by default, all else as was.
-    * v2, later: ``clock_latency_ms`` (a clock change takes effect after it); 0 by default.
+    * v2, later: ``clock_grid`` (the clock in the action), ``clock_latency_ms``; both off.
     """
 
     _config_class = LLMConfigV2

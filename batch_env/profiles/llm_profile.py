@@ -892,7 +892,7 @@ class LLMProfile:
         ``mem_w``, ``sm_w`` (watts) or ``alpha`` (the clock exponent), as in
         :mod:`batch_env.profiles.llm_arch`'s ``P(f)``. For asking how a result depends on
         a constant the data do not pin (docs/validation.md, "The clock where it can be
-        checked"; ``scripts/clock_sensitivity.py``).
+        checked"; ``batch-env clock-sensitivity``).
 
         Every power figure is scaled by the model's busy power (above idle) with the new
         constants over that with the old (a modelled profile's become the model's with
