@@ -354,10 +354,11 @@ def measure(
         if oracle:
             clairvoyant = {k: v for k, v in rollout.items() if k != "samples"}
             specs.append(("rollout-oracle", "rollout-oracle", clairvoyant, *on))
+    which = "the two planners" if oracle else "the realizable planner"
     say(
         f"{task_id}: {len(specs)} runs on the held-out seeds: greedy, {len(kept)} constants"
         + (", the task's reference" if ref_policy is not None else "")
-        + (f", and the planners on {len(sub)} x {planner_horizon} requests" if planners else "")
+        + (f", and {which} on {len(sub)} x {planner_horizon} requests" if planners else "")
     )
     runs = run_all(specs)
     const = runs[f"constant {best}"]["per_seed"]
