@@ -94,3 +94,18 @@ def check_env_except_determinism(env: Any) -> None:
     env_reset_passive_checker(env)
     env_step_passive_checker(env, 0)
     env_checker.check_returned_data_not_reused(env)
+
+
+def load_script(name: str) -> Any:
+    """``scripts/<name>.py`` as a module (registered in ``sys.modules``, where
+    dataclasses and pickling look their module up)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -5,12 +5,11 @@ for the shipped constants, and the range of ``mem_clock_share`` that Greener LLM
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 from batch_env import llm_profile
 from batch_env.profiles import llm_arch
@@ -20,14 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def vc():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location(
-        "validate_clock", ROOT / "scripts" / "validate_clock.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_clock"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("validate_clock")
 
 
 @pytest.fixture(scope="module")

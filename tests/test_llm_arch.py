@@ -7,7 +7,6 @@ profiles in ``data/vidur_llama_linear_ops_ms.csv``.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import statistics
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+from conftest import load_script
 
 import batch_env  # noqa: F401 (registers the envs)
 from batch_env import llm_profile as L
@@ -340,17 +340,9 @@ def test_with_power_model_changes_power_not_timings_and_carries_to_the_clock():
 # --------------------------------------------------------------------------- against measurements
 
 
-def _load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def fits():
-    return _load_script("llm_gpu_specs").build(DATA)
+    return load_script("llm_gpu_specs").build(DATA)
 
 
 def test_gpu_specs_regenerate_byte_for_byte(fits, tmp_path):
@@ -506,7 +498,7 @@ def test_published_vllm_runs_reproduce():
     TP 4 (40 runs) within 10.5%. Not held, as docs/validation.md says: Qwen2-7B with long
     outputs up to 14% fast, Mixtral on the A100 13% slow, and vLLM v0.6.0 on an H100
     10-42% slower than simulated."""
-    mod = _load_script("validate_llm_runs")
+    mod = load_script("validate_llm_runs")
     figs = mod.run_all()
     printed = [abs(f.error) for f in figs if not f.chart_read]
     assert len(printed) == 122 and statistics.median(printed) <= 0.05
@@ -533,7 +525,7 @@ def test_v0_allreduce_is_the_fit_on_the_llama2_tp_runs():
     and 4 (60 runs that are not figures): a 10% step of either figure raises it; with it
     the runs' median errors are 4.4% / 5.4% / 3.9% (Llama-2-7B TP2 / TP4, Llama-2-70B TP4)
     where the GPU spec's all-reduce (8 us, 367 GB/s) leaves them 8-14% fast."""
-    mod = _load_script("validate_llm_runs")
+    mod = load_script("validate_llm_runs")
     assert sum(len(r) for *_, r in mod.ARGONNE_TP_FIT) == 60
 
     loss = mod.calibration_loss

@@ -235,7 +235,7 @@ def test_clock_latency_zero_is_the_immediate_clock_and_stretches_stop_at_a_chang
         profile=PROFILE,
         clock_grid=[990, 1980],
         horizon_requests=150,
-        workload={"kind": "poisson", "rate_per_s": 40.0},
+        workload={"kind": "poisson", "rate_per_s": 10.0},
     )
     plain = _episode(gym.make(V2, **kw), alternate)
     zero = _episode(gym.make(V2, clock_latency_ms=0.0, **kw), alternate)

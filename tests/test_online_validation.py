@@ -4,24 +4,17 @@ benchmark's runs is what the replay models (the later runs' prompts are cached).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def vo():
-    spec = importlib.util.spec_from_file_location(
-        "validate_online", ROOT / "scripts" / "validate_online.py"
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_online"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("validate_online")
 
 
 def test_the_quoted_figures_of_the_shipped_profile(vo):

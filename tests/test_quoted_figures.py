@@ -31,12 +31,10 @@ moved, rewrite the page from the results file (or rerun the command that wrote i
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import math
 import re
 import statistics
-import sys
 from collections.abc import Callable
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -44,6 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
+from conftest import load_script
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,12 +210,7 @@ def scratch_runs() -> dict[str, dict[str, Any]]:
 
 def script(name: str) -> Any:
     """``scripts/<name>.py`` as a module."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses resolve their module by name
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(name)
 
 
 # --------------------------------------------------------------------------- helpers of the figures

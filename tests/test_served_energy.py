@@ -17,27 +17,19 @@ H100s is 6-31% above the published.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "validate_energy", ROOT / "scripts" / "validate_energy.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["validate_energy"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("validate_energy")
 
 
 V = _script()
