@@ -820,28 +820,13 @@ class LLMProfile:
         :raises ValueError: the profile has no clock model (no field ``arch``), or ``mhz``
             is outside the GPU's range.
         """
-        from . import llm_arch
 
-        arch = self.raw.get("arch")
-        if not isinstance(arch, Mapping):
-            raise ValueError(
-                f"profile '{self.name}' has no clock model (no field 'arch'): build one from the "
-                "model's config.json with `batch-env profile llm` (batch_env.profiles.llm_arch)"
-            )
-        gpu = self._arch_gpu()
-        f = gpu.check_clock(mhz, "clock_mhz")
-        base_clock = arch.get("clock_mhz")
-        if base_clock is not None and float(base_clock) != gpu.max_clock_mhz:
-            raise ValueError(
-                f"profile '{self.name}' is already at {base_clock} MHz: call at_clock on the "
-                "profile at the default clock"
-            )
-        kw = {k: arch[k] for k in ("max_tokens", "max_batch", "power_context_tokens") if k in arch}
-        tp = int(arch.get("tp", self.num_gpus))
-        ref = LLMProfile(llm_arch.build_profile(arch["model"], gpu, tp, **kw), origin="clock model")
-        new = LLMProfile(
-            llm_arch.build_profile(arch["model"], gpu, tp, clock_mhz=f, **kw), origin="clock model"
+        arch, gpu = self._arch_at_default(
+            "clock", mhz, "already at {} MHz: call at_clock on the profile at the default clock"
         )
+        f = gpu.check_clock(mhz, "clock_mhz")
+        ref = self._rebuilt(gpu, "clock model")
+        new = self._rebuilt(gpu, "clock model", clock_mhz=f)
         d = copy.deepcopy(self.raw)
         pre, dec = d["prefill"], d["decode"]
 
@@ -867,6 +852,36 @@ class LLMProfile:
         d["arch"] = dict(arch, clock_mhz=f)
         d["device"] = f"{self.device}, SM clock set to {f:g} MHz"
         return LLMProfile(d, origin=f"{self.origin} at {f:g} MHz")
+
+    def _arch_at_default(self, model: str, mhz: float | None, at: str) -> tuple[Any, Any]:
+        """``(the profile's arch, its GPU spec)``, checked to be there and at the GPU's
+        default clock (``at``: the error's words after "is", with ``{}`` for the clock);
+        ``model`` names what is missing without them (``mhz``: the clock asked for)."""
+        arch = self.raw.get("arch")
+        if not isinstance(arch, Mapping):
+            raise ValueError(
+                f"profile '{self.name}' has no {model} model (no field 'arch'): build one from "
+                "the model's config.json with `batch-env profile llm` (batch_env.profiles.llm_arch)"
+            )
+        gpu = self._arch_gpu()
+        if mhz is not None:
+            gpu.check_clock(mhz, "clock_mhz")  # (an invalid clock is named first)
+        base = arch.get("clock_mhz")
+        if base is not None and float(base) != gpu.max_clock_mhz:
+            raise ValueError(f"profile '{self.name}' is {at.format(base)}")
+        return arch, gpu
+
+    def _rebuilt(self, gpu: Any, origin: str, **extra: Any) -> LLMProfile:
+        """The roofline model's profile of this profile's arch on ``gpu`` (``extra``: e.g.
+        ``clock_mhz``), its tables' reach as this one's."""
+        from . import llm_arch
+
+        arch = self.raw["arch"]
+        kw = {k: arch[k] for k in ("max_tokens", "max_batch", "power_context_tokens") if k in arch}
+        tp = int(arch.get("tp", self.num_gpus))
+        return LLMProfile(
+            llm_arch.build_profile(arch["model"], gpu, tp, **kw, **extra), origin=origin
+        )
 
     def _rescale_power(self, d: dict[str, Any], new: LLMProfile, ref: LLMProfile) -> None:
         """Scale ``d``'s power tables (a copy of this profile's) by the roofline model's
@@ -909,18 +924,12 @@ class LLMProfile:
         """
         from . import llm_arch
 
-        arch = self.raw.get("arch")
-        if not isinstance(arch, Mapping):
-            raise ValueError(
-                f"profile '{self.name}' has no power model (no field 'arch'): build one from "
-                "the model's config.json with `batch-env profile llm` (batch_env.profiles.llm_arch)"
-            )
-        gpu = self._arch_gpu()
-        if arch.get("clock_mhz") is not None and float(arch["clock_mhz"]) != gpu.max_clock_mhz:
-            raise ValueError(
-                f"profile '{self.name}' is at {arch['clock_mhz']} MHz: change the power model of "
-                "the profile at the default clock, then call at_clock"
-            )
+        arch, gpu = self._arch_at_default(
+            "power",
+            None,
+            "at {} MHz: change the power model of the profile at the default clock, then "
+            "call at_clock",
+        )
         allowed = tuple(gpu.power_model)
         for k in constants:
             if k not in allowed:
@@ -931,12 +940,7 @@ class LLMProfile:
         spec = copy.deepcopy(dict(gpu.raw))
         spec["power_model"] = {**gpu.power_model, **constants}
         new_gpu = llm_arch.load_gpu(spec)  # validates each value, naming it
-        kw = {k: arch[k] for k in ("max_tokens", "max_batch", "power_context_tokens") if k in arch}
-        tp = int(arch.get("tp", self.num_gpus))
-        ref = LLMProfile(llm_arch.build_profile(arch["model"], gpu, tp, **kw), origin="power model")
-        new = LLMProfile(
-            llm_arch.build_profile(arch["model"], new_gpu, tp, **kw), origin="power model"
-        )
+        ref, new = self._rebuilt(gpu, "power model"), self._rebuilt(new_gpu, "power model")
         d = copy.deepcopy(self.raw)
         self._rescale_power(d, new, ref)
         d["arch"] = dict(arch, gpu=spec)
