@@ -44,14 +44,15 @@ import math
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 import batch_env  # noqa: F401 (registers the ids)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_replay import replay  # noqa: E402 (one offline replay, shared)
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 PROFILES: dict[tuple[str, str, int], str | tuple[str, str, int]] = {
@@ -139,41 +140,25 @@ def simulate(
             fh.write("t,prompt,output\n")
             for i, (p, o) in enumerate(zip(ins, outs, strict=True)):
                 fh.write(f"{1e-3 if i == n - 1 else 0.0},{p},{o}\n")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            env = gym.make(
-                "batch_env/LLMBatching-v1",
-                profile=profile_of(row, per_seq_ms),
-                max_num_seqs=b,
-                max_num_batched_tokens=BUDGET,
-                max_model_len=MAX_MODEL_LEN,
-                workload={
-                    "kind": "trace",
-                    "path": str(path),
-                    "timestamp_column": "t",
-                    "time_unit": "ms",
-                    "prompt_tokens_column": "prompt",
-                    "output_tokens_column": "output",
-                    "loop": False,
-                },
-                horizon_requests=n,
-                horizon_s=1e7,
-            )
-            last = int(env.action_space.n) - 1
-            env.reset(seed=0)
-            server = env.unwrapped.server
-            series = [(0.0, 0.0, 0, 0)]  # (time, energy J, output tokens, completed)
-            series_b = [(0.0, 0)]  # (time, running requests from then on)
-            for _ in range(100_000_000):
-                _obs, _r, term, trunc, _info = env.step(last)
-                series_b.append((server.now, len(server.state.running)))
-                series.append(
-                    (server.now, server.energy_j, server.state.tokens_out, server.completed)
-                )
-                if term or trunc:
-                    break
-            first = sorted(t for t in server.sla_books.first_at if not math.isnan(t))
-            env.close()
+        series = [(0.0, 0.0, 0, 0)]  # (time, energy J, output tokens, completed)
+        series_b = [(0.0, 0)]  # (time, running requests from then on)
+
+        def record(server: Any) -> None:
+            series_b.append((server.now, len(server.state.running)))
+            series.append((server.now, server.energy_j, server.state.tokens_out, server.completed))
+
+        server, _info = replay(
+            path,
+            n,
+            columns=("t", "prompt", "output"),
+            time_unit="ms",
+            on_step=record,
+            profile=profile_of(row, per_seq_ms),
+            max_num_seqs=b,
+            max_num_batched_tokens=BUDGET,
+            max_model_len=MAX_MODEL_LEN,
+        )
+        first = sorted(t for t in server.sla_books.first_at if not math.isnan(t))
     t_start = first[b - 1]
     done = [s[3] for s in series]
     k_end = bisect.bisect_left(done, n - b - 1)

@@ -32,15 +32,16 @@ import json
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 
 import batch_env  # noqa: F401 (registers the ids)
 from batch_env.profiles import llm_arch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_replay import replay  # noqa: E402 (one offline replay, shared)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "llmk8s_llama33_70b_tp8_a100_40gb.json"
 COMMIT = "58b61c59450e06073120a8ad166c1e9c333851a7"
@@ -129,40 +130,22 @@ def simulate(
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            env = gym.make(
-                "batch_env/LLMBatching-v1",
-                profile=prof,
-                max_num_seqs=MAX_SEQS,
-                max_num_batched_tokens=BUDGET,
-                max_model_len=MAX_MODEL_LEN,
-                prefix_caching=True,
-                workload={
-                    "kind": "trace",
-                    "path": str(path),
-                    "timestamp_column": "t",
-                    "prompt_tokens_column": "prompt",
-                    "output_tokens_column": "output",
-                    "prefix_hashes_column": "hash_ids",
-                    "prefix_block_tokens": BLOCK,
-                    "loop": False,
-                },
-                horizon_requests=len(rows),
-                horizon_s=1e7,
-            )
-            last = int(env.action_space.n) - 1
-            env.reset(seed=seed)
-            for _ in range(100_000_000):
-                _obs, _r, term, trunc, _info = env.step(last)
-                if term or trunc:
-                    break
-            srv = env.unwrapped.server
-            arr = np.asarray(srv.arrivals, dtype=np.float64)
-            first = np.asarray(srv.sla_books.first_at, dtype=np.float64)
-            fin = np.array([np.nan if f is None else f for f in srv.finished_at], dtype=np.float64)
-            out = np.asarray(srv.state.output, dtype=np.int64)
-            env.close()
+        srv, _info = replay(
+            path,
+            len(rows),
+            columns=("t", "prompt", "output"),
+            prefix_block_tokens=BLOCK,
+            seed=seed,
+            profile=prof,
+            max_num_seqs=MAX_SEQS,
+            max_num_batched_tokens=BUDGET,
+            max_model_len=MAX_MODEL_LEN,
+            prefix_caching=True,
+        )
+    arr = np.asarray(srv.arrivals, dtype=np.float64)
+    first = np.asarray(srv.sla_books.first_at, dtype=np.float64)
+    fin = np.array([np.nan if f is None else f for f in srv.finished_at], dtype=np.float64)
+    out = np.asarray(srv.state.output, dtype=np.int64)
     figures = []
     for lo, hi in spans:
         ttft = (first[lo:hi] - arr[lo:hi]) * 1e3

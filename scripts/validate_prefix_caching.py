@@ -44,13 +44,13 @@ import argparse
 import json
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 import batch_env  # noqa: F401 (registers the ids)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_replay import replay  # noqa: E402 (one offline replay, shared)
 
 #: (hit rate, height of the "Prefix Caching" bar in pixels); "No Prefix Caching": 368
 PUBLISHED: tuple[tuple[float, int], ...] = ((0.0, 367), (0.25, 452), (0.50, 626), (0.75, 1063))
@@ -84,35 +84,19 @@ def simulate(
     trace: Path, n: int, caching: bool, budget: int, cascade: bool = False
 ) -> dict[str, Any]:
     """One offline run: the summary of every request."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env = gym.make(
-            "batch_env/LLMBatching-v1",
-            profile="llama-3.1-8b-h100",
-            max_num_seqs=256,
-            max_num_batched_tokens=budget,
-            max_model_len=4096,
-            prefix_caching=caching,
-            cascade_attention=cascade,
-            workload={
-                "kind": "trace",
-                "path": str(trace),
-                "timestamp_column": "timestamp",
-                "time_unit": "ms",
-                "prompt_tokens_column": "input_length",
-                "output_tokens_column": "output_length",
-                "loop": False,
-            },
-            horizon_requests=n,
-            horizon_s=1e6,
-        )
-        last = int(env.action_space.n) - 1  # the largest cap (256) at the one budget
-        obs, info = env.reset(seed=0)
-        for _ in range(10_000_000):
-            obs, _r, term, trunc, info = env.step(last)
-            if term or trunc:
-                break
-        env.close()
+    _server, info = replay(
+        trace,
+        n,
+        columns=("timestamp", "input_length", "output_length"),
+        time_unit="ms",
+        horizon_s=1e6,
+        profile="llama-3.1-8b-h100",
+        max_num_seqs=256,  # its largest cap, at the one budget
+        max_num_batched_tokens=budget,
+        max_model_len=4096,
+        prefix_caching=caching,
+        cascade_attention=cascade,
+    )
     return dict(info["serving"])
 
 
