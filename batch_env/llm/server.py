@@ -497,7 +497,8 @@ class LLMServer(ServingLoop):
         phase = self.prefill_phase() if chosen else False
         while not (self.now >= self.horizon_s or self.summary_done()):
             plan = None
-            self._run_at(self.sm_clock.due(self.now))  # a pending clock change, landed
+            if self.now >= self.sm_clock.switch_at:  # a pending clock change has landed
+                self._run_at(self.sm_clock.due(self.now))
             if self._clocked and (ran or not chosen) and self.prefill_phase() != phase:
                 break  # prompt work appeared or ended: the clock's epoch
             if ran or not chosen:
