@@ -240,6 +240,10 @@ class LLMConfig:
     :param decode_first: ``chunked`` only: schedule the running requests' decode tokens
         first (default); ``False``: an iteration with prompt chunks runs no decode, as
         v0's prefill-first rule.
+    :param num_scheduler_steps: ``vllm-v0`` only: vLLM 0.6's multi-step scheduling
+        (``--num-scheduler-steps``): a decode step starts a group of this many decode
+        steps run back to back, with no prefill between them; a prefill is one step
+        (default 1: every iteration is scheduled).
     :param split_prompts: ``chunked`` only: a prompt may be split across iterations
         (default); ``False``: a prompt is scheduled whole or waits (with
         ``decode_first=False`` the scheduler is then v0's).
@@ -304,6 +308,7 @@ class LLMConfig:
     recent_iterations: int = 16
     scheduler: str = "vllm-v0"
     decode_first: bool = True
+    num_scheduler_steps: int = 1
     split_prompts: bool = True
     budget_grid: tuple[int, ...] | None = None
     prefix_caching: bool | None = None
@@ -379,6 +384,13 @@ class LLMConfig:
                 raise ValueError(
                     f"{name}={getattr(self, name)!r} is invalid: expected true or false"
                 )
+        check_number("num_scheduler_steps", self.num_scheduler_steps, low=1, integer=True)
+        if chunked and self.num_scheduler_steps != 1:
+            raise ValueError(
+                f"num_scheduler_steps={self.num_scheduler_steps!r} is an option of "
+                "scheduler='vllm-v0' (vLLM 0.6's multi-step scheduling; scheduler='chunked' "
+                "here): expected 1"
+            )
         if not chunked and (
             not self.decode_first
             or not self.split_prompts

@@ -117,8 +117,26 @@ def test_repository_tables_are_present_and_documented():
         "mlenergy_v3_llm_energy.csv",
         "mlenergy_v3_output_lengths.json",
         "llmk8s_llama33_70b_tp8_a100_40gb.json",
+        "sglang_bench_vllm060_online.json",
     ):
         assert (ROOT / "data" / f).is_file() and f"`{f}`" in readme, f
+
+
+def test_the_sglang_online_table_is_the_committed_one():
+    """SGLang's published online table (scripts/validate_online.py's ``sglang060``) is
+    what the README's checksum says: two engines, two setups, two rates, a median each."""
+    import hashlib
+    import json
+
+    f = ROOT / "data" / "sglang_bench_vllm060_online.json"
+    assert hashlib.sha256(f.read_bytes()).hexdigest() in (ROOT / "data" / "README.md").read_text()
+    runs = json.loads(f.read_text())["runs"]
+    assert {(r["engine"], r["setup"], r["request_rate"]) for r in runs} == {
+        (e, s, q) for e in ("SGLang", "vLLM") for s in ("8B-A100", "70B-4xH100") for q in (4, 8)
+    }
+    for r in runs:
+        assert r["num_prompts"] == 300 * r["request_rate"]
+        assert 0 < r["median_ttft_ms"] < r["median_e2e_latency_ms"]
 
 
 def test_the_online_runs_are_the_extracted_ones_and_agree_with_themselves():

@@ -164,7 +164,7 @@ class LLMBatchingEnv(ServingEnv, gym.Env[np.ndarray, int]):
     ``ttft_sla_ms``, ``tpot_sla_ms``, ``reward_weights``, ``lengths``, ``queue_capacity``,
     ``horizon_requests``, ``warmup_requests``, ``horizon_s``, ``idle_power_w``,
     ``rate_window_s``, ``recent_iterations``, ``scheduler``, ``decode_first``,
-    ``split_prompts``, ``budget_grid``).
+    ``num_scheduler_steps``, ``split_prompts``, ``budget_grid``).
 
     * ``clock_mhz``: the GPU's SM clock in MHz, fixed for the episode (``None``: the GPU's
       default, its maximum): the profile becomes ``profile.at_clock(clock_mhz)``

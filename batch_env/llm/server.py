@@ -182,7 +182,7 @@ class LLMServer(ServingLoop):
             {"decode_first": config.decode_first, "split_prompts": config.split_prompts}
             | {"cascade": cascade_rule(config, profile, self.prefix_ratio is not None)}
             if config.scheduler == "chunked"
-            else {}
+            else {"num_scheduler_steps": config.num_scheduler_steps}
         )
         self.scheduler = make_scheduler(
             config.scheduler, self.state, self.executor.needs_sequences, **options

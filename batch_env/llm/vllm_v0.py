@@ -13,6 +13,13 @@ An iteration is either a **prefill** or a **decode**:
   are freed and it returns to the head of the queue; a victim that is the request itself
   is preempted too).
 
+With ``num_scheduler_steps`` k > 1 (vLLM 0.6's multi-step scheduling) a decode step that
+follows a prefill, or ends a group, starts a group of k decode steps run back to back: the
+next k - 1 iterations are decodes whatever waits (a group ends early when no request is
+left running). A prefill is one step, as in vLLM 0.6 (no lookahead slots for prompts). A
+request that completes within a group leaves at its step; vLLM computes the group's
+remaining steps for it and discards their tokens, a row more in those steps' batches.
+
 A decode's preemptions do not depend on the setting, so :meth:`VLLMV0Scheduler.plan`
 leaves them to :meth:`~VLLMV0Scheduler.start`: two decode plans are the same iteration.
 """
@@ -35,20 +42,25 @@ class VLLMV0Scheduler:
     :param state: the server state.
     :param sequences: the executor is told which requests run (it keeps their KV
         caches: ``LLMExecutor.needs_sequences``).
+    :param num_scheduler_steps: decode steps a group runs back to back (module docstring).
     """
 
     name = "vllm-v0"
 
-    def __init__(self, state: LLMServerState, sequences: bool = False) -> None:
+    def __init__(
+        self, state: LLMServerState, sequences: bool = False, num_scheduler_steps: int = 1
+    ) -> None:
         self.state = state
         self._seqs = sequences  # tell the executor which requests run
+        self.steps = num_scheduler_steps
+        self.group_left = 0  # decode steps the running group still runs before a plan
 
     def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
         """A prefill of the longest admissible run of the waiting requests in ``order``
         (FCFS: the queue's head), else a decode."""
         s = self.state
         W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
-        if W:
+        if W and not (self.group_left and s.running):
             room = cap - len(s.running)
             kv = s.kv
             free = kv.free_above_watermark()
@@ -180,5 +192,6 @@ class VLLMV0Scheduler:
                 keep.append(e)
         s.decode_context += len(keep)
         s.running = keep
+        self.group_left = (self.group_left or self.steps) - 1 if keep else 0
         b = len(R)  # (its tokens count once the clock has passed: tokens_at_end)
         return Outcome(Iteration(duration_s, "decode", False, b, len(work.victims)), [], done, b)
