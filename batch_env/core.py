@@ -296,6 +296,21 @@ class ServingEnv(gym.Env):
             twin.engine.resample_future(rng)
         return twin
 
+    def upcoming_input(self, n: int) -> dict[str, np.ndarray]:
+        """The episode's next ``n`` arrivals, which its seed fixed at ``reset`` whatever
+        the actions (``docs/input_replay.md``): ``"dt_s"``, each one's time from now, and
+        on the LLM envs ``"prompt_tokens"``, ``"output_tokens"`` (as served: clipped to
+        ``max_model_len``; prompts that cannot fit are rejected at arrival and not listed)
+        and ``"request_class"``. Fewer where the workload ends first. For a critic given
+        the input (an input-dependent baseline); a policy that reads it is clairvoyant.
+
+        :param n: how many, ``0..1_000_000``.
+        :raises gymnasium.error.ResetNeeded: before the first ``reset``.
+        """
+        self._check_started("upcoming_input")
+        check_number("n", n, low=0, high=1_000_000, integer=True)
+        return self.engine.upcoming(int(n))
+
     def _checked_action(self, action: Any) -> int:
         """``action`` as an integer of the action space (:meth:`_coerce_action`), once
         ``step`` is allowed (:class:`gymnasium.error.ResetNeeded` before ``reset`` and
@@ -576,6 +591,24 @@ class ServingLoop:
         (``inf`` when it ended); unlike :meth:`_next_arrival`, it takes no end mark."""
         i = self.arrival_index
         return self._buf[i] if i < len(self._buf) or self.more_arrivals() else _INF
+
+    def upcoming(self, n: int) -> dict[str, np.ndarray]:
+        """The next ``n`` arrivals after now (fewer where the stream ends first):
+        ``"dt_s"``, each one's time from now, and what :meth:`arrival_sizes` knows of them.
+        Exact and free of side effects on what follows: the stream's chunks, and the sizes
+        drawn for them, are drawn in the order an episode draws them anyway, so looking
+        ahead only draws them earlier (``tests/test_input_replay.py``)."""
+        i = self.arrival_index
+        while len(self._buf) < i + n and self.more_arrivals():  # each call adds arrivals
+            pass
+        j = min(len(self._buf), i + n)
+        dt = np.asarray(self._buf[i:j], np.float64) - self.now
+        return {"dt_s": dt, **self.arrival_sizes(i, j)}
+
+    def arrival_sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
+        """What is known of buffered arrivals ``i .. j - 1`` besides their times (the LLM
+        server: their lengths and classes); nothing here."""
+        return {}
 
     def resample_future(self, rng: np.random.Generator) -> None:
         """Replace what this loop has drawn of its future with draws from ``rng``: the

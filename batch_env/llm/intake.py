@@ -332,6 +332,15 @@ class RequestIntake:
             units,
         )
 
+    def sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
+        """Buffered arrivals ``i .. j - 1``: their prompt and output tokens (clipped) and
+        classes."""
+        return {
+            "prompt_tokens": np.asarray(self._arrival_prompt[i:j], np.int64),
+            "output_tokens": np.asarray(self._arrival_output[i:j], np.int64),
+            "request_class": np.asarray(self._arrival_class[i:j], np.int64),
+        }
+
     def dropped(self, i: int, j: int) -> None:
         """Buffered arrivals ``i .. j - 1`` were dropped by a full queue (counted per class)."""
         for c in self._arrival_class[i:j]:

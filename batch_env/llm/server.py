@@ -206,18 +206,18 @@ class LLMServer(ServingLoop):
         self.warn_if_drop_pays(min(p.decode_time_s(b, b) * p.decode_power_w(b) / b for b in (1, n)))
 
     def draws_beyond_arrivals(self) -> bool:
-        """Whether an episode draws request lengths or classes from the seed (a trace's
-        own token columns and fixed lengths draw nothing)."""
+        """Whether an episode draws request lengths or classes from the seed."""
         return self.intake.draws_beyond_arrivals()
+
+    def arrival_sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
+        """The loop's hook: :meth:`RequestIntake.sizes`."""
+        return self.intake.sizes(i, j)
 
     # -- an episode ----------------------------------------------------------------------
     def reset(self, seed: int, options: dict[str, Any] | None = None) -> None:
         """Start an episode: empty the server, seed its streams from ``seed``, and advance
-        the clock to the first arrival.
-
-        :param options: ``{"load": x}`` on a workload with a ``load_range``
-            (as :class:`batch_env.core.ServingLoop` draws an episode's workload).
-        """
+        the clock to the first arrival. ``options``: as :class:`batch_env.core.ServingLoop`'s
+        (``{"load": x}`` on a workload with a ``load_range``)."""
         self.intake.clear()
         self._class_drops_w0: list[int] | None = None  # drops per class at the marks
         self._class_drops_end: list[int] | None = None
