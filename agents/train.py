@@ -66,6 +66,7 @@ from .common import (
     wrapper_specs,
 )
 from .files import atomic_save, atomic_write_text, set_aside
+from .settings import DEFAULTS, SETTINGS, settings_doc
 from .warm_start import (
     TEACHER_VIEW,
     WARM_START_ALGOS,
@@ -75,7 +76,6 @@ from .warm_start import (
 )
 from .wrappers import (
     CENTERING_WRAPPERS,
-    DEFAULT_CENTERING_GAIN,
     check_gain_mode,
     resolve_gain,
     run_specs,
@@ -92,60 +92,11 @@ STEP_INFO_KEYS = ("reward_components", "centering_gain")
 
 #: the run's settings (fields of :class:`TrainArgs`): saved in ``config.yaml`` under
 #: ``args``; a resumed run takes them from there
-RUN_SETTINGS = (
-    "algo",
-    "env_id",
-    "env_kwargs",
-    "hyperparams",
-    "n_timesteps",
-    "seed",
-    "vectorized",
-    "num_envs",
-    "vector_mode",
-    "centering_gain",
-    "device",
-    "threads",
-    "checkpoint_freq",
-    "eval_freq",
-    "eval_episodes",
-    "eval_seed",
-    "warm_start",
-    "keep_best",
-)
-#: a new run's settings when not given (None: from the hyperparameter file)
-DEFAULTS: dict[str, Any] = {
-    "algo": "ppo",
-    "env_id": "batch_env/DynamicBatching-v0",
-    "env_kwargs": {},
-    "hyperparams": None,
-    "n_timesteps": None,
-    "seed": 0,
-    "vectorized": False,
-    "num_envs": None,
-    "vector_mode": "auto",
-    "centering_gain": DEFAULT_CENTERING_GAIN,
-    "device": "auto",
-    "threads": 1,
-    "checkpoint_freq": 50_000,
-    "eval_freq": 50_000,
-    "eval_episodes": 3,
-    "eval_seed": 100_000,
-    "warm_start": None,
-    "keep_best": False,
-}
+RUN_SETTINGS = tuple(x.name for x in SETTINGS)
 #: the settings a resumed run may change: n_timesteps, to extend the run
-RESUME_OVERRIDES = ("n_timesteps",)
+RESUME_OVERRIDES = tuple(x.name for x in SETTINGS if x.resumable)
 #: counts among the settings and their least allowed value
-_COUNTS = {
-    "n_timesteps": 0,
-    "seed": 0,
-    "num_envs": 1,
-    "threads": 1,
-    "checkpoint_freq": 1,
-    "eval_freq": 0,
-    "eval_episodes": 1,
-    "eval_seed": 0,
-}
+_COUNTS = {x.name: x.low for x in SETTINGS if x.low is not None}
 
 
 class NoCheckpointError(FileNotFoundError):
@@ -157,57 +108,35 @@ class TrainArgs:
     """Arguments of a training run (each is a ``batch-env train`` option).
 
     The run's settings (:data:`RUN_SETTINGS`, every field but ``run_dir``, ``resume``,
-    ``overwrite``, ``progress``, ``announce`` and ``verbose``) default to None, "not given": a new run takes
-    :data:`DEFAULTS` (the value in brackets below), a resumed run the value saved in its
-    ``config.yaml``. Counts must be integers: ``n_timesteps`` (0 only with ``warm_start``),
-    ``num_envs``, ``threads``, ``checkpoint_freq``, ``eval_episodes`` >= 1, ``seed``,
-    ``eval_seed``, ``eval_freq`` >= 0.
+    ``overwrite``, ``progress``, ``announce`` and ``verbose``) default to None, "not
+    given": a new run takes its default from :data:`agents.settings.SETTINGS` (in
+    brackets below), a resumed run the value saved in its ``config.yaml``.
+
+    Settings, with their defaults:
+
+    {settings}
     """
 
     algo: str | None = None
-    """ppo, a2c, dqn, ppo_mask (sb3-contrib's MaskablePPO) or ppo_lstm (its RecurrentPPO) [ppo]."""
     env_id: str | None = None
-    """registered env id [batch_env/DynamicBatching-v0]."""
     env_kwargs: dict[str, Any] | None = None
-    """keyword arguments of gymnasium.make [{}]."""
     hyperparams: str | None = None
-    """rl-zoo3 style YAML [agents/hyperparams/<algo>.yml]."""
     n_timesteps: int | None = None
-    """total environment steps [the hyperparameter file's]; on resume, a larger value extends the run."""
     seed: int | None = None
-    """seed of the model and of env i (seed + i) [0]."""
     vectorized: bool | None = None
-    """train on a Gymnasium vector env through agents.vec_env.SB3VecEnv (the env's native
-    vector env when registered, else SyncVectorEnv) instead of SB3's DummyVecEnv [False]."""
     num_envs: int | None = None
-    """training envs (lanes of the vector env) [the hyperparameter file's n_envs]."""
     vector_mode: str | None = None
-    """with vectorized: auto (vector_entry_point when the env registers one, else sync),
-    sync or vector_entry_point [auto]."""
+    centering_gain: str | None = None
+    device: str | None = None
+    threads: int | None = None
+    checkpoint_freq: int | None = None
+    eval_freq: int | None = None
+    eval_episodes: int | None = None
+    eval_seed: int | None = None
+    warm_start: dict[str, Any] | None = None
+    keep_best: bool | None = None
     run_dir: str | None = None
     """output folder (default runs/<algo>-s<seed>-<time>); with resume, the run to continue."""
-    centering_gain: str | None = None
-    """g of average-reward centring: greedy, smdp, online, greedy-by-load, lazy-by-load (node-level), smdp-by-load (a gain per load, on envs that draw their load), smdp-by-rate (the SMDP gain at the observed rate, as if Poisson: traces, bursts) or a number (cost per second) [greedy]."""
-    device: str | None = None
-    """torch device: auto, cpu or cuda [auto]."""
-    threads: int | None = None
-    """torch.set_num_threads (recorded in the config) [1]."""
-    checkpoint_freq: int | None = None
-    """save a checkpoint every this many steps [50000]."""
-    eval_freq: int | None = None
-    """evaluate every this many steps, 0: never [50000]."""
-    eval_episodes: int | None = None
-    """episodes per periodic evaluation [3]."""
-    eval_seed: int | None = None
-    """first seed of the evaluation episodes, held out from training [100000]."""
-    warm_start: dict[str, Any] | None = None
-    """behaviour cloning from a baseline before RL (:mod:`agents.warm_start`):
-    ``{policy: <baseline>, params: {...}, steps: 100000, epochs: 10}`` [None: none]."""
-    keep_best: bool | None = None
-    """end with the model of the best periodic evaluation (the deterministic policy's mean
-    reward rate on the evaluation seeds, held out from training; the model at the start,
-    a warm start's clone, included) instead of the last one; needs eval_freq > 0. The
-    choice is recorded in final_evaluation.json's ``kept_best`` [False]."""
     resume: bool = False
     """continue the run in run_dir from its latest usable checkpoint, with its saved settings."""
     overwrite: bool = False
@@ -220,6 +149,11 @@ class TrainArgs:
     figure means what (``batch-env train`` does, except with ``--json``)."""
     verbose: int = 0
     """SB3 verbosity."""
+
+
+TrainArgs.__doc__ = (TrainArgs.__doc__ or "").replace(
+    "{settings}", settings_doc().replace("\n", "\n    ")
+)
 
 
 def check_settings(given: dict[str, Any]) -> None:
@@ -687,7 +621,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     def env_fn() -> Any:
         return make_env(cfg["env_id"], cfg["env_kwargs"], lane_specs)
 
-    if cfg.get("vectorized", False):
+    if cfg.get("vectorized", DEFAULTS["vectorized"]):
         venv = make_lane_vec_env(
             cfg["env_id"],
             cfg["n_envs"],
@@ -763,7 +697,7 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
                 "n_envs": cfg["n_envs"],
                 "seed": cfg["seed"],
                 "centering_gain": cfg["centering_gain"],
-                "vectorized": bool(cfg.get("vectorized", False)),
+                "vectorized": bool(cfg.get("vectorized", DEFAULTS["vectorized"])),
             },
         ),
     ]

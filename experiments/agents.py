@@ -31,6 +31,7 @@ import baselines
 import batch_env
 from agents import load_policy
 from agents.common import check_int
+from agents.settings import DEFAULTS
 from baselines.common import env_config
 from baselines.smdp import SMDPPolicy
 from batch_env.evaluate import ci95_half_width
@@ -112,7 +113,7 @@ def _train_job(job: tuple[dict[str, Any], str, int, str]) -> str:
             n_timesteps=int(cfg["n_timesteps"]),
             seed=seed,
             run_dir=run_dir,
-            centering_gain=str(cfg.get("centering_gain", "greedy")),
+            centering_gain=str(cfg.get("centering_gain", DEFAULTS["centering_gain"])),
             eval_freq=int(cfg["n_timesteps"]) // 3,
             progress=False,
         )

@@ -63,6 +63,7 @@ import batch_env
 from agents import load_policy
 from agents.common import check_int
 from agents.files import read_json
+from agents.settings import DEFAULTS
 from baselines.smdp import gains_at_loads
 from batch_env import tasks
 
@@ -215,7 +216,7 @@ def check_entry(where: str, entry: Any, config_dir: Path) -> dict[str, Any]:
     for key in ("eval_freq", "eval_episodes"):
         if key in entry:
             check_int(f"{where}: {key}", entry[key], 1)
-    if not isinstance(entry.get("keep_best", False), bool):
+    if not isinstance(entry.get("keep_best", DEFAULTS["keep_best"]), bool):
         raise ValueError(f"{where}: keep_best={entry['keep_best']!r} must be true or false")
     if "warm_start" in entry:
         from agents.warm_start import check_warm_start
@@ -332,7 +333,9 @@ def train_args(cfg: dict[str, Any], name: str, seed: int, run_dir: str) -> Any:
         n_timesteps=n,
         seed=seed,
         run_dir=run_dir,
-        centering_gain=str(e.get("centering_gain", cfg.get("centering_gain", "greedy"))),
+        centering_gain=str(
+            e.get("centering_gain", cfg.get("centering_gain", DEFAULTS["centering_gain"]))
+        ),
         eval_freq=int(e.get("eval_freq", n // 3)),
         eval_episodes=e.get("eval_episodes"),
         keep_best=e.get("keep_best"),
@@ -730,7 +733,7 @@ def method_of(cfg: dict[str, Any], name: str) -> str:
     e = cfg["tasks"][name]
     if "method" in e:
         return str(e["method"])
-    label = str(e.get("algo", cfg.get("algo", "ppo")))
+    label = str(e.get("algo", cfg.get("algo", DEFAULTS["algo"])))
     if e.get("warm_start"):
         label += f", warm start from {e['warm_start']['policy']}"
     if "hyperparams" in e:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.settings import DEFAULTS
 from batch_env.provenance import provenance, provenance_line
 from experiments.harness.options import add_config, add_json, add_results_dir
 from experiments.harness.strict_json import dumps
@@ -97,9 +98,9 @@ def train_missing_agents(
                     env_id=raw.get("env_id", "batch_env/NodeBatching-v0"),
                     env_kwargs=env_kwargs,
                     n_timesteps=spec.get("n_timesteps"),
-                    seed=int(spec.get("seed", 0)),
+                    seed=int(spec.get("seed", DEFAULTS["seed"])),
                     run_dir=str(run),
-                    centering_gain=str(spec.get("centering_gain", "greedy")),
+                    centering_gain=str(spec.get("centering_gain", DEFAULTS["centering_gain"])),
                     eval_freq=0,
                     progress=progress,
                 )

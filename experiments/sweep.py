@@ -62,6 +62,7 @@ import yaml
 import batch_env
 from agents.common import ALGO_NAMES, hyperparameter_names, load_hyperparams, model_file_info
 from agents.files import atomic_write_text, set_aside
+from agents.settings import DEFAULTS
 from batch_env.provenance import provenance, provenance_line
 from experiments.harness.backends import check_backend, guarded, ray_session, require_ray, run_tasks
 from experiments.harness.config import check_mapping, check_name, read_yaml_config
@@ -134,7 +135,7 @@ def validate_sweep(cfg: Any, source: str = "dict") -> dict[str, Any]:
     cfg = check_mapping(cfg, where, _KEYS, ("name", "algo", "n_timesteps"))
     check_name(cfg["name"], where)
     cfg["algo"] = _check_algos(cfg["algo"], where)
-    env_id = cfg.get("env_id", "batch_env/DynamicBatching-v0")
+    env_id = cfg.get("env_id", DEFAULTS["env_id"])
     if env_id not in batch_env.ENV_IDS:
         raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
     cfg["env_id"] = env_id
@@ -230,15 +231,15 @@ def _check_run_options(cfg: dict[str, Any], where: str) -> None:
     ``vectorized`` and ``num_envs``."""
     from agents.wrappers import GAIN_MODES
 
-    gain = cfg.get("centering_gain", "greedy")
+    gain = cfg.get("centering_gain", DEFAULTS["centering_gain"])
     if not (gain in GAIN_MODES or (isinstance(gain, (int, float)) and not isinstance(gain, bool))):
         raise ValueError(
             f"{where}: centering_gain={gain!r} must be one of {', '.join(GAIN_MODES)} or a number"
         )
     cfg["centering_gain"] = str(gain)
-    if not isinstance(cfg.get("vectorized", False), bool):
+    if not isinstance(cfg.get("vectorized", DEFAULTS["vectorized"]), bool):
         raise ValueError(f"{where}: vectorized={cfg['vectorized']!r} must be true or false")
-    cfg["vectorized"] = cfg.get("vectorized", False)
+    cfg["vectorized"] = cfg.get("vectorized", DEFAULTS["vectorized"])
     num_envs = cfg.get("num_envs")
     if num_envs is not None and (
         isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1

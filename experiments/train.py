@@ -17,6 +17,7 @@ import yaml
 import batch_env
 from agents.common import HYPERPARAMS_DIR
 from agents.policy import read_run_config
+from agents.settings import SETTINGS, Setting
 from batch_env import tasks
 from batch_env.tasks import TASKS
 from experiments.harness.config import load_yaml_mapping, parse_mapping
@@ -76,24 +77,18 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("--resume needs --run-dir <the run to continue>")
     if args.resume and args.overwrite:
         raise ValueError("--resume continues a run and --overwrite replaces it: give one")
-    targs = TrainArgs(
-        algo=args.algo,
-        env_id=args.env_id,
+    given: dict[str, Any] = {x.name: getattr(args, x.name) for x in SETTINGS}
+    for x in SETTINGS:
+        if x.flag:  # a flag left out is "not given" (a resumed run keeps its own)
+            given[x.name] = True if given[x.name] else None
+    given.update(
         env_kwargs=env_kwargs,
         hyperparams=hyperparams_file(args.hyperparams),
-        n_timesteps=args.n_timesteps,
-        seed=args.seed,
-        vectorized=True if args.vectorized else None,
-        num_envs=args.num_envs,
-        run_dir=args.run_dir,
-        centering_gain=args.centering_gain,
-        device=args.device,
-        threads=args.threads,
-        checkpoint_freq=args.checkpoint_freq,
-        eval_freq=args.eval_freq,
-        eval_episodes=args.eval_episodes,
         warm_start=parse_mapping(args.warm_start, "--warm-start"),
-        keep_best=True if args.keep_best else None,
+    )
+    targs = TrainArgs(
+        **given,
+        run_dir=args.run_dir,
         resume=args.resume,
         overwrite=args.overwrite,
         progress=not args.no_progress and not args.json,
@@ -230,28 +225,15 @@ _SWEEP_ONLY = (
 )
 
 
-#: train options that a sweep's YAML sets instead: (option, dest, YAML field); not given = None (False for flags)
+#: train options that a sweep's YAML sets instead, or that do not combine with --sweep:
+#: (option, dest, YAML field or why); not given = None (False for flags). The settings'
+#: rows come from agents.settings.SETTINGS.
 _SET_BY_SWEEP = (
-    ("--algo", "algo", "algo"),
-    ("--env-id", "env_id", "env_id"),
-    ("--env-kwargs", "env_kwargs", "env"),
+    *((x.option, x.name, x.sweep) for x in SETTINGS),
     ("--env-config", "env_config", "env"),
-    ("--hyperparams", "hyperparams", "hyperparams"),
-    ("--n-timesteps", "n_timesteps", "n_timesteps"),
-    ("--seed", "seed", "seeds"),
-    ("--vectorized", "vectorized", "vectorized"),
-    ("--num-envs", "num_envs", "num_envs"),
     ("--run-dir", "run_dir", "name (with --runs-dir)"),
-    ("--centering-gain", "centering_gain", "centering_gain"),
-    ("--eval-episodes", "eval_episodes", "eval_episodes"),
-    ("--warm-start", "warm_start", "(trials start from scratch)"),
-    ("--keep-best", "keep_best", "(a trial keeps its last model)"),
     ("--resume", "resume", "(a rerun resumes)"),
     ("--overwrite", "overwrite", "(a rerun resumes)"),
-    ("--device", "device", "(trials train on the CPU)"),
-    ("--threads", "threads", "(one thread per trial)"),
-    ("--checkpoint-freq", "checkpoint_freq", "(one checkpoint at the end)"),
-    ("--eval-freq", "eval_freq", "(one evaluation at the end, eval_episodes)"),
 )
 
 
@@ -339,26 +321,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "train", help="train an SB3 agent and log it to TensorBoard", description=cmd_train.__doc__
     )
-    kept = "; --resume keeps the run's own"
-    p.add_argument(
-        "--algo",
-        choices=["ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm"],
-        default=None,
-        help=f"algorithm (default ppo{kept})",
-    )
-    p.add_argument(
-        "--env-id",
-        default=None,
-        type=env_id_arg,
-        help="an env id or a benchmark task id, with or without batch_env/: "
-        + ", ".join([*batch_env.ENV_IDS, *TASKS])
-        + f" (default batch_env/DynamicBatching-v0{kept})",
-    )
-    p.add_argument(
-        "--env-kwargs",
-        default=None,
-        help=f"env kwargs mapping, e.g. '{{workload: {{kind: poisson, load: 0.6}}}}' (default {{}}{kept})",
-    )
+    for x in SETTINGS:
+        _add_setting(p, x)
     p.add_argument(
         "--env-config",
         default=None,
@@ -368,97 +332,7 @@ def add_parser(sub: Any) -> None:
         "'{workload: {kind: poisson, load: 0.9}}' (a task id refuses the change)",
     )
     p.add_argument(
-        "--hyperparams",
-        default=None,
-        help="rl-zoo3 style YAML, or the name of a shipped one (ppo-node-fraction, ... of "
-        f"experiments/configs; ppo, a2c, ... of agents/hyperparams; default "
-        f"agents/hyperparams/<algo>.yml{kept})",
-    )
-    p.add_argument(
-        "--n-timesteps",
-        type=count(0),
-        default=None,
-        help="total env steps (default: the hyperparameter file's; with --resume: the run's own, or a "
-        "larger value to extend it; 0 only with --warm-start: the cloned policy, no RL)",
-    )
-    p.add_argument("--seed", type=count(0), default=None, help=f"seed (default 0{kept})")
-    p.add_argument(
-        "--vectorized",
-        action="store_true",
-        help="train on one Gymnasium vector env (the env's NumPy vector env when it registers one, "
-        "else SyncVectorEnv) through agents.vec_env.SB3VecEnv instead of SB3's DummyVecEnv; "
-        f"same training otherwise{kept}",
-    )
-    p.add_argument(
-        "--num-envs",
-        type=count(1),
-        default=None,
-        metavar="N",
-        help="training envs (lanes of the vector env with --vectorized); default: the "
-        f"hyperparameter file's n_envs{kept}",
-    )
-    p.add_argument(
         "--run-dir", default=None, help="output folder (default runs/<algo>-s<seed>-<time>)"
-    )
-    from agents.wrappers import DEFAULT_CENTERING_GAIN
-
-    p.add_argument(
-        "--centering-gain",
-        default=None,
-        help=f"g of average-reward centring: greedy (greedy's measured cost rate), smdp, online or a "
-        f"number; on an env that draws its load per episode (batch_env/AnyLoad-v0, "
-        f"NodeAnyLoad-v0) also greedy-by-load, lazy-by-load (node-level) or smdp-by-load, a "
-        f"gain per load read at the "
-        f"policy's load estimate each step; on any DynamicBatching workload (traces, bursts) "
-        f"smdp-by-rate, the SMDP gain at the observed rate as if Poisson; "
-        f"default {DEFAULT_CENTERING_GAIN}, or the gain the "
-        f"hyperparameter file gives agents.wrappers.CenteredReward{kept}",
-    )
-    p.add_argument("--device", default=None, help=f"auto, cpu or cuda (default auto{kept})")
-    p.add_argument(
-        "--threads", type=count(1), default=None, help=f"torch threads (default 1{kept})"
-    )
-    p.add_argument(
-        "--checkpoint-freq",
-        type=count(1),
-        default=None,
-        help=f"checkpoint every N steps (default 50000{kept})",
-    )
-    p.add_argument(
-        "--eval-freq",
-        type=count(0),
-        default=None,
-        help="evaluate every N steps, deterministic and sampled actions on held-out seeds, "
-        "and once at the end: the run then acts in the mode that scored better there "
-        "(final_evaluation.json's acting; load_policy's default); 0: never, the run acts "
-        f"deterministically (default 50000{kept})",
-    )
-    p.add_argument(
-        "--eval-episodes",
-        type=count(1),
-        default=None,
-        help=f"episodes per evaluation (default 3{kept})",
-    )
-    p.add_argument(
-        "--warm-start",
-        default=None,
-        metavar="YAML",
-        help="clone a baseline before RL (agents.warm_start): '{policy: <baseline>, params: "
-        "{...}, steps: 100000, epochs: 10, dagger: 0}' runs the baseline on the training envs "
-        "for steps env steps and fits the actor to its actions and the critic to its "
-        "discounted rewards for epochs passes; dagger: K then distils it (DAgger): K rounds "
-        "in which the clone acts for steps more steps, the baseline labels the states it "
-        "visits (e.g. policy: rollout, the lookahead planner) and the clone is fitted to "
-        f"every label; writes warm_start.json in the run (default none{kept})",
-    )
-    p.add_argument(
-        "--keep-best",
-        action="store_true",
-        help="end with the model of the best periodic evaluation (reward rate on the held-out "
-        "evaluation seeds, in the better of its two modes; the starting model, e.g. a "
-        "--warm-start clone, included) "
-        "instead of the last; needs --eval-freq > 0; final_evaluation.json's kept_best says "
-        f"which was kept (default off{kept})",
     )
     p.add_argument(
         "--resume",
@@ -483,6 +357,27 @@ def add_parser(sub: Any) -> None:
     _add_sweep_args(p)
     add_json(p)
     p.set_defaults(func=cmd_train)
+
+
+def _add_setting(p: argparse.ArgumentParser, x: Setting) -> None:
+    """The option of one training setting, made from its definition (agents.settings):
+    not given is None (a flag: not given), the help ends with its default."""
+    help_text = x.cli_help()
+    kw: dict[str, Any] = {"default": None, "help": help_text}
+    if x.flag:
+        kw = {"action": "store_true", "help": help_text}
+    elif x.low is not None:
+        kw["type"] = count(x.low)
+    elif x.name == "env_id":
+        kw["type"] = env_id_arg
+        kw["help"] = help_text.replace(
+            " (default", ": " + ", ".join([*batch_env.ENV_IDS, *TASKS]) + " (default", 1
+        )
+    if x.choices is not None:
+        kw["choices"] = list(x.choices)
+    if x.metavar is not None:
+        kw["metavar"] = x.metavar
+    p.add_argument(x.option, **kw)
 
 
 def _add_sweep_args(p: argparse.ArgumentParser) -> None:
