@@ -36,7 +36,14 @@ def test_the_tables_are_made_from_the_settings():
     fields = {f.name: f for f in dataclasses.fields(train.TrainArgs)}
     for name in NAMES:  # a setting's field says "not given"; its default is the setting's
         assert fields[name].default is None, name
-    assert set(fields) - NAMES == {"run_dir", "resume", "overwrite", "progress", "announce", "verbose"}
+    assert set(fields) - NAMES == {
+        "run_dir",
+        "resume",
+        "overwrite",
+        "progress",
+        "announce",
+        "verbose",
+    }
     for x in S.SETTINGS:
         assert x.help and f"``{x.name}`` [{x.shown_default()}]" in (train.TrainArgs.__doc__ or "")
 
