@@ -821,6 +821,40 @@ def references() -> dict[str, dict[str, Any]]:
     return data
 
 
+_PROFILE_STAMPS: dict[str, str] = {}
+
+
+def profile_stamp(task: str | Task) -> str:
+    """The SHA-256 of the profile a task's env runs on, as loaded (every table and
+    constant), and for an LLM profile built from a model and a GPU spec (``arch``), of
+    that GPU spec too (its power model sets the energy at every clock). Stored with the
+    task's references (``stamp.profile_sha256``); a task whose profile no longer has the
+    stamp of its references cannot be scored against them (:func:`normalized_score`):
+    its references are recomputed and its version bumped (``docs/benchmark.md``). Builds
+    the task's env once per process (Gymnasium's ``make``, imported here only)."""
+    t = get(task) if isinstance(task, str) else task
+    if t.id not in _PROFILE_STAMPS:
+        import dataclasses
+        import hashlib
+
+        import gymnasium as gym
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            env = gym.make(t.id)
+        prof = env.unwrapped.profile  # type: ignore[attr-defined]
+        content: dict[str, Any] = {"profile": prof.to_dict()}
+        arch = content["profile"].get("arch")
+        if isinstance(arch, Mapping) and "gpu" in arch:
+            from .profiles import llm_arch
+
+            content["gpu"] = dataclasses.asdict(llm_arch.load_gpu(arch["gpu"]))
+        env.close()
+        text = json.dumps(content, sort_keys=True, default=str)
+        _PROFILE_STAMPS[t.id] = hashlib.sha256(text.encode()).hexdigest()
+    return _PROFILE_STAMPS[t.id]
+
+
 def _stored(t: Task) -> dict[str, Any]:
     ref = references().get(t.id)
     if ref is None:
@@ -830,14 +864,31 @@ def _stored(t: Task) -> dict[str, Any]:
     return ref
 
 
+def _check_stamp(ref: Mapping[str, Any], task_id: str) -> None:
+    """Refuse references whose profile stamp is not the task's profile's now."""
+    stamp = ref.get("stamp", {}).get("profile_sha256")
+    if stamp is None or task_id not in TASKS:
+        return
+    now = profile_stamp(task_id)
+    if stamp != now:
+        raise ValueError(
+            f"task {task_id!r}: its stored references were measured on another profile "
+            f"(stamp {stamp[:12]}, now {now[:12]}): scores against them would compare "
+            "different problems; recompute them (`batch-env benchmark --references`) and "
+            "bump the task's version (docs/benchmark.md)"
+        )
+
+
 def score_span(ref: Mapping[str, Any], task_id: str = "this task") -> tuple[float, float]:
     """``(greedy's reward rate, the top's)`` of a task's references, the normalized
     score's 0 and 1; the top is the bound, else the best realizable reference.
 
     :raises ValueError: when the task has no bound and no reference beats greedy by more
         than the paired 95% CI (``score_undefined`` in the references, set by
-        ``batch-env benchmark --references``): the score is then undefined.
+        ``batch-env benchmark --references``): the score is then undefined; and when the
+        references' profile stamp is not the task's profile's now (:func:`profile_stamp`).
     """
+    _check_stamp(ref, task_id)
     low = float(ref["policies"]["greedy"]["reward_rate_per_s"])
     top = float(ref.get("bound_reward_rate_per_s", ref["best_reward_rate_per_s"]))
     if top <= low or "score_undefined" in ref:

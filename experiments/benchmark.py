@@ -854,6 +854,11 @@ def compute_references(
             entry.update(_best_beats_greedy(entry, task))
         entry["protocol"] = {"seeds": list(task.seeds), "horizon_requests": task.horizon_requests}
         entry["provenance"] = provenance()  # where this task's figures were measured
+        # the profile they were measured on: scores refuse references of another one
+        entry["stamp"] = {
+            "profile_sha256": tasks.profile_stamp(tid),
+            "stamped_at_commit": entry["provenance"]["source"].get("commit"),
+        }
         data[tid] = entry
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data

@@ -3,6 +3,7 @@ reference figures (they reproduce), and the normalized score."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import gymnasium as gym
@@ -457,3 +458,42 @@ def test_the_clock_tasks_reward_setting_the_clock_by_the_state(task_id):
         got[label] = np.asarray(r["per_seed"])
     gain = (got["clock-queue"] - got["clock-best"]) / np.abs(got["clock-best"])
     assert (gain > 0).all() and gain.mean() > 0.03, gain
+
+
+def test_references_carry_the_stamp_of_the_profile_they_were_measured_on(monkeypatch):
+    """Every stored task's references name the profile they came from (its SHA-256, with
+    the GPU spec of an LLM profile built from one) and it is the current one: a change
+    to a task's profile fails here until its references are recomputed and its version
+    bumped (docs/benchmark.md). A score against references of another profile is refused."""
+    refs = tasks.references()
+    for tid, entry in refs.items():
+        assert entry["stamp"]["profile_sha256"] == tasks.profile_stamp(tid), tid
+    tid = "batch_env/LLMClockBursts-v0"
+    rate = refs[tid]["best_reward_rate_per_s"]
+    assert tasks.normalized_score(tid, rate) == pytest.approx(1.0)
+    monkeypatch.setitem(tasks._PROFILE_STAMPS, tid, "0" * 64)  # as if the profile changed
+    with pytest.raises(ValueError, match="another profile") as e:
+        tasks.normalized_score(tid, rate)
+    assert "\n" not in str(e.value) and "bump the task's version" in str(e.value)
+    with pytest.raises(ValueError, match="another profile"):  # every score's span
+        tasks.score_span(refs[tid], tid)
+
+
+def test_the_profile_stamp_moves_with_the_power_model(monkeypatch):
+    """The stamp covers what the clock tasks' references rest on: a GPU spec's power
+    constant changes it."""
+    from batch_env.profiles import llm_arch
+
+    tid = "batch_env/LLMClockBursts-v0"
+    before = tasks.profile_stamp(tid)
+    real = llm_arch.load_gpu
+
+    def hotter(name):
+        g = real(name)
+        return dataclasses.replace(
+            g, power_model={**g.power_model, "sm_w": g.power_model["sm_w"] + 1}
+        )
+
+    monkeypatch.setattr(llm_arch, "load_gpu", hotter)
+    monkeypatch.delitem(tasks._PROFILE_STAMPS, tid, raising=False)
+    assert tasks.profile_stamp(tid) != before
