@@ -374,6 +374,10 @@ class PeriodicEvaluation(BaseCallback):
         self.stopped = False
         self._t0 = time.perf_counter()
         self._eval_s = 0.0  # seconds spent in evaluations since training started
+        self._cpu0 = time.process_time()
+        self._eval_cpu_s = 0.0  # this process's CPU seconds spent in evaluations
+        #: the learning curves' reference lines, evaluated once (:meth:`curve_references`)
+        self._curve_refs: dict[str, float] | None = None
         self.keep_best = None if keep_best is None else Path(keep_best)
         #: ``{"timesteps", "score"}`` of the kept model (None: none kept yet)
         self.best: dict[str, Any] | None = None
@@ -385,6 +389,8 @@ class PeriodicEvaluation(BaseCallback):
     def _on_training_start(self) -> None:
         self._t0 = time.perf_counter()
         self._eval_s = 0.0
+        self._cpu0 = time.process_time()
+        self._eval_cpu_s = 0.0
         if self.keep_best is not None and not any(
             r["timesteps"] == self.num_timesteps for r in self.history
         ):
@@ -409,10 +415,12 @@ class PeriodicEvaluation(BaseCallback):
             it then, so that training goes on).
         """
         start = time.perf_counter()
+        cpu0 = time.process_time()
         record: dict[str, Any] = {
             "timesteps": int(self.num_timesteps),
             "wall_s": start - self._t0,
             "train_s": start - self._t0 - self._eval_s,
+            "cpu_s": cpu0 - self._cpu0 - self._eval_cpu_s,
             **({} if self.loads is None else {"loads": self.loads}),
         }
         bound = self.step_bound()
@@ -449,8 +457,10 @@ class PeriodicEvaluation(BaseCallback):
                 gap = gap_percent(res.mean("reward_rate_per_s"), self.smdp_gain)
                 record[mode]["gap_percent"] = gap
                 self.logger.record(f"optimality/gap_eval_{mode}", gap)
+        self._log_curves(record)
         record["eval_s"] = time.perf_counter() - start
         self._eval_s += record["eval_s"]
+        self._eval_cpu_s += time.process_time() - cpu0
         self.history.append(record)
         atomic_write_text(self.path, json.dumps(self.history, indent=1))
         if (
@@ -460,6 +470,60 @@ class PeriodicEvaluation(BaseCallback):
         ):
             self._save_best(record)
         return record
+
+    def curve_references(self) -> dict[str, float]:
+        """The learning curves' reference lines, each policy's mean reward rate on the
+        evaluation episodes (run once): the env's reference baseline (greedy; vLLM's
+        default cap on an LLM env), and on a benchmark task the best constant action
+        (``tasks_references.json``'s ``best_constant``, from ``batch-env headroom``) and
+        the task's best stored reference policy with its parameters. Empty on an env
+        without a serving summary."""
+        if self._curve_refs is not None:
+            return self._curve_refs
+        self._curve_refs = {}
+        if not _serving(self.env):
+            return self._curve_refs
+        import baselines
+        from batch_env import tasks
+
+        key = "reward_rate_per_s"
+        self._curve_refs[reference_baseline(self.env)] = self._reference_result().mean(key)
+        ref = tasks.references().get(str(getattr(self.env.unwrapped, "task", None)))
+        if ref is not None:
+            top = ref["policies"][ref["best_policy"]]
+            made = {"task_reference": (top["policy"], dict(top.get("params", {})))}
+            if "best_constant" in ref:
+                made["best_constant"] = ("constant", {"action": ref["best_constant"]["action"]})
+            for label, (name, params) in made.items():
+                res = evaluate(
+                    baselines.make(name, env=self.env, **params),
+                    self.env,
+                    n_episodes=self.n_episodes,
+                    seed=self.seed,
+                    max_steps=self.step_bound(),
+                    options=None if self.loads is None else [{"load": x} for x in self.loads],
+                )
+                self._curve_refs[label] = res.mean(key)
+        return self._curve_refs
+
+    def _log_curves(self, record: dict[str, Any]) -> None:
+        """The held-out reward rate of the mode the run would act in, beside the
+        reference lines (:meth:`curve_references`), against env steps (``curve/``) and
+        against this process's CPU seconds of training (``curve_cpu_s/``: TensorBoard's
+        step is the CPU second)."""
+        score = eval_score(record)
+        if not math.isfinite(score) or not _serving(self.env):
+            return
+        lines = {"agent": score, **self.curve_references()}
+        writers = [
+            f.writer for f in self.logger.output_formats if hasattr(f, "writer")
+        ]  # TensorBoardOutputFormat's SummaryWriter
+        cpu = int(round(record["cpu_s"]))
+        for w in writers:  # written at once: SB3's logger keeps one value a tag per dump
+            for label, value in lines.items():
+                w.add_scalar(f"curve/{label}/reward_rate_per_s", value, record["timesteps"])
+                w.add_scalar(f"curve_cpu_s/{label}/reward_rate_per_s", value, cpu)
+            w.flush()
 
     def _reference_result(self) -> Any:
         """The reference baseline's evaluation on the evaluation episodes (run once)."""

@@ -315,7 +315,8 @@ def test_training_on_a_task_logs_the_normalized_score(tmp_path):
             env_kwargs={"horizon_requests": 200},
             n_timesteps=2048,
             run_dir=str(tmp_path / "ppo"),
-            eval_freq=0,
+            eval_freq=1024,
+            eval_episodes=2,
             checkpoint_freq=2048,
             progress=False,
         )
@@ -323,6 +324,24 @@ def test_training_on_a_task_logs_the_normalized_score(tmp_path):
     tags = tensorboard_scalars(run)
     assert "optimality/normalized_score" in tags and "optimality/gap" in tags
     assert all(np.isfinite(v) for _, v in tags["optimality/normalized_score"])
+    # learning curves: the held-out rate beside greedy, the best constant action and the
+    # task's best reference (SMDP), against env steps and against CPU seconds
+    import json
+
+    history = json.loads((run / "evaluations.json").read_text())
+    for label in ("agent", "greedy", "best_constant", "task_reference"):
+        by_steps = tags[f"curve/{label}/reward_rate_per_s"]
+        by_cpu = tags[f"curve_cpu_s/{label}/reward_rate_per_s"]
+        assert len(by_steps) == len(by_cpu) == len(history) >= 2, label
+        assert [c for c, _ in by_cpu] == [round(r["cpu_s"]) for r in history]
+    assert [s for s, _ in tags["curve/agent/reward_rate_per_s"]] == [
+        r["timesteps"] for r in history
+    ]
+    cpu = [r["cpu_s"] for r in history]
+    assert cpu == sorted(cpu) and 0 < cpu[-1] < 600
+    ref = dict(tags["curve/task_reference/reward_rate_per_s"])
+    const = dict(tags["curve/best_constant/reward_rate_per_s"])
+    assert all(ref[k] >= const[k] - 1e-9 for k in ref)  # the SMDP optimum is the best
     # the trained run on the benchmark: a shortened protocol, said so
     from experiments.benchmark import format_benchmark, run_benchmark
 
