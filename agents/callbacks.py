@@ -476,13 +476,11 @@ class PeriodicEvaluation(BaseCallback):
         evaluation episodes (run once): the env's reference baseline (greedy; vLLM's
         default cap on an LLM env), and on a benchmark task the best constant action
         (``tasks_references.json``'s ``best_constant``, from ``batch-env headroom``) and
-        the task's best stored reference policy with its parameters. Empty on an env
-        without a serving summary."""
+        the task's best stored reference policy with its parameters (called where the
+        evaluations have a reward rate)."""
         if self._curve_refs is not None:
             return self._curve_refs
         self._curve_refs = {}
-        if not _serving(self.env):
-            return self._curve_refs
         import baselines
         from batch_env import tasks
 
@@ -511,10 +509,12 @@ class PeriodicEvaluation(BaseCallback):
         reference lines (:meth:`curve_references`), against env steps (``curve/``) and
         against this process's CPU seconds of training (``curve_cpu_s/``: TensorBoard's
         step is the CPU second)."""
-        score = eval_score(record)
-        if not math.isfinite(score) or not _serving(self.env):
-            return
+        score = _mode_score(record, acting_mode(record))
+        mode = record.get(acting_mode(record))
+        if score is None or not isinstance(mode, dict) or "reward_rate_per_s" not in mode:
+            return  # cut episodes, or an env without a serving summary
         lines = {"agent": score, **self.curve_references()}
+        record["curve"] = lines  # (evaluations.json: what `batch-env curves` plots)
         writers = [
             f.writer for f in self.logger.output_formats if hasattr(f, "writer")
         ]  # TensorBoardOutputFormat's SummaryWriter

@@ -47,6 +47,7 @@ COMMANDS = (
     "experiments.evaluate",  # solve-smdp, evaluate
     "experiments.train",  # train (and train --sweep)
     "experiments.agents",  # agents
+    "experiments.curves",  # curves
     "experiments.lazybatching",  # lazybatching
     "experiments.regimes",  # regimes
     "experiments.llm",  # llm

@@ -331,6 +331,8 @@ CASES = [
     (["train", "--sweep", "sweep_grid.yaml", "--seed", "0"], ["--seed=0", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--eval-freq", "0"], ["--eval-freq=0", "--sweep"]),
     (["train", "--sweep", "sweep_grid.yaml", "--runs-dir", "afile"], ["--runs-dir", "afile"]),
+    # curves
+    (["curves", "no_such_run"], ["no_such_run", "evaluations.json"]),
     # agents
     (["agents", "--workers", "0"], ["--workers", "'0'", ">= 1"]),
     (["agents", "--config", "missing.yaml"], ["missing.yaml", "not found"]),

@@ -342,6 +342,13 @@ def test_training_on_a_task_logs_the_normalized_score(tmp_path):
     ref = dict(tags["curve/task_reference/reward_rate_per_s"])
     const = dict(tags["curve/best_constant/reward_rate_per_s"])
     assert all(ref[k] >= const[k] - 1e-9 for k in ref)  # the SMDP optimum is the best
+    # ... and `batch-env curves` plots them from evaluations.json
+    from experiments.curves import plot_curves, read_curve
+
+    agent = [v for _s, v in tags["curve/agent/reward_rate_per_s"]]  # (float32 in TB)
+    assert [p["agent"] for p in read_curve(run)] == pytest.approx(agent, rel=1e-6)
+    png = plot_curves([run], tmp_path / "curves.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     # the trained run on the benchmark: a shortened protocol, said so
     from experiments.benchmark import format_benchmark, run_benchmark
 
