@@ -250,6 +250,7 @@ def llm_v2_kwargs(draw) -> dict:
         kw["clock_grid"] = sorted(clocks)
     if draw(st.booleans()):
         kw["scheduler"] = "vllm-v0"
+        kw["num_scheduler_steps"] = draw(st.sampled_from([1, 1, 4, 10]))  # vLLM 0.6 multi-step
         return kw
     budget = draw(st.sampled_from([max(n, 64), 512, 2048, 8192]))
     if kw["max_model_len"] > budget:

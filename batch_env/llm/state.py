@@ -60,6 +60,7 @@ class LLMServerState:
         "prefilling",
         "block_phase",
         "decode_steps",
+        "group_left",
         "tokens_out",
         "preemptions",
         "cascade_iterations",
@@ -137,6 +138,8 @@ class LLMServerState:
         self.block_phase: list[set[int]] = [set() for _ in range(self.block_size)]
         #: chunked: decode iterations so far (the phase's origin)
         self.decode_steps = 0
+        #: vllm-v0 with multi-step scheduling: decode steps the running group still runs
+        self.group_left = 0
         # counters
         #: output tokens produced (first tokens of prefills and decode tokens)
         self.tokens_out = 0

@@ -52,15 +52,14 @@ class VLLMV0Scheduler:
     ) -> None:
         self.state = state
         self._seqs = sequences  # tell the executor which requests run
-        self.steps = num_scheduler_steps
-        self.group_left = 0  # decode steps the running group still runs before a plan
+        self.steps = num_scheduler_steps  # (the running group's count is the state's)
 
     def plan(self, cap: int, budget: int, order: str = FCFS) -> Plan:
         """A prefill of the longest admissible run of the waiting requests in ``order``
         (FCFS: the queue's head), else a decode."""
         s = self.state
         W, P, G, bs = s.waiting, s.prompt, s.generated, s.block_size
-        if W and not (self.group_left and s.running):
+        if W and not (s.group_left and s.running):
             room = cap - len(s.running)
             kv = s.kv
             free = kv.free_above_watermark()
@@ -192,6 +191,6 @@ class VLLMV0Scheduler:
                 keep.append(e)
         s.decode_context += len(keep)
         s.running = keep
-        self.group_left = (self.group_left or self.steps) - 1 if keep else 0
+        s.group_left = (s.group_left or self.steps) - 1 if keep else 0
         b = len(R)  # (its tokens count once the clock has passed: tokens_at_end)
         return Outcome(Iteration(duration_s, "decode", False, b, len(work.victims)), [], done, b)
