@@ -635,9 +635,11 @@ EVAL_MIN_STEPS = 10_000
 
 
 def _serving(env: Any) -> bool:
-    from batch_env.core import ServingCore
+    """Whether ``env`` is one of batch-env's serving envs (whole-model, node-level or LLM:
+    every :class:`batch_env.core.ServingEnv`), whose episodes end with a serving summary."""
+    from batch_env.core import ServingEnv
 
-    return isinstance(env.unwrapped, ServingCore)
+    return isinstance(env.unwrapped, ServingEnv)
 
 
 def unfinished(record: dict[str, Any]) -> dict[str, Any] | None:

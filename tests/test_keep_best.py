@@ -197,3 +197,28 @@ def test_train_prints_figures_when_the_deterministic_policy_starves(tmp_path, ca
     )
     assert "normalized score on batch_env/LLMTwoClasses-v0 ≈ 0.479" in out
     assert "eval/normalized_score" in out and "no reward rate" not in out
+
+
+def test_llm_evaluations_are_bounded_and_cut_episodes_say_what_they_did():
+    """The evaluation bound holds on the LLM envs too (they are ``ServingEnv``s over an
+    ``LLMServer``, not ``ServingCore``s: the bound and a cut episode's request counts had
+    been left out for them since the LLM server became an object of its own)."""
+    import baselines
+    from agents.callbacks import MAX_EPISODE_STEPS, PeriodicEvaluation
+    from agents.wrappers import reference_baseline
+    from batch_env import EpisodeCut
+
+    kw = {"horizon_requests": 50}
+    cb = PeriodicEvaluation(
+        "batch_env/LLMBatching-v1", kw, [], 1000, 2, 100_000, Path("/nonexistent-run")
+    )
+    env = gym.make("batch_env/LLMBatching-v1", **kw)
+    ref = evaluate(baselines.make(reference_baseline(env), env=env), env, 2, seed=100_000)
+    steps = max(int(ep["steps"]) for ep in ref.episodes)
+    assert cb.step_bound() == max(100 * steps, 10_000) < MAX_EPISODE_STEPS
+    with pytest.raises(EpisodeCut) as cut:
+        evaluate(baselines.make("static-cap", env=env, cap=1), env, 1, seed=0, max_steps=5)
+    part = cut.value.partial
+    assert part["arrived"] == sum(
+        part[k] for k in ("completed", "waiting", "in_service", "dropped", "rejected")
+    )
