@@ -12,21 +12,26 @@ import pytest
 import batch_env  # noqa: F401
 
 
-def _run(k: int | None, seed: int = 3) -> tuple[list[tuple[str, int, int]], dict]:
-    """Every iteration's (kind, requests waiting before it, running after it) and the
-    episode's serving summary, at the largest cap, Poisson arrivals at 8 requests/s
-    (``k`` None: the setting left out)."""
+def _env(k: int | None, horizon: int) -> gym.Env:
+    """LLMBatching-v1 on vLLM v0's scheduler with ``k`` steps a group (None: the setting
+    left out), Poisson arrivals at 8 requests/s."""
     steps = {} if k is None else {"num_scheduler_steps": k}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        env = gym.make(
+        return gym.make(
             "batch_env/LLMBatching-v1",
             profile="llama-3.1-8b-a100",
             scheduler="vllm-v0",
             workload={"kind": "poisson", "rate_per_s": 8.0},
-            horizon_requests=300,
+            horizon_requests=horizon,
             **steps,
         )
+
+
+def _run(k: int | None, seed: int = 3) -> tuple[list[tuple[str, int, int]], dict]:
+    """Every iteration's (kind, requests waiting before it, running after it) and the
+    episode's serving summary, at the largest cap."""
+    env = _env(k, 300)
     srv = env.unwrapped.server
     log: list[tuple[str, int, int]] = []
     apply = srv.scheduler.apply
@@ -99,16 +104,7 @@ def test_a_group_does_not_outlive_its_episode():
     """Two episodes of one seed on one env are the same with multi-step scheduling: the
     running group's count is the server state's, cleared at reset (the long fuzz profile
     found it leaking when it was the scheduler's)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        env = gym.make(
-            "batch_env/LLMBatching-v1",
-            profile="llama-3.1-8b-a100",
-            scheduler="vllm-v0",
-            num_scheduler_steps=4,
-            workload={"kind": "poisson", "rate_per_s": 8.0},
-            horizon_requests=40,
-        )
+    env = _env(4, 40)
 
     def episode(seed: int) -> list:
         env.reset(seed=seed)
