@@ -18,8 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 #: imported only where present (inside a ``try``), so a fresh venv without them works:
-#: pandas' optional pyarrow, torch's optional NVML bindings
-OPTIONAL = {"pyarrow", "nvidia-ml-py"}
+#: pandas' optional pyarrow, torch's optional NVML bindings, fsspec's optional lz4 codec
+#: (which the ray extra installs for RLlib)
+OPTIONAL = {"pyarrow", "nvidia-ml-py", "lz4"}
 
 SCRIPT = r"""
 import importlib, importlib.metadata as md, json, sys
