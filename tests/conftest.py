@@ -39,7 +39,6 @@ SERIAL_FILES = {
     "test_bench_wallclock.py",
     "test_backends.py",
     "test_ray_backend.py",
-    "test_rllib.py",
     "test_sweep.py",
 }
 
