@@ -49,6 +49,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import HParam
 
 from batch_env import MAX_EPISODE_STEPS, EpisodeCut, evaluate, paired_difference
+from batch_env.core import is_serving_env
 from batch_env.metrics import HEADLINE_KEYS
 
 from .common import AgentPolicy
@@ -544,7 +545,7 @@ class PeriodicEvaluation(BaseCallback):
         baseline's longest episode on an env with a serving summary, else
         :data:`batch_env.MAX_EPISODE_STEPS`."""
         if self.max_steps is None:
-            if not _serving(self.env):
+            if not is_serving_env(self.env):
                 self.max_steps = MAX_EPISODE_STEPS
             else:
                 ref = max(int(ep["steps"]) for ep in self._reference_result().episodes)
@@ -632,14 +633,6 @@ class PeriodicEvaluation(BaseCallback):
 EVAL_STEPS_FACTOR = 100
 #: ... and never below this many steps
 EVAL_MIN_STEPS = 10_000
-
-
-def _serving(env: Any) -> bool:
-    """Whether ``env`` is one of batch-env's serving envs (whole-model, node-level or LLM:
-    every :class:`batch_env.core.ServingEnv`), whose episodes end with a serving summary."""
-    from batch_env.core import ServingEnv
-
-    return isinstance(env.unwrapped, ServingEnv)
 
 
 def unfinished(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -1037,3 +1037,11 @@ class ServingCore(ServingEnv, ServingLoop):
         summary = super()._serving_summary()
         self._warn_summary(summary, self.now)
         return summary
+
+
+def is_serving_env(env: gym.Env) -> bool:
+    """Whether ``env`` (wrapped or not) is one of batch-env's serving envs: whole-model,
+    node-level or LLM, every :class:`ServingEnv`, whose episodes end with a serving
+    summary in ``info["serving"]`` and are bounded by their requests, not by a step cap.
+    The evaluation harness and the training callbacks both ask this one question."""
+    return isinstance(env.unwrapped, ServingEnv)

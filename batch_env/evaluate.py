@@ -365,9 +365,9 @@ def _run_episodes(
 ) -> None:
     """The episodes of :func:`evaluate`, appended to ``result`` (``options[k]`` for the
     reset of episode ``k``)."""
-    from .core import ServingEnv
+    from .core import is_serving_env
 
-    serving_env = isinstance(env.unwrapped, ServingEnv)  # whole-model, node-level and LLM
+    serving_env = is_serving_env(env)
     # a policy whose reset takes the episode's seed (a sampling agent's draws) gets it
     try:
         seeded = "seed" in inspect.signature(policy.reset).parameters
