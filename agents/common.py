@@ -25,7 +25,7 @@ import yaml
 #: the shipped hyperparameter files (package data of ``agents.hyperparams``, found through
 #: ``importlib.resources``, so that a wheel install has them too)
 HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
-ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm")
+ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm", "ppo_input")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
 #: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it;
 #: ``env_kwargs``, rl-zoo3's too, are the training env's kwargs, under those a run gives)
@@ -55,6 +55,10 @@ def algo_class(algo: str) -> Any:
         from sb3_contrib import RecurrentPPO
 
         return RecurrentPPO
+    if algo == "ppo_input":  # PPO with a critic that sees the coming input
+        from .input_critic import InputPPO
+
+        return InputPPO
     import stable_baselines3 as sb3
 
     classes = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
@@ -122,7 +126,10 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
     """
     if algo not in ALGO_NAMES:
         raise ValueError(f"algo={algo!r} is unknown: allowed values are {list(ALGO_NAMES)}")
-    file = Path(path) if path is not None else HYPERPARAMS_DIR / f"{algo}.yml"
+    from .hyperparams import DERIVED_ALGOS, derive
+
+    shipped_as = DERIVED_ALGOS.get(algo, algo) if path is None else algo
+    file = Path(path) if path is not None else HYPERPARAMS_DIR / f"{shipped_as}.yml"
     if not file.is_file():
         shipped = ", ".join(sorted(p.stem for p in HYPERPARAMS_DIR.glob("*.yml")))
         raise FileNotFoundError(
@@ -155,6 +162,8 @@ def load_hyperparams(algo: str, env_id: str, path: str | Path | None = None) -> 
         raise ValueError(
             f"{where}: the entry for {env_id!r} must be a mapping of hyperparameters, got {entry!r}"
         )
+    if shipped_as != algo:  # a derived algorithm's entry, made from the one it derives from
+        entry = derive(algo, entry)
     check_hyperparams(algo, entry, where)
     return dict(entry)
 

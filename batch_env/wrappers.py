@@ -600,6 +600,119 @@ class ArrivalFeatures(StatefulFeatures, gym.utils.RecordConstructorArgs):
         return self._features(obs)
 
 
+#: :class:`InputPreview`'s look-ahead: the next 1, 4, 16, 64 and 256 arrivals
+PREVIEW_COUNTS = (1, 4, 16, 64, 256)
+#: the time to an arrival beyond the episode's input saturates at this many seconds
+_PREVIEW_MAX_S = 1.0e4
+#: the features' upper bound (a token sum's log1p stays far below it)
+_PREVIEW_HIGH = float(np.log1p(1.0e12))
+
+
+class InputPreview(StatefulFeatures, gym.utils.RecordConstructorArgs):
+    """Append what the episode's input will be: for each ``k`` of ``counts``, the time to
+    the ``k``-th next arrival (``log1p`` of seconds, saturated at 10,000 s where the input
+    ends first) and, on the LLM envs, the prompt and output tokens of the next ``k``
+    arrivals (``log1p`` of their sums), from ``env.unwrapped.upcoming_input``
+    (``docs/input_replay.md``).
+
+    This is the input of an input-dependent baseline, for a critic only: a policy that
+    reads it is clairvoyant. ``agents``' ``ppo_input`` hides it from the actor; a policy
+    acting without the env's future (``agents.load_policy``, which replays observations
+    from ``(obs, info)``) is shown zeros in its place. The features sit after the
+    observation (``input_dims`` of them): wrap it last among the observation wrappers to
+    keep them at the end.
+
+    :param env: a batch-env serving env.
+    :param counts: how many arrivals ahead each group of features looks (positive
+        integers, increasing, at most 100,000).
+    """
+
+    def __init__(self, env: gym.Env, counts: Any = PREVIEW_COUNTS) -> None:
+        gym.utils.RecordConstructorArgs.__init__(self, counts=counts)
+        gym.Wrapper.__init__(self, env)
+        from .core import is_serving_env
+
+        self.counts = _preview_counts(counts)
+        if not is_serving_env(env):
+            raise ValueError(
+                f"env={env!r} is invalid for InputPreview: expected a batch-env serving env "
+                "(it reads upcoming_input)"
+            )
+        base = cast(spaces.Box, env.observation_space)
+        self._core = env.unwrapped
+        # the sizes the env knows of its arrivals (the LLM envs: their token counts)
+        sizes = self._core.engine.arrival_sizes(0, 0)  # type: ignore[attr-defined]
+        self._llm = "prompt_tokens" in sizes and "output_tokens" in sizes
+        #: how many features this wrapper appends (per count: a time, and on an LLM env
+        #: two token sums)
+        self.input_dims = len(self.counts) * (3 if self._llm else 1)
+        n = self.input_dims
+        self.observation_space = spaces.Box(
+            np.concatenate([base.low, np.zeros(n, np.float32)]),
+            np.concatenate([base.high, np.full(n, _PREVIEW_HIGH, np.float32)]),
+            dtype=np.float32,
+        )
+        self._live = False
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """Reset, and the first observation with the episode's coming input."""
+        obs, info = self.env.reset(**kwargs)
+        return self._with(obs, self.preview()), info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step, and the observation with the input still to come."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self._with(obs, self.preview()), reward, terminated, truncated, info
+
+    def preview(self) -> np.ndarray:
+        """The features of the input to come, from the env this wrapper wraps."""
+        ahead = self._core.upcoming_input(self.counts[-1])  # type: ignore[attr-defined]
+        dt = ahead["dt_s"]
+        idx = np.asarray(self.counts) - 1
+        t = np.full(len(idx), _PREVIEW_MAX_S)
+        inside = idx < len(dt)
+        t[inside] = np.minimum(dt[idx[inside]], _PREVIEW_MAX_S)
+        parts = [np.log1p(np.maximum(t, 0.0))]
+        if self._llm:
+            for key in ("prompt_tokens", "output_tokens"):
+                csum = np.concatenate([[0.0], np.cumsum(ahead[key], dtype=np.float64)])
+                parts.append(np.log1p(csum[np.minimum(idx + 1, len(dt))]))
+        return np.concatenate(parts).astype(np.float32)
+
+    def _with(self, obs: np.ndarray, extra: np.ndarray) -> np.ndarray:
+        return np.concatenate([obs, extra]).astype(np.float32)
+
+    def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """An acting policy's observation (``agents.load_policy``): zeros in place of the
+        input, which only the env being stepped knows."""
+        return self._with(obs, np.zeros(self.input_dims, np.float32))
+
+    def observe_step(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
+        """As :meth:`observe_reset`."""
+        return self._with(obs, np.zeros(self.input_dims, np.float32))
+
+
+def _preview_counts(counts: Any) -> tuple[int, ...]:
+    try:
+        c = np.asarray(counts, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        c = np.empty(0)
+    ok = (
+        c.size >= 1
+        and np.isfinite(c).all()
+        and (c == np.round(c)).all()
+        and (c >= 1).all()
+        and (c <= 100_000).all()
+        and (np.diff(c) > 0).all()
+    )
+    if not ok:
+        raise ValueError(
+            f"counts={counts!r} is invalid: expected one or more increasing integers in "
+            "1..100000 (how many arrivals ahead each group of features looks)"
+        )
+    return tuple(int(x) for x in c)
+
+
 def _arrival_taus(windows: Any, mu: float) -> np.ndarray:
     try:
         w = np.asarray(windows, dtype=np.float64).reshape(-1)

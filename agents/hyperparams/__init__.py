@@ -30,6 +30,26 @@ def path(algo: str) -> Path:
     return file
 
 
+#: algorithms whose shipped hyperparameters are another's, changed by :func:`derive`
+DERIVED_ALGOS = {"ppo_input": "ppo"}
+
+
 def read(algo: str) -> dict[str, Any]:
-    """The mapping of env id -> hyperparameters in the shipped ``<algo>.yml``."""
-    return yaml.safe_load(path(algo).read_text(encoding="utf-8"))
+    """The mapping of env id -> hyperparameters in the shipped ``<algo>.yml``; for an
+    algorithm derived from another (:data:`DERIVED_ALGOS`: ``ppo_input`` from ``ppo``),
+    the other's entries changed by :func:`derive`."""
+    base = DERIVED_ALGOS.get(algo, algo)
+    data = yaml.safe_load(path(base).read_text(encoding="utf-8"))
+    if base == algo:
+        return data
+    return {env_id: derive(algo, entry) for env_id, entry in data.items()}
+
+
+def derive(algo: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """A derived algorithm's entry from its base's entry for the same env (``ppo_input``:
+    :func:`agents.input_critic.input_entry`)."""
+    if algo != "ppo_input":
+        raise ValueError(f"algo={algo!r} is not derived from another's hyperparameters")
+    from ..input_critic import input_entry
+
+    return input_entry(entry)
