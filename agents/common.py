@@ -93,10 +93,22 @@ def check_device(field: str, device: Any) -> str:
 def hyperparameter_names(algo: str) -> list[str]:
     """Keys a hyperparameter entry of ``algo`` may hold: the rl-zoo3 keys (``ZOO_KEYS``)
     and the algorithm's constructor arguments that training does not set itself."""
+
+    return sorted({*(p for p in constructor_params(algo) if p not in _SET_BY_TRAINING), *ZOO_KEYS})
+
+
+def constructor_params(algo: str) -> dict[str, Any]:
+    """The constructor parameters of ``algo``'s class (``inspect.Parameter`` by name); a
+    subclass whose ``__init__`` passes ``**kwargs`` on (``ppo_input``'s) has its base's too."""
     import inspect
 
-    params = inspect.signature(algo_class(algo).__init__).parameters
-    return sorted({*(p for p in params if p not in _SET_BY_TRAINING), *ZOO_KEYS})
+    params: dict[str, Any] = {}
+    for cls in algo_class(algo).__mro__:
+        own = inspect.signature(cls.__init__).parameters
+        params = {**own, **params}
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in own.values()):
+            break
+    return {k: p for k, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD}
 
 
 #: constructor arguments that training sets itself (not allowed in a hyperparameter entry)
@@ -301,9 +313,7 @@ def _check_constructor_types(algo: str, hp: dict[str, Any], where: str) -> None:
     """The algorithm's own keyword arguments: a value must have the type of the
     constructor's default where that is a boolean, an integer or a float (a
     :data:`SCHEDULE_KEYS` key may also be ``"lin_<x>"``)."""
-    import inspect
-
-    params = inspect.signature(algo_class(algo).__init__).parameters
+    params = constructor_params(algo)
     for key, value in hp.items():
         if key in ZOO_KEYS or key not in params:
             continue

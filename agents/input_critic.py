@@ -21,14 +21,14 @@ entry for the env); what the method changes, and what it measured, is in
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import gymnasium as gym
+import stable_baselines3
 import torch as th
-from stable_baselines3 import PPO
 from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.vec_env import VecEnv
 
 #: the wrapper that makes the critic's input (prepended to an entry's wrappers)
 PREVIEW_WRAPPER = "batch_env.wrappers.InputPreview"
@@ -79,7 +79,7 @@ class InputCriticPolicy(ActorCriticPolicy):
         return data
 
 
-class InputPPO(PPO):
+class InputPPO(stable_baselines3.PPO):
     """PPO with :class:`InputCriticPolicy` (``MlpPolicy`` names it), the number of hidden
     features taken from the env's :class:`batch_env.wrappers.InputPreview`.
 
@@ -90,21 +90,19 @@ class InputPPO(PPO):
 
     policy_aliases = {"MlpPolicy": InputCriticPolicy}  # noqa: RUF012 (SB3's class attribute)
 
-    def __init__(self, policy: Any, env: Any, *args: Any, **kwargs: Any) -> None:
-        if env is not None:  # None: a saved model's load, with its own policy_kwargs
-            dims = _input_dims(env)
-            kwargs["policy_kwargs"] = {
-                **(kwargs.get("policy_kwargs") or {}),
-                "input_features": dims,
-            }
-        super().__init__(policy, env, *args, **kwargs)
+    def __init__(self, policy: str | type[InputCriticPolicy], env: Any, **kwargs: Any) -> None:
+        """:param policy: ``MlpPolicy`` (:class:`InputCriticPolicy`) or that class.
+        :param env: the training env, wrapped in ``InputPreview`` (``None`` on load).
+        :param kwargs: PPO's other arguments (``stable_baselines3.PPO``)."""
+        super().__init__(policy, env, **kwargs)
+
+    def _setup_model(self) -> None:
+        if self.env is not None:  # None: a saved model's load, with its own policy_kwargs
+            self.policy_kwargs = {**self.policy_kwargs, "input_features": _input_dims(self.env)}
+        super()._setup_model()
 
 
-# its hyperparameters are PPO's (agents.common.hyperparameter_names reads the signature)
-InputPPO.__init__.__signature__ = inspect.signature(PPO.__init__)  # type: ignore[attr-defined]
-
-
-def _input_dims(env: Any) -> int:
+def _input_dims(env: VecEnv) -> int:
     try:
         dims = env.get_attr("input_dims")[0]
     except AttributeError:
