@@ -652,7 +652,8 @@ class InputPreview(StatefulFeatures, gym.utils.RecordConstructorArgs):
             np.concatenate([base.high, np.full(n, _PREVIEW_HIGH, np.float32)]),
             dtype=np.float32,
         )
-        self._live = False
+        self._idx = np.asarray(self.counts) - 1  # the k-th next arrival's index, per count
+        self._zeros = np.zeros(n, np.float32)  # an acting policy's view of the preview
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         """Reset, and the first observation with the episode's coming input."""
@@ -668,7 +669,7 @@ class InputPreview(StatefulFeatures, gym.utils.RecordConstructorArgs):
         """The features of the input to come, from the env this wrapper wraps."""
         ahead = self._core.upcoming_input(self.counts[-1])  # type: ignore[attr-defined]
         dt = ahead["dt_s"]
-        idx = np.asarray(self.counts) - 1
+        idx = self._idx
         t = np.full(len(idx), _PREVIEW_MAX_S)
         inside = idx < len(dt)
         t[inside] = np.minimum(dt[idx[inside]], _PREVIEW_MAX_S)
@@ -685,11 +686,11 @@ class InputPreview(StatefulFeatures, gym.utils.RecordConstructorArgs):
     def observe_reset(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
         """An acting policy's observation (``agents.load_policy``): zeros in place of the
         input, which only the env being stepped knows."""
-        return self._with(obs, np.zeros(self.input_dims, np.float32))
+        return self._with(obs, self._zeros)
 
     def observe_step(self, obs: np.ndarray, info: dict[str, Any]) -> np.ndarray:
         """As :meth:`observe_reset`."""
-        return self._with(obs, np.zeros(self.input_dims, np.float32))
+        return self._with(obs, self._zeros)
 
 
 def _preview_counts(counts: Any) -> tuple[int, ...]:
