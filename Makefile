@@ -48,7 +48,8 @@ bench: $(STAMP)
 # warnings as errors: a broken link, a docstring reStructuredText cannot read or a public
 # class or function without a docstring fails it. The env, task and API pages are
 # generated from the code at build time (docs/_ext/). CI builds the same site inside
-# `make test` (tests/test_docs.py), not twice, without viewcode's source pages.
+# `make test` (tests/test_docs.py), not twice, without viewcode's source pages and with
+# Sphinx's JSON builder (the same pages' bodies and inventory, without the theme's templates).
 docs: $(STAMP)
 	rm -rf docs/_build
 	$(VENV)/bin/sphinx-build -W --keep-going -j 2 -b html docs docs/_build/html

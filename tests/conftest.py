@@ -43,21 +43,31 @@ SERIAL_FILES = {
 }
 
 
-#: Test files whose one long test builds an artifact and uses it (the wheel in a fresh
-#: venv, 60 s; the docs site, 90 s): collected first, so that a worker takes each at the
-#: start instead of the last minute, when the other worker would wait for it idle (the
-#: wheel, alphabetically last, once ended the parallel part 30 s after the other worker).
-FIRST_FILES = ("test_wheel.py", "test_docs.py")
+#: The longest tests (20-50 s each on this project's VM), collected first, so that a worker
+#: takes each at the start instead of the last minute, when the other worker would wait
+#: for it idle (the wheel, alphabetically last, once ended the parallel part 30 s after
+#: the other worker): test files whose one long test builds an artifact and uses it (the
+#: wheel in a fresh venv, the docs site), then single long tests (a node id's start).
+FIRST = (
+    "tests/test_wheel.py",
+    "tests/test_docs.py",
+    "tests/test_tasks.py::test_stored_references_reproduce[batch_env/LLMMemoryPressure-v0",
+    "tests/test_reproducibility.py::test_the_thread_count",
+)
+
+
+def _rank(nodeid: str) -> int:
+    """Where a test comes in the collection: its place in :data:`FIRST`, else after them."""
+    return next((k for k, start in enumerate(FIRST) if nodeid.startswith(start)), len(FIRST))
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Mark the tests of :data:`SERIAL_FILES` ``serial``; put :data:`FIRST_FILES` first
-    (the same order on every xdist worker: a stable sort on the file name)."""
+    """Mark the tests of :data:`SERIAL_FILES` ``serial``; put :data:`FIRST` first (the
+    same order on every xdist worker: a stable sort on the node id's start)."""
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
-    rank = {name: k for k, name in enumerate(FIRST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    items.sort(key=lambda item: _rank(item.nodeid))
 
 
 #: The published tables the shipped profiles are derived from (``data/README.md``), in the repository.

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import os
 import re
 import subprocess
@@ -153,10 +154,14 @@ def _public_objects() -> set[str]:
 
 @pytest.mark.slow
 def test_docs_build_without_warnings_and_list_every_public_object(tmp_path: Path):
-    """The site as ``make docs`` builds it, but for ``sphinx.ext.viewcode``'s highlighted
-    source pages (a third of the pages, each with its navigation; nothing here reads
-    them): built with warnings as errors, every public object in the API reference."""
-    out = tmp_path / "html"
+    """The site as ``make docs`` builds it, with warnings as errors, every public object in
+    the API reference, but for what only the reader's copy needs: ``sphinx.ext.viewcode``'s
+    highlighted source pages (a third of the pages) and the theme's page templates. The
+    build is Sphinx's JSON builder, the HTML builder's subclass: the same reading,
+    cross-references and HTML of each page's body, the same inventory, without furo's
+    navigation tree, computed again for every page (a third of the build's time:
+    67 s against 47 s on this project's VM)."""
+    out = tmp_path / "json"
     conf = (DOCS / "conf.py").read_text()
     assert '"sphinx.ext.viewcode",\n' in conf
     block = conf.split("extensions = [", 1)[1].split("]", 1)[0]
@@ -173,7 +178,7 @@ def test_docs_build_without_warnings_and_list_every_public_object(tmp_path: Path
             "-D",
             "extensions=" + ",".join(e for e in extensions if e != "sphinx.ext.viewcode"),
             "-b",
-            "html",
+            "json",
             "-d",
             str(tmp_path / "doctrees"),
             str(DOCS),
@@ -203,9 +208,9 @@ def test_docs_build_without_warnings_and_list_every_public_object(tmp_path: Path
     from batch_env import tasks
 
     for env_id in batch_env.ENV_IDS:
-        page = (out / "envs" / f"{env_id.split('/')[1]}.html").read_text()
+        page = json.loads((out / "envs" / f"{env_id.split('/')[1]}.fjson").read_text())["body"]
         assert "Action space" in page and "<img" in page
     for task_id in tasks.TASKS:
-        page = (out / "tasks" / f"{task_id.split('/')[1]}.html").read_text()
+        page = json.loads((out / "tasks" / f"{task_id.split('/')[1]}.fjson").read_text())["body"]
         assert "Reference figures" in page or "Fixed arguments" in page
         assert "<img" in page
