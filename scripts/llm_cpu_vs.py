@@ -4,9 +4,9 @@ request in ``batch-env bench`` within 5% of today's, measured in one run against
 commit").
 
 Each round runs, in fresh processes taking turns (this checkout, then the other), one
-episode of ``bench_llm_v2``'s settings (``experiments.bench.llm_v2_settings``: v1's
+episode of ``bench_llm_v2``'s settings (``experiments.bench.llm.llm_v2_settings``: v1's
 defaults and ``LLMMemoryPressure-v0``'s problem) at the largest action, as
-``batch-env bench`` does (``experiments.bench._llm_episode_cost``: process CPU time); the
+``batch-env bench`` does (``experiments.bench.llm.llm_episode_cost``: process CPU time); the
 figure is each side's best round (the least disturbed by other load) and the median of
 the rounds' ratios.
 
@@ -41,11 +41,11 @@ CHILD = """
 import json, sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {root!r})
-from experiments.bench import _llm_episode_cost, llm_v2_settings
+from experiments.bench.llm import llm_episode_cost, llm_v2_settings
 out = {{}}
 for name, kw in llm_v2_settings().items():
     for env_id in ("batch_env/LLMBatching-v2", "batch_env/LLMBatching-v1"):
-        r = _llm_episode_cost(env_id, {{**kw, "horizon_requests": {n}}}, 0)
+        r = llm_episode_cost(env_id, {{**kw, "horizon_requests": {n}}}, 0)
         out[name + " " + env_id.split("-")[-1]] = r["cpu_s"] / r["completed"]
 print(json.dumps(out))
 """
@@ -63,9 +63,9 @@ INSTRUCTIONS_CHILD = """
 import sys, warnings
 warnings.simplefilter("ignore")
 sys.path.insert(0, {root!r})
-from experiments.bench import _llm_episode_cost, llm_v2_settings
+from experiments.bench.llm import llm_episode_cost, llm_v2_settings
 kw = llm_v2_settings()[{name!r}]
-r = _llm_episode_cost("batch_env/LLMBatching-v2", {{**kw, "horizon_requests": {n}}}, 0)
+r = llm_episode_cost("batch_env/LLMBatching-v2", {{**kw, "horizon_requests": {n}}}, 0)
 print(r["completed"])
 """
 

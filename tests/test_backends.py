@@ -121,7 +121,7 @@ def test_local_backend_does_not_import_ray(tmp_path):
 
 
 def test_bench_backends_is_skipped_without_ray(no_ray):
-    from experiments.bench import bench_backends
+    from experiments.bench.backends import bench_backends
 
     r = bench_backends()
     assert set(r) == {"skipped"} and "pip install 'batch-env[ray]'" in r["skipped"]

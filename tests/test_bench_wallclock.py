@@ -9,7 +9,7 @@ import gymnasium as gym
 import pytest
 
 from batch_env import evaluate
-from experiments.bench import _format_wallclock, _median_or_none, bench_wallclock
+from experiments.bench.wallclock import _median_or_none, bench_wallclock, format_wallclock
 
 #: tiny runs: one rollout of the file's PPO (4 envs x 512 steps), evaluated every 1024
 #: steps on one short episode
@@ -80,7 +80,7 @@ def test_unreachable_task_target_is_reported_not_reached(tmp_path):
     # the same PPO settings for both
     assert wc["settings"]["n_envs"] == 4 and wc["settings"]["n_steps"] == 512
     assert wc["settings"]["budget_steps"] == 2048 and wc["settings"]["eval_freq"] == 1024
-    text = _format_wallclock(wc)
+    text = format_wallclock(wc)
     assert "seed 0: not reached in 2,048 steps" in text and "seed 0: 1,024 steps" in text
     assert json.loads(json.dumps(wc)) == wc  # plain JSON
 
@@ -116,7 +116,7 @@ def test_llm_task_target_is_a_score_paired_on_the_evaluation_episodes(tmp_path):
     agent's rate placed between theirs on those very episodes."""
     import baselines
     from batch_env import tasks
-    from experiments.bench import score_span_on_episodes
+    from experiments.bench.wallclock import score_span_on_episodes
 
     tid = "batch_env/LLMBurstyLongPrompts-v0"
     kw = {"horizon_requests": 300, "warmup_requests": 20}

@@ -322,7 +322,7 @@ def test_evaluate_keeps_an_agent_on_its_own_env(tmp_path, capsys):
 def test_bench_rounds_interleave_and_the_ratio_is_the_rounds_median():
     """Each round times every env back to back, the order rotated, so a slow spell of a
     shared machine slows a round's env and reference alike."""
-    from experiments.bench import _median_ratio, _rounds
+    from experiments.bench.common import median_ratio, rounds
 
     calls = []
     rates = {"a": iter([10.0, 1.0, 10.0]), "b": iter([5.0, 0.5, 2.0])}  # round 2: slow spell
@@ -334,7 +334,7 @@ def test_bench_rounds_interleave_and_the_ratio_is_the_rounds_median():
 
         return f
 
-    r = _rounds({"a": timer("a"), "b": timer("b")}, 3)
+    r = rounds({"a": timer("a"), "b": timer("b")}, 3)
     assert calls == ["a", "b", "b", "a", "a", "b"]
     assert r == {"a": [10.0, 1.0, 10.0], "b": [5.0, 0.5, 2.0]}
-    assert _median_ratio(r["a"], r["b"]) == 2.0  # the rounds give 2, 2 and 5
+    assert median_ratio(r["a"], r["b"]) == 2.0  # the rounds give 2, 2 and 5

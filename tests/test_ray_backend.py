@@ -214,7 +214,7 @@ def test_sweep_on_ray_tune_matches_local(ray_instance, tmp_path):
 
 
 def test_bench_backends_reports_both_and_the_ratio(ray_instance):
-    from experiments.bench import bench_backends
+    from experiments.bench.backends import bench_backends
 
     cfg = {
         **SMALL,

@@ -430,7 +430,7 @@ def test_registered_ids_all_render():
 
 
 def test_bench_reports_frame_cost_ratio():
-    from experiments.bench import bench_render
+    from experiments.bench.render import bench_render
 
     result = bench_render(n_steps=40, repeats=1)
     rows = result["envs"]
