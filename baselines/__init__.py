@@ -7,7 +7,7 @@ workload, weights, ticks); while acting it reads only ``obs`` and ``info``.
 One module per family: ``heuristics`` (greedy, static), ``timeouts`` (Triton's dynamic
 batcher, TF-Serving), ``aimd`` (Clipper), ``smdp`` (the SMDP-optimal policy and its
 rate-adaptive variant), ``smdp_mmpp`` (the phase-aware optimum under MMPP arrivals,
-an oracle and a bound), ``rollout`` (constant actions, and the lookahead planners ``rollout`` and its
+an oracle and a bound), ``mmpp_fit`` (the phase-aware policy on an MMPP it fits from what it observes), ``rollout`` (constant actions, and the lookahead planners ``rollout`` and its
 clairvoyant twin ``rollout-oracle``, which plan on copies of the env), ``node`` (graph
 batching and LazyBatching for
 ``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
@@ -43,6 +43,7 @@ from .llm import (
     StaticCapPolicy,
     VLLMPrefixCachingPolicy,
 )
+from .mmpp_fit import MMPPFittedBeliefPolicy
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .rollout import ConstantPolicy, RolloutPolicy, rollout_oracle
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
@@ -70,6 +71,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "smdp-adaptive": AdaptiveSMDPPolicy,
     "smdp-oracle": MMPPOraclePolicy,
     "smdp-belief": MMPPBeliefPolicy,
+    "smdp-belief-fit": MMPPFittedBeliefPolicy,
     "graph": GraphBatchingPolicy,
     "lazy": LazyBatchingPolicy,
     "static-cap": StaticCapPolicy,

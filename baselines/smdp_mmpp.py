@@ -603,16 +603,26 @@ class PhaseFilter:
     by ``agents.wrappers.PhaseBelief``.
 
     :param env: the ``DynamicBatching-v0`` env with an MMPP workload.
-    :param problem: its :class:`MMPPProblem`, where the caller has built it already.
+    :param problem: its :class:`MMPPProblem`, where the caller has built it already (or
+        another MMPP's: a fitted one, ``baselines.mmpp_fit``).
+    :param stationary: the phase chain's stationary distribution (``None``: the env's
+        workload's; give it with a ``problem`` that is not the env's).
     """
 
-    def __init__(self, env: gym.Env, problem: MMPPProblem | None = None) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        problem: MMPPProblem | None = None,
+        stationary: Any = None,
+    ) -> None:
         pb = problem if problem is not None else MMPPProblem.from_env(env)
         self._lam = np.asarray(pb.rates_per_s, dtype=np.float64)
         self._gen = np.asarray(pb.generator, dtype=np.float64)
         self._M = self._gen - np.diag(self._lam)
-        wl = cast("DynamicBatchingEnv", env.unwrapped).workload
-        self._pi = np.asarray(cast(MMPP, wl).stationary_distribution, dtype=np.float64)
+        if stationary is None:
+            wl = cast("DynamicBatchingEnv", env.unwrapped).workload
+            stationary = cast(MMPP, wl).stationary_distribution
+        self._pi = np.asarray(stationary, dtype=np.float64)
         deterministic = pb.service == "deterministic" or pb.service_cv == 0
         self._kernel = batch_kernels(pb).P if deterministic else None
         # e^{Mt} by an eigendecomposition of M, computed once (a step needs one or two)
@@ -631,6 +641,12 @@ class PhaseFilter:
         """Forget the belief (a new episode starts from the stationary distribution)."""
         self.belief: np.ndarray | None = None
         self._last: tuple[int, int] | None = None  # queue, drops after the last update
+
+    def start_from(self, belief: Any, info: dict[str, Any]) -> None:
+        """Take ``belief`` as the belief after the step that returned ``info`` (a filter
+        taking over mid-episode from another estimate of the phase)."""
+        self.belief = self._normalize(np.asarray(belief, dtype=np.float64))
+        self._last = (int(info["queue_len"]), int(info["dropped_total"]))
 
     def _normalize(self, b: np.ndarray) -> np.ndarray:
         total = float(b.sum())
@@ -695,7 +711,19 @@ class MMPPBeliefPolicy:
                 "smdp-belief needs env=<a DynamicBatching-v0 env with an MMPP workload>: it "
                 "solves the SMDP of that env and filters the phase with its parameters"
             )
-        self.problem = pb = MMPPProblem.from_env(env)
+        self._install(env, MMPPProblem.from_env(env), None)
+
+    @classmethod
+    def for_problem(cls, env: gym.Env, problem: MMPPProblem, stationary: Any) -> MMPPBeliefPolicy:
+        """The same policy for another MMPP than the env's (a fitted one,
+        ``baselines.mmpp_fit``): solved, and filtering, with ``problem``'s parameters and
+        the ``stationary`` distribution of its phase chain."""
+        policy = cls.__new__(cls)
+        policy._install(env, problem, stationary)
+        return policy
+
+    def _install(self, env: gym.Env, pb: MMPPProblem, stationary: Any) -> None:
+        self.problem = pb
         self.solution = solve_mmpp(pb)
         arr = _build(pb)
         Qv = (
@@ -705,7 +733,7 @@ class MMPPBeliefPolicy:
         )
         Qv[~arr.valid] = np.inf
         self._Q = Qv  # (S+1, K, B+1)
-        self.filter = PhaseFilter(env, pb)
+        self.filter = PhaseFilter(env, pb, stationary)
         self._S = pb.queue_capacity
         self.reset()
 
@@ -720,6 +748,10 @@ class MMPPBeliefPolicy:
 
     def act(self, obs: Any, info: dict[str, Any]) -> int:
         """Update the belief from ``info``, then the QMDP action."""
-        belief = self.filter.update(info)
+        self.filter.update(info)
+        return self.qmdp_action(info)
+
+    def qmdp_action(self, info: dict[str, Any]) -> int:
+        """The QMDP action for the filter's current belief at ``info``'s queue."""
         s = min(int(info["queue_len"]), self._S)
-        return int(np.argmin(belief @ self._Q[s]))
+        return int(np.argmin(cast(np.ndarray, self.filter.belief) @ self._Q[s]))

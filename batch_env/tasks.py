@@ -36,6 +36,8 @@ __all__ = [
     "DISPLAY_KWARGS",
     "EPISODE_KWARGS",
     "FREE_KWARGS",
+    "HEADLINE_SEEDS",
+    "SAMPLE_TRACKS",
     "TASKS",
     "Task",
     "TaskOverrideError",
@@ -48,6 +50,7 @@ __all__ = [
     "normalized_score",
     "references",
     "resolve_id",
+    "sample_track",
     "score_span",
     "make_args",
     "task_of",
@@ -64,6 +67,20 @@ DISPLAY_KWARGS = ("render_mode", "oracle_info")
 EPISODE_KWARGS = ("horizon_requests", "warmup_requests", "horizon_s")
 #: every kwarg a task id accepts beyond its fixed ones at their fixed values
 FREE_KWARGS = DISPLAY_KWARGS + EPISODE_KWARGS
+
+#: The sample-budget tracks a trained agent's result is reported under: its training's
+#: env steps (``n_timesteps``, every env of a vector counted). Results compare within a
+#: track; a run of another budget is reported as off the tracks (docs/benchmark.md).
+SAMPLE_TRACKS: dict[str, int] = {"1M": 1_000_000, "10M": 10_000_000}
+#: training seeds per task a headline result needs (aggregated as rliable does:
+#: ``batch-env agents``' IQM, mean, median and optimality gap with bootstrap intervals)
+HEADLINE_SEEDS = 10
+
+
+def sample_track(env_steps: int | None) -> str | None:
+    """The track (:data:`SAMPLE_TRACKS`) whose budget is ``env_steps``, else ``None``."""
+    return next((k for k, v in SAMPLE_TRACKS.items() if env_steps == v), None)
+
 
 #: Max throughput of the tasks' profile (resnet50-v100) at B = 32, requests per second:
 #: 32 / latency(32); the tasks' rates are fractions of it (tests check the figure).

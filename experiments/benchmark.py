@@ -169,9 +169,22 @@ REFERENCE_POLICIES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
         "smdp": ("smdp", {}),
         "smdp-adaptive": ("smdp-adaptive", {}),
         "smdp-belief": ("smdp-belief", {}),
+        "smdp-belief-fit": ("smdp-belief-fit", {}),
         "smdp-oracle": ("smdp-oracle", {}),
     },
 }
+#: the label of each task's best constant action among its references
+BEST_CONSTANT = "best-constant"
+# The best constant action (``batch-env headroom``'s, chosen on its tuning seeds and stored
+# with the task's references) of every task that has one, run on the protocol: the
+# yardstick of state-dependent control, against which ``batch-env benchmark`` pairs a
+# policy's gain seed by seed, beside its normalized score.
+for _tid, _ref in tasks.references().items():
+    if "best_constant" in _ref and _tid in REFERENCE_POLICIES:
+        REFERENCE_POLICIES[_tid][BEST_CONSTANT] = (
+            "constant",
+            {"action": int(_ref["best_constant"]["action"])},
+        )
 #: policies that see what the task hides from every other policy (``oracle_info=True``;
 #: on a task with ``oracle_kwargs``, its base env with them: the oracle's own actions)
 ORACLE_POLICIES = frozenset({"smdp-oracle", "oracle-srpt"})
@@ -310,6 +323,15 @@ def paired_score(
     bound = bound_at_seeds(ref, loads)
     if bound is not None:
         out.update(ratio_to_bound(per_seed, bound, loads))
+    const = ref["policies"].get(BEST_CONSTANT)
+    base = None if const is None else protocol_part(task, const)
+    if mine is not None and base is not None:
+        # the gain over the best constant action, % of its cost, paired per seed
+        grid = tuple(task.eval_loads or ())
+        cost = abs(grouped_mean(base, grid))
+        gain = np.asarray(mine) - np.asarray(base)
+        out["gain_over_best_constant_pct"] = 100 * grouped_mean(gain, grid) / cost
+        out["gain_over_best_constant_ci95_pct"] = 100 * ci_half_width(gain, grid) / cost
     return out
 
 
@@ -844,8 +866,7 @@ def compute_references(
             bound = bound_at_seeds(entry, loads)
             if bound is not None:
                 fig.update(ratio_to_bound(fig["per_seed"], bound, loads))
-        realizable = {k: v for k, v in entry["policies"].items() if not v.get("oracle")}
-        best = max(realizable.items(), key=lambda kv: kv[1]["reward_rate_per_s"])
+        best = max(top_candidates(entry).items(), key=lambda kv: kv[1]["reward_rate_per_s"])
         entry["best_policy"], entry["best_reward_rate_per_s"] = (
             best[0],
             best[1]["reward_rate_per_s"],
@@ -862,6 +883,15 @@ def compute_references(
         data[tid] = entry
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
+
+
+def top_candidates(entry: dict[str, Any]) -> dict[str, Any]:
+    """The references of a task that may be its score's 1 where it has no bound: every
+    realizable one but the best constant action, a yardstick (on two LLM tasks it equals
+    the tuned static setting ``budget-best`` to 1e-5 of the figure, at another cap)."""
+    return {
+        k: v for k, v in entry["policies"].items() if not v.get("oracle") and k != BEST_CONSTANT
+    }
 
 
 def policy_factory(spec: str) -> tuple[str, Callable[[gym.Env], Any]]:
@@ -935,6 +965,18 @@ def trained_on(spec: str, task_id: str) -> dict[str, Any] | None:
     return {"env_id": env_id, "kwargs": diff, "same_problem": same}
 
 
+def training_budget(spec: str) -> dict[str, Any]:
+    """A trained agent's training budget, ``{"training_steps": n, "track": t}``: its run's
+    ``n_timesteps`` and the sample-budget track of exactly that budget
+    (:func:`batch_env.tasks.sample_track`; ``None`` off the tracks); ``{}`` where the run
+    does not record it (an rl-zoo3 run)."""
+    _, run_dir = parse_policy_spec(spec)
+    steps = read_run_config(run_dir).get("n_timesteps")
+    if not isinstance(steps, int):
+        return {}
+    return {"training_steps": steps, "track": tasks.sample_track(steps)}
+
+
 def run_benchmark(
     policy: str,
     task_ids: list[str] | None = None,
@@ -965,6 +1007,7 @@ def run_benchmark(
                 diff = trained_on(policy, tid)
                 if diff is not None:
                     row["trained_on"] = diff
+                row.update(training_budget(policy))
                 try:
                     res = run_protocol(
                         tid,
@@ -1027,6 +1070,15 @@ def _score_cell(r: dict[str, Any]) -> str:
     return cell
 
 
+def _gain_cell(r: dict[str, Any]) -> str:
+    """The paired gain over the best constant action, % of its cost ("" without one)."""
+    if "gain_over_best_constant_pct" not in r:
+        return "-"
+    return (
+        f"{r['gain_over_best_constant_pct']:+.2f}% +- {r['gain_over_best_constant_ci95_pct']:.2f}"
+    )
+
+
 def benchmark_plan(task_ids: list[str], horizon_requests: int | None, agent: bool) -> str:
     """What ``batch-env benchmark`` is about to run, said before it starts: each task's
     episodes and how long greedy's protocol took where the references were computed
@@ -1086,19 +1138,20 @@ def format_benchmark(rows: list[dict[str, Any]]) -> str:
     # written by hand: a row that does not apply ends in empty cells, "| |" (one space);
     # md_table's would be "|  |"
     lines = [
-        "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) | episodes |",
-        "| --- | --- | --- | --- | --- |",
+        "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) "
+        "| gain over the best constant action (% of its cost, paired) | episodes |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['task']} | {r['policy']} | does not apply: {r['error']} | | |")
+            lines.append(f"| {r['task']} | {r['policy']} | does not apply: {r['error']} | | | |")
             continue
         eps = f"{len(r['seeds'])} x {r['horizon_requests']:,} requests"
         if not r["protocol"]:
             eps += " (shortened: not the protocol)"
         lines.append(
             f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} "
-            f"| {_score_cell(r)} | {eps} |"
+            f"| {_score_cell(r)} | {_gain_cell(r)} | {eps} |"
         )
     ran = [r for r in rows if "error" not in r and r.get("params")]
     if ran:
@@ -1106,11 +1159,25 @@ def format_benchmark(rows: list[dict[str, Any]]) -> str:
         for r in ran:
             where = "given" if ":" in r["policy"] else "the task's stored reference settings"
             lines.append(f"- {r['task']}: {r['policy']} with {_params_text(r)} ({where})")
+    budgets = {(r["training_steps"], r["track"]) for r in rows if "training_steps" in r}
+    for steps, track in sorted(budgets):
+        lines += ["", _budget_note(steps, track)]
     notes = [_trained_on_note(r) for r in rows if r.get("trained_on")]
     if notes:
         lines += ["", "Trained on another env than the task's (scored on the task's protocol):"]
         lines += notes
     return "\n".join(lines)
+
+
+def _budget_note(steps: int, track: str | None) -> str:
+    """The line under the table that says which sample-budget track an agent is on."""
+    if track is not None:
+        return f"Trained for {steps:,} env steps: the {track} sample-budget track."
+    tracks = ", ".join(f"{k} ({v:,})" for k, v in tasks.SAMPLE_TRACKS.items())
+    return (
+        f"Trained for {steps:,} env steps: on no sample-budget track ({tracks} env steps); "
+        "compare it only with runs of the same budget (docs/benchmark.md)."
+    )
 
 
 def _trained_on_note(r: dict[str, Any]) -> str:
@@ -1186,6 +1253,7 @@ def format_references(data: dict[str, Any]) -> str:
                 rate,
                 rel,
                 _score_cell(r),
+                _gain_cell(r),
             )
         )
     header = (
@@ -1195,6 +1263,7 @@ def format_references(data: dict[str, Any]) -> str:
         "reward rate per s (95% CI)",
         "CI / value",
         "normalized score (95% CI, paired)",
+        "gain over the best constant action (% of its cost, paired)",
     )
     return "\n".join(md_table(header, rows))
 

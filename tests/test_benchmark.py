@@ -86,6 +86,35 @@ def test_paired_score_is_zero_for_greedy_and_narrow():
     assert bm.paired_score("batch_env/Nope-v0", [1.0], [1]) == {}
 
 
+@pytest.mark.parametrize("task_id", ["batch_env/AnyLoad-v0", "batch_env/LLMClockBursts-v0"])
+def test_the_gain_over_the_best_constant_action_is_paired_per_seed(task_id):
+    """Beside the score: the gain over the stored best constant action, % of its cost,
+    paired seed by seed (by load cell on a load-grid task); 0 +- 0 for the best constant
+    itself, and for a policy 1% of its cost cheaper on every seed, +1% +- 0."""
+    ref = tasks.references()[task_id]
+    const = ref["policies"][bm.BEST_CONSTANT]
+    assert bm.REFERENCE_POLICIES[task_id][bm.BEST_CONSTANT] == (
+        "constant",
+        {"action": ref["best_constant"]["action"]},
+    )
+    n = len(tasks.get(task_id).seeds)
+    seeds, base = const["seeds"][:n], np.asarray(const["per_seed"][:n])
+    same = bm.paired_score(task_id, list(base), seeds, ref)
+    assert same["gain_over_best_constant_pct"] == pytest.approx(0.0, abs=1e-12)
+    assert same["gain_over_best_constant_ci95_pct"] == pytest.approx(0.0, abs=1e-12)
+    loads = bm.seed_loads(tasks.get(task_id), seeds)
+    cost = abs(stats.grouped_mean(base, tuple(tasks.get(task_id).eval_loads or ())))
+    better = bm.paired_score(task_id, list(base + 0.01 * cost), seeds, ref)
+    assert better["gain_over_best_constant_pct"] == pytest.approx(1.0)
+    assert better["gain_over_best_constant_ci95_pct"] == pytest.approx(0.0, abs=1e-9)
+    assert loads or not tasks.get(task_id).eval_loads
+    # off the protocol's seeds: no pairing, no gain
+    assert "gain_over_best_constant_pct" not in bm.paired_score(task_id, [1.0, 2.0], [1, 2], ref)
+    row = {"task": task_id, "policy": "x", "protocol": True, "horizon_requests": 1, **better}
+    row.update(reward_rate_per_s=1.0, ci95=0.1, seeds=seeds)
+    assert "| +1.00% +- 0.00 |" in bm.format_benchmark([row])
+
+
 def test_tune_picks_the_best_setting_on_the_tuning_seeds():
     grid = {"max_queue_delay_ms": [0.5, 8.0], "max_batch_size": [32]}
     out = bm.tune("batch_env/Trace-v0", "timeout", grid)
@@ -414,6 +443,12 @@ def test_benchmark_says_what_a_run_was_trained_on_and_shows_progress(tmp_path):
     table = format_benchmark(rows)
     assert "trained on batch_env/LowLoadEnergy-v0 with horizon_requests=30" in table
     assert "the task's problem, other episodes" in table
+    # its sample budget: 64 env steps, on no track; a run of exactly 1M is on the 1M track
+    assert (rows[0]["training_steps"], rows[0]["track"]) == (64, None)
+    assert "Trained for 64 env steps: on no sample-budget track (1M (1,000,000)" in table
+    assert tasks.sample_track(1_000_000) == "1M" and tasks.sample_track(999_999) is None
+    on_track = format_benchmark([{**rows[0], "training_steps": 10_000_000, "track": "10M"}])
+    assert "Trained for 10,000,000 env steps: the 10M sample-budget track." in on_track
 
 
 def test_benchmark_names_an_agent_that_does_not_finish_its_episodes(tmp_path, monkeypatch):

@@ -111,6 +111,13 @@ def score_ci(task: str, label: str) -> tuple[float, float]:
     return float(r["normalized_score"]), float(r["normalized_score_ci95"])
 
 
+def gain_ci(task: str, label: str) -> tuple[float, float]:
+    """A reference's gain over the task's best constant action (% of its cost) and its
+    paired CI, as ``batch-env benchmark`` reports it."""
+    r = _scores()[(task, label)]
+    return float(r["gain_over_best_constant_pct"]), float(r["gain_over_best_constant_ci95_pct"])
+
+
 def cheaper(task: str, a: str, b: str) -> float:
     """How much less ``a`` costs than ``b``, in % of ``b``'s cost (rates are minus costs)."""
     return 100 * (1 - rate(task, a) / rate(task, b))
@@ -1228,11 +1235,12 @@ FIGURES: list[Figure] = [
             lambda: WORDS[len(load(REFERENCES)) - 1],
         ),
         (
-            "| batch_env/Trace-v0 | smdp-adaptive | {:.3f} +- {:.3f} | {:.3f} +- {:.3f} | {} x "
-            "19,366 requests |",
+            "| batch_env/Trace-v0 | smdp-adaptive | {:.3f} +- {:.3f} | {:.3f} +- {:.3f} | "
+            "{:+.2f}% +- {:.2f} | {} x 19,366 requests |",
             lambda: (
                 *rate_ci("Trace-v0", "smdp-adaptive"),
                 *score_ci("Trace-v0", "smdp-adaptive"),
+                *gain_ci("Trace-v0", "smdp-adaptive"),
                 300,
             ),
         ),
