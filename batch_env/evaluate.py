@@ -69,6 +69,41 @@ def ci95_half_width(values: Sequence[float] | np.ndarray) -> float:
     return float(t_quantile_95(n - 1) * x.std(ddof=1) / math.sqrt(n))
 
 
+def by_group(values: Any, groups: list[float] | tuple[float, ...]) -> list[np.ndarray]:
+    """``values`` split by their group (each value's load), in the groups' order."""
+    arr = np.asarray(values, dtype=np.float64)
+    keys = np.asarray(groups, dtype=np.float64)
+    return [arr[keys == k] for k in np.unique(keys)]
+
+
+def ci_half_width(values: Any, groups: list[float] | tuple[float, ...] = ()) -> float:
+    """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two): over
+    all values, or over ``groups`` (each value's load on a load-grid protocol, two or
+    more values per group): then of the mean of the groups' means, whose variance is the
+    sum of the groups' sample variances over their sizes over the number of groups
+    squared, with values minus groups degrees of freedom (the spread between loads is
+    fixed by the protocol, not noise)."""
+    values = np.asarray(values, dtype=np.float64)
+    if groups:
+        parts = by_group(values, groups)
+        if min(p.size for p in parts) >= 2:
+            var = sum(p.var(ddof=1) / p.size for p in parts) / len(parts) ** 2
+            return float(t_quantile_95(values.size - len(parts)) * math.sqrt(var))
+    if np.isnan(values).any():  # a NaN observation: no interval (not a smaller sample)
+        return math.nan
+    return ci95_half_width(values)
+
+
+def grouped_mean(
+    values: np.ndarray | list[float], groups: list[float] | tuple[float, ...] = ()
+) -> float:
+    """The mean of ``values``, or of their groups' means (equal weight per load)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not groups:
+        return float(np.mean(values))
+    return float(np.mean([p.mean() for p in by_group(values, groups)]))
+
+
 @dataclass
 class EvaluationResult:
     """Per-episode summaries of one policy on one env, with aggregate statistics.

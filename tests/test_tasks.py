@@ -82,7 +82,7 @@ UNDEFINED_SCORE = {"batch_env/LLMMemoryPressure-v0"}
 
 
 def test_normalized_score_is_zero_at_greedy_and_one_at_the_bound():
-    from experiments.benchmark import top_candidates
+    from batch_env.scoring import top_candidates
 
     refs = tasks.references()
     assert refs, "no stored references"

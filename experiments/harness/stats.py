@@ -2,7 +2,9 @@
 
 The one CI is :func:`batch_env.evaluate.ci95_half_width`, the Student-t 95% half-width
 of a mean over independent observations (NaN for fewer than two) that the evaluation
-harness gives every summary. Everything here is built on it or on its quantile:
+harness gives every summary. Everything here is built on it or on its quantile (the
+grouped forms live beside it in :mod:`batch_env.evaluate`, where a task's score is made,
+:mod:`batch_env.scoring`, and are re-exported here):
 
 * :func:`ci_half_width`: that half-width, or over groups (each value's load on a load-grid
   protocol): the mean of the groups' means, whose variance is the sum of the groups'
@@ -33,9 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from batch_env.evaluate import ci95_half_width, paired_difference, t_quantile_95
+from batch_env.evaluate import (
+    by_group,
+    ci95_half_width,
+    ci_half_width,
+    grouped_mean,
+    paired_difference,
+)
 
 __all__ = [
+    "by_group",
     "ci95_half_width",
     "ci_half_width",
     "gap_closed",
@@ -51,37 +60,6 @@ __all__ = [
 BOOTSTRAP_REPS = 2000
 #: the aggregates of :func:`aggregate_scores`
 AGGREGATES = ("IQM", "mean", "median", "optimality gap")
-
-
-def by_group(values: Any, groups: list[float] | tuple[float, ...]) -> list[np.ndarray]:
-    """``values`` split by their group (each value's load), in the groups' order."""
-    arr = np.asarray(values, dtype=np.float64)
-    keys = np.asarray(groups, dtype=np.float64)
-    return [arr[keys == k] for k in np.unique(keys)]
-
-
-def ci_half_width(values: Any, groups: list[float] | tuple[float, ...] = ()) -> float:
-    """Student-t 95% half-width of the mean of ``values`` (NaN for fewer than two): over
-    all values, or over ``groups`` (two or more values per group; see the module)."""
-    values = np.asarray(values, dtype=np.float64)
-    if groups:
-        parts = by_group(values, groups)
-        if min(p.size for p in parts) >= 2:
-            var = sum(p.var(ddof=1) / p.size for p in parts) / len(parts) ** 2
-            return float(t_quantile_95(values.size - len(parts)) * math.sqrt(var))
-    if np.isnan(values).any():  # a NaN observation: no interval (not a smaller sample)
-        return math.nan
-    return ci95_half_width(values)
-
-
-def grouped_mean(
-    values: np.ndarray | list[float], groups: list[float] | tuple[float, ...] = ()
-) -> float:
-    """The mean of ``values``, or of their groups' means (equal weight per load)."""
-    values = np.asarray(values, dtype=np.float64)
-    if not groups:
-        return float(np.mean(values))
-    return float(np.mean([p.mean() for p in by_group(values, groups)]))
 
 
 def mean_ci(x: Any) -> dict[str, float]:
