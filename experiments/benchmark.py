@@ -769,18 +769,7 @@ def compute_references(
             "policies": {label: results[(tid, label)] for label in REFERENCE_POLICIES[tid]}
         }
         entry.update(solve_bound(tid))
-        for fig in entry["policies"].values():
-            loads = seed_loads(task, fig["seeds"])
-            bound = bound_at_seeds(entry, loads)
-            if bound is not None:
-                fig.update(ratio_to_bound(fig["per_seed"], bound, loads))
-        best = max(top_candidates(entry).items(), key=lambda kv: kv[1]["reward_rate_per_s"])
-        entry["best_policy"], entry["best_reward_rate_per_s"] = (
-            best[0],
-            best[1]["reward_rate_per_s"],
-        )
-        if "bound_reward_rate_per_s" not in entry:
-            entry.update(_best_beats_greedy(entry, task))
+        _settle(task, entry, entry["policies"])
         entry["protocol"] = {"seeds": list(task.seeds), "horizon_requests": task.horizon_requests}
         entry["provenance"] = provenance()  # where this task's figures were measured
         # the profile they were measured on: scores refuse references of another one
@@ -789,6 +778,56 @@ def compute_references(
             "stamped_at_commit": entry["provenance"]["source"].get("commit"),
         }
         data[tid] = entry
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def _settle(task: tasks.Task, entry: dict[str, Any], new: dict[str, Any]) -> None:
+    """What a task's entry derives from its figures: the ratio to a per-seed bound of the
+    ``new`` figures, the top (:func:`batch_env.scoring.top_candidates`' best) and, without
+    a bound, whether the top beats greedy (:func:`_best_beats_greedy`)."""
+    for fig in new.values():
+        loads = seed_loads(task, fig["seeds"])
+        bound = bound_at_seeds(entry, loads)
+        if bound is not None:
+            fig.update(ratio_to_bound(fig["per_seed"], bound, loads))
+    best = max(top_candidates(entry).items(), key=lambda kv: kv[1]["reward_rate_per_s"])
+    entry["best_policy"], entry["best_reward_rate_per_s"] = best[0], best[1]["reward_rate_per_s"]
+    entry.pop("score_undefined", None)
+    if "bound_reward_rate_per_s" not in entry:
+        entry.update(_best_beats_greedy(entry, task))
+
+
+def merge_references(runs: dict[str, dict[str, Any]], out: Path | str) -> dict[str, Any]:
+    """Merge figures of some reference policies (:func:`compute_references`' ``labels``
+    run: ``{"<task> <label>": figure}``) into the references file ``out``, each stamped
+    with the provenance of the run that made it; the other figures, the bound and the
+    profile stamp stay as they are, and what the entry derives from its figures is
+    settled again (:func:`_settle`). A task must be in ``out`` already.
+
+    :raises ValueError: for a task not in ``out``, or a label that is not one of the
+        task's reference policies.
+    """
+    path = Path(out)
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    by_task: dict[str, dict[str, Any]] = {}
+    for key, fig in runs.items():
+        tid, label = key.split(" ", 1)
+        if tid not in data or label not in REFERENCE_POLICIES.get(tid, {}):
+            raise ValueError(
+                f"cannot merge {key!r} into {path}: "
+                + (
+                    f"{tid} has no entry there (run the whole task's references)"
+                    if tid not in data
+                    else f"{label!r} is not a reference policy of {tid}"
+                )
+            )
+        by_task.setdefault(tid, {})[label] = {**fig, "provenance": provenance()}
+    for tid, new in by_task.items():
+        entry = data[tid]
+        figs = {**entry["policies"], **new}
+        entry["policies"] = {k: figs[k] for k in REFERENCE_POLICIES[tid] if k in figs}
+        _settle(tasks.get(tid), entry, new)
     path.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -1258,6 +1297,17 @@ def write_report(data: dict[str, Any], out_dir: Path | str = RESULTS_DIR) -> lis
     return [md, plot_references(data, folder / "references.png")]
 
 
+def _check_writable_references() -> None:
+    """Refuse to write the stored references of an installed package (no git checkout
+    around it): they are package data, the same for every user of that version."""
+    if not (REFERENCES_PATH.resolve().parents[1] / ".git").exists():
+        raise ValueError(
+            f"the stored references {REFERENCES_PATH} belong to an installed batch_env "
+            "(no git checkout around it), which --references does not overwrite: write "
+            "them elsewhere with --out FILE"
+        )
+
+
 def _read_references(path: str) -> dict[str, Any]:
     """A references JSON written by ``--references --out``; ValueError naming the file."""
 
@@ -1303,17 +1353,24 @@ def cmd_benchmark(args: argparse.Namespace) -> int:
                 f"--only={args.only!r}: {sorted(set(only) - known) or 'no label'} is not a "
                 f"reference policy of the tasks {ids}: they are {sorted(known)}"
             )
+    if args.merge and not args.only:
+        raise ValueError("--merge is for --references --only (whose figures it merges)")
     if args.references:
+        out = args.out or REFERENCES_PATH
+        if args.out is None and (not args.only or args.merge):
+            _check_writable_references()
         data = compute_references(
             ids,
-            out=args.out or REFERENCES_PATH,
+            out=out,
             progress=None if args.json else print,
             jobs=args.jobs,
             cache_dir=Path(args.results_dir) / "episodes",
             labels=only,
             resume=args.resume,
         )
-        if args.only:  # some policies only: their figures, the stored references untouched
+        if args.only and args.merge:  # their figures into the references, the rest kept
+            data = merge_references(data["runs"], out)
+        elif args.only:  # some policies only: their figures, the stored references untouched
             if args.json:
                 print(dumps(data, indent=1))
             return 0
@@ -1389,7 +1446,14 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="with --references: run only these reference policies (comma-separated "
         "labels, e.g. random,greedy), filling their episode caches; the references file "
-        "is left as it is",
+        "is left as it is (--merge: their figures go into it)",
+    )
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --references --only: merge those policies' figures into the references "
+        "file (--out, default the stored references), each with its provenance, keeping "
+        "the other figures, the bound and the stamp",
     )
     p.add_argument(
         "--resume",

@@ -115,6 +115,46 @@ def test_the_gain_over_the_best_constant_action_is_paired_per_seed(task_id):
     assert "| +1.00% +- 0.00 |" in bm.format_benchmark([row])
 
 
+def test_merge_puts_some_figures_into_the_references_and_settles_the_top(tmp_path):
+    """``--references --only ... --merge``: the merged figures replace theirs, each with its
+    provenance, in the task's order of policies; the others, the bound and the stamp stay;
+    the top is settled again (a figure above the old top becomes it)."""
+    out = tmp_path / "refs.json"
+    stored = tasks.references()
+    out.write_text(json.dumps(stored))
+    tid = "batch_env/LLMTwoClasses-v0"
+    ref = stored[tid]
+    top = ref["policies"][ref["best_policy"]]
+    better = {**top, "per_seed": [x + 0.5 for x in top["per_seed"]]}
+    better["reward_rate_per_s"] = top["reward_rate_per_s"] + 0.5
+    data = bm.merge_references({f"{tid} sarathi": better}, out)
+    entry = data[tid]
+    assert list(entry["policies"]) == list(ref["policies"])  # the task's order kept
+    assert entry["policies"]["sarathi"]["per_seed"] == better["per_seed"]
+    assert "provenance" in entry["policies"]["sarathi"]
+    assert entry["best_policy"] == "sarathi" and entry["stamp"] == ref["stamp"]
+    for label, fig in ref["policies"].items():
+        if label != "sarathi":
+            assert entry["policies"][label] == fig
+    assert json.loads(out.read_text())[tid]["best_policy"] == "sarathi"
+    with pytest.raises(ValueError, match="'nope' is not a reference policy"):
+        bm.merge_references({f"{tid} nope": better}, out)
+    with pytest.raises(ValueError, match="has no entry there"):
+        bm.merge_references({f"{tid} sarathi": better}, tmp_path / "empty.json")
+
+
+def test_references_of_an_installed_package_are_not_overwritten(tmp_path, monkeypatch, capsys):
+    """Without --out, --references writes the stored references only in a git checkout."""
+    from experiments.cli import main
+
+    fake = tmp_path / "site-packages" / "batch_env" / "tasks_references.json"
+    monkeypatch.setattr(bm, "REFERENCES_PATH", fake)
+    assert main(["benchmark", "--references", "--tasks", "batch_env/LowLoadEnergy-v0"]) == 2
+    err = capsys.readouterr().err
+    assert "belong to an installed batch_env" in err and "--out FILE" in err
+    assert not fake.exists()
+
+
 def test_tune_picks_the_best_setting_on_the_tuning_seeds():
     grid = {"max_queue_delay_ms": [0.5, 8.0], "max_batch_size": [32]}
     out = bm.tune("batch_env/Trace-v0", "timeout", grid)

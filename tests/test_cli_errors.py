@@ -407,6 +407,7 @@ CASES = [
         ["benchmark", "--references", "--tasks", "batch_env/Trace-v0", "--only", "greedy,lazy"],
         ["--only='greedy,lazy'", "['lazy']", "triton-best"],
     ),
+    (["benchmark", "--references", "--merge"], ["--merge is for --references --only"]),
     # bench
     (["bench", "--steps", "0"], ["--steps", "'0'", ">= 1"]),
     (["bench", "--repeats", "0"], ["--repeats", "'0'", ">= 1"]),

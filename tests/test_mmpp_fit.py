@@ -91,10 +91,10 @@ def test_the_policy_does_not_read_the_workloads_rates():
 
 @pytest.mark.slow
 def test_on_bursty_it_comes_within_half_a_percent_of_the_policy_told_the_mmpp():
-    """Bursty-v0 (200,000 requests, two seeds): on each, within 0.5% of ``smdp-belief``
+    """Bursty-v0 (100,000 requests, two seeds): on each, within 0.5% of ``smdp-belief``
     (told the MMPP's parameters) and cheaper than ``smdp-adaptive`` (which does not model
     the phases) by more than 1%."""
-    env = gym.make("batch_env/Bursty-v0", horizon_requests=200_000)
+    env = gym.make("batch_env/Bursty-v0", horizon_requests=100_000)
     rates = {
         name: batch_env.evaluate(baselines.make(name, env=env.unwrapped), env, 2, seed=1000).values(
             "reward_rate_per_s"
