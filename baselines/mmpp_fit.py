@@ -193,17 +193,19 @@ def fit_mmpp2(
             e0[t], e1[t] = math.exp(a - m), math.exp(b - m)
         s01, s10 = sw
         s = s01 + s10
-        # transitions into interval t over its duration: e^{Q d_t}
+        # transitions into interval t over its duration: e^{Q d_t}, row by row
         pt = [math.exp(-s * x) for x in D]
+        tr = [
+            ((s10 + s01 * p) / s, s01 * (1.0 - p) / s, s10 * (1.0 - p) / s, (s01 + s10 * p) / s)
+            for p in pt
+        ]
         # forward (scaled)
         f0, f1, c = [0.0] * T, [0.0] * T, [0.0] * T
         a0, a1 = s10 / s * e0[0], s01 / s * e1[0]
         c[0] = a0 + a1
         f0[0], f1[0] = a0 / c[0], a1 / c[0]
         for t in range(1, T):
-            p = pt[t]
-            t00, t01 = (s10 + s01 * p) / s, s01 * (1.0 - p) / s
-            t10, t11 = s10 * (1.0 - p) / s, (s01 + s10 * p) / s
+            t00, t01, t10, t11 = tr[t]
             a0 = (f0[t - 1] * t00 + f1[t - 1] * t10) * e0[t]
             a1 = (f0[t - 1] * t01 + f1[t - 1] * t11) * e1[t]
             ct = a0 + a1
@@ -221,9 +223,7 @@ def fit_mmpp2(
         stay0 = stay1 = 0.0  # time in a phase at the interval before a transition
         r0 = r1 = 1.0
         for t in range(T - 1, 0, -1):
-            p = pt[t]
-            t00, t01 = (s10 + s01 * p) / s, s01 * (1.0 - p) / s
-            t10, t11 = s10 * (1.0 - p) / s, (s01 + s10 * p) / s
+            t00, t01, t10, t11 = tr[t]
             w0, w1 = e0[t] * r0 / c[t], e1[t] * r1 / c[t]
             x01 += f0[t - 1] * t01 * w1
             x10 += f1[t - 1] * t10 * w0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -36,9 +36,19 @@ def machine_description() -> dict[str, Any]:
 def time_cartpole(n_steps: int, seed: int) -> float:
     """CartPole-v1's steps per second through ``gymnasium.make``, uniformly random actions
     drawn before timing, episodes reset as they end."""
-    env = gym.make("CartPole-v1")
+    return time_discrete("CartPole-v1", n_steps, seed)
+
+
+def time_discrete(
+    env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any] | None = None
+) -> float:
+    """Steps per second of an env with a ``Discrete`` action space through
+    ``gymnasium.make`` (with ``env_kwargs``), uniformly random actions drawn before timing,
+    episodes reset as they end."""
+    env = gym.make(env_id, **(env_kwargs or {}))
     env.reset(seed=seed)
-    actions = np.random.default_rng(seed).integers(0, 2, n_steps).tolist()
+    n_actions = int(cast(Any, env.action_space).n)
+    actions = np.random.default_rng(seed).integers(0, n_actions, n_steps).tolist()
     step = env.step
     t0 = time.perf_counter()
     for a in actions:

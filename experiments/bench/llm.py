@@ -12,28 +12,16 @@ from functools import partial
 from typing import Any, cast
 
 import gymnasium as gym
-import numpy as np
 
 from batch_env.tasks import TASKS
 
-from .common import median_ratio, rounds, time_cartpole
+from .common import median_ratio, rounds, time_cartpole, time_discrete
 
 
 def _time_llm(env_id: str, n_steps: int, seed: int, env_kwargs: dict[str, Any]) -> float:
     """Steps/s of an LLM env through ``gymnasium.make``, uniformly random caps (actions
-    drawn before timing), episodes reset as they end."""
-
-    env = gym.make(env_id, **env_kwargs)
-    env.reset(seed=seed)
-    n_actions = int(cast(Any, env.action_space).n)  # Discrete
-    actions = np.random.default_rng(seed).integers(0, n_actions, n_steps).tolist()
-    step = env.step
-    t0 = time.perf_counter()
-    for a in actions:
-        _, _, terminated, truncated, _ = step(a)
-        if terminated or truncated:
-            env.reset()
-    return n_steps / (time.perf_counter() - t0)
+    drawn before timing), episodes reset as they end (:func:`time_discrete`)."""
+    return time_discrete(env_id, n_steps, seed, env_kwargs)
 
 
 #: the LLM step-cost bench's setting: the default A100 profile, Poisson at 4 requests/s
