@@ -2479,7 +2479,7 @@ def test_readme_console_scores_use_the_stored_span():
     greedy's stored one, over the task's span in the references file."""
     text = (ROOT / "README.md").read_text()
     trains = re.findall(
-        r"\(([+-][\d.]+) ± [\d.]+ per second, paired\)\nnormalized score on batch_env/(\S+) ≈ ([\d.]+)",
+        r"\(([+-]?[\d.]+) ± [\d.]+ per second, paired\)\nnormalized score on batch_env/(\S+) ≈ ([\d.]+)",
         text,
     )
     benches = re.findall(
