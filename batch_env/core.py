@@ -379,6 +379,8 @@ class ServingLoop:
     the base behaviour with ``super()``; the rest of the class is the loop and is not
     overridden)
 
+    * ``to_first_arrival()``: at an episode's start, draw the first arrivals and idle to
+      the first (a cluster's replica, whose arrivals are routed to it, does nothing).
     * ``more_arrivals() -> bool``: append the next chunk of arrivals to ``_buf`` (the LLM server
       adds each arrival's lengths and rejects prompts that cannot fit).
     * ``absorb(t_end, j, power_w)``: move the clock, admitting or dropping arrivals up to
@@ -453,7 +455,7 @@ class ServingLoop:
             stacklevel=4,
         )
 
-    def _episode_workload(self, options: dict[str, Any] | None) -> Workload:
+    def episode_workload(self, options: dict[str, Any] | None) -> Workload:
         """This episode's workload: the env's, or, with ``options={"load": x}`` on a
         workload with a ``load_range``, that workload at load ``x`` for this episode (an
         evaluator fixing the loads of its episodes; the policy is not told).
@@ -483,7 +485,7 @@ class ServingLoop:
         """Seed the streams, reset the executor and advance to the first arrival.
 
         :param seed: the episode's seed (its three streams are spawned from it).
-        :param options: the reset's options (:meth:`_episode_workload`).
+        :param options: the reset's options (:meth:`episode_workload`).
 
         :returns: the service-time and request-size generators (the arrival stream is
             consumed here; the service stream is handed to the executor).
@@ -492,7 +494,7 @@ class ServingLoop:
             np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
         )
         self.sizes_rng = sizes  # read by arrival_chunk() where requests have sizes
-        self._stream: ArrivalStream = self._episode_workload(options).stream(arrivals)
+        self._stream: ArrivalStream = self.episode_workload(options).stream(arrivals)
         self._buf: list[float] = []
         self._ended = False
         self.arrival_index = 0
@@ -517,8 +519,7 @@ class ServingLoop:
         self.window: WindowStart | None = None
         self.window_end: int | None = None
         self._drops_at_end_mark: int | None = None
-        self.more_arrivals()
-        self.idle_until_arrival()  # (a finite trace with no admissible arrival: to the end)
+        self.to_first_arrival()
         self._base = (
             self.latency_integral_s,
             self.energy_j,
@@ -580,9 +581,7 @@ class ServingLoop:
         """
         if self.arrival_index >= len(self._buf) and not self.more_arrivals():
             if self.window_end is None:
-                self.window_end = len(self.arrivals)
-                self._drops_at_end_mark = self.drops
-                self._mark = 1 << 62
+                self.take_end_mark()
             return _INF
         return self._buf[self.arrival_index]
 
@@ -591,6 +590,48 @@ class ServingLoop:
         (``inf`` when it ended); unlike :meth:`_next_arrival`, it takes no end mark."""
         i = self.arrival_index
         return self._buf[i] if i < len(self._buf) or self.more_arrivals() else _INF
+
+    def take_end_mark(self) -> None:
+        """The summary window's end mark, now: the entries admitted so far are the last
+        summary requests (every arrival of a finite trace has come; a cluster's arrivals
+        have ended)."""
+        self.window_end = len(self.arrivals)
+        self._drops_at_end_mark = self.drops
+        self._mark = 1 << 62
+
+    # -- arrivals routed to the loop (a cluster's replica: batch_env.llm.cluster) ------------
+    def marks_from_outside(self) -> None:
+        """At an episode's start: the summary window's marks are taken by the caller
+        (:meth:`mark_at`, :meth:`take_end_mark`), not at arrival counts of this loop."""
+        self._marks = [1 << 62, 1 << 62]
+        self._mark = 1 << 62
+
+    def push_arrival(self, t: float) -> None:
+        """An arrival at ``t`` (not before any pushed earlier) joins the buffer, to be
+        admitted when the clock reaches it (a loop whose ``more_arrivals`` draws none)."""
+        self._buf.append(t)
+
+    @property
+    def unadmitted(self) -> int:
+        """Buffered arrivals not yet admitted or dropped."""
+        return len(self._buf) - self.arrival_index
+
+    def next_unadmitted(self) -> float:
+        """The first buffered arrival not yet admitted (``inf``: none), drawing nothing."""
+        i = self.arrival_index
+        return self._buf[i] if i < len(self._buf) else _INF
+
+    def admit_through(self, t: float, power_w: float) -> None:
+        """Move the clock to ``t`` at ``power_w``, admitting the buffered arrivals up to
+        ``t`` (:meth:`absorb`; no mark is taken)."""
+        self.absorb(t, bisect_right(self._buf, t, self.arrival_index), power_w)
+
+    def mark_at(self, t: float, power_w: float) -> None:
+        """The summary window's next mark at ``t`` (at or after every buffered arrival):
+        the clock moves there at ``power_w``, the buffered arrivals are admitted, and the
+        window's start (or end) is taken, as :meth:`advance` does at a mark's arrival."""
+        self.absorb(t, len(self._buf), power_w)
+        self.on_mark()
 
     def upcoming(self, n: int) -> dict[str, np.ndarray]:
         """The next ``n`` arrivals after now (fewer where the stream ends first):
@@ -836,6 +877,13 @@ class ServingLoop:
             "arrived_total": self._arrived + self.rejected_count(),
             "completed_total": self.completed,
         }
+
+    def to_first_arrival(self) -> None:
+        """An episode's start: draw the first chunk of arrivals and idle to the first (a
+        finite trace with no admissible arrival: to the end). A cluster's replica, whose
+        arrivals are routed to it, overrides it to do nothing."""
+        self.more_arrivals()
+        self.idle_until_arrival()
 
     def more_arrivals(self) -> bool:
         """Append the next chunk of arrivals to the buffer (the times

@@ -16,8 +16,11 @@
   work on an executor; :mod:`.registry`, the registry that chooses a scheduler
   by name (:func:`make_scheduler`, :data:`SCHEDULERS`);
 - :mod:`.intake`: the request intake (lengths, classes, prefix hashes, rejected prompts);
-  :mod:`.clock`: the SM clock; :mod:`.decode_runs`: the decode-only stretches in one
-  loop; :mod:`.views`: what the observation and frames read of a server;
+  :mod:`.clock`: the SM clock; :mod:`.epochs`: ``LLMBatching-v2``'s decision epochs;
+  :mod:`.decode_runs`: the decode-only stretches in one loop; :mod:`.views`: what the
+  observation and frames read of a server;
+- :mod:`.cluster`: :class:`LLMCluster`, ``N`` replicas (:class:`Replica`, a server whose
+  arrivals are routed to it) behind a router on one clock, usable without an env;
 - :mod:`.sla`: :class:`SLABooks`, the TTFT and TPOT misses per request class (the
   reward's SLA term and the summary's first tokens);
 - :mod:`.vllm_v0`: ``"vllm-v0"``, vLLM v0's default scheduler (an iteration is a prefill of
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 from .actions import ActionCodec, LLMAction
 from .chunked import ChunkedScheduler
+from .cluster import LLMCluster, Replica
 from .kv_cache import KVCache
 from .prefix_cache import PrefixKVCache
 from .registry import SCHEDULERS, make_scheduler
@@ -59,12 +63,14 @@ __all__ = [
     "ChunkedScheduler",
     "Iteration",
     "KVCache",
+    "LLMCluster",
     "LLMAction",
     "LLMServer",
     "LLMServerState",
     "Outcome",
     "Plan",
     "PrefixKVCache",
+    "Replica",
     "SLABooks",
     "Scheduler",
     "VLLMV0Scheduler",

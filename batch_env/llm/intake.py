@@ -332,6 +332,33 @@ class RequestIntake:
             units,
         )
 
+    def record(self, i: int) -> tuple[int, int, bool, int, Any]:
+        """Buffered arrival ``i``: its prompt and output tokens (clipped), whether the
+        output was clipped, its class and its prompt's block hashes (``None`` without
+        prefix caching): what a cluster's front hands the replica it routes it to."""
+        hashes = self._arrival_hashes[i] if self.prefix_ratio is not None else None
+        return (
+            self._arrival_prompt[i],
+            self._arrival_output[i],
+            self._arrival_clipped[i],
+            self._arrival_class[i],
+            hashes,
+        )
+
+    def push(self, prompt: int, output: int, clipped: bool, cls: int, hashes: Any) -> None:
+        """One arrival taken by another intake (a cluster's front, :meth:`record`) joins
+        this buffer, its output clipped to this ``max_model_len`` (the prompt fits it:
+        the cluster routes no request to a replica it does not fit)."""
+        room = self.max_model_len - prompt
+        if output > room:
+            output, clipped = room, True
+        self._arrival_prompt.append(prompt)
+        self._arrival_output.append(output)
+        self._arrival_clipped.append(clipped)
+        self._arrival_class.append(cls)
+        if self.prefix_ratio is not None:
+            self._arrival_hashes.append(hashes)
+
     def sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
         """Buffered arrivals ``i .. j - 1``: their prompt and output tokens (clipped) and
         classes."""

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -59,12 +59,12 @@ from ..workload import Superposition, make_workload
 from .cascade import cascade_rule
 from .chunked import ChunkedScheduler
 from .clock import SMClock
-from .decode_runs import run_decodes
+from .epochs import forced_plan, run_to_epoch
 from .intake import RequestIntake
 from .orders import FCFS
 from .prefixes import counters, prefix_summary
 from .registry import make_scheduler
-from .scheduler import Iteration, Plan, execute
+from .scheduler import Iteration, Outcome, Plan, execute
 from .sla import SLABooks
 from .state import LLMServerState
 from .views import class_counts
@@ -74,9 +74,15 @@ if TYPE_CHECKING:
     from ..render import Timeline
     from ..workload import Workload
 
-#: Iterations :meth:`LLMServer.run_to_epoch` may run at most (a bound, never reached: it
-#: returns at the next boundary where the settings differ or at the episode's end).
-MAX_ITERATIONS_PER_STEP = 10_000_000
+
+class Started(NamedTuple):
+    """An iteration begun (:meth:`LLMServer.begin_iteration`): the scheduler's
+    :class:`~batch_env.llm.scheduler.Outcome` of it, the power it runs at (W; 0 for an
+    empty one) and when it ends (s)."""
+
+    outcome: Outcome
+    power_w: float
+    end_s: float
 
 
 class LLMServer(ServingLoop):
@@ -159,10 +165,10 @@ class LLMServer(ServingLoop):
             config.budget_grid if config.budget_grid is not None else (self.max_num_batched_tokens,)
         )
         self.orders: tuple[str, ...] = tuple(getattr(config, "orders", (FCFS,)))
-        self._one_setting = len(self.grid) * len(self.budgets) * len(self.orders) == 1
+        self.one_setting = len(self.grid) * len(self.budgets) * len(self.orders) == 1
         #: the GPU's SM clock: its grid, the profile at each clock, the clock in force
         self.sm_clock = SMClock.of(config, profile)
-        self._clocked = len(self.sm_clock.grid) > 1  # the clock-aware epoch rule
+        self.clocked = len(self.sm_clock.grid) > 1  # the clock-aware epoch rule
         self._check_drop_cost()
         self.timeline = timeline
         # what only profile mode simulates, refused before a real executor is built
@@ -243,7 +249,7 @@ class LLMServer(ServingLoop):
         self.order = self.orders[0]
         self.sm_clock.mhz = None
         if self.sm_clock.grid:  # each episode starts at the highest clock, at once
-            self._run_at(self.sm_clock.set(len(self.sm_clock.grid) - 1))
+            self.run_at(self.sm_clock.set(len(self.sm_clock.grid) - 1))
         #: what the last iteration did: requests preempted, prompt tokens chunked, whether
         #: it was a prefill (1.0) or not (0.0)
         self.last_preempted = 0
@@ -260,9 +266,9 @@ class LLMServer(ServingLoop):
         (``None``: unchanged)."""
         self.cap, self.budget, self.order = cap, budget, order
         if clock_index is not None and self.sm_clock.grid:
-            self._run_at(self.sm_clock.request(clock_index, self.now))
+            self.run_at(self.sm_clock.request(clock_index, self.now))
 
-    def _run_at(self, prof: LLMProfile | None) -> None:
+    def run_at(self, prof: LLMProfile | None) -> None:
         """Time and power the coming iterations by ``prof``, the profile at the clock now in
         force (:attr:`sm_clock`, the clock's one owner; ``None``: no change)."""
         if prof is None:
@@ -400,6 +406,14 @@ class LLMServer(ServingLoop):
     def run_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Iteration:
         """One iteration of the scheduler at this cap and budget and the order in force
         (``plan``: its plan, made at this boundary), and its counters."""
+        return self.end_iteration(self.begin_iteration(cap, budget, plan))
+
+    def begin_iteration(self, cap: int, budget: int, plan: Plan | None = None) -> Started:
+        """The first half of :meth:`run_iteration`, at this boundary: the scheduler plans
+        (``plan``: the plan made here) and starts the iteration, the executor runs it and
+        the scheduler applies the result. The clock stays here until
+        :meth:`end_iteration` (a cluster routes the arrivals before the end in between:
+        :class:`batch_env.llm.cluster.LLMCluster`)."""
         sch, ex = self.scheduler, self.executor
         self.last_chunk_tokens = 0
         work = sch.start(sch.plan(cap, budget, self.order) if plan is None else plan)
@@ -407,12 +421,17 @@ class LLMServer(ServingLoop):
             ex.release(list(work.victims))  # recompute: their KV cache is dropped
         # (execute(ex, work), written out: the hot path's commonest kind first)
         d, energy = ex.mixed(*work.args) if work.kind == "mixed" else execute(ex, work)
-        it, first, finished, tokens_at_end = sch.apply(work, d)
+        return Started(sch.apply(work, d), energy / d if d > 0.0 else 0.0, self.now + d)
+
+    def end_iteration(self, started: Started) -> Iteration:
+        """The second half of :meth:`run_iteration`: the clock to the iteration's end (its
+        arrivals admitted), first tokens recorded, completed requests freed; the counters."""
+        (it, first, finished, tokens_at_end), power_w, t = started
+        ex = self.executor
         if not it.empty:  # the clock to its end; then its completed requests leave
-            t = self.now + d
             for e in first:
                 self.sla_books.first_token(e, t)
-            self.advance(t, energy / d if d > 0.0 else 0.0)
+            self.advance(t, power_w)
             self.state.tokens_out += tokens_at_end
             kv = self.state.kv
             for e in finished:
@@ -452,23 +471,8 @@ class LLMServer(ServingLoop):
 
     def forced_plan(self, cap: int, budget: int) -> Plan | None:
         """The next iteration's plan when every setting schedules it alike (this boundary
-        is no decision epoch), else ``None``.
-
-        Exact and cheap (``LLMBatchingV2Env``: Decision epochs): with nothing waiting and
-        no prefill in progress every setting runs the same decode; elsewhere the smallest
-        and the largest setting are planned, and admission is monotone in between."""
-        sch, srv = self.scheduler, self.state
-        if self._one_setting or not (srv.waiting or srv.prefilling):
-            # nothing to admit or to continue: the same decode
-            return sch.plan(cap, budget, self.order)
-        lo, hi = (self.grid[0], self.budgets[0]), (self.grid[-1], self.budgets[-1])
-        first = sch.plan(*hi, self.order)
-        for order in self.orders:  # monotone in the cap and budget for each order
-            for setting in (lo, hi):
-                if (setting, order) != (hi, self.order):
-                    if not first.same_iteration(sch.plan(*setting, order)):
-                        return None
-        return first
+        is no decision epoch), else ``None`` (:func:`batch_env.llm.epochs.forced_plan`)."""
+        return forced_plan(self, cap, budget)
 
     def idle_while_empty(self) -> None:
         """An empty system idles to the next arrival (no decision is needed); a finite
@@ -481,55 +485,11 @@ class LLMServer(ServingLoop):
     def run_to_epoch(
         self, cap: int, budget: int, chosen: bool = True
     ) -> tuple[int, Iteration | None]:
-        """Run iterations from this boundary until a decision epoch or the episode's end:
-        the first one whatever it is when ``chosen`` (a decision chose it here), then every
-        one that all settings would run alike. Returns how many ran and the last. The
-        rate estimate is brought up to each boundary passed, as a step per iteration would.
-
-        With several clocks (``clock_grid``) every setting schedules the same iterations
-        at every clock, but times and powers them differently, so the clock adds epochs of
-        its own: a boundary is also an epoch where prompt work appears or ends
-        (:meth:`prefill_phase` differs from the previous boundary's; an episode starts
-        empty). A clock chosen at an epoch holds until the next.
-        """
-        ran = 0
-        last: Iteration | None = None
-        phase = self.prefill_phase() if chosen else False
-        while not (self.now >= self.horizon_s or self.summary_done()):
-            plan = None
-            if self.now >= self.sm_clock.switch_at:  # a pending clock change has landed
-                self._run_at(self.sm_clock.due(self.now))
-            if self._clocked and (ran or not chosen) and self.prefill_phase() != phase:
-                break  # prompt work appeared or ended: the clock's epoch
-            if ran or not chosen:
-                plan = self.forced_plan(cap, budget)
-                if plan is None:
-                    break  # the settings differ here: a decision epoch
-                if ran:
-                    self.update_rate()  # a step per iteration ends at this boundary
-            if ran >= MAX_ITERATIONS_PER_STEP:
-                raise RuntimeError(
-                    f"LLMServer: {ran} iterations without a decision epoch or the episode's "
-                    "end (bound MAX_ITERATIONS_PER_STEP)"
-                )
-            if (
-                plan is not None
-                and self.decode_runs
-                and not plan.chunks
-                and not plan.victims
-                and not self.state.prefilling
-            ):
-                k, it = run_decodes(self)
-                if k:
-                    ran += k
-                    last = it
-                    self.idle_while_empty()  # the last requests may have completed
-                    continue
-            self.last_preempted = 0
-            last = self.run_iteration(cap, budget, plan)
-            ran += 1
-            self.idle_while_empty()
-        return ran, last
+        """Run iterations from this boundary until a decision epoch or the episode's end
+        (:func:`batch_env.llm.epochs.run_to_epoch`): the first one whatever it is when
+        ``chosen``, then every one that all settings would run alike. Returns how many ran
+        and the last."""
+        return run_to_epoch(self, cap, budget, chosen)
 
     # -- what the observation, info and frames read --------------------------------------
     def recent_decode(self) -> tuple[float, int, int]:

@@ -1,0 +1,584 @@
+"""A cluster of LLM servers behind a router, on one simulated clock (vidur's replicas with a
+global scheduler; vLLM's data-parallel deployments; SGLang's and llm-d's routers).
+
+:class:`LLMCluster` holds ``N`` :class:`Replica` s (each an
+:class:`~batch_env.llm.LLMServer` with its own scheduler, KV cache, prefix cache, SM clock
+and SLA books, possibly of different GPUs, models or clocks) and the cluster's arrivals.
+It is usable without an env, like a server::
+
+    cluster = LLMCluster.build([{"profile": "llama-2-7b-a100"}] * 4, workload)
+    cluster.reset(seed=0)
+    while (g := cluster.next_arrival()) is not None:    # runs to the next arrival
+        cluster.route(g % cluster.n)                     # a router's choice
+    summary = cluster.summary()
+
+Semantics (``docs/design.md``: A cluster of replicas):
+
+* **Arrivals** are drawn once, by the cluster, exactly as a lone server draws them from
+  the same seed (the arrival and request-size streams of
+  :meth:`batch_env.core.ServingLoop.start_loop`, the lengths, classes and prefix hashes
+  by a :class:`~batch_env.llm.intake.RequestIntake`; prompts that fit no replica are
+  rejected there). Each is routed at its arrival instant, in arrival order, to one
+  replica, which admits it (or drops it, its queue full) at its next iteration boundary
+  at or after that instant, as a lone server admits the arrivals of an iteration at its
+  end.
+* **One event loop**: the events are the arrivals and each replica's iteration ends, in
+  time order; at equal times the arrivals come first (they join before the boundary's
+  plan, as on a lone server), then the replicas in index order. A replica's iteration is
+  planned and executed at its start (:meth:`LLMServer.begin_iteration`) and its clock
+  moves at its end (:meth:`LLMServer.end_iteration`); a router that reads a replica in
+  between sees the iteration in progress (the requests it runs are running).
+* **Settings**: each replica runs one setting (cap, token budget, admission order, SM
+  clock; by default vLLM's: the largest cap and budget, FCFS, the highest clock) chosen
+  at construction; the router's choice is the only decision.
+* **The summary window** is the cluster's: from the instant its ``warmup_requests``-th
+  arrival is routed to the completion of the last of the next ``horizon_requests`` (or
+  the horizon). At both marks every replica takes its window mark at that instant
+  (admitting what was routed to it before, as a lone server does at its marks), so each
+  replica's summary covers its own summary requests over the same span and the
+  cluster's summary sums the replicas' energy, latency, misses and drops and pools their
+  requests (:meth:`summary`).
+* **Seeds**: replica 0 is seeded with the cluster's seed and replica ``r`` with a child
+  of it (their executors' streams), so that a cluster of one replica whose router always
+  picks it runs the same trajectory as ``LLMBatching-v2`` at that setting on the same
+  seed (``tests/test_llm_cluster.py``). One difference remains at an episode's end: a
+  lone server that empties as its last summary request completes idles to its next
+  arrival before its episode ends; a cluster ends at that completion.
+
+Imports: this package and the loop; never ``batch_env.envs``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from ..config import LLMConfigV2
+from ..executor import make_llm_executor
+from ..metrics import llm_episode_summary
+from .intake import RequestIntake
+from .server import LLMServer, Started, llm_workload, profile_for
+
+if TYPE_CHECKING:
+    from ..config import LLMConfig
+    from ..executor import LLMExecutor
+    from ..profiles.llm_profile import LLMProfile
+    from ..workload import Workload
+    from .prefix_cache import PrefixKVCache
+
+_INF = math.inf
+#: Events (iteration ends, wake-ups) :meth:`LLMCluster.next_arrival` processes at most
+#: between two arrivals (a bound, never reached: every iteration moves the clock).
+MAX_EVENTS_PER_ARRIVAL = 10_000_000
+
+
+class Replica(LLMServer):
+    """One replica of a cluster: an :class:`~batch_env.llm.LLMServer` whose arrivals a
+    cluster routes to it (:meth:`receive`), running one setting.
+
+    :param config: its configuration; ``profile``, ``workload``, ``executor``: as the
+        server's (``workload``: the cluster's, which the replica never draws from).
+    :param setting: ``(cap, budget, order, clock_index)``, one of its configuration's
+        caps (``grid``), token budgets and orders and, with a clock grid, the index of its
+        clock (``None``: the highest); default vLLM's: the largest cap and budget, the
+        first order (FCFS).
+    :param name: what its errors and warnings call it.
+    :raises ValueError: a setting the configuration does not offer (naming it).
+    """
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        profile: LLMProfile,
+        workload: Workload,
+        executor: LLMExecutor | Callable[[], LLMExecutor],
+        setting: tuple[int, int, str, int | None] | None = None,
+        name: str = "replica",
+    ) -> None:
+        super().__init__(config, profile, workload, executor, None, name)
+        if setting is None:
+            setting = (self.grid[-1], self.budgets[-1], self.orders[0], None)
+        cap, budget, order, clock = setting
+        for field, value, allowed in (
+            ("cap", cap, self.grid),
+            ("budget", budget, self.budgets),
+            ("order", order, self.orders),
+        ):
+            if value not in allowed:
+                raise ValueError(
+                    f"{name}: setting {field}={value!r} is not offered: one of {list(allowed)}"
+                )
+        n_clocks = len(self.sm_clock.grid)
+        if clock is not None and not (isinstance(clock, int) and 0 <= clock < max(n_clocks, 1)):
+            raise ValueError(
+                f"{name}: setting clock_index={clock!r} is invalid: an index into its "
+                f"clock_grid of {n_clocks} clocks, or None"
+            )
+        #: the setting it runs: cap, token budget, admission order, clock index
+        self.setting = (cap, budget, order, clock)
+        self.name = name
+        #: the iteration in progress (``None``: idle)
+        self.in_flight: Started | None = None
+        self._end_pending = False
+
+    # -- the loop's hooks: arrivals come from the cluster ------------------------------
+    def to_first_arrival(self) -> None:
+        """Nothing: the replica starts empty at 0 and its arrivals are routed to it."""
+
+    def more_arrivals(self) -> bool:
+        """Nothing to draw: the cluster appends what it routes here (:meth:`receive`)."""
+        return False
+
+    def reset(self, seed: int, options: dict[str, Any] | None = None) -> None:
+        """Start an episode (:meth:`LLMServer.reset`, its executor's stream from
+        ``seed``), empty, at 0, at its setting; its window marks come from the cluster."""
+        super().reset(seed, options)
+        self.marks_from_outside()  # (the cluster takes them: mark())
+        self.in_flight = None
+        self._end_pending = False
+        cap, budget, order, clock = self.setting
+        self.set(cap, budget, order, clock)
+
+    def absorb(self, t_end: float, j: int, power_w: float) -> None:
+        """The server's, and the end mark once the cluster's arrivals have ended and what
+        was routed here is admitted (:meth:`end_when_admitted`)."""
+        super().absorb(t_end, j, power_w)
+        if self._end_pending and self.unadmitted == 0:
+            self._end_pending = False
+            self.take_end_mark()
+
+    def in_service_count(self) -> int:
+        """The running requests, and during an iteration those it completes (out of the
+        running list from its start, they leave the system at its end)."""
+        n = len(self.state.running)
+        return n + len(self.in_flight.outcome.finished) if self.in_flight is not None else n
+
+    # -- what the cluster does to it -----------------------------------------------------
+    @property
+    def power_w(self) -> float:
+        """The power it draws now: its iteration's, or idle."""
+        return self.in_flight.power_w if self.in_flight is not None else self.idle_power_w
+
+    def receive(self, t: float, record: tuple[int, int, bool, int, Any]) -> None:
+        """An arrival at ``t`` (not before any routed earlier) is routed here, with its
+        intake ``record`` (:meth:`RequestIntake.record`)."""
+        self.push_arrival(t)
+        self.intake.push(*record)
+
+    def mark(self, t: float) -> None:
+        """The summary window's mark at ``t`` (the cluster's): the arrivals routed here so
+        far are admitted at ``t`` and the window's counters taken, as a lone server does
+        at the mark's arrival."""
+        self.mark_at(t, self.power_w)
+
+    def end_when_admitted(self) -> None:
+        """The cluster's arrivals have ended: the end mark is taken once what was routed
+        here is admitted (at once if nothing waits to be)."""
+        if self.window_end is not None:
+            return
+        if self.unadmitted == 0:
+            self.take_end_mark()
+        else:
+            self._end_pending = True
+
+    def sync(self, t: float) -> None:
+        """Bring the clock and integrals to ``t`` (at most its event's time): the
+        cluster's end, where every replica's summary is taken at one instant."""
+        if t > self.now:
+            self.admit_through(t, self.power_w)
+
+    def wake_at(self) -> float:
+        """When an idle replica next has work: its first routed arrival not yet admitted
+        (``inf``: none)."""
+        return self.next_unadmitted()
+
+    def on_event(self, t: float) -> None:
+        """Its event at ``t``: the iteration in progress ends, or (idle) it wakes to the
+        arrivals routed to it by ``t``."""
+        if self.in_flight is not None:
+            started, self.in_flight = self.in_flight, None
+            self.end_iteration(started)
+        else:
+            self.advance(t, self.idle_power_w)
+
+    def begin(self) -> float:
+        """At a boundary: a pending clock change lands; with requests in the system the
+        next iteration begins. Returns its next event's time (its end; idle: its next
+        routed arrival, ``inf`` if none)."""
+        if self.now >= self.sm_clock.switch_at:
+            self.run_at(self.sm_clock.due(self.now))
+        if self.in_system:
+            self.last_preempted = 0
+            started = self.begin_iteration(self.cap, self.budget)
+            if not started.outcome.iteration.empty:
+                self.in_flight = started
+                return started.end_s
+            self.end_iteration(started)  # nothing could run: wait for an arrival
+        return self.wake_at()
+
+
+class LLMCluster:
+    """``N`` replicas behind a router, on one clock (module docstring).
+
+    :param replicas: the replicas, built on one workload (:meth:`build` makes them from
+        settings); they must agree on the request classes and the summary window
+        (``warmup_requests``, ``horizon_requests``, ``horizon_s``).
+    :raises ValueError: no replica, or replicas that disagree (naming the field).
+    """
+
+    def __init__(self, replicas: Sequence[Replica]) -> None:
+        if len(replicas) == 0:
+            raise ValueError("replicas: a cluster needs at least one replica (got 0)")
+        self.replicas = list(replicas)
+        #: how many replicas
+        self.n = len(self.replicas)
+        first = self.replicas[0]
+        for k, rep in enumerate(self.replicas[1:], 1):
+            if rep.workload is not first.workload:
+                raise ValueError(f"replicas[{k}]: built on another workload than replicas[0]")
+            for field in ("warmup_requests", "horizon_requests", "horizon_s", "classes"):
+                a, b = getattr(first.config, field, None), getattr(rep.config, field, None)
+                if a != b:
+                    raise ValueError(
+                        f"replicas[{k}].{field}={b!r} differs from replicas[0]'s {a!r}: the "
+                        "replicas of a cluster share its requests and summary window"
+                    )
+        self.workload = first.workload
+        widest = max(self.replicas, key=lambda r: r.max_model_len)
+        #: the arrivals' intake: a prompt that fits no replica is rejected here
+        self.intake = RequestIntake(widest.config, self.workload)
+        self.horizon_s = first.horizon_s
+        self.mean_rate_per_s = first.mean_rate_per_s
+        self._mark_at = (first.config.warmup_requests, first.config.warmup_requests
+                       + first.config.horizon_requests)  # fmt: skip
+        self._max_len = [r.max_model_len for r in self.replicas]
+
+    @classmethod
+    def build(
+        cls,
+        replicas: Sequence[dict[str, Any]],
+        workload: dict | Workload | None = None,
+        **common: Any,
+    ) -> LLMCluster:
+        """A cluster of profile-executor replicas from settings: each entry of
+        ``replicas`` has ``profile`` (a name, dict or profile; default
+        ``"llama-2-7b-a100"``), optional ``clock_mhz`` and ``setting`` (:class:`Replica`)
+        and any :class:`batch_env.config.LLMConfigV2` field, over ``common``'s.
+
+        :raises ValueError: no replica, or an invalid setting (naming the replica).
+        """
+        if not isinstance(replicas, Sequence) or isinstance(replicas, str) or not replicas:
+            raise ValueError(
+                f"replicas={replicas!r}: a cluster needs a non-empty list of replica specs "
+                "(dicts with a profile and settings)"
+            )
+        built: list[Replica] = []
+        shared: Workload | None = None
+        for k, spec in enumerate(replicas):
+            if not isinstance(spec, dict):
+                raise ValueError(f"replicas[{k}]={spec!r}: expected a dict of settings")
+            spec = {**common, **spec}
+            profile = spec.pop("profile", "llama-2-7b-a100")
+            clock = spec.pop("clock_mhz", None)
+            setting = spec.pop("setting", None)
+            try:
+                prof, config = profile_for(profile, clock, spec, LLMConfigV2)
+                if shared is None:
+                    shared = llm_workload(config, workload)
+                ex = make_llm_executor("profile", prof, config.max_num_seqs, config.max_model_len)
+                setting = tuple(setting) if setting is not None else None
+                built.append(Replica(config, prof, shared, ex, setting, f"replicas[{k}]"))
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"replicas[{k}]: {err}") from None
+        return cls(built)
+
+    # -- an episode --------------------------------------------------------------------
+    def reset(self, seed: int, options: dict[str, Any] | None = None) -> None:
+        """Start an episode: every replica empty at 0 (replica 0's streams from ``seed``,
+        replica ``r``'s from a child of it), the arrivals drawn from ``seed`` as a lone
+        server's. ``options``: as :meth:`LLMServer.reset` (``{"load": x}``)."""
+        for r, rep in enumerate(self.replicas):
+            rep.reset(seed if r == 0 else _child_seed(seed, r), options)
+        arrivals, _service, sizes = (
+            np.random.Generator(np.random.PCG64(s)) for s in np.random.SeedSequence(seed).spawn(3)
+        )
+        self._arrival_stream = self.replicas[0].episode_workload(options).stream(arrivals)
+        self._sizes = sizes
+        self._drawn_all = False
+        self.intake.clear()
+        #: the arrival times drawn (every admissible arrival of the episode so far)
+        self.times: list[float] = []
+        #: the replica each arrival was routed to, in arrival order
+        self.routed: list[int] = []
+        #: the clock: the last event's time
+        self.now = 0.0
+        self._events: list[tuple[float, int]] = []  # (time, replica): each busy replica's
+        self._scheduled = [False] * self.n  # whether a replica has an event in the heap
+        self._n_marks = 0  # marks taken: 0, 1 (window open), 2 (end mark)
+        self._window_t0: float | None = None
+        self._pending: int | None = None
+
+    def _more(self) -> bool:
+        """Draw the next chunk of arrivals (the intake keeps those that fit); False when
+        the stream ended."""
+        while not self._drawn_all:
+            chunk = self._arrival_stream.next_chunk()
+            if len(chunk.times) == 0:
+                self._drawn_all = True
+                return False
+            times = self.intake.take(chunk, self._sizes)
+            if len(times):
+                self.times.extend(times.tolist())
+                return True
+        return False
+
+    def _peek(self) -> float:
+        """The next arrival to route (``inf``: the arrivals ended; the end mark is then
+        taken where it was not)."""
+        g = len(self.routed)
+        if g < len(self.times) or self._more():
+            return self.times[g]
+        if self._n_marks < 2:
+            self._n_marks = 2
+            for rep in self.replicas:
+                rep.end_when_admitted()
+        return _INF
+
+    def over(self) -> bool:
+        """Whether the episode has ended: the horizon is reached, or every summary request
+        is done (completed or dropped)."""
+        return self.now >= self.horizon_s or self.summary_done()
+
+    def summary_done(self) -> bool:
+        """Every summary request has completed or been dropped."""
+        return self._n_marks == 2 and all(rep.summary_done() for rep in self.replicas)
+
+    def next_arrival(self) -> int | None:
+        """Run the replicas up to the next arrival to route and return its number (its
+        index into :attr:`times`; ``None``: the episode is over). Events at the arrival's
+        instant run after it is routed."""
+        if self._pending is not None:
+            return self._pending
+        for _ in range(MAX_EVENTS_PER_ARRIVAL):
+            if self.over():
+                return None
+            ta = self._peek()
+            ev = self._events
+            te = ev[0][0] if ev else _INF
+            if ta <= te and ta != _INF:
+                self.now = ta
+                self._pending = len(self.routed)
+                return self._pending
+            if te == _INF:  # nothing left to happen: idle to the horizon
+                self._end_at(max(self.horizon_s, self.now))
+                return None
+            t, r = heapq.heappop(ev)
+            self._scheduled[r] = False
+            self.now = t
+            rep = self.replicas[r]
+            rep.on_event(t)
+            if not self.over():
+                self._schedule(r, rep.begin())
+        raise RuntimeError(
+            f"LLMCluster: {MAX_EVENTS_PER_ARRIVAL} events without an arrival or the episode's "
+            "end (bound MAX_EVENTS_PER_ARRIVAL)"
+        )
+
+    def _schedule(self, r: int, t: float) -> None:
+        if t != _INF and not self._scheduled[r]:
+            heapq.heappush(self._events, (t, r))
+            self._scheduled[r] = True
+
+    def mask(self, g: int) -> np.ndarray:
+        """The replicas arrival ``g`` may be routed to: those whose ``max_model_len`` its
+        prompt fits."""
+        p = self.intake.record(g)[0]
+        return np.array([p + 1 <= m for m in self._max_len], dtype=bool)
+
+    def route(self, r: int) -> None:
+        """Route the pending arrival (:meth:`next_arrival`) to replica ``r``.
+
+        :raises ValueError: no arrival pending, ``r`` out of range, or a replica its
+            prompt does not fit (naming them).
+        """
+        g = self._pending
+        if g is None:
+            raise ValueError("route: no arrival is pending (call next_arrival() first)")
+        if not (isinstance(r, (int, np.integer)) and 0 <= r < self.n):
+            raise ValueError(f"route: replica {r!r} is out of range: 0 .. {self.n - 1}")
+        r = int(r)
+        record = self.intake.record(g)
+        if record[0] + 1 > self._max_len[r]:
+            raise ValueError(
+                f"route: replica {r} is masked for arrival {g}: its prompt of {record[0]} "
+                f"tokens does not fit its max_model_len={self._max_len[r]}"
+            )
+        t = self.times[g]
+        if g in self._mark_at and self._n_marks < 2:  # the window's marks, at this instant
+            for rep in self.replicas:
+                rep.mark(t)
+            self._n_marks += 1
+            if self._window_t0 is None:
+                self._window_t0 = t
+        rep = self.replicas[r]
+        rep.receive(t, record)
+        self.routed.append(r)
+        self._pending = None
+        if rep.in_flight is None:
+            self._schedule(r, t)
+
+    def run(self, router: Callable[[LLMCluster, int], int]) -> dict[str, Any]:
+        """Run the episode to its end, routing each arrival to ``router(self, g)``;
+        returns :meth:`summary`."""
+        while (g := self.next_arrival()) is not None:
+            self.route(router(self, g))
+        return self.summary()
+
+    def _end_at(self, t: float) -> None:
+        self.now = t
+        for rep in self.replicas:
+            rep.sync(t)
+
+    # -- accounting ------------------------------------------------------------------------
+    def request_counts(self) -> dict[str, int]:
+        """Where every arrival is now, over all replicas: ``arrived == completed + waiting
+        + in_service + dropped + rejected`` (routed arrivals not yet admitted wait)."""
+        counts = {k: 0 for k in ("arrived", "completed", "waiting", "in_service", "dropped")}
+        for rep in self.replicas:
+            c = rep.request_counts()
+            inbox = rep.unadmitted
+            counts["arrived"] += c["arrived"] + inbox
+            counts["completed"] += c["completed"]
+            counts["waiting"] += c["waiting"] + inbox
+            counts["in_service"] += c["in_service"]
+            counts["dropped"] += c["dropped"]
+        rejected = self.intake.rejected_by(self.now)
+        counts["arrived"] += rejected
+        counts["rejected"] = rejected
+        return counts
+
+    def costs(self) -> tuple[float, float, float, int]:
+        """The cost the replicas have committed so far (each up to its own clock): latency
+        integral (s), energy (J), weighted SLA misses, drops."""
+        L = E = M = 0.0
+        D = 0
+        for rep in self.replicas:
+            L += rep.latency_integral_s
+            E += rep.energy_j
+            M += rep.misses()
+            D += rep.drops
+        return L, E, M, D
+
+    def summary(self) -> dict[str, Any]:
+        """The episode summary, the replicas' at the cluster's clock: the cluster's own
+        keys (:func:`batch_env.metrics.llm_episode_summary` over every replica's summary
+        requests, energy and misses) and ``"replicas"``, each replica's summary."""
+        for rep in self.replicas:
+            rep.sync(self.now)
+        per = [rep.summary() for rep in self.replicas]
+        out = _pooled_summary(self.replicas, self.intake, self.now)
+        out.update(_pooled_prefix(self.replicas, per))
+        out["replicas"] = per
+        out["routed"] = np.bincount(np.asarray(self.routed, np.int64), minlength=self.n).tolist()
+        return out
+
+
+def _pooled_prefix(replicas: list[Replica], per: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary's prefix-cache keys over the replicas that cache prefixes: their
+    counts summed, the hit rate of the sums, the cached fraction of their blocks."""
+    on = [(rep, s) for rep, s in zip(replicas, per, strict=True) if rep.prefix_ratio is not None]
+    if not on:
+        return {}
+    out: dict[str, Any] = {
+        k: sum(s[k] for _, s in on)
+        for k in ("prefix_hit_tokens", "prefix_prompt_tokens", "prefix_evictions")
+    }
+    hit, prompt = out["prefix_hit_tokens"], out["prefix_prompt_tokens"]
+    out["prefix_hit_rate"] = hit / prompt if prompt else float("nan")
+    cached = sum(cast("PrefixKVCache", rep.state.kv).cached_total for rep, _ in on)
+    out["kv_cached_fraction_end"] = cached / sum(rep.state.kv.total for rep, _ in on)
+    if all("cascade_iterations" in s for _, s in on):
+        out["cascade_iterations"] = sum(s["cascade_iterations"] for _, s in on)
+    return out
+
+
+def _child_seed(seed: int, r: int) -> int:
+    """Replica ``r``'s seed (r >= 1): a child of the cluster's ``seed``."""
+    return int(np.random.SeedSequence([seed, r]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def _pooled_summary(replicas: list[Replica], intake: RequestIntake, now: float) -> dict:
+    """:func:`llm_episode_summary` of the replicas' summary requests pooled (each one's
+    window entries), their window counters and totals summed."""
+    arrivals: list[float] = []
+    finished: list[float | None] = []
+    first: list[float] = []
+    output: list[int] = []
+    cls: list[int] = []
+    opened = [rep.window for rep in replicas if rep.window is not None]
+    for rep in replicas:
+        n = len(rep.arrivals)
+        lo = rep.window.entry if rep.window is not None else n
+        hi = rep.window_end if rep.window_end is not None else n
+        arrivals += rep.arrivals[lo:hi]
+        finished += rep.finished_at[lo:hi]
+        first += rep.sla_books.first_at[lo:hi]
+        output += rep.state.output[lo:hi]
+        cls += rep.state.request_class[lo:hi]
+    window = None
+    if opened:
+        ws = opened
+        window = replace(
+            ws[0],
+            latency_integral_s=sum(w.latency_integral_s for w in ws),
+            energy_j=sum(w.energy_j for w in ws),
+            misses=sum(w.misses for w in ws),
+            drops=sum(w.drops for w in ws),
+            entry=0,
+            n_batches=sum(w.n_batches for w in ws),
+            sum_batch=sum(w.sum_batch for w in ws),
+        )
+    totals = [rep.totals() for rep in replicas]
+    total = {k: sum(t[k] for t in totals) for k in totals[0]}
+    total["now_s"] = now
+    total["arrived_total"] += intake.rejected_by(now)
+    counters = [rep._window_counters() for rep in replicas]
+    starts = [rep._window_counts0 for rep in replicas if rep._window_counts0 is not None]
+    first_rep = replicas[0]
+    k = len(first_rep.classes)
+    drops0 = [rep._class_drops_w0 for rep in replicas if rep._class_drops_w0 is not None]
+    drops1 = [rep._class_drops_end for rep in replicas if rep._class_drops_end is not None]
+    w = first_rep.config.reward_weights
+    return llm_episode_summary(
+        arrivals=arrivals,
+        finished_at=finished,
+        first_token=first,
+        output=output,
+        request_class=cls,
+        window=window,
+        entry_hi=len(arrivals),
+        weights=(w.latency, w.energy, w.sla, w.drop),
+        totals=total,
+        counters=tuple(sum(c[i] for c in counters) for i in range(6)),  # type: ignore[arg-type]
+        counters_at_start=(
+            tuple(sum(c[i] for c in starts) for i in range(6)) if starts else None  # type: ignore[arg-type]
+        ),
+        kv_total=sum(rep.state.kv_total for rep in replicas),
+        rejected_at=intake.rejected_at,
+        classes=first_rep.classes if first_rep.multi else None,
+        ttft_sla_s=first_rep.sla_books.ttft_s,
+        tpot_sla_s=first_rep.sla_books.tpot_s,
+        class_drops=(
+            [sum(d[c] for d in drops0) for c in range(k)] if drops0 else None,
+            [sum(d[c] for d in drops1) for c in range(k)] if drops1 else None,
+            [sum(rep.intake.class_drops[c] for rep in replicas) for c in range(k)],
+        ),
+    )
+
+
+__all__ = ["MAX_EVENTS_PER_ARRIVAL", "LLMCluster", "Replica"]

@@ -1,0 +1,205 @@
+"""The cluster of LLM replicas (issue 66): one replica reproduces LLMBatching-v2 trajectory
+for trajectory; conservation per replica and in total at every arrival; the summary window
+shared by the replicas; heterogeneous replicas and their mask; bad input."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from batch_env.llm.cluster import LLMCluster
+
+V2 = "batch_env/LLMBatching-v2"
+POISSON = {"kind": "poisson", "rate_per_s": 6.0}
+SESSIONS = {
+    "kind": "sessions",
+    "rate_per_s": 5.0,
+    "turns_mean": 4.0,
+    "think_time_s": 5.0,
+    "system_prompts": 3,
+    "system_prompt_tokens": 700,
+    "user_tokens_mean": 150.0,
+    "output_tokens_mean": 120.0,
+}
+TWO_CLASSES = [
+    {"name": "chat", "share": 0.7, "ttft_sla_ms": 500.0, "tpot_sla_ms": 100.0},
+    {"name": "batch", "share": 0.3, "ttft_sla_ms": 5000.0, "tpot_sla_ms": 300.0, "weight": 0.2},
+]
+
+
+def run_v2(workload, seed, settings):
+    """LLMBatching-v2 at its default action (vLLM's setting) to the episode's end."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env = gym.make(V2, workload=workload, **settings).unwrapped
+    action = env.action_of(env.grid[-1])
+    env.reset(seed=seed)
+    done = False
+    while not done:
+        _, _, term, trunc, info = env.step(action)
+        done = term or trunc
+    return env.server, info["serving"]
+
+
+def requests(server, n):
+    """The first ``n`` entries' arrival, prompt, output, class, first token and finish."""
+    first = np.asarray(server.sla_books.first_at[:n])
+    return (
+        server.arrivals[:n],
+        server.state.prompt[:n],
+        server.state.output[:n],
+        server.state.request_class[:n],
+        np.where(np.isnan(first), -1.0, first).tolist(),
+        [-1.0 if f is None else f for f in server.finished_at[:n]],
+    )
+
+
+CASES = [
+    ("poisson", POISSON, {"horizon_requests": 300, "warmup_requests": 40}),
+    ("sessions", SESSIONS, {"horizon_requests": 200, "gpu_memory_utilization": 0.3}),
+    ("classes", {"kind": "poisson", "rate_per_s": 5.0}, {"classes": TWO_CLASSES,
+                                                         "horizon_requests": 200}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,workload,settings", CASES, ids=[c[0] for c in CASES])
+def test_one_replica_reproduces_llm_batching_v2(name, workload, settings):
+    """A cluster of one replica whose router always picks it runs LLMBatching-v2's
+    trajectory (v2's decode runs included) on the same seed: the same arrivals with their
+    lengths and classes, first tokens and completions, to the bit; and where v2's episode
+    ends at a completion (not idling to a next arrival), the same summary (the replica's
+    own: the same but for the prompts that the cluster, not it, rejected)."""
+    same_summary = 0
+    for seed in (0, 7):
+        server, s2 = run_v2(workload, seed, settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cl = LLMCluster.build([settings], workload)
+        cl.reset(seed)
+        s1 = cl.run(lambda c, g: 0)
+        rep = cl.replicas[0]
+        n = len(server.arrivals)
+        assert n > settings["horizon_requests"] and len(rep.arrivals) >= n
+        assert requests(rep, n) == requests(server, n)
+        assert rep.iterations >= server.iterations - 1
+        if cl.now == server.now:
+            same_summary += 1
+            assert {k: v for k, v in s1.items() if k not in ("replicas", "routed")} == s2
+            # the replica's own summary: the same but for the prompts the cluster rejected
+            own, rejected = s1["replicas"][0], cl.intake.rejected_by(cl.now)
+            assert own["arrived_total"] == s2["arrived_total"] - rejected and own["rejected"] == 0
+            assert {k: v for k, v in own.items() if k not in ("arrived_total", "rejected")} == {
+                k: v for k, v in s2.items() if k not in ("arrived_total", "rejected")
+            }
+    assert same_summary, "no seed ended at a completion: pick another"
+
+
+def test_conservation_per_replica_and_in_total_at_every_arrival():
+    """At every arrival each replica's requests add up (routed = admitted + not yet
+    admitted; admitted = completed + waiting + running + dropped) and so do the cluster's
+    (with the rejected prompts); at the end every summary request of every replica is
+    done and the replicas' summary requests are the cluster's."""
+    wl = {"kind": "poisson", "rate_per_s": 60.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = LLMCluster.build([{}] * 3, wl, horizon_requests=600, warmup_requests=60,
+                              queue_capacity=4, max_num_seqs=16)  # fmt: skip
+    rng = np.random.default_rng(0)
+    cl.reset(1)
+    checked = 0
+    while (g := cl.next_arrival()) is not None:
+        c = cl.request_counts()
+        assert c["arrived"] - c["rejected"] == g
+        assert c["arrived"] == (
+            c["completed"] + c["waiting"] + c["in_service"] + c["dropped"] + c["rejected"]
+        )
+        for r, rep in enumerate(cl.replicas):
+            rc = rep.request_counts()
+            assert rc["arrived"] + rep.unadmitted == cl.routed.count(r)
+            assert rc["arrived"] == (
+                rc["completed"] + rc["waiting"] + rc["in_service"] + rc["dropped"]
+            )
+            assert rc["in_system"] == rc["waiting"] + rc["in_service"]
+        checked += 1
+        cl.route(int(rng.integers(3)))
+    s = cl.summary()
+    assert checked > 600 and cl.summary_done()
+    assert s["completed"] + s["dropped"] == 600 and s["dropped"] > 0  # the queue binds
+    assert sum(r["completed"] for r in s["replicas"]) == s["completed"]
+    assert sum(r["dropped"] for r in s["replicas"]) == s["dropped"]
+    assert math.isclose(sum(r["energy_j"] for r in s["replicas"]), s["energy_j"], rel_tol=1e-12)
+    assert {r["elapsed_s"] for r in s["replicas"]} == {s["elapsed_s"]}  # one window
+
+
+def test_an_idle_replica_burns_idle_power_and_heterogeneous_replicas():
+    """A replica the router never uses still draws idle power over the window; replicas
+    of different GPUs serve at their own speeds; a prompt is masked where it does not fit
+    a replica's ``max_model_len``."""
+    wl = {"kind": "poisson", "rate_per_s": 2.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = LLMCluster.build(
+            [{"profile": "llama-3.1-8b-a100"}, {"profile": "llama-3.1-8b-h100"},
+             {"profile": "llama-3.1-8b-h100", "max_model_len": 1024}],
+            wl, horizon_requests=200,
+        )  # fmt: skip
+    cl.reset(0)
+    masked = 0
+    while (g := cl.next_arrival()) is not None:
+        mask = cl.mask(g)
+        assert mask[0] and mask[1]
+        if not mask[2]:
+            masked += 1
+            with pytest.raises(ValueError, match="replica 2 is masked"):
+                cl.route(2)
+        cl.route(g % 2)
+    s = cl.summary()
+    assert masked > 0
+    idle = s["replicas"][2]
+    assert idle["completed"] == 0
+    assert math.isclose(idle["power_mean_w"], cl.replicas[2].idle_power_w, rel_tol=1e-9)
+    a100, h100 = s["replicas"][0], s["replicas"][1]
+    assert h100["tpot_mean_ms"] < a100["tpot_mean_ms"]
+
+
+@pytest.mark.parametrize(
+    "call,match",
+    [
+        (lambda: LLMCluster([]), "at least one replica"),
+        (lambda: LLMCluster.build([]), "non-empty list"),
+        (lambda: LLMCluster.build([{"profile": "no-such-gpu"}]), r"replicas\[0\]"),
+        (lambda: LLMCluster.build([{}, {"max_num_seqs": -1}]), r"replicas\[1\].*max_num_seqs"),
+        (lambda: LLMCluster.build([{"setting": (999, 2048, "fcfs", None)}]), "cap=999"),
+        (lambda: LLMCluster.build([{}, {"horizon_requests": 5}]), "horizon_requests"),
+    ],
+)
+def test_bad_clusters_get_one_line_errors(call, match):
+    """Zero replicas, a replica spec that does not load, or replicas that disagree: a
+    ValueError naming the replica and field."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ValueError, match=match) as err:
+            call()
+    assert "\n" not in str(err.value)
+
+
+def test_bad_routes_are_refused_and_lose_nothing():
+    """Routing with no arrival pending, or to a replica out of range, is refused; the
+    arrival stays pending and is routed by the next valid call."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cl = LLMCluster.build([{}, {}], POISSON, horizon_requests=20)
+    cl.reset(0)
+    with pytest.raises(ValueError, match="no arrival is pending"):
+        cl.route(0)
+    g = cl.next_arrival()
+    for bad in (2, -1, 1.5, "0"):
+        with pytest.raises(ValueError, match="out of range"):
+            cl.route(bad)
+    assert cl.next_arrival() == g
+    cl.route(1)
+    assert cl.routed == [1]
