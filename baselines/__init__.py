@@ -12,8 +12,9 @@ clairvoyant twin ``rollout-oracle``, which plan on copies of the env), ``node`` 
 batching and LazyBatching for
 ``NodeBatching-v0``), ``llm`` (static caps and Pang et al.'s memory-aware and
 SLA-feedback batch sizing for ``LLMBatching-v0``; token budgets for the chunked
-scheduler; admission orders for ``LLMBatching-v2``, with the oracle ``oracle-srpt``);
-shared pieces in ``common``.
+scheduler; admission orders for ``LLMBatching-v2``, with the oracle ``oracle-srpt``),
+``routers`` (which replica takes each request on ``LLMRouting-v0``: vidur's, SGLang's,
+Dynamo's and llm-d's rules); shared pieces in ``common``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from .llm import (
 from .mmpp_fit import MMPPFittedBeliefPolicy
 from .node import GraphBatchingPolicy, LazyBatchingPolicy
 from .rollout import ConstantPolicy, RolloutPolicy, rollout_oracle
+from .routers import ROUTERS
 from .smdp import AdaptiveSMDPPolicy, SMDPPolicy
 from .smdp_mmpp import MMPPBeliefPolicy, MMPPOraclePolicy
 from .timeouts import TFServingPolicy, TritonTimeoutPolicy
@@ -55,9 +57,13 @@ def _greedy(env: gym.Env | None = None, **params: Any) -> Policy:
     """``greedy``: serve as much as fits at every decision. On DynamicBatching and
     NodeBatching :class:`GreedyPolicy` (``min(queue, max_batch_size)``); on an LLM env
     :class:`LLMGreedyPolicy`, vLLM's defaults (the largest cap and token budget, first
-    come first served), the benchmark's ``greedy`` reference on the LLM tasks."""
+    come first served), the benchmark's ``greedy`` reference on the LLM tasks; on
+    ``LLMRouting-v0`` round robin, the default router of vidur (and of a plain load
+    balancer)."""
     if env is not None and hasattr(getattr(env, "unwrapped", env), "action_parts"):
         return LLMGreedyPolicy(env=env, **params)
+    if env is not None and hasattr(getattr(env, "unwrapped", env), "cluster"):
+        return ROUTERS["round-robin"](env=env, **params)
     return GreedyPolicy(env=env, **params)
 
 
@@ -90,6 +96,7 @@ _REGISTRY: dict[str, Callable[..., Any]] = {
     "constant": ConstantPolicy,
     "rollout": RolloutPolicy,
     "rollout-oracle": rollout_oracle,
+    **ROUTERS,
 }
 
 

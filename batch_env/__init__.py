@@ -40,6 +40,7 @@ ENV_IDS: tuple[str, ...] = (
     "batch_env/LLMBatching-v0",
     "batch_env/LLMBatching-v1",
     "batch_env/LLMBatching-v2",
+    "batch_env/LLMRouting-v0",
 )
 
 _ENTRY_POINTS = {
@@ -48,6 +49,7 @@ _ENTRY_POINTS = {
     "batch_env/LLMBatching-v0": "batch_env.envs.llm_batching:LLMBatchingEnv",
     "batch_env/LLMBatching-v1": "batch_env.envs.llm_batching:LLMBatchingV1Env",
     "batch_env/LLMBatching-v2": "batch_env.envs.llm_batching:LLMBatchingV2Env",
+    "batch_env/LLMRouting-v0": "batch_env.envs.llm_routing:LLMRoutingEnv",
 }
 
 

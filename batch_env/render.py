@@ -650,6 +650,49 @@ def llm_frame(view: ServerView, server: Any, cap: int, dropped: int) -> np.ndarr
     return img
 
 
+#: replicas a cluster frame draws (the rest are counted)
+CLUSTER_ROWS = 12
+
+
+class ClusterView:
+    """The frame of ``LLMRouting-v0``: a row per replica (its name, waiting and running
+    requests over ``max_num_seqs``, KV use), the last routed replica marked.
+
+    :param title: the env's short name, drawn at the top right.
+    """
+
+    def __init__(self, title: str) -> None:
+        c = self.canvas = Canvas()
+        c.text(WIDTH - 4 * len(title) - 6, HEIGHT - 5, title, DIM)
+        c.text(4, 22, "REPLICA       WAITING            RUNNING            KV", DIM)
+        c.freeze()
+
+    def frame(self, cluster: Any, last: int | None) -> np.ndarray:
+        """Draw the cluster (:class:`batch_env.llm.cluster.LLMCluster`) now; ``last``: the
+        replica the last arrival went to (``None``: none yet)."""
+        c = self.canvas
+        img = c.begin()
+        c.text(4, 4, f"T {cluster.now:.2f} S  ROUTED {len(cluster.routed)}", TEXT, scale=2)
+        reps = cluster.replicas[:CLUSTER_ROWS]
+        h = min(16, (HEIGHT - 46) // max(len(reps), 1))
+        for r, rep in enumerate(reps):
+            y = 32 + r * h
+            st, n = rep.state, rep.config.max_num_seqs
+            waiting = len(st.waiting) + rep.unadmitted
+            c.text(4, y, f"{r} {rep.profile.name[-11:]}", TEXT if r == last else DIM)
+            if r == last:
+                c.fill(0, y, 2, y + 5, SLA_LINE)
+            w = waiting / n
+            c.gauge(60, y, 130, y + 5, w, RED if w >= 1.0 else ORANGE)
+            c.gauge(136, y, 206, y + 5, rep.in_service_count() / n, BLUE)
+            kv = st.kv.used / st.kv.total
+            c.gauge(212, y, 282, y + 5, kv, ORANGE if kv > 0.9 else TEAL)
+            c.text(288, y, f"{waiting} W {rep.in_service_count()} R", DIM)
+        if len(cluster.replicas) > CLUSTER_ROWS:
+            c.text(4, HEIGHT - 12, f"+{len(cluster.replicas) - CLUSTER_ROWS} REPLICAS", DIM)
+        return img
+
+
 def _draw_classes(view: ServerView, server: Any, waiting: list[int]) -> None:
     """Request classes on the LLM frame: a stripe in the class's colour under each waiting
     request's bar, and at the bottom left each class's colour, name and requests

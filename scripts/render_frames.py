@@ -21,6 +21,7 @@ from batch_env.envs import (  # noqa: E402
     LLMBatchingEnv,
     LLMBatchingV1Env,
     LLMBatchingV2Env,
+    LLMRoutingEnv,
     NodeBatchingEnv,
 )
 from batch_env.render import write_png  # noqa: E402
@@ -112,8 +113,28 @@ def llm_v2_frame() -> np.ndarray:
     return env.render()
 
 
+def routing_frame() -> np.ndarray:
+    """LLMRouting-v0: four replicas, two A100s and two H100s, at 60 requests/s routed by
+    SGLang's cache-aware rule; a frame once a queue has formed."""
+    import baselines
+
+    env = LLMRoutingEnv(
+        replicas=[{"profile": "llama-3.1-8b-a100"}] * 2 + [{"profile": "llama-3.1-8b-h100"}] * 2,
+        render_mode="rgb_array",
+        workload={"kind": "poisson", "rate_per_s": 60},
+        horizon_requests=2000,
+    )
+    policy = baselines.make("sglang-cache-aware", env)
+    obs, info = env.reset(seed=1)
+    for i in range(3000):
+        obs, _r, _t, truncated, info = env.step(policy.act(obs, info))
+        if truncated or (i > 300 and info["replicas"]["waiting"].sum() >= 6):
+            break
+    return env.render()
+
+
 def main() -> None:
-    """Write the five frames to ``docs/img/``."""
+    """Write the six frames to ``docs/img/``."""
     out = Path(__file__).resolve().parents[1] / "docs" / "img"
     out.mkdir(parents=True, exist_ok=True)
     frames = (
@@ -122,6 +143,7 @@ def main() -> None:
         ("llm", llm_frame),
         ("llm_v1", lambda: llm_frame(LLMBatchingV1Env)),
         ("llm_v2", llm_v2_frame),
+        ("routing", routing_frame),
     )
     for name, make in frames:
         path = out / f"render_{name}.png"

@@ -17,6 +17,9 @@ checks at every step:
 * determinism: the same seed and actions give the same trajectory, on a fresh env and on
   the same env reset again; an out-of-range action raises ``ValueError`` and changes
   nothing (the trajectory with it equals the one without);
+* for the routing env (a cluster of LLM replicas): conservation per replica as well
+  (routed = admitted + not yet admitted; admitted = completed + waiting + running +
+  dropped), over 1-4 replicas of random v2 settings;
 * for the NumPy vector env: lockstep identity with the scalar env on every workload kind,
   ties included (``tests/helpers.py``'s ``lockstep``).
 
@@ -43,7 +46,13 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import batch_env  # noqa: F401
-from batch_env.envs import DynamicBatchingEnv, LLMBatchingEnv, LLMBatchingV2Env, NodeBatchingEnv
+from batch_env.envs import (
+    DynamicBatchingEnv,
+    LLMBatchingEnv,
+    LLMBatchingV2Env,
+    LLMRoutingEnv,
+    NodeBatchingEnv,
+)
 
 LONG = os.environ.get("BATCH_ENV_FUZZ") == "long"
 EXAMPLES = int(os.environ.get("BATCH_ENV_FUZZ_EXAMPLES", 1500 if LONG else 25))
@@ -265,6 +274,34 @@ def llm_v2_kwargs(draw) -> dict:
     return kw
 
 
+@st.composite
+def routing_kwargs(draw) -> dict:
+    """LLMRouting-v0 constructor arguments: v2's settings shared by 1-4 replicas, each
+    with its own profile and, sometimes, its own ``max_model_len`` (masks) or cap."""
+    kw = draw(llm_v2_kwargs())
+    for flag in ("oracle_info", "order_features"):
+        kw.pop(flag, None)
+    n = draw(st.integers(1, 4))
+    replicas = []
+    for _ in range(n):
+        spec = {"profile": draw(st.sampled_from(LLM_PROFILES))}
+        if draw(st.booleans()):
+            spec["max_model_len"] = draw(st.sampled_from([kw["max_model_len"], 512]))
+        replicas.append(spec)
+    kw["replicas"] = replicas
+    kw.pop("profile", None)
+    return kw
+
+
+def _check_cluster(env) -> None:
+    """Every replica's requests add up, and the routed ones to the arrivals."""
+    cl = env.cluster
+    for r, rep in enumerate(cl.replicas):
+        c = rep.request_counts()
+        assert c["arrived"] + rep.unadmitted == cl.routed.count(r), (r, c)
+        assert c["arrived"] == c["completed"] + c["waiting"] + c["in_service"] + c["dropped"]
+
+
 def _check_llm_server(env) -> None:
     """The LLM server's books: requests in one place each, tokens and KV blocks conserved."""
     srv = env.server.state
@@ -435,7 +472,13 @@ def _check_summary(env, summary: dict) -> None:
         and env.request_counts()["in_system"] == 0
         and summary["in_system_at_end"] == 0
     ):
-        now = env.server.now if hasattr(env, "server") else env.now
+        now = (
+            env.server.now
+            if hasattr(env, "server")
+            else env.cluster.now
+            if hasattr(env, "cluster")
+            else env.now
+        )
         assert done == H or now >= env.horizon_s, summary
 
 
@@ -465,6 +508,12 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
                 env.step(bad)
             assert env.request_counts() == counts  # nothing lost, nothing changed
         a = _policy(kind, mask, rng, n)
+        if hasattr(env, "cluster") and not mask[a]:  # a masked replica: refused, no change
+            counts = env.request_counts()
+            with pytest.raises(ValueError, match="masked"):
+                env.step(a)
+            assert env.request_counts() == counts
+            a = int(np.flatnonzero(mask)[0])
         moved = _moved(env)
         before = counter[0] if counter else 0
         with alarm(CALL_ALARM_S):
@@ -478,6 +527,8 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
         _check_counts(env, f"step {step}")
         if hasattr(env, "_server"):
             _check_llm_server(env)
+        if hasattr(env, "cluster"):
+            _check_cluster(env)
         t_prev = info["now_s"]
         traj.append((a, obs.tobytes(), reward))
         if trunc:
@@ -492,6 +543,8 @@ def fuzz_env(cls, kw: dict, seed: int, kind: str) -> None:
     env = make(cls, kw)
     event(f"workload {env.workload.kind}")
     env.workload = _CountingWorkload(env.workload)
+    if hasattr(env, "cluster"):  # the cluster draws its arrivals from replica 0's workload
+        env.cluster.replicas[0].workload = env.workload
     first = run_episode(env, seed, kind, seed, invalid_every=17)
     again = run_episode(env, seed, kind, seed)  # the same env, reset again
     fresh = run_episode(make(cls, kw), seed, kind, seed)  # a new env
@@ -524,6 +577,12 @@ def test_fuzz_llm_batching(kw, seed, kind):
 @given(kw=llm_v2_kwargs(), seed=SEEDS, kind=POLICIES)
 def test_fuzz_llm_batching_v2(kw, seed, kind):
     fuzz_env(LLMBatchingV2Env, kw, seed, kind)
+
+
+@FUZZ
+@given(kw=routing_kwargs(), seed=SEEDS, kind=POLICIES)
+def test_fuzz_llm_routing(kw, seed, kind):
+    fuzz_env(LLMRoutingEnv, kw, seed, kind)
 
 
 @pytest.mark.slow

@@ -71,6 +71,9 @@ def _first_feature(env: gym.Env, info: dict) -> float:
     name = u.observation_features[0].name
     if name == "queue_len_over_max_batch":
         return info["queue_len"] / u.config.max_batch_size
+    if name == "replica0.waiting_over_max_num_seqs":  # LLMRouting-v0: replica 0's
+        v = info["replicas"]
+        return min(v["waiting"][0] / v["max_num_seqs"][0], 100.0)
     assert name == "waiting_over_max_num_seqs"
     assert info["waiting"] == info["queue_len"]  # one count, two names
     return min(info["queue_len"] / u.config.max_num_seqs, 100.0)

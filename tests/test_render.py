@@ -18,6 +18,7 @@ from batch_env.envs import (
     LLMBatchingEnv,
     LLMBatchingV1Env,
     LLMBatchingV2Env,
+    LLMRoutingEnv,
     NodeBatchingEnv,
 )
 
@@ -27,6 +28,7 @@ ENVS = {
     "batch_env/LLMBatching-v0": LLMBatchingEnv,
     "batch_env/LLMBatching-v1": LLMBatchingV1Env,
     "batch_env/LLMBatching-v2": LLMBatchingV2Env,
+    "batch_env/LLMRouting-v0": LLMRoutingEnv,
 }
 SMALL = {
     "batch_env/DynamicBatching-v0": {"horizon_requests": 40},
@@ -40,6 +42,11 @@ SMALL = {
         "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
     },
     "batch_env/LLMBatching-v2": {  # v2 asks only where the caps differ: a queue
+        "horizon_requests": 40,
+        "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
+        "workload": {"kind": "poisson", "rate_per_s": 40.0},
+    },
+    "batch_env/LLMRouting-v0": {
         "horizon_requests": 40,
         "lengths": {"kind": "fixed", "prompt_tokens": 20, "output_tokens": 4},
         "workload": {"kind": "poisson", "rate_per_s": 40.0},

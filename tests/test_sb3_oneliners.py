@@ -17,6 +17,7 @@ SHORT = {
     "batch_env/LLMBatching-v0": {"horizon_requests": 10},
     "batch_env/LLMBatching-v1": {"horizon_requests": 10},
     "batch_env/LLMBatching-v2": {"horizon_requests": 10},
+    "batch_env/LLMRouting-v0": {"horizon_requests": 10},
 }
 
 

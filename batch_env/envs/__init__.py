@@ -9,7 +9,9 @@ node-level (``NodeBatching-v0``) and iteration-level LLM batching (``LLMBatching
 - :mod:`.llm_batching`: :class:`LLMBatchingEnv`, :class:`LLMBatchingV1Env` (chunked) and
   :class:`LLMBatchingV2Env` (v1 with decision epochs only where the actions differ):
   the MDP (spaces, epochs, reward, observation, SLA bookkeeping, summary) over the LLM
-  server of :mod:`batch_env.llm` (its state and its schedulers).
+  server of :mod:`batch_env.llm` (its state and its schedulers);
+- :mod:`.llm_routing`: :class:`LLMRoutingEnv` (``LLMRouting-v0``): which replica of a
+  cluster of LLM servers (:class:`batch_env.llm.cluster.LLMCluster`) takes each request.
 
 Imports: the core of ``batch_env`` (``core``, ``config``, ``checks``, ``metrics``,
 ``render``, ``seeding``, ``executor``, ``workload``, ``profiles``, ``llm``); never ``batch_env.real``
@@ -21,6 +23,7 @@ from .dynamic_batching import DynamicBatchingEnv
 from .dynamic_batching_vector import DynamicBatchingVectorEnv
 from .features import ObsFeature
 from .llm_batching import LLMBatchingEnv, LLMBatchingV1Env, LLMBatchingV2Env
+from .llm_routing import LLMRoutingEnv
 from .node_batching import NodeBatchingEnv
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "LLMBatchingEnv",
     "LLMBatchingV1Env",
     "LLMBatchingV2Env",
+    "LLMRoutingEnv",
     "NodeBatchingEnv",
     "ObsFeature",
 ]

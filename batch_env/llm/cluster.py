@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -61,6 +62,7 @@ import numpy as np
 from ..config import LLMConfigV2
 from ..executor import make_llm_executor
 from ..metrics import llm_episode_summary
+from .decode_runs import run_decodes
 from .intake import RequestIntake
 from .server import LLMServer, Started, llm_workload, profile_for
 
@@ -72,6 +74,8 @@ if TYPE_CHECKING:
     from .prefix_cache import PrefixKVCache
 
 _INF = math.inf
+#: First tokens a replica's recent TTFT (``LLMCluster.replica_view``) averages over
+RECENT_TTFT = 16
 #: Events (iteration ends, wake-ups) :meth:`LLMCluster.next_arrival` processes at most
 #: between two arrivals (a bound, never reached: every iteration moves the clock).
 MAX_EVENTS_PER_ARRIVAL = 10_000_000
@@ -124,7 +128,14 @@ class Replica(LLMServer):
         self.name = name
         #: the iteration in progress (``None``: idle)
         self.in_flight: Started | None = None
+        #: whether decode-only stretches may run in one loop (the cluster allows them
+        #: until its end mark, after which its end is decided event by event), and the
+        #: cluster's next arrival to route (a stretch stops before it)
+        self.stretches = False
+        self.next_routed: Callable[[], float] = lambda: _INF
         self._end_pending = False
+        #: the last :data:`RECENT_TTFT` first tokens' TTFTs (s), what a router reads
+        self.recent_ttft: deque[float] = deque(maxlen=RECENT_TTFT)
 
     # -- the loop's hooks: arrivals come from the cluster ------------------------------
     def to_first_arrival(self) -> None:
@@ -141,6 +152,7 @@ class Replica(LLMServer):
         self.marks_from_outside()  # (the cluster takes them: mark())
         self.in_flight = None
         self._end_pending = False
+        self.recent_ttft.clear()
         cap, budget, order, clock = self.setting
         self.set(cap, budget, order, clock)
 
@@ -192,6 +204,11 @@ class Replica(LLMServer):
         if t > self.now:
             self.admit_through(t, self.power_w)
 
+    def peek_arrival(self) -> float:
+        """The next arrival that could come here: the first routed one not yet admitted,
+        or the cluster's next arrival to route (what a decode stretch stops before)."""
+        return min(self.next_unadmitted(), self.next_routed())
+
     def wake_at(self) -> float:
         """When an idle replica next has work: its first routed arrival not yet admitted
         (``inf``: none)."""
@@ -203,8 +220,38 @@ class Replica(LLMServer):
         if self.in_flight is not None:
             started, self.in_flight = self.in_flight, None
             self.end_iteration(started)
+            first, arr, rt = self.sla_books.first_at, self.arrivals, self.recent_ttft
+            for e in started.outcome.first_tokens:
+                rt.append(first[e] - arr[e])
         else:
             self.advance(t, self.idle_power_w)
+
+    def cached_blocks(self, record: tuple[int, int, bool, int, Any]) -> int:
+        """The leading KV blocks of a request not routed yet (its intake ``record``) that
+        this replica's prefix cache holds now (0 without prefix caching)."""
+        if self.prefix_ratio is None:
+            return 0
+        prompt, hashes = record[0], record[4]
+        units = self.intake.prefix_units.known(hashes)
+        bs = self.state.block_size
+        m = min((prompt - 1) // bs, len(units) * self.prefix_ratio)
+        if m <= 0:
+            return 0
+        return cast("PrefixKVCache", self.state.kv).match(units, m)[0]
+
+    def prefill_tokens(self) -> int:
+        """Prompt tokens it has still to prefill: the waiting requests' (their prompts
+        and generated tokens, none of them found cached yet), the prefills in progress'
+        rest, and those routed here and not yet admitted."""
+        st = self.state
+        left = st.waiting_tokens + sum(
+            st.prefill_left[e] for e in st.running[len(st.running) - st.prefilling :]
+        )
+        return left + sum(
+            self.intake.sizes(self.arrival_index, self.arrival_index + self.unadmitted)[
+                "prompt_tokens"
+            ].tolist()
+        )
 
     def begin(self) -> float:
         """At a boundary: a pending clock change lands; with requests in the system the
@@ -214,6 +261,13 @@ class Replica(LLMServer):
             self.run_at(self.sm_clock.due(self.now))
         if self.in_system:
             self.last_preempted = 0
+            st = self.state
+            if self.decode_runs and self.stretches and not (st.waiting or st.prefilling):
+                # every setting runs the same decodes: those before the next arrival that
+                # could come here, in one loop (exact, as on a lone server)
+                k, _it = run_decodes(self)
+                if k:
+                    return self.now  # a boundary: its event runs begin() again
             started = self.begin_iteration(self.cap, self.budget)
             if not started.outcome.iteration.empty:
                 self.in_flight = started
@@ -241,7 +295,13 @@ class LLMCluster:
         for k, rep in enumerate(self.replicas[1:], 1):
             if rep.workload is not first.workload:
                 raise ValueError(f"replicas[{k}]: built on another workload than replicas[0]")
-            for field in ("warmup_requests", "horizon_requests", "horizon_s", "classes"):
+            for field in (
+                "warmup_requests",
+                "horizon_requests",
+                "horizon_s",
+                "classes",
+                "reward_weights",
+            ):
                 a, b = getattr(first.config, field, None), getattr(rep.config, field, None)
                 if a != b:
                     raise ValueError(
@@ -322,6 +382,9 @@ class LLMCluster:
         self._n_marks = 0  # marks taken: 0, 1 (window open), 2 (end mark)
         self._window_t0: float | None = None
         self._pending: int | None = None
+        for rep in self.replicas:
+            rep.stretches = True
+            rep.next_routed = self._peek_time
 
     def _more(self) -> bool:
         """Draw the next chunk of arrivals (the intake keeps those that fit); False when
@@ -337,6 +400,19 @@ class LLMCluster:
                 return True
         return False
 
+    def _peek_time(self) -> float:
+        """The next arrival to route (``inf``: the arrivals ended), drawing more of the
+        stream if need be; no mark is taken."""
+        g = len(self.routed)
+        return self.times[g] if g < len(self.times) or self._more() else _INF
+
+    def _end_marked(self) -> None:
+        """The end mark is taken: from now on every replica runs iteration by iteration
+        (the episode's end is decided at each event; no replica may run ahead of it)."""
+        self._n_marks = 2
+        for rep in self.replicas:
+            rep.stretches = False
+
     def _peek(self) -> float:
         """The next arrival to route (``inf``: the arrivals ended; the end mark is then
         taken where it was not)."""
@@ -344,7 +420,7 @@ class LLMCluster:
         if g < len(self.times) or self._more():
             return self.times[g]
         if self._n_marks < 2:
-            self._n_marks = 2
+            self._end_marked()
             for rep in self.replicas:
                 rep.end_when_admitted()
         return _INF
@@ -366,6 +442,7 @@ class LLMCluster:
             return self._pending
         for _ in range(MAX_EVENTS_PER_ARRIVAL):
             if self.over():
+                self._end_at(self.now)
                 return None
             ta = self._peek()
             ev = self._events
@@ -393,6 +470,22 @@ class LLMCluster:
         if t != _INF and not self._scheduled[r]:
             heapq.heappush(self._events, (t, r))
             self._scheduled[r] = True
+
+    def arrival_sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
+        """Arrivals ``i .. j - 1``: their prompt and output tokens and classes
+        (:meth:`RequestIntake.sizes`)."""
+        return self.intake.sizes(i, j)
+
+    def upcoming(self, n: int) -> dict[str, np.ndarray]:
+        """The next ``n`` arrivals from now, the pending one first (fewer where the
+        stream ends): ``"dt_s"``, each one's time from now, and their sizes; drawn in
+        the order an episode draws them anyway, so looking ahead changes nothing."""
+        i = len(self.routed)
+        while len(self.times) < i + n and self._more():
+            pass
+        j = min(len(self.times), i + n)
+        dt = np.asarray(self.times[i:j], np.float64) - self.now
+        return {"dt_s": dt, **self.arrival_sizes(i, j)}
 
     def mask(self, g: int) -> np.ndarray:
         """The replicas arrival ``g`` may be routed to: those whose ``max_model_len`` its
@@ -423,6 +516,8 @@ class LLMCluster:
             for rep in self.replicas:
                 rep.mark(t)
             self._n_marks += 1
+            if self._n_marks == 2:
+                self._end_marked()
             if self._window_t0 is None:
                 self._window_t0 = t
         rep = self.replicas[r]
@@ -431,6 +526,58 @@ class LLMCluster:
         self._pending = None
         if rep.in_flight is None:
             self._schedule(r, t)
+
+    def replica_view(self, g: int | None) -> dict[str, np.ndarray]:
+        """What a router can know of each replica as arrival ``g`` is routed, an array
+        over the replicas per key (``docs/routers.md``: what each router reads):
+
+        * ``waiting``: requests not yet in a batch (its waiting queue and those routed to
+          it not yet admitted: vidur's pending requests, llm-d's queue);
+        * ``running``: requests in a batch (running, or completing in the iteration in
+          progress); ``in_flight``: both (a router's count of its requests not done:
+          SGLang's and Dynamo's load);
+        * ``kv_usage``: KV blocks in use / blocks; ``kv_blocks_used``: blocks in use;
+          ``cached_fraction``: blocks the prefix cache holds (in use or free) / blocks;
+          ``cached_blocks``: those blocks;
+        * ``prefix_blocks``: the arriving request's leading blocks cached there now, and
+          ``request_blocks``: its prompt's blocks (at that replica's block size);
+          ``block_size``;
+        * ``prefill_tokens``: prompt tokens it has still to prefill (Dynamo's active
+          prefill tokens, before any cache hit);
+        * ``ttft_recent_s``: the mean TTFT of its last :data:`RECENT_TTFT` first tokens
+          (0 before any); ``max_num_seqs``; ``mask`` (:meth:`mask`).
+
+        ``g=None`` (no arrival: the episode's end): the request's columns are 0, no
+        replica masked.
+        """
+        record = self.intake.record(g) if g is not None else (0, 0, False, 0, None)
+        prompt = record[0]
+        cols: dict[str, list[float]] = {k: [] for k in _VIEW_KEYS}
+        for rep in self.replicas:
+            st, kv = rep.state, rep.state.kv
+            waiting = len(st.waiting) + rep.unadmitted
+            running = rep.in_service_count()
+            bs = st.block_size
+            rt = rep.recent_ttft
+            for k, v in (
+                ("waiting", waiting),
+                ("running", running),
+                ("in_flight", waiting + running),
+                ("kv_usage", kv.used / kv.total),
+                ("kv_blocks_used", kv.used),
+                ("cached_fraction", getattr(kv, "cached_total", 0) / kv.total),
+                ("cached_blocks", getattr(kv, "cached_total", 0)),
+                ("prefix_blocks", rep.cached_blocks(record) if prompt else 0),
+                ("request_blocks", -(-prompt // bs)),
+                ("block_size", bs),
+                ("prefill_tokens", rep.prefill_tokens()),
+                ("ttft_recent_s", sum(rt) / len(rt) if rt else 0.0),
+                ("max_num_seqs", rep.config.max_num_seqs),
+            ):
+                cols[k].append(v)
+        out = {k: np.asarray(v) for k, v in cols.items()}
+        out["mask"] = self.mask(g) if g is not None else np.ones(self.n, dtype=bool)
+        return out
 
     def run(self, router: Callable[[LLMCluster, int], int]) -> dict[str, Any]:
         """Run the episode to its end, routing each arrival to ``router(self, g)``;
@@ -447,7 +594,8 @@ class LLMCluster:
     # -- accounting ------------------------------------------------------------------------
     def request_counts(self) -> dict[str, int]:
         """Where every arrival is now, over all replicas: ``arrived == completed + waiting
-        + in_service + dropped + rejected`` (routed arrivals not yet admitted wait)."""
+        + in_service + dropped + rejected`` and ``in_system == waiting + in_service``
+        (routed arrivals not yet admitted wait, and so does the arrival at the router)."""
         counts = {k: 0 for k in ("arrived", "completed", "waiting", "in_service", "dropped")}
         for rep in self.replicas:
             c = rep.request_counts()
@@ -458,6 +606,11 @@ class LLMCluster:
             counts["in_service"] += c["in_service"]
             counts["dropped"] += c["dropped"]
         rejected = self.intake.rejected_by(self.now)
+        if self._pending is not None:  # at the router, waiting for its decision
+            counts["arrived"] += 1
+            counts["waiting"] += 1
+        counts["in_system"] = sum(rep.in_system + rep.unadmitted for rep in self.replicas)
+        counts["in_system"] += self._pending is not None
         counts["arrived"] += rejected
         counts["rejected"] = rejected
         return counts
@@ -486,6 +639,23 @@ class LLMCluster:
         out["replicas"] = per
         out["routed"] = np.bincount(np.asarray(self.routed, np.int64), minlength=self.n).tolist()
         return out
+
+
+_VIEW_KEYS = (
+    "waiting",
+    "running",
+    "in_flight",
+    "kv_usage",
+    "kv_blocks_used",
+    "cached_fraction",
+    "cached_blocks",
+    "prefix_blocks",
+    "request_blocks",
+    "block_size",
+    "prefill_tokens",
+    "ttft_recent_s",
+    "max_num_seqs",
+)
 
 
 def _pooled_prefix(replicas: list[Replica], per: list[dict[str, Any]]) -> dict[str, Any]:

@@ -148,8 +148,14 @@ class PrefixKVCache(KVCache):
         """Entry ``e``'s cached prefix for a prefill of ``tokens`` tokens: ``(blocks, free
         ones)``: the leading blocks found cached, and how many of them are free (sharing
         those takes them from the free blocks). Changes nothing."""
-        m = min(self.nfull[e], (tokens - 1) // self.block_size)
-        r, us = self.ratio, self.units[e]
+        return self.match(self.units[e], min(self.nfull[e], (tokens - 1) // self.block_size))
+
+    def match(self, us: tuple[int, ...], m: int) -> tuple[int, int]:
+        """The leading blocks, at most ``m``, of a prompt with prefix units ``us`` found
+        cached, and how many of them are free (:meth:`lookup`'s walk; a request not
+        admitted here is looked up with its units from :meth:`PrefixUnits.known`).
+        Changes nothing."""
+        r = self.ratio
         node = self.root
         pos = taken = 0
         while pos < m:

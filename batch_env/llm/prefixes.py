@@ -35,6 +35,21 @@ class PrefixUnits:
         """Forget every unit (a new episode: the cache is empty)."""
         self._ids = {}
 
+    def known(self, hashes: Any) -> tuple[int, ...]:
+        """A prompt's leading prefix units that this episode has seen, from its block
+        hashes (``None``: none), up to the first unseen one (no unit after it can be
+        cached); interns nothing."""
+        ids = self._ids
+        u = 0
+        us = []
+        for h in hashes or ():
+            v = ids.get((u, h))
+            if v is None:
+                break
+            us.append(v)
+            u = v
+        return tuple(us)
+
     def units(self, hashes: Iterable[Any]) -> list[tuple[int, ...]]:
         """The prefix units of requests from their block hashes (``None``: none): unit
         ``j`` is the id of ``(unit j - 1, hash j)``."""

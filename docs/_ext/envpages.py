@@ -32,13 +32,14 @@ from sphinx.application import Sphinx
 # scripts/render_frames.py's PNG writer draws the task pages' frames
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 
-#: frame file per env id (docs/img/)
+#: frame file per env id (docs/img/; scripts/render_frames.py draws them)
 FRAMES = {
     "batch_env/DynamicBatching-v0": "render_dynamic.png",
     "batch_env/NodeBatching-v0": "render_node.png",
     "batch_env/LLMBatching-v0": "render_llm.png",
     "batch_env/LLMBatching-v1": "render_llm_v1.png",
     "batch_env/LLMBatching-v2": "render_llm_v2.png",
+    "batch_env/LLMRouting-v0": "render_routing.png",
 }
 _ROLE = re.compile(r":(class|func|meth|mod|attr|data|obj|exc):`~?([^`]+)`")
 
@@ -104,7 +105,8 @@ def _spaces(env_id: str) -> tuple[str, str, tuple]:
     env = gym.make(env_id)
     try:
         features = env.unwrapped.observation_features
-        return repr(env.action_space), repr(env.observation_space), features
+        one_line = lambda space: " ".join(repr(space).split())  # noqa: E731 (a table cell)
+        return one_line(env.action_space), one_line(env.observation_space), features
     finally:
         env.close()
 
@@ -298,11 +300,11 @@ def env_page(env_id: str, docs: Path) -> str:
     with_tables = _insert_into_section(rest, "Observation Space", obs_tables)
     if with_tables is not None:
         rest, obs_tables = with_tables, []
+    frame = [f"![a frame of {name}](../img/{FRAMES[env_id]})", ""] if env_id in FRAMES else []
     lines = [
         f"# {name}",
         "",
-        f"![a frame of {name}](../img/{FRAMES[env_id]})",
-        "",
+        *frame,
         "| | |",
         "|---|---|",
         f"| Id | `{env_id}` |",

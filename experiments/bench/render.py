@@ -16,6 +16,7 @@ RENDER_BENCH_ENVS: tuple[str, ...] = (
     "batch_env/LLMBatching-v0",
     "batch_env/LLMBatching-v1",
     "batch_env/LLMBatching-v2",
+    "batch_env/LLMRouting-v0",
 )
 
 

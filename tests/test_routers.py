@@ -1,0 +1,223 @@
+"""The routers of LLMRouting-v0 (issue 66) on hand-made states: each one's rule as its
+source states it (docs/routers.md), masks respected; and LLMRouting-v0 itself: the env
+checker, rewards that add up to the episode's cost, conservation, bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import baselines
+from baselines.routers import ROUTERS
+
+ROUTING = "batch_env/LLMRouting-v0"
+
+
+def view(n=4, **cols):
+    """A hand-made ``info`` for ``n`` replicas: idle, empty caches, 16-token blocks, a
+    1,600-token prompt (100 blocks); ``cols`` replaces columns."""
+    v = {
+        "waiting": np.zeros(n, int),
+        "running": np.zeros(n, int),
+        "in_flight": np.zeros(n, int),
+        "kv_usage": np.zeros(n),
+        "kv_blocks_used": np.zeros(n, int),
+        "cached_fraction": np.zeros(n),
+        "cached_blocks": np.zeros(n, int),
+        "prefix_blocks": np.zeros(n, int),
+        "request_blocks": np.full(n, 100),
+        "block_size": np.full(n, 16),
+        "prefill_tokens": np.zeros(n, int),
+        "ttft_recent_s": np.zeros(n),
+        "max_num_seqs": np.full(n, 256),
+        "mask": np.ones(n, bool),
+    }
+    v.update({k: np.asarray(x) for k, x in cols.items()})
+    return {"replicas": v, "prompt_tokens": 1600, "request_class": 0}
+
+
+def router(name, **params):
+    r = baselines.make(name, **params)
+    r.reset(seed=0)
+    return r
+
+
+def test_round_robin_cycles_and_passes_over_masked_replicas():
+    r = router("round-robin")
+    assert [r.act(None, view()) for _ in range(6)] == [0, 1, 2, 3, 0, 1]
+    mask = view(mask=[True, True, False, True])
+    assert [r.act(None, mask) for _ in range(3)] == [3, 0, 1]
+
+
+def test_least_outstanding_counts_requests_not_yet_in_a_batch():
+    """vidur's LOR: the fewest waiting (running ones do not count), ties to the lowest."""
+    r = router("least-outstanding")
+    assert r.act(None, view(waiting=[3, 1, 1, 2], running=[0, 50, 50, 0])) == 1
+    assert r.act(None, view(waiting=[3, 1, 0, 2], mask=[1, 1, 0, 1])) == 1
+
+
+def test_least_kv_and_power_of_two():
+    assert router("least-kv").act(None, view(kv_usage=[0.5, 0.2, 0.2, 0.9])) == 1
+    r = router("power-of-two")
+    loads = view(in_flight=[10, 0, 10, 10])
+    picks = {r.act(None, loads) for _ in range(200)}
+    assert 1 in picks and len(picks) == 4  # two distinct draws: 1 wins whenever drawn
+    # the least loaded of the pair: never the most loaded replica when paired with 1
+    r2 = router("power-of-two")
+    picks = [r2.act(None, view(in_flight=[5, 6, 7, 8])) for _ in range(300)]
+    assert 3 not in picks and set(picks) == {0, 1, 2}
+    only = view(mask=[0, 0, 1, 0])
+    assert {r.act(None, only) for _ in range(20)} == {2}
+
+
+def test_random_replica_is_uniform_over_the_unmasked_and_seeded():
+    r = router("random-replica")
+    picks = [r.act(None, view(mask=[1, 0, 1, 1])) for _ in range(3000)]
+    counts = np.bincount(picks, minlength=4)
+    assert counts[1] == 0 and min(counts[[0, 2, 3]]) > 900
+    a, b = router("random-replica"), router("random-replica")
+    assert [a.act(None, view()) for _ in range(50)] == [b.act(None, view()) for _ in range(50)]
+
+
+def test_sglang_cache_aware_follows_the_prefix_until_the_imbalance_threshold():
+    """SGLang's rule: the longest cached prefix above cache_threshold (0.3) of the prompt;
+    below it the least loaded; once max - min load > 64 and max > 1.5 min, the least
+    loaded whatever the cache."""
+    r = router("sglang-cache-aware")
+    # replica 2 holds 60 of the 100 blocks: followed while the load is balanced
+    cached = {"prefix_blocks": [0, 10, 60, 0]}
+    assert r.act(None, view(**cached, in_flight=[5, 5, 20, 5])) == 2
+    # imbalance at the threshold: max - min = 64 is not above 64: still the prefix
+    assert r.act(None, view(**cached, in_flight=[10, 10, 74, 10])) == 2
+    # one more: imbalanced (65 > 64 and 75 > 1.5 x 10): the least loaded
+    assert r.act(None, view(**cached, in_flight=[10, 10, 75, 9])) == 3
+    # absolute gap without the relative one (200 vs 150: not above 1.5x): the prefix
+    assert r.act(None, view(**cached, in_flight=[150, 150, 220, 150])) == 2
+    # a cached share at or below 0.3: a miss, the least loaded
+    assert r.act(None, view(prefix_blocks=[0, 0, 30, 0], in_flight=[5, 4, 0, 4])) == 2
+    assert r.act(None, view(prefix_blocks=[0, 0, 30, 0], in_flight=[5, 4, 1, 4])) == 2
+    miss = view(prefix_blocks=[0, 0, 29, 0], in_flight=[5, 4, 1, 0])
+    assert r.act(None, miss) == 3
+    # a masked replica is never followed
+    masked = view(**cached, in_flight=[5, 5, 5, 5], mask=[1, 1, 0, 1])
+    assert r.act(None, masked) == 0  # 10 blocks on 1: a miss, so the least loaded
+    # the parameters are its own
+    strict = router("sglang-cache-aware", cache_threshold=0.7)
+    assert strict.act(None, view(**cached, in_flight=[5, 4, 5, 5])) == 1
+
+
+def test_dynamo_weighs_prefill_blocks_against_blocks_in_use():
+    """Dynamo's cost: overlap_weight x (uncached prompt + queued prefill) / block size +
+    blocks in use + the prompt's uncached blocks; lowest wins."""
+    r = router("dynamo-kv")
+    # replica 1 holds 80 blocks of the prompt: cost 20 + 20 vs 100 + 100 elsewhere
+    assert r.act(None, view(prefix_blocks=[0, 80, 0, 0])) == 1
+    # ... unless it is loaded: 1,000 blocks in use there
+    assert r.act(None, view(prefix_blocks=[0, 80, 0, 0], kv_blocks_used=[0, 1000, 0, 0])) in (
+        0,
+        2,
+        3,
+    )
+    # ties go to the smallest cache
+    assert r.act(None, view(cached_blocks=[50, 40, 10, 60])) == 2
+    # the prefill weight: at 0 only the blocks in use and new blocks count
+    w0 = router("dynamo-kv", overlap_score_weight=0.0)
+    assert w0.act(None, view(prefill_tokens=[0, 10**6, 0, 0], kv_blocks_used=[9, 0, 9, 9])) == 1
+
+
+def test_llm_d_adds_weighted_scores():
+    """llm-d's default profile: 2 x queue + 2 x (1 - KV usage) + 3 x prefix share."""
+    r = router("llm-d")
+    # a full prefix hit (3) beats an empty queue (2) and free KV (2) elsewhere
+    v = view(prefix_blocks=[0, 100, 0, 0], waiting=[0, 4, 0, 0], kv_usage=[0, 0.0, 0, 0])
+    assert r.act(None, v) == 1
+    # half a hit (1.5) does not beat the queue score (2)
+    v = view(prefix_blocks=[0, 50, 0, 0], waiting=[0, 4, 4, 4])
+    assert r.act(None, v) == 0
+
+
+@pytest.mark.parametrize("name", sorted(ROUTERS))
+def test_every_router_respects_the_mask(name):
+    r = router(name)
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        mask = rng.random(4) < 0.5
+        mask[rng.integers(4)] = True
+        v = view(
+            waiting=rng.integers(0, 100, 4),
+            in_flight=rng.integers(0, 300, 4),
+            kv_usage=rng.random(4),
+            prefix_blocks=rng.integers(0, 100, 4),
+            mask=mask,
+        )
+        assert mask[r.act(None, v)]
+
+
+def make(**kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gym.make(ROUTING, **kw)
+
+
+def test_routing_env_passes_the_checker_and_its_rewards_add_up():
+    """Gymnasium's checker; the rewards of an episode add up to the cluster's cost; every
+    router runs an episode to its end."""
+    env = make(replicas=3, workload={"kind": "poisson", "rate_per_s": 9.0},
+               horizon_requests=150)  # fmt: skip
+    check_env(env.unwrapped, skip_render_check=True)
+    for name in sorted(ROUTERS):
+        pol = baselines.make(name, env)
+        pol.reset(seed=1)
+        obs, info = env.reset(seed=1)
+        total, done = 0.0, False
+        while not done:
+            assert env.observation_space.contains(obs)
+            obs, r, term, trunc, info = env.step(pol.act(obs, info))
+            total += r
+            done = term or trunc
+        cl = env.unwrapped.cluster
+        L, E, M, D = cl.costs()
+        w = env.unwrapped.config.reward_weights
+        cost = w.latency * L + w.energy * E + w.sla * M + w.drop * D
+        assert total == pytest.approx(-cost, rel=1e-9)
+        s = info["serving"]
+        assert s["completed"] + s["dropped"] == 150 and sum(s["routed"]) == len(cl.routed)
+
+
+def test_routing_env_bad_input_is_one_line():
+    for kw, match in (
+        ({"replicas": 0}, "replicas=0"),
+        ({"replicas": []}, "non-empty"),
+        ({"replicas": [{"profile": "nope"}]}, r"replicas\[0\]"),
+        ({"replicas": "x"}, "replicas='x'"),
+    ):
+        with pytest.raises(ValueError, match=match) as err:
+            make(**kw)
+        assert "\n" not in str(err.value)
+    env = make(replicas=[{}, {"max_model_len": 512}], horizon_requests=50)
+    obs, info = env.reset(seed=0)
+    with pytest.raises(ValueError, match="out of range"):
+        env.step(2)
+    done, masked = False, 0
+    while not done:
+        if not info["replicas"]["mask"][1]:
+            masked += 1
+            with pytest.raises(ValueError, match="masked"):
+                env.step(1)
+        obs, _, t1, t2, info = env.step(0)
+        done = t1 or t2
+    assert masked
+    with pytest.raises(ValueError, match="not implemented"):
+        env.unwrapped.fork()
+    with pytest.raises(ValueError, match="LLMRouting-v0"):
+        baselines.make("round-robin", make_llm_v2())
+
+
+def make_llm_v2():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return gym.make("batch_env/LLMBatching-v2")
