@@ -212,7 +212,7 @@ def test_routing_env_bad_input_is_one_line():
         done = t1 or t2
     assert masked
     with pytest.raises(ValueError, match="not implemented"):
-        env.unwrapped.fork()
+        env.unwrapped.fork(np.random.default_rng(0))
     with pytest.raises(ValueError, match="LLMRouting-v0"):
         baselines.make("round-robin", make_llm_v2())
 
@@ -221,3 +221,25 @@ def make_llm_v2():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return gym.make("batch_env/LLMBatching-v2")
+
+
+def test_a_clairvoyant_fork_replays_the_same_future():
+    """``fork()`` copies the cluster with its future: the copy and the env, routed alike
+    from there, earn the same rewards; stepping the copy leaves the env as it was."""
+    env = make(workload={"kind": "poisson", "rate_per_s": 12.0}, horizon_requests=200).unwrapped
+    pol = baselines.make("llm-d", env)
+    obs, info = env.reset(seed=0)
+    for _ in range(60):
+        obs, _r, _t, _tr, info = env.step(pol.act(obs, info))
+    twin = env.fork()
+    rewards = []
+    for e in (twin, env):
+        rr = baselines.make("round-robin", e)
+        rr.reset(seed=0)
+        o, i, done, out = obs, info, False, []
+        while not done:
+            o, r, t1, t2, i = e.step(rr.act(o, i))
+            out.append(r)
+            done = t1 or t2
+        rewards.append(out)
+    assert rewards[0] == rewards[1] and len(rewards[0]) > 50

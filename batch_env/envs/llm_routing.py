@@ -298,11 +298,18 @@ class LLMRoutingEnv(ServingEnv):
         return self.cluster
 
     def fork(self, rng: np.random.Generator | None = None) -> ServingEnv:
-        """Not offered yet on a cluster (a planner's copy of the replicas).
+        """A clairvoyant copy of this env at this decision (``rng=None``: it replays this
+        env's true future, for oracles and bounds only; :meth:`ServingEnv.fork`).
 
-        :raises ValueError: always.
+        :raises ValueError: a realizable copy (``rng`` given): redrawing a cluster's
+            future is not implemented yet.
         """
-        raise ValueError("LLMRouting-v0: fork() is not implemented for a cluster yet")
+        if rng is not None:
+            raise ValueError(
+                "LLMRouting-v0: fork(rng) (a realizable copy, whose future is redrawn) is not "
+                "implemented for a cluster yet; fork() gives the clairvoyant copy"
+            )
+        return super().fork(None)
 
 
 def _signature() -> inspect.Signature:
