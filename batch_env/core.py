@@ -53,7 +53,7 @@ from gymnasium.error import ResetNeeded
 from .checks import ArgumentError, check_number, init_arguments
 from .config import DEFAULT_WORKLOAD, ServingConfig
 from .metrics import SeedWarning, WindowStart, summarize, warn_summaries
-from .planning import ShiftedStream, future_model, planning_copy
+from .planning import PLANNING_CHUNK, ShiftedStream, future_model, planning_copy
 from .profiles.batch_profile import Profile
 from .profiles.batch_profile import load as load_profile
 from .render import HumanWindow, ServerView
@@ -361,10 +361,6 @@ class ServingEnv(gym.Env):
         raise NotImplementedError
 
 
-#: arrivals per chunk of a planner's model stream (a copy looks a short way ahead)
-_PLANNING_CHUNK = 64
-
-
 class ServingLoop:
     """The loop: clock, arrivals, FIFO queue, reward counters, summary window.
 
@@ -659,7 +655,7 @@ class ServingLoop:
         lengths."""
         del self._buf[self.arrival_index :]
         model = future_model(self.workload, self.rate_per_s)
-        self._stream = ShiftedStream(model.stream(rng, _PLANNING_CHUNK), self.now)
+        self._stream = ShiftedStream(model.stream(rng, PLANNING_CHUNK), self.now)
         self._ended = False
 
     # -- the clock ------------------------------------------------------------------------

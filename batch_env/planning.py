@@ -151,6 +151,10 @@ class ShiftedStream(ArrivalStream):
         return dataclasses.replace(ch, times=ch.times + self._t0)
 
 
+#: arrivals per chunk of a planner's model stream (a copy looks a short way ahead)
+PLANNING_CHUNK = 64
+
+
 def future_model(workload: Workload, rate_estimate_per_s: float) -> Workload:
     """What a realizable planner draws the arrivals after a decision from (the module's
     docstring says why).

@@ -155,6 +155,7 @@ LLM_MAY_IMPORT = (
     "batch_env.profiles",
     "batch_env.workload",
     "batch_env.checks",
+    "batch_env.planning",  # (the cluster's realizable copies: the planner's model)
 )
 
 

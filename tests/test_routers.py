@@ -211,8 +211,6 @@ def test_routing_env_bad_input_is_one_line():
         obs, _, t1, t2, info = env.step(0)
         done = t1 or t2
     assert masked
-    with pytest.raises(ValueError, match="not implemented"):
-        env.unwrapped.fork(np.random.default_rng(0))
     with pytest.raises(ValueError, match="LLMRouting-v0"):
         baselines.make("round-robin", make_llm_v2())
 
@@ -243,3 +241,35 @@ def test_a_clairvoyant_fork_replays_the_same_future():
             done = t1 or t2
         rewards.append(out)
     assert rewards[0] == rewards[1] and len(rewards[0]) > 50
+
+
+def test_a_realizable_fork_keeps_what_has_come_and_redraws_the_rest():
+    """``fork(rng)``: the arrivals routed so far and the pending one stay (times, prompts,
+    classes), every output length a router cannot know is redrawn, the arrivals after
+    now come from the model; different generators give different futures; the env is
+    left as it was."""
+    env = make(workload={"kind": "poisson", "rate_per_s": 12.0}, horizon_requests=300).unwrapped
+    pol = baselines.make("llm-d", env)
+    obs, info = env.reset(seed=0)
+    for _ in range(80):
+        obs, _r, _t, _tr, info = env.step(pol.act(obs, info))
+    cl = env.cluster
+    n = len(cl.routed) + 1
+    before = (list(cl.times[:n]), cl.intake.sizes(0, n), cl.request_counts())
+    twins = [env.fork(np.random.default_rng(k)) for k in (1, 2)]
+    futures = []
+    for twin in twins:
+        tc = twin.cluster
+        assert tc.times[:n] == before[0]
+        sizes = tc.intake.sizes(0, n)
+        assert np.array_equal(sizes["prompt_tokens"], before[1]["prompt_tokens"])
+        assert tc.request_counts() == before[2]
+        tc.upcoming(50)
+        futures.append(tuple(tc.times[n : n + 50]))
+        rr = baselines.make("round-robin", twin)
+        o, i, done = obs, info, False
+        while not done:
+            o, _r, t1, t2, i = twin.step(rr.act(o, i))
+            done = t1 or t2
+    assert futures[0] != futures[1]
+    assert env.cluster.times[:n] == before[0] and env.request_counts() == before[2]

@@ -297,20 +297,6 @@ class LLMRoutingEnv(ServingEnv):
         """The cluster this env runs (what :meth:`upcoming_input` reads)."""
         return self.cluster
 
-    def fork(self, rng: np.random.Generator | None = None) -> ServingEnv:
-        """A clairvoyant copy of this env at this decision (``rng=None``: it replays this
-        env's true future, for oracles and bounds only; :meth:`ServingEnv.fork`).
-
-        :raises ValueError: a realizable copy (``rng`` given): redrawing a cluster's
-            future is not implemented yet.
-        """
-        if rng is not None:
-            raise ValueError(
-                "LLMRouting-v0: fork(rng) (a realizable copy, whose future is redrawn) is not "
-                "implemented for a cluster yet; fork() gives the clairvoyant copy"
-            )
-        return super().fork(None)
-
 
 def _signature() -> inspect.Signature:
     """The constructor's signature: ``replicas`` and ``workload``, then ``LLMBatching-v2``'s

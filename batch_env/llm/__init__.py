@@ -39,7 +39,8 @@ records first tokens and frees the completed requests. No scheduler calls the se
 Imports: the schedulers, ``batch_env.executor`` (the
 :class:`~batch_env.executor.LLMExecutor` Protocol) and nothing else of ``batch_env``; the
 server also the loop (``batch_env.core``), ``batch_env.config``, ``batch_env.metrics``,
-``batch_env.profiles`` and ``batch_env.workload``; never ``batch_env.envs`` (the envs
+``batch_env.profiles`` and ``batch_env.workload``; the cluster also ``batch_env.planning``
+(its realizable copies); never ``batch_env.envs`` (the envs
 import this).
 """
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -62,6 +63,7 @@ import numpy as np
 from ..config import LLMConfigV2
 from ..executor import make_llm_executor
 from ..metrics import llm_episode_summary
+from ..planning import PLANNING_CHUNK, ShiftedStream, future_model
 from .decode_runs import run_decodes
 from .intake import RequestIntake
 from .server import LLMServer, Started, llm_workload, profile_for
@@ -181,6 +183,14 @@ class Replica(LLMServer):
         intake ``record`` (:meth:`RequestIntake.record`)."""
         self.push_arrival(t)
         self.intake.push(*record)
+
+    def resample_future(self, rng: np.random.Generator) -> None:
+        """A realizable copy's replica (:meth:`LLMCluster.resample_future`): the arrivals
+        routed here stay (they have come), and the output lengths of its requests in the
+        system and of those routed here not yet admitted are redrawn from ``rng``."""
+        self.redraw_outputs(rng)
+        if self.unadmitted:
+            self.intake.redraw_buffered(self.arrival_index, rng)
 
     def mark(self, t: float) -> None:
         """The summary window's mark at ``t`` (the cluster's): the arrivals routed here so
@@ -471,6 +481,34 @@ class LLMCluster:
             heapq.heappush(self._events, (t, r))
             self._scheduled[r] = True
 
+    def rate_estimate(self) -> float:
+        """The arrivals per second over the last rate window (replica 0's
+        ``rate_window_s``) before now; the workload's mean before a window has passed."""
+        w = self.replicas[0].rate_window_s
+        if self.now < w:
+            return self.mean_rate_per_s
+        n = len(self.routed) + (self._pending is not None)
+        k = bisect_right(self.times, self.now - w, 0, n)
+        return (n - k) / w
+
+    def resample_future(self, rng: np.random.Generator) -> None:
+        """A realizable planner's copy (:meth:`batch_env.core.ServingEnv.fork`): the
+        arrivals after now come from the planner's model of the workload
+        (:func:`batch_env.planning.future_model`, at :meth:`rate_estimate`), drawn with
+        ``rng``; what has arrived stays, but no output length is known: the pending
+        arrival's, the routed ones', and those of every replica's requests in the system
+        are redrawn (:meth:`Replica.resample_future`)."""
+        i = len(self.routed) + (self._pending is not None)
+        del self.times[i:]
+        self.intake.forget_from(i, self.now)
+        model = future_model(self.workload, self.rate_estimate())
+        self._arrival_stream = ShiftedStream(model.stream(rng, PLANNING_CHUNK), self.now)
+        self._drawn_all = False
+        if self._pending is not None:
+            self.intake.redraw_buffered(self._pending, rng)
+        for rep in self.replicas:
+            rep.resample_future(rng)
+
     def arrival_sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
         """Arrivals ``i .. j - 1``: their prompt and output tokens and classes
         (:meth:`RequestIntake.sizes`)."""
@@ -609,11 +647,16 @@ class LLMCluster:
         if self._pending is not None:  # at the router, waiting for its decision
             counts["arrived"] += 1
             counts["waiting"] += 1
-        counts["in_system"] = sum(rep.in_system + rep.unadmitted for rep in self.replicas)
-        counts["in_system"] += self._pending is not None
+        counts["in_system"] = self.in_system
         counts["arrived"] += rejected
         counts["rejected"] = rejected
         return counts
+
+    @property
+    def in_system(self) -> int:
+        """Requests in the cluster: in the replicas, routed to them, or at the router."""
+        n = sum(rep.in_system + rep.unadmitted for rep in self.replicas)
+        return n + (self._pending is not None)
 
     def costs(self) -> tuple[float, float, float, int]:
         """The cost the replicas have committed so far (each up to its own clock): latency

@@ -387,6 +387,22 @@ class RequestIntake:
         del self.rejected_at[bisect_right(self.rejected_at, now) :]
         self._rejected_run = 0
 
+    def redraw_buffered(self, i: int, rng: np.random.Generator) -> None:
+        """The buffered arrivals from ``i`` on keep their prompts and classes; their
+        output lengths are redrawn from ``rng`` (each class's law, nothing generated yet),
+        clipped to ``max_model_len`` as at arrival (a realizable planner's copy of a
+        cluster, whose routed arrivals have come but whose outputs nobody knows)."""
+        cls = np.asarray(self._arrival_class[i:], np.int64)
+        for c in range(len(self.classes)):
+            idx = np.flatnonzero(cls == c) + i
+            if not idx.size:
+                continue
+            new = self.outputs_given(c, rng, np.zeros(idx.size, np.int64))
+            for k, o in zip(idx.tolist(), new.tolist(), strict=True):
+                room = self.max_model_len - self._arrival_prompt[k]
+                self._arrival_output[k] = min(o, room)
+                self._arrival_clipped[k] = o > room
+
     def output_lengths(self, c: int) -> RequestLengths:
         """The lengths that class ``c``'s outputs are drawn from (its own, else the
         configuration's)."""

@@ -303,6 +303,11 @@ class LLMServer(ServingLoop):
         i = self.arrival_index
         super().resample_future(rng)
         self.intake.forget_from(i, self.now)
+        self.redraw_outputs(rng)
+
+    def redraw_outputs(self, rng: np.random.Generator) -> None:
+        """The output lengths of the requests in the system redrawn from ``rng`` given the
+        tokens each has generated (a realizable planner's copy: :meth:`resample_future`)."""
         s, fin = self.state, self.finished_at
         live = [e for e in range(self._done_upto, len(fin)) if fin[e] is None]
         if not live:
