@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -165,8 +166,10 @@ class EvaluationResult:
         return ci95_half_width(self.values(key))
 
     def summary(self) -> dict[str, tuple[float, float]]:
-        """``{key: (mean, ci95 half-width)}`` for every numeric key."""
-        keys = [k for k in self.episodes[0] if k != "seed"] if self.episodes else []
+        """``{key: (mean, ci95 half-width)}`` for every numeric key (not the lists and
+        tables a summary may hold: a cluster's per-replica summaries)."""
+        first = self.episodes[0] if self.episodes else {}
+        keys = [k for k, v in first.items() if k != "seed" and isinstance(v, numbers.Real)]
         return {k: (self.mean(k), self.ci95(k)) for k in keys}
 
     def to_dict(self) -> dict[str, Any]:
