@@ -45,7 +45,8 @@ Semantics (``docs/design.md``: A cluster of replicas):
   lone server that empties as its last summary request completes idles to its next
   arrival before its episode ends; a cluster ends at that completion.
 
-Imports: this package and the loop; never ``batch_env.envs``.
+Imports: this package, ``batch_env.config``, ``batch_env.executor``, ``batch_env.metrics``
+and ``batch_env.planning`` (its realizable copies); never ``batch_env.envs``.
 """
 
 from __future__ import annotations
