@@ -140,7 +140,6 @@ class LLMRoutingEnv(ServingEnv):
         w = first.config.reward_weights
         self._weights = (w.latency, w.energy, w.sla, w.drop)
         self._g: int | None = None
-        self._view: Any = None
 
     @property
     def observation_features(self) -> tuple[ObsFeature, ...]:

@@ -258,11 +258,8 @@ class Replica(LLMServer):
         left = st.waiting_tokens + sum(
             st.prefill_left[e] for e in st.running[len(st.running) - st.prefilling :]
         )
-        return left + sum(
-            self.intake.sizes(self.arrival_index, self.arrival_index + self.unadmitted)[
-                "prompt_tokens"
-            ].tolist()
-        )
+        i = self.arrival_index
+        return left + self.intake.prompt_tokens(i, i + self.unadmitted)
 
     def begin(self) -> float:
         """At a boundary: a pending clock change lands; with requests in the system the

@@ -359,6 +359,10 @@ class RequestIntake:
         if self.prefix_ratio is not None:
             self._arrival_hashes.append(hashes)
 
+    def prompt_tokens(self, i: int, j: int) -> int:
+        """The prompt tokens of buffered arrivals ``i .. j - 1``."""
+        return sum(self._arrival_prompt[i:j])
+
     def sizes(self, i: int, j: int) -> dict[str, np.ndarray]:
         """Buffered arrivals ``i .. j - 1``: their prompt and output tokens (clipped) and
         classes."""
