@@ -124,6 +124,10 @@ def test_dynamo_weighs_prefill_blocks_against_blocks_in_use():
     )
     # ties go to the smallest cache
     assert r.act(None, view(cached_blocks=[50, 40, 10, 60])) == 2
+    # the queued prefill counts: replica 1 has none (its cache the largest, so the
+    # tie-break alone would never pick it)
+    queued = view(prefill_tokens=[16000, 0, 16000, 16000], cached_blocks=[0, 50, 0, 0])
+    assert r.act(None, queued) == 1
     # the prefill weight: at 0 only the blocks in use and new blocks count
     w0 = router("dynamo-kv", overlap_score_weight=0.0)
     assert w0.act(None, view(prefill_tokens=[0, 10**6, 0, 0], kv_blocks_used=[9, 0, 9, 9])) == 1
@@ -258,6 +262,13 @@ def test_a_realizable_fork_keeps_what_has_come_and_redraws_the_rest():
     before = (list(cl.times[:n]), cl.intake.sizes(0, n), cl.request_counts())
     twins = [env.fork(np.random.default_rng(k)) for k in (1, 2)]
     futures = []
+    live = [[e for e, f in enumerate(rep.finished_at) if f is None] for rep in env.cluster.replicas]
+    assert sum(map(len, live)) > 10
+    outputs = [
+        [[rep.state.output[e] for e in idx] for rep, idx in zip(t.cluster.replicas, live)]
+        for t in twins
+    ]
+    assert outputs[0] != outputs[1]  # the requests in the system: outputs redrawn
     for twin in twins:
         tc = twin.cluster
         assert tc.times[:n] == before[0]
