@@ -265,7 +265,10 @@ def test_a_realizable_fork_keeps_what_has_come_and_redraws_the_rest():
     live = [[e for e, f in enumerate(rep.finished_at) if f is None] for rep in env.cluster.replicas]
     assert sum(map(len, live)) > 10
     outputs = [
-        [[rep.state.output[e] for e in idx] for rep, idx in zip(t.cluster.replicas, live)]
+        [
+            [rep.state.output[e] for e in idx]
+            for rep, idx in zip(t.cluster.replicas, live, strict=True)
+        ]
         for t in twins
     ]
     assert outputs[0] != outputs[1]  # the requests in the system: outputs redrawn
