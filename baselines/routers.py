@@ -160,6 +160,18 @@ class SGLangCacheAwareRouter(_Router):
     :param balance_abs_threshold: in-flight requests between the most and least loaded
         replica above which the load is imbalanced (and ...)
     :param balance_rel_threshold: ... the most loaded above this times the least.
+    :param tree: where the cached prefix is read: ``"cache"`` (default), the replica's
+        actual prefix cache; ``"router"``, the prompts routed to it, as SGLang's own
+        router tree holds them (``routed_prefix_tokens``: a prefix counts from the moment
+        it is routed, computed or not; :mod:`batch_env.llm.router_tree`).
+    :param on_miss: where a request goes when no prefix passes the threshold:
+        ``"least-loaded"`` (default, the code read) or ``"smallest-tree"``, the replica
+        holding the fewest cached (or, with ``tree="router"``, routed) tokens, as the
+        router of SGLang v0.4 (December 2024) did.
+
+    ``SGLangCacheAwareRouter(tree="router", on_miss="smallest-tree", cache_threshold=0.5,
+    balance_abs_threshold=32, balance_rel_threshold=1.0001)`` is the router of SGLang
+    v0.4 with its defaults then (``sgl-router`` 0.1's ``RouterArgs``).
     """
 
     name = "sglang-cache-aware"
@@ -171,7 +183,14 @@ class SGLangCacheAwareRouter(_Router):
         balance_abs_threshold: int = 64,
         balance_rel_threshold: float = 1.5,
         seed: int = 0,
+        tree: str = "cache",
+        on_miss: str = "least-loaded",
     ) -> None:
+        if tree not in ("cache", "router"):
+            raise ValueError(f"tree={tree!r}: expected 'cache' or 'router'")
+        if on_miss not in ("least-loaded", "smallest-tree"):
+            raise ValueError(f"on_miss={on_miss!r}: expected 'least-loaded' or 'smallest-tree'")
+        self.tree, self.on_miss = tree, on_miss
         self.cache_threshold = check_number("cache_threshold", cache_threshold, low=0.0, high=1.0)
         self.balance_abs_threshold = check_number(
             "balance_abs_threshold", balance_abs_threshold, low=0, integer=True
@@ -186,13 +205,18 @@ class SGLangCacheAwareRouter(_Router):
         hi, lo = int(load.max()), int(load.min())  # over every replica, as SGLang's
         if hi - lo > self.balance_abs_threshold and hi > lo * self.balance_rel_threshold:
             return self._first_min(load, mask)  # imbalanced: the shortest queue
-        matched = np.where(mask, v["prefix_blocks"] * v["block_size"], -1)
+        router = self.tree == "router"
+        held = v["routed_prefix_tokens"] if router else v["prefix_blocks"] * v["block_size"]
+        matched = np.where(mask, held, -1)
         best = int(np.argmax(matched))
         prompt = info["prompt_tokens"]
         rate = matched[best] / prompt if prompt else 0.0
         if rate > self.cache_threshold:
             return best  # a cache hit: the longest cached prefix
-        return self._first_min(load, mask)
+        if self.on_miss == "least-loaded":
+            return self._first_min(load, mask)
+        size = v["routed_tokens"] if router else v["cached_blocks"] * v["block_size"]
+        return self._first_min(size, mask)  # the smallest tree
 
 
 class DynamoKVRouter(_Router):

@@ -203,3 +203,79 @@ def test_bad_routes_are_refused_and_lose_nothing():
     assert cl.next_arrival() == g
     cl.route(1)
     assert cl.routed == [1]
+
+
+def test_the_router_tree_holds_what_was_routed_pruned_least_recently_used_leaves_first():
+    """``RoutedPrefixes`` (SGLang's router tree): every replica's leading match in one
+    pass, sizes in tokens, a replica's part pruned to its bound, the deepest unit of the
+    least recently used prompt first; bad sizes refused."""
+    from batch_env.llm.router_tree import RoutedPrefixes
+
+    t = RoutedPrefixes(3, unit_tokens=64, max_tokens=4 * 64)
+    t.insert(0, (1, 2, 3))
+    t.insert(1, (1, 2))
+    assert t.match((1, 2, 3, 9)) == [3, 2, 0]
+    assert t.match((7, 2, 3)) == [0, 0, 0]  # a unit stands for its whole prefix
+    assert t.tokens() == [192, 128, 0]
+    t.insert(0, (5, 6))  # five units on replica 0: unit 3 (the old prompt's leaf) goes
+    assert t.match((1, 2, 3)) == [2, 2, 0]
+    assert t.match((5, 6)) == [2, 0, 0]
+    assert t.tokens() == [256, 128, 0]
+    t.insert(0, (1, 2))  # used again: now 5 and 6 are the least recently used
+    t.insert(0, (8,))
+    assert t.match((5, 6)) == [1, 0, 0] and t.match((1, 2)) == [2, 2, 0]
+    t.clear()
+    assert t.match((1, 2)) == [0, 0, 0] and t.tokens() == [0, 0, 0]
+    for kw in ({"n": 0, "unit_tokens": 64}, {"n": 2, "unit_tokens": 0}):
+        with pytest.raises(ValueError, match="must be an integer >= 1"):
+            RoutedPrefixes(**kw)
+
+
+def test_a_routed_prefix_counts_for_the_router_before_any_replica_computes_it(tmp_path):
+    """Three prompts at once, two sharing a 128-token prefix: once the first is routed
+    to replica 1 the second sees that prefix there in ``routed_prefix_tokens`` (and in
+    ``routed_tokens``) while no replica has cached anything; without prefix hashes the
+    columns are 0."""
+    import json
+
+    rows = [([1, 2, 3], 0.0), ([1, 2, 4], 0.0), ([7, 8, 9], 1e-3)]
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": ts, "input_length": 192, "output_length": 8, "hash_ids": h})
+            + "\n"
+            for h, ts in rows
+        )
+    )
+    workload = {
+        "kind": "trace",
+        "path": str(path),
+        "timestamp_column": "timestamp",
+        "time_unit": "ms",
+        "prompt_tokens_column": "input_length",
+        "output_tokens_column": "output_length",
+        "prefix_hashes_column": "hash_ids",
+        "prefix_block_tokens": 64,
+        "loop": False,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = LLMCluster.build([{}] * 3, workload, horizon_requests=3, prefix_caching=True)
+    c.reset(seed=0)
+    g = c.next_arrival()
+    assert list(c.replica_view(g)["routed_prefix_tokens"]) == [0, 0, 0]
+    c.route(1)
+    v = c.replica_view(c.next_arrival())
+    assert list(v["routed_prefix_tokens"]) == [0, 128, 0]
+    assert list(v["routed_tokens"]) == [0, 192, 0]
+    assert list(v["prefix_blocks"]) == [0, 0, 0]  # nothing computed yet
+    c.route(1)
+    v = c.replica_view(c.next_arrival())
+    assert list(v["routed_prefix_tokens"]) == [0, 0, 0]
+    assert list(v["routed_tokens"]) == [0, 256, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = LLMCluster.build([{}] * 2, POISSON, horizon_requests=5)
+    plain.reset(seed=0)
+    v = plain.replica_view(plain.next_arrival())
+    assert list(v["routed_prefix_tokens"]) == [0, 0] and list(v["routed_tokens"]) == [0, 0]

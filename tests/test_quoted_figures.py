@@ -2521,3 +2521,24 @@ def test_validation_page_quotes_the_prefix_caching_run(capsys):
     assert want in page_text("README.md"), f"README.md should say {want!r}"
     want = f"reproduced at all four of\nits points, within {worst:.1f}%"
     assert want in page, f"{VALIDATION} should say {want!r}"
+
+
+@pytest.mark.slow
+def test_validation_page_quotes_the_cache_aware_routing_run(capsys):
+    """docs/validation.md's SGLang v0.4 table (issue 63's second published run) is what
+    ``scripts/validate_cache_aware_routing.py`` prints (ten cluster runs: a few
+    seconds), the ratio is within 15%, and the page's summary quotes its errors."""
+    mod = script("validate_cache_aware_routing")
+    assert mod.main([]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 2 + len(mod.PUBLISHED) + 1
+    page = (ROOT / VALIDATION).read_text()
+    for row in rows:
+        assert row in page, f"{VALIDATION}: {row!r} is not what the script prints"
+    err = [float(r.split("|")[4].strip().rstrip("%")) for r in rows[2:]]
+    assert abs(err[-1]) <= 15.0, err  # issue 63: the published ratio within 15%
+    want = (
+        f"within {abs(err[-1]):.1f}% on the throughput\nratio it reports** (its cache-aware "
+        f"throughput within {abs(err[0]):.1f}%; its round-robin baseline's\n{err[1]:.1f}% high"
+    )
+    assert want in page, f"{VALIDATION} should say {want!r}"

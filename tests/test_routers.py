@@ -110,6 +110,42 @@ def test_sglang_cache_aware_follows_the_prefix_until_the_imbalance_threshold():
     assert strict.act(None, view(**cached, in_flight=[5, 4, 5, 5])) == 1
 
 
+def test_sglang_v04_reads_its_own_tree_and_takes_the_smallest_tree_on_a_miss():
+    """SGLang v0.4's router: the prefix routed to a replica counts, cached or not
+    (``tree="router"``), and a miss goes to the smallest tree, not the least loaded."""
+    r = router(
+        "sglang-cache-aware",
+        tree="router",
+        on_miss="smallest-tree",
+        cache_threshold=0.5,
+        balance_abs_threshold=32,
+        balance_rel_threshold=1.0001,
+    )
+    routed = {"routed_prefix_tokens": [0, 900, 0, 0], "routed_tokens": [5000, 900, 100, 0]}
+    # 900 of the 1,600 prompt tokens routed to replica 1 (nothing cached anywhere yet)
+    assert r.act(None, view(**routed, in_flight=[0, 20, 0, 0])) == 1
+    # the actual cache is not read: 100 cached blocks on replica 3 change nothing
+    assert r.act(None, view(**routed, prefix_blocks=[0, 0, 0, 100])) == 1
+    # 800 tokens: 0.5 of the prompt is not above the threshold: the smallest tree (3),
+    # though replica 3 is the most loaded
+    miss = dict(routed, routed_prefix_tokens=[0, 800, 0, 0])
+    assert r.act(None, view(**miss, in_flight=[1, 1, 1, 2])) == 3
+    # imbalanced (33 > 32 and 34 > 1.0001 x 1): the least loaded, whatever the tree
+    assert r.act(None, view(**routed, in_flight=[1, 34, 2, 2])) == 0
+    # the default rule (threshold 0.3) with the router's tree: 800 tokens are a hit, 400
+    # a miss, which goes to the least loaded
+    d = router("sglang-cache-aware", tree="router")
+    assert d.act(None, view(**miss, in_flight=[3, 2, 1, 2])) == 1
+    few = dict(routed, routed_prefix_tokens=[0, 400, 0, 0])
+    assert d.act(None, view(**few, in_flight=[3, 2, 1, 2])) == 2
+    # the smallest tree of the actual caches (tree="cache"): cached blocks x block size
+    c = router("sglang-cache-aware", on_miss="smallest-tree")
+    assert c.act(None, view(cached_blocks=[9, 3, 5, 7], in_flight=[0, 9, 0, 0])) == 1
+    for bad, match in (({"tree": "radix"}, "tree='radix'"), ({"on_miss": "x"}, "on_miss='x'")):
+        with pytest.raises(ValueError, match=match):
+            router("sglang-cache-aware", **bad)
+
+
 def test_dynamo_weighs_prefill_blocks_against_blocks_in_use():
     """Dynamo's cost: overlap_weight x (uncached prompt + queued prefill) / block size +
     blocks in use + the prompt's uncached blocks; lowest wins."""

@@ -67,6 +67,8 @@ from ..metrics import llm_episode_summary
 from ..planning import PLANNING_CHUNK, ShiftedStream, future_model
 from .decode_runs import run_decodes
 from .intake import RequestIntake
+from .prefixes import PrefixUnits
+from .router_tree import RoutedPrefixes
 from .server import LLMServer, Started, llm_workload, profile_for
 
 if TYPE_CHECKING:
@@ -325,6 +327,13 @@ class LLMCluster:
         self._mark_at = (first.config.warmup_requests, first.config.warmup_requests
                        + first.config.horizon_requests)  # fmt: skip
         self._max_len = [r.max_model_len for r in self.replicas]
+        ratio = self.intake.prefix_ratio
+        #: what was routed where, as SGLang's router keeps it (None without prefix hashes)
+        self.routed_prefixes: RoutedPrefixes | None = (
+            RoutedPrefixes(self.n, ratio * widest.config.block_size) if ratio else None
+        )
+        self._route_units = PrefixUnits()  # the routed prompts' units (the replicas' own apart)
+        self._units_of: tuple[int, tuple[int, ...]] = (-1, ())
 
     @classmethod
     def build(
@@ -379,6 +388,10 @@ class LLMCluster:
         self._sizes = sizes
         self._drawn_all = False
         self.intake.clear()
+        self._route_units.clear()
+        self._units_of = (-1, ())
+        if self.routed_prefixes is not None:
+            self.routed_prefixes.clear()
         #: the arrival times drawn (every admissible arrival of the episode so far)
         self.times: list[float] = []
         #: the replica each arrival was routed to, in arrival order
@@ -523,6 +536,12 @@ class LLMCluster:
         dt = np.asarray(self.times[i:j], np.float64) - self.now
         return {"dt_s": dt, **self.arrival_sizes(i, j)}
 
+    def _units(self, g: int) -> tuple[int, ...]:
+        """Arrival ``g``'s prompt as prefix units of the routers' own interning."""
+        if self._units_of[0] != g:
+            self._units_of = (g, self._route_units.units([self.intake.record(g)[4]])[0])
+        return self._units_of[1]
+
     def mask(self, g: int) -> np.ndarray:
         """The replicas arrival ``g`` may be routed to: those whose ``max_model_len`` its
         prompt fits."""
@@ -558,6 +577,8 @@ class LLMCluster:
                 self._window_t0 = t
         rep = self.replicas[r]
         rep.receive(t, record)
+        if self.routed_prefixes is not None:
+            self.routed_prefixes.insert(r, self._units(g))
         self.routed.append(r)
         self._pending = None
         if rep.in_flight is None:
@@ -580,6 +601,10 @@ class LLMCluster:
           ``block_size``;
         * ``prefill_tokens``: prompt tokens it has still to prefill (Dynamo's active
           prefill tokens, before any cache hit);
+        * ``routed_prefix_tokens``: the arriving prompt's leading tokens among the
+          prompts routed to it (what SGLang's router tree holds, whether computed yet or
+          not: :mod:`batch_env.llm.router_tree`), and ``routed_tokens``: that tree's
+          size there (0 without prefix hashes);
         * ``ttft_recent_s``: the mean TTFT of its last :data:`RECENT_TTFT` first tokens
           (0 before any); ``max_num_seqs``; ``mask`` (:meth:`mask`).
 
@@ -612,6 +637,13 @@ class LLMCluster:
             ):
                 cols[k].append(v)
         out = {k: np.asarray(v) for k, v in cols.items()}
+        tree = self.routed_prefixes
+        if tree is not None and g is not None:
+            m = np.asarray(tree.match(self._units(g))) * tree.unit_tokens
+            out["routed_prefix_tokens"] = np.minimum(m, prompt)
+            out["routed_tokens"] = np.asarray(tree.tokens())
+        else:
+            out["routed_prefix_tokens"] = out["routed_tokens"] = np.zeros(self.n, dtype=int)
         out["mask"] = self.mask(g) if g is not None else np.ones(self.n, dtype=bool)
         return out
 
