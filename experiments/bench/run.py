@@ -15,6 +15,7 @@ from experiments.harness.options import add_json, check_folder, count
 from experiments.harness.strict_json import dumps
 
 from .backends import bench_backends
+from .cluster import bench_cluster, print_cluster
 from .common import machine_description, median_ratio, rounds, time_batching, time_cartpole
 from .executor import bench_executor_overhead
 from .llm import bench_llm_steps, bench_llm_v2, print_llm_v2
@@ -40,6 +41,7 @@ def run_bench(
     backends: bool = True,
     render: bool = True,
     render_steps: int | None = None,
+    cluster: bool = True,
     wallclock: bool = False,
     wallclock_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -60,6 +62,8 @@ def run_bench(
     :param render: also time an ``rgb_array`` frame against a step, for each env.
     :param render_steps: steps (and frames) per timed round of the render part (default
         ``n_steps // 40``, at least 50: 5000 at the default ``n_steps``).
+    :param cluster: also time an LLM cluster of 2, 8 and 32 replicas against one
+        (``n_steps // 100`` requests, at least 200: 2,000 at the default ``n_steps``).
     :param wallclock: also measure the wall-clock to a good agent (:func:`bench_wallclock`;
         about half an hour on one core, so off by default).
     :param wallclock_kwargs: keyword arguments of :func:`bench_wallclock`.
@@ -90,6 +94,8 @@ def run_bench(
     result["llm_v2"] = bench_llm_v2(max(n_steps // 100, 100), repeats, seed)
     result["llm_orders"] = bench_llm_orders(n_steps=max(n_steps // 100, 200), repeats=repeats)
     result["prefix_caching"] = bench_prefix_caching(max(n_steps // 100, 100), repeats, seed)
+    if cluster:
+        result["cluster"] = bench_cluster(requests=max(n_steps // 100, 200), repeats=repeats)
     if render:
         result["render"] = bench_render(render_steps or max(n_steps // 40, 50), repeats, seed)
     if vector:
@@ -192,6 +198,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         torch_overhead=not args.skip_torch,
         backends=not args.skip_ray,
         render=not args.skip_render,
+        cluster=not args.skip_cluster,
         wallclock=args.wallclock,
         wallclock_kwargs=wallclock_kwargs,
     )
@@ -227,6 +234,7 @@ def _print_bench(result: dict[str, Any]) -> None:
             )
     print_llm_v2(result.get("llm_v2"))
     print_prefix_caching(result.get("prefix_caching"))
+    print_cluster(result.get("cluster"))
     rn = result.get("render")
     if rn:
         for r in rn["envs"]:
@@ -320,6 +328,11 @@ def add_parser(sub: Any) -> None:
         "--skip-ray",
         action="store_true",
         help="skip the comparison's local vs Ray backend part (cells/s; skipped anyway without Ray)",
+    )
+    p.add_argument(
+        "--skip-cluster",
+        action="store_true",
+        help="skip the LLM cluster part (2, 8 and 32 replicas against one)",
     )
     p.add_argument(
         "--skip-render", action="store_true", help="skip the rgb_array frame cost vs step part"
