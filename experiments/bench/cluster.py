@@ -100,6 +100,6 @@ def print_cluster(cb: dict[str, Any] | None) -> None:
             for n, v in cb["sizes"].items()
         ]
         print(
-            f"LLM cluster, round robin, CPU a request by replicas (x one replica's): "
+            "LLM cluster, round robin, CPU a request by replicas (x one replica's): "
             + "; ".join(parts)
         )
