@@ -13,6 +13,7 @@ with the cluster's arrival rate (``docs/speed.md``: LLM clusters)."""
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from typing import Any
@@ -73,7 +74,7 @@ def bench_cluster(
         return r["cpu_s"] / r["routed"]
 
     sizes = (1, *[n for n in replicas if n != 1])
-    costs = rounds({str(n): (lambda n=n: timer(n)) for n in sizes}, repeats)
+    costs = rounds({str(n): functools.partial(timer, n) for n in sizes}, repeats)
     out: dict[str, Any] = {
         **CLUSTER_BENCH_SETTINGS,
         "router": "round-robin",
