@@ -131,9 +131,10 @@ def test_bench_reports_ratio(tmp_path):
     assert len(result["round_ratios"]) == 1
     cl = result["cluster"]  # 1, 2, 8 and 32 replicas behind round robin, 200 requests
     assert list(cl["sizes"]) == ["1", "2", "8", "32"] and cl["requests"] == 200
-    assert cl["sizes"]["1"]["cost_ratio_vs_one_replica"] == 1.0
-    for row in cl["sizes"].values():
-        assert row["cpu_us_per_request"] > 0 and row["latency_mean_ms"] > 0
+    for name in ("view", "blind"):  # a router that reads every replica, and one alone
+        assert cl["sizes"]["1"][f"cost_ratio_vs_one_replica_{name}"] == 1.0
+        for row in cl["sizes"].values():
+            assert row[f"cpu_us_per_request_{name}"] > 0 and row["latency_mean_ms"] > 0
     llm = result["llm"]
     for env_id in ("batch_env/LLMBatching-v0", "batch_env/LLMBatching-v1"):
         assert llm[env_id]["step_cost_ratio_vs_cartpole"] == pytest.approx(

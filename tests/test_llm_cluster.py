@@ -279,3 +279,83 @@ def test_a_routed_prefix_counts_for_the_router_before_any_replica_computes_it(tm
     plain.reset(seed=0)
     v = plain.replica_view(plain.next_arrival())
     assert list(v["routed_prefix_tokens"]) == [0, 0] and list(v["routed_tokens"]) == [0, 0]
+
+
+LAZY_CASES = [
+    ([{}] * 3, POISSON | {"rate_per_s": 9.0}, {"horizon_requests": 300, "warmup_requests": 30}),
+    ([{}] * 3, SESSIONS | {"rate_per_s": 9.0}, {"horizon_requests": 250, "prefix_caching": True}),
+    ([{}] * 2, POISSON | {"rate_per_s": 7.0}, {"horizon_requests": 200, "classes": TWO_CLASSES}),
+    ([{}] * 3, POISSON | {"rate_per_s": 12.0}, {"horizon_requests": 5000, "horizon_s": 20.0}),
+    (
+        [{"profile": "llama-2-7b-h100"}, {}],
+        POISSON | {"rate_per_s": 14.0},
+        {"horizon_requests": 300, "queue_capacity": 32},
+    ),
+]
+
+
+@pytest.mark.parametrize("replicas,workload,settings", LAZY_CASES)
+def test_lazy_replicas_run_the_episode_a_router_reading_every_replica_sees(
+    replicas, workload, settings
+):
+    """A replica runs only when it is read or routed to (and at the marks and the end):
+    the episode of a router that reads nothing is the one a router that reads every
+    replica at every arrival (which runs them all up to each arrival) makes, summary for
+    summary; the same with random routes, with a summary window, sessions and prefix
+    caching, two classes, a horizon that cuts the episode, heterogeneous replicas and
+    drops. (Checked against the event-by-event loop before lazy replicas on seven such
+    cases, 2026-12-07.)"""
+
+    def run(view, seed, rng):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = LLMCluster.build(replicas, workload, **settings)
+        c.reset(seed=seed)
+        k = 0
+        while (g := c.next_arrival()) is not None:
+            if view:
+                c.replica_view(g)
+            c.route(k % c.n if rng is None else int(rng.integers(c.n)))
+            k += 1
+        return c.summary()
+
+    for seed in (0, 1):
+        for random in (False, True):
+            a = run(False, seed, np.random.default_rng(seed) if random else None)
+            b = run(True, seed, np.random.default_rng(seed) if random else None)
+            assert a == b, (seed, random, [k for k in a if a[k] != b[k]])
+
+
+def test_a_replica_nothing_is_routed_to_is_not_run_until_it_is_read():
+    """Laziness itself: with every arrival routed to replica 0, replica 1's clock stays
+    where it was until a reader (``flush``, ``replica_view``, ``costs``) brings it up."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = LLMCluster.build([{}] * 2, POISSON, horizon_requests=100)
+    c.reset(seed=0)
+    assert c.next_arrival() == 0
+    c.route(1)
+    for _ in range(20):
+        c.next_arrival()
+        c.route(0)
+    lag = c.replicas[1].now
+    assert lag <= c.times[1] < c.times[20] <= c.now  # not run since the first arrival
+    c.flush()
+    assert c.replicas[1].now > c.times[1]
+
+
+def test_the_vidur_comparison_runs_this_side_and_refuses_bad_input(capsys):
+    """``scripts/vidur_compare.py`` (docs/speed.md: against vidur): this project's side
+    of each of vidur's twelve configurations, beside vidur's recorded figures; a bad
+    ``--requests`` is one line and exit status 2."""
+    from conftest import load_script
+
+    mod = load_script("vidur_compare")
+    assert mod.main(["--requests", "100"]) == 0
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+    assert len(rows) == 2 + len(mod.VIDUR) == 14
+    for row in rows[2:]:
+        cells = [c.strip() for c in row.split("|")[1:-1]]
+        assert cells[6].endswith("x") and float(cells[3]) > 0, row
+    assert mod.main(["--requests", "5"]) == 2
+    assert "--requests must be >= 100" in capsys.readouterr().err

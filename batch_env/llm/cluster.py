@@ -28,6 +28,20 @@ Semantics (``docs/design.md``: A cluster of replicas):
   planned and executed at its start (:meth:`LLMServer.begin_iteration`) and its clock
   moves at its end (:meth:`LLMServer.end_iteration`); a router that reads a replica in
   between sees the iteration in progress (the requests it runs are running).
+* **Lazy replicas**: replicas interact only through the router, the summary window's
+  marks and the episode's end, so each runs its own events (in its own time order) only
+  when something needs it at the arrival's instant: an arrival routed to it, a reader
+  (:meth:`replica_view`, :meth:`request_counts`, :meth:`costs`, :meth:`summary`, or
+  :meth:`flush` before reading :attr:`replicas` directly), the marks. After the end mark
+  the episode ends when the last summary request is done: before each arrival the
+  replicas not yet known done are run up to it, one at a time, until one is found not
+  done; once all are, the episode ends at the last one's instant. Events run in time
+  order again only when the arrivals have ended or the next one is past the horizon.
+  A decode-only stretch stops before the next arrival (where it may be read or routed
+  to); a replica whose summary requests are done runs one only while an arrival that
+  the end check passed is pending (never past the end). So a router that reads nothing
+  (round robin, random) costs the cluster per request, not per request and replica;
+  the episode is the one the event-by-event loop made (``tests/test_llm_cluster.py``).
 * **Settings**: each replica runs one setting (cap, token budget, admission order, SM
   clock; by default vLLM's: the largest cap and budget, FCFS, the highest clock) chosen
   at construction; the router's choice is the only decision.
@@ -51,7 +65,6 @@ and ``batch_env.planning`` (its realizable copies); never ``batch_env.envs``.
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_right
 from collections import deque
@@ -65,6 +78,7 @@ from ..config import LLMConfigV2
 from ..executor import make_llm_executor
 from ..metrics import llm_episode_summary
 from ..planning import PLANNING_CHUNK, ShiftedStream, future_model
+from .cluster_events import ReplicaEvents
 from .decode_runs import run_decodes
 from .intake import RequestIntake
 from .prefixes import PrefixUnits
@@ -133,10 +147,15 @@ class Replica(LLMServer):
         self.name = name
         #: the iteration in progress (``None``: idle)
         self.in_flight: Started | None = None
-        #: whether decode-only stretches may run in one loop (the cluster allows them
-        #: until its end mark, after which its end is decided event by event), and the
-        #: cluster's next arrival to route (a stretch stops before it)
+        #: whether decode-only stretches may run in one loop (the cluster allows them;
+        #: after its end mark only until this replica's own summary requests are done,
+        #: so that no replica runs past the episode's end), and the cluster's next
+        #: arrival to route (a stretch stops before it)
         self.stretches = False
+        self.end_marked = False
+        #: whether, its own summary requests done after the end mark, it may still run a
+        #: stretch (the cluster's say: only up to an arrival known not past the end)
+        self.may_stretch_done: Callable[[], bool] = lambda: False
         self.next_routed: Callable[[], float] = lambda: _INF
         self._end_pending = False
         #: the last :data:`RECENT_TTFT` first tokens' TTFTs (s), what a router reads
@@ -272,7 +291,12 @@ class Replica(LLMServer):
         if self.in_system:
             self.last_preempted = 0
             st = self.state
-            if self.decode_runs and self.stretches and not (st.waiting or st.prefilling):
+            if (
+                self.decode_runs
+                and self.stretches
+                and not (st.waiting or st.prefilling)
+                and not (self.end_marked and self.summary_done() and not self.may_stretch_done())
+            ):
                 # every setting runs the same decodes: those before the next arrival that
                 # could come here, in one loop (exact, as on a lone server)
                 k, _it = run_decodes(self)
@@ -327,6 +351,8 @@ class LLMCluster:
         self._mark_at = (first.config.warmup_requests, first.config.warmup_requests
                        + first.config.horizon_requests)  # fmt: skip
         self._max_len = [r.max_model_len for r in self.replicas]
+        #: each replica's next event, run lazily or in time order
+        self.events = ReplicaEvents(self.replicas)
         ratio = self.intake.prefix_ratio
         #: what was routed where, as SGLang's router keeps it (None without prefix hashes)
         self.routed_prefixes: RoutedPrefixes | None = (
@@ -398,14 +424,15 @@ class LLMCluster:
         self.routed: list[int] = []
         #: the clock: the last event's time
         self.now = 0.0
-        self._events: list[tuple[float, int]] = []  # (time, replica): each busy replica's
-        self._scheduled = [False] * self.n  # whether a replica has an event in the heap
+        self.events.reset()  # lazy until the end mark or the horizon (module docstring)
         self._n_marks = 0  # marks taken: 0, 1 (window open), 2 (end mark)
         self._window_t0: float | None = None
         self._pending: int | None = None
         for rep in self.replicas:
             rep.stretches = True
+            rep.end_marked = False
             rep.next_routed = self._peek_time
+            rep.may_stretch_done = self._done_may_stretch
 
     def _more(self) -> bool:
         """Draw the next chunk of arrivals (the intake keeps those that fit); False when
@@ -428,11 +455,13 @@ class LLMCluster:
         return self.times[g] if g < len(self.times) or self._more() else _INF
 
     def _end_marked(self) -> None:
-        """The end mark is taken: from now on every replica runs iteration by iteration
-        (the episode's end is decided at each event; no replica may run ahead of it)."""
+        """The end mark is taken: from now on the events run in time order and the
+        episode's end is decided at each; a replica runs decode stretches only until its
+        own summary requests are done (so none runs past the end)."""
         self._n_marks = 2
         for rep in self.replicas:
-            rep.stretches = False
+            rep.end_marked = True
+        self.events.not_done = list(range(self.n))  # (the lazy end check's)
 
     def _peek(self) -> float:
         """The next arrival to route (``inf``: the arrivals ended; the end mark is then
@@ -448,8 +477,11 @@ class LLMCluster:
 
     def over(self) -> bool:
         """Whether the episode has ended: the horizon is reached, or every summary request
-        is done (completed or dropped)."""
-        return self.now >= self.horizon_s or self.summary_done()
+        is done (completed or dropped) by now (a replica whose decode stretch ran ahead
+        of the clock is done only once the clock reaches it)."""
+        if self.now >= self.horizon_s:
+            return True
+        return self.summary_done() and all(rep.now <= self.now for rep in self.replicas)
 
     def summary_done(self) -> bool:
         """Every summary request has completed or been dropped."""
@@ -461,13 +493,22 @@ class LLMCluster:
         instant run after it is routed."""
         if self._pending is not None:
             return self._pending
+        events = self.events
+        if not events.eager:
+            ta = self._peek_time()
+            if ta < self.horizon_s:
+                if self._n_marks < 2 or events.ends_after(ta):
+                    self.now = ta  # (each replica's events before it run when it is read)
+                    self._pending = len(self.routed)
+                    return self._pending
+                self._end_lazily()  # every summary request was done before ta
+            events.go_eager(self.now)
         for _ in range(MAX_EVENTS_PER_ARRIVAL):
             if self.over():
                 self._end_at(self.now)
                 return None
             ta = self._peek()
-            ev = self._events
-            te = ev[0][0] if ev else _INF
+            te = events.next_time()
             if ta <= te and ta != _INF:
                 self.now = ta
                 self._pending = len(self.routed)
@@ -475,22 +516,38 @@ class LLMCluster:
             if te == _INF:  # nothing left to happen: idle to the horizon
                 self._end_at(max(self.horizon_s, self.now))
                 return None
-            t, r = heapq.heappop(ev)
-            self._scheduled[r] = False
+            t, r = events.pop()
             self.now = t
             rep = self.replicas[r]
             rep.on_event(t)
             if not self.over():
-                self._schedule(r, rep.begin())
+                events.schedule(r, rep.begin())
         raise RuntimeError(
             f"LLMCluster: {MAX_EVENTS_PER_ARRIVAL} events without an arrival or the episode's "
             "end (bound MAX_EVENTS_PER_ARRIVAL)"
         )
 
-    def _schedule(self, r: int, t: float) -> None:
-        if t != _INF and not self._scheduled[r]:
-            heapq.heappush(self._events, (t, r))
-            self._scheduled[r] = True
+    def _done_may_stretch(self) -> bool:
+        """Whether a replica whose summary requests are done may run a decode stretch now
+        (up to the next arrival): lazily, while an arrival that the end check passed is
+        pending (its time is not past the episode's end); never once events run in time
+        order (a stretch would run the replica past the end the others decide)."""
+        return self._pending is not None and not self.events.eager
+
+    def _end_lazily(self) -> None:
+        """Every summary request was done before the next arrival: the episode ends at the
+        last one's instant (the latest clock: each replica found done stopped at it, and
+        none ran past it), every replica's events before it run."""
+        self.now = max(rep.now for rep in self.replicas)
+        self.events.flush(self.now)
+
+    def flush(self) -> None:
+        """Bring every replica to the cluster's clock: each one's events before now run.
+        The cluster's own readers (:meth:`replica_view`, :meth:`request_counts`,
+        :meth:`costs`, :meth:`summary`, ...) do it first; a caller that reads
+        :attr:`replicas` directly between arrivals calls it (module docstring: lazy
+        replicas)."""
+        self.events.flush(self.now)
 
     def rate_estimate(self) -> float:
         """The arrivals per second over the last rate window (replica 0's
@@ -509,6 +566,7 @@ class LLMCluster:
         ``rng``; what has arrived stays, but no output length is known: the pending
         arrival's, the routed ones', and those of every replica's requests in the system
         are redrawn (:meth:`Replica.resample_future`)."""
+        self.flush()
         i = len(self.routed) + (self._pending is not None)
         del self.times[i:]
         self.intake.forget_from(i, self.now)
@@ -568,6 +626,7 @@ class LLMCluster:
             )
         t = self.times[g]
         if g in self._mark_at and self._n_marks < 2:  # the window's marks, at this instant
+            self.flush()
             for rep in self.replicas:
                 rep.mark(t)
             self._n_marks += 1
@@ -575,6 +634,7 @@ class LLMCluster:
                 self._end_marked()
             if self._window_t0 is None:
                 self._window_t0 = t
+        self.events.advance(r, t)
         rep = self.replicas[r]
         rep.receive(t, record)
         if self.routed_prefixes is not None:
@@ -582,7 +642,7 @@ class LLMCluster:
         self.routed.append(r)
         self._pending = None
         if rep.in_flight is None:
-            self._schedule(r, t)
+            self.events.schedule(r, t)
 
     def replica_view(self, g: int | None) -> dict[str, np.ndarray]:
         """What a router can know of each replica as arrival ``g`` is routed, an array
@@ -611,6 +671,7 @@ class LLMCluster:
         ``g=None`` (no arrival: the episode's end): the request's columns are 0, no
         replica masked.
         """
+        self.flush()
         record = self.intake.record(g) if g is not None else (0, 0, False, 0, None)
         prompt = record[0]
         cols: dict[str, list[float]] = {k: [] for k in _VIEW_KEYS}
@@ -664,6 +725,7 @@ class LLMCluster:
         """Where every arrival is now, over all replicas: ``arrived == completed + waiting
         + in_service + dropped + rejected`` and ``in_system == waiting + in_service``
         (routed arrivals not yet admitted wait, and so does the arrival at the router)."""
+        self.flush()
         counts = {k: 0 for k in ("arrived", "completed", "waiting", "in_service", "dropped")}
         for rep in self.replicas:
             c = rep.request_counts()
@@ -685,12 +747,14 @@ class LLMCluster:
     @property
     def in_system(self) -> int:
         """Requests in the cluster: in the replicas, routed to them, or at the router."""
+        self.flush()
         n = sum(rep.in_system + rep.unadmitted for rep in self.replicas)
         return n + (self._pending is not None)
 
     def costs(self) -> tuple[float, float, float, int]:
         """The cost the replicas have committed so far (each up to its own clock): latency
         integral (s), energy (J), weighted SLA misses, drops."""
+        self.flush()
         L = E = M = 0.0
         D = 0
         for rep in self.replicas:
@@ -704,6 +768,7 @@ class LLMCluster:
         """The episode summary, the replicas' at the cluster's clock: the cluster's own
         keys (:func:`batch_env.metrics.llm_episode_summary` over every replica's summary
         requests, energy and misses) and ``"replicas"``, each replica's summary."""
+        self.flush()
         for rep in self.replicas:
             rep.sync(self.now)
         per = [rep.summary() for rep in self.replicas]
