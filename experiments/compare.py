@@ -18,6 +18,9 @@ Configured by a YAML file (see ``experiments/configs/default.yaml``)::
     load_is_rate: false            # optional; true: each of `loads` is an arrival rate
                                    # (requests/s: `rate_per_s`, or a trace's
                                    # `target_rate_per_s`), for LLMBatching where no load is defined
+    load_per_replica: false        # optional, with load_is_rate on LLMRouting-v0: each of
+                                   # `loads` is a rate per replica, times the cell's
+                                   # `replicas` (a count or a list; the env's or a variant's)
     pareto: {workload: poisson, load: 0.3, energy_weights: [0, 0.1, 0.5, 2]}
     structure: {loads: [0.3, 0.6, 0.9], energy_weights: [0.1, 0.5, 2.0]}
 
@@ -96,6 +99,7 @@ _KEYS = {
     "pareto",
     "structure",
     "load_is_rate",
+    "load_per_replica",
 }
 DEFAULT_ENV_ID = "batch_env/DynamicBatching-v0"
 
@@ -181,6 +185,7 @@ def validate_config(cfg: Any, source: str = "dict") -> dict[str, Any]:
     check_name(cfg["name"], where)
     _check_grid_fields(cfg, where)
     _check_pareto_numbers(cfg.get("pareto") or {}, where)
+    _check_per_replica(cfg, where)
     env_id = cfg.get("env_id", DEFAULT_ENV_ID)
     if env_id not in batch_env.ENV_IDS:
         raise ValueError(f"{where}: env_id={env_id!r} is not one of {list(batch_env.ENV_IDS)}")
@@ -239,8 +244,9 @@ def _check_grid_fields(cfg: dict[str, Any], where: str) -> None:
     for key in ("env", "pareto", "structure"):
         if cfg.get(key) is not None and not isinstance(cfg[key], dict):
             raise ValueError(f"{where}: {key}={cfg[key]!r} must be a mapping")
-    if not isinstance(cfg.get("load_is_rate", False), bool):
-        raise ValueError(f"{where}: load_is_rate={cfg['load_is_rate']!r} must be true or false")
+    for key in ("load_is_rate", "load_per_replica"):
+        if not isinstance(cfg.get(key, False), bool):
+            raise ValueError(f"{where}: {key}={cfg[key]!r} must be true or false")
 
 
 def _check_pareto_numbers(pareto: dict[str, Any], where: str) -> None:
@@ -345,7 +351,8 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
         variant = wname.split("/", 1)[0] if envs else None
         base = {**cfg["env"], **(envs.get(variant) or {})}
         for load in cfg["loads"]:
-            kw = {**base, "workload": {**wspec, _load_key(cfg, wspec): load}}
+            rate = load * _replica_count(base) if cfg.get("load_per_replica") else load
+            kw = {**base, "workload": {**wspec, _load_key(cfg, wspec): rate}}
             for label, params in cfg["policies"].items():
                 yield Cell(
                     "main",
@@ -374,6 +381,35 @@ def cells(cfg: dict[str, Any]) -> Iterator[Cell]:
             )
         for label, params in cfg["policies"].items():  # the other policies as points
             yield Cell("pareto-point", wname, load, label, dict(params or {}), kw, seeds)
+
+
+def _replica_count(env_kwargs: dict[str, Any]) -> int:
+    """The replicas of a routing env's kwargs: ``replicas``, a count or a list of specs
+    (checked by :func:`_check_per_replica`)."""
+    reps = env_kwargs["replicas"]
+    return int(reps) if isinstance(reps, int) else len(reps)
+
+
+def _check_per_replica(cfg: dict[str, Any], where: str) -> None:
+    """``load_per_replica`` needs ``load_is_rate`` and every env variant's ``replicas``."""
+    if not cfg.get("load_per_replica"):
+        return
+    if not cfg.get("load_is_rate"):
+        raise ValueError(
+            f"{where}: load_per_replica=true needs load_is_rate=true (each load a rate per replica)"
+        )
+    variants = cfg.get("envs") or {None: {}}
+    for name, extra in variants.items():
+        reps = {**cfg.get("env", {}), **(extra or {})}.get("replicas")
+        ok = (isinstance(reps, int) and not isinstance(reps, bool) and reps >= 1) or (
+            isinstance(reps, list) and reps
+        )
+        if not ok:
+            label = "env" if name is None else f"envs.{name}"
+            raise ValueError(
+                f"{where}: load_per_replica=true needs {label}.replicas (a count >= 1 or a "
+                f"non-empty list of replica specs), got {reps!r}"
+            )
 
 
 def _load_key(cfg: dict[str, Any], wspec: dict[str, Any]) -> str:

@@ -160,3 +160,39 @@ def test_a_damaged_cell_is_named_moved_aside_and_recomputed(tmp_path, capsys, da
     assert again["computed"] == 1 and again["reused"] == len(cells) - 1
     assert again["records"] == first["records"]
     assert json.loads(victim.read_text()) == json.loads(json.dumps(first["records"][0]))
+
+
+def test_routing_sweep_loads_are_rates_per_replica_and_runs_on_the_harness(tmp_path):
+    """``load_per_replica`` (issue 66, item 6: sweeps over replica counts and routers on
+    the comparison harness, whose cells run on the local or the Ray backend): each load
+    is a rate per replica, times each variant's replicas; the shipped sweep loads; a
+    tiny one runs; a bad setting is one line naming the field."""
+    from experiments.compare import cells, validate_config
+
+    shipped = validate_config(load_config("routing-sweep"))
+    rates = {(c.workload, c.load): c.env_kwargs["workload"]["rate_per_s"] for c in cells(shipped)}
+    assert rates[("r2/poisson", 2.0)] == 4.0 and rates[("r32/poisson", 3.5)] == 112.0
+    tiny = {
+        "name": "tiny-routing",
+        "env_id": "batch_env/LLMRouting-v0",
+        "env": {"horizon_requests": 40},
+        "envs": {"r1": {"replicas": 1}, "r3": {"replicas": [{}, {}, {}]}},
+        "workloads": {"poisson": {"kind": "poisson"}},
+        "load_is_rate": True,
+        "load_per_replica": True,
+        "loads": [2.0],
+        "seeds": 1,
+        "reference": "round-robin",
+        "policies": {"round-robin": {}, "power-of-two": {}},
+    }
+    out = run_compare(tiny, results_dir=tmp_path, progress=False)
+    assert out["computed"] == 4 and out["reused"] == 0
+    rows = (out["dir"] / "summary.csv").read_text().splitlines()
+    assert len(rows) == 1 + 4
+    for patch, needle in (
+        ({"load_is_rate": False}, "load_per_replica=true needs load_is_rate=true"),
+        ({"envs": {"r1": {}}}, "needs envs.r1.replicas"),
+        ({"load_per_replica": "yes"}, "load_per_replica='yes' must be true or false"),
+    ):
+        with pytest.raises(ValueError, match=needle):
+            validate_config({**tiny, **patch})
