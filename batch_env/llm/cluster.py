@@ -855,12 +855,13 @@ def _pooled_summary(replicas: list[Replica], intake: RequestIntake, now: float) 
     total = {k: sum(t[k] for t in totals) for k in totals[0]}
     total["now_s"] = now
     total["arrived_total"] += intake.rejected_by(now)
-    counters = [rep._window_counters() for rep in replicas]
-    starts = [rep._window_counts0 for rep in replicas if rep._window_counts0 is not None]
+    books = [rep.window_books() for rep in replicas]
+    counters = [b.counters for b in books]
+    starts = [b.counters_at_start for b in books if b.counters_at_start is not None]
     first_rep = replicas[0]
     k = len(first_rep.classes)
-    drops0 = [rep._class_drops_w0 for rep in replicas if rep._class_drops_w0 is not None]
-    drops1 = [rep._class_drops_end for rep in replicas if rep._class_drops_end is not None]
+    drops0 = [b.class_drops_at_start for b in books if b.class_drops_at_start is not None]
+    drops1 = [b.class_drops_at_end for b in books if b.class_drops_at_end is not None]
     w = first_rep.config.reward_weights
     return llm_episode_summary(
         arrivals=arrivals,

@@ -85,6 +85,17 @@ class Started(NamedTuple):
     end_s: float
 
 
+class WindowBooks(NamedTuple):
+    """What a summary of pooled servers needs of one server's summary window beyond its
+    entries (:meth:`LLMServer.window_books`): its window counters now and at the
+    window's start (``None``: not opened), and its drops per class at the two marks."""
+
+    counters: tuple[int, int, float, int, int, int]
+    counters_at_start: tuple[int, int, float, int, int, int] | None
+    class_drops_at_start: list[int] | None
+    class_drops_at_end: list[int] | None
+
+
 class LLMServer(ServingLoop):
     """One LLM server (module docstring): the loop, its requests, KV cache and scheduler.
 
@@ -360,6 +371,15 @@ class LLMServer(ServingLoop):
                 self._prefix0 = counters(self.state)
         else:
             self._class_drops_end = list(self.intake.class_drops)
+
+    def window_books(self) -> WindowBooks:
+        """Its summary window's counters and per-class drops (:class:`WindowBooks`)."""
+        return WindowBooks(
+            self._window_counters(),
+            self._window_counts0,
+            self._class_drops_w0,
+            self._class_drops_end,
+        )
 
     def _window_counters(self) -> tuple[int, int, float, int, int, int]:
         """The counters the summary window takes differences of: output tokens,
