@@ -4,8 +4,10 @@ task, ``experiments`` runs its protocol and reports (``batch-env benchmark``).
 * :func:`paired_score`: a figure's normalized score (:func:`batch_env.tasks.score_span`'s
   0 and 1) with its 95% CI paired per seed against greedy's stored figures on the
   protocol's seeds; on a task whose bound differs per seed, the mean cost ratio to it
-  (:func:`ratio_to_bound`); and the gain over the task's best constant action
-  (:data:`BEST_CONSTANT`), % of its cost, paired per seed;
+  (:func:`ratio_to_bound`); the gain over the task's best constant action
+  (:data:`BEST_CONSTANT`), % of its cost, paired per seed; and the score above random
+  play (Atari's normalisation: 0 at the stored random valid actions, 1 at the same top),
+  paired per seed against random's figures (``docs/benchmark.md``: the zero point);
 * :func:`summarize_rates`: a protocol's per-seed rates as a figure (mean and CI, the mean
   of the load cells' means on a load-grid task);
 * :func:`protocol_part`, :func:`seed_loads`, :func:`bound_at_seeds`: a figure's part on
@@ -129,6 +131,14 @@ def paired_score(
     bound = bound_at_seeds(ref, loads)
     if bound is not None:
         out.update(ratio_to_bound(per_seed, bound, loads))
+    rnd = ref["policies"].get("random")
+    rnd_seeds = None if rnd is None else protocol_part(task, rnd)
+    if rnd is not None and float(rnd["reward_rate_per_s"]) < top:
+        zero = float(rnd["reward_rate_per_s"])
+        out["score_vs_random"] = (grouped_mean(per_seed, loads) - zero) / (top - zero)
+        if mine is not None and rnd_seeds is not None:
+            diff = np.asarray(mine) - np.asarray(rnd_seeds)
+            out["score_vs_random_ci95"] = ci_half_width(diff, task.eval_loads) / (top - zero)
     const = ref["policies"].get(BEST_CONSTANT)
     base = None if const is None else protocol_part(task, const)
     if mine is not None and base is not None:

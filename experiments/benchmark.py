@@ -1008,6 +1008,17 @@ def _score_cell(r: dict[str, Any]) -> str:
     return cell
 
 
+def _random_cell(r: dict[str, Any]) -> str:
+    """The score above random play, paired against random's stored figures ("-" where
+    the task stores no random figure above which the top lies)."""
+    if r.get("score_vs_random") is None:
+        return "-"
+    cell = f"{r['score_vs_random']:.3f}"
+    if "score_vs_random_ci95" in r:
+        cell += f" +- {r['score_vs_random_ci95']:.3f}"
+    return cell
+
+
 def _gain_cell(r: dict[str, Any]) -> str:
     """The paired gain over the best constant action, % of its cost ("" without one)."""
     if "gain_over_best_constant_pct" not in r:
@@ -1077,19 +1088,20 @@ def format_benchmark(rows: list[dict[str, Any]]) -> str:
     # md_table's would be "|  |"
     lines = [
         "| task | policy | reward rate per s (95% CI) | normalized score (95% CI, paired) "
+        "| score above random (95% CI, paired) "
         "| gain over the best constant action (% of its cost, paired) | episodes |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['task']} | {r['policy']} | does not apply: {r['error']} | | | |")
+            lines.append(f"| {r['task']} | {r['policy']} | does not apply: {r['error']} | | | | |")
             continue
         eps = f"{len(r['seeds'])} x {r['horizon_requests']:,} requests"
         if not r["protocol"]:
             eps += " (shortened: not the protocol)"
         lines.append(
             f"| {r['task']} | {r['policy']} | {r['reward_rate_per_s']:.3f} +- {r['ci95']:.3f} "
-            f"| {_score_cell(r)} | {_gain_cell(r)} | {eps} |"
+            f"| {_score_cell(r)} | {_random_cell(r)} | {_gain_cell(r)} | {eps} |"
         )
     ran = [r for r in rows if "error" not in r and r.get("params")]
     if ran:

@@ -516,3 +516,36 @@ def test_benchmark_names_an_agent_that_does_not_finish_its_episodes(tmp_path, mo
     part = row["unfinished"]
     assert part["elapsed_s"] > 0 and part["arrived"] >= part["completed"]
     assert "serves too little" in format_benchmark([row])
+
+
+def test_the_score_above_random_puts_random_play_at_zero_and_the_top_at_one():
+    """``score_vs_random`` (issue 65's zero point): random valid actions' stored figures
+    score 0 with a paired CI of 0 on every task that stores them, the top 1, and a
+    figure between them in proportion; a task whose top is not above random has none."""
+    from batch_env.scoring import paired_score
+    from batch_env.tasks import references
+
+    refs = references()
+    checked = 0
+    for tid, ref in refs.items():
+        rnd = ref["policies"].get("random")
+        if rnd is None:
+            continue
+        out = paired_score(tid, rnd["per_seed"], rnd["seeds"], ref)
+        if "score_vs_random" not in out:
+            continue
+        assert abs(out["score_vs_random"]) < 1e-9 and out["score_vs_random_ci95"] == 0.0
+        top = float(ref.get("bound_reward_rate_per_s", ref["best_reward_rate_per_s"]))
+        zero = float(rnd["reward_rate_per_s"])
+        g = ref["policies"]["greedy"]
+        got = paired_score(tid, g["per_seed"], g["seeds"], ref)["score_vs_random"]
+        assert got == pytest.approx((float(g["reward_rate_per_s"]) - zero) / (top - zero))
+        checked += 1
+    assert checked >= 9
+    low = {**refs["batch_env/Trace-v0"]}
+    low["policies"] = {**low["policies"], "random": {**low["policies"]["random"]}}
+    low["policies"]["random"]["reward_rate_per_s"] = 1e9  # above the top: no such score
+    g = low["policies"]["greedy"]
+    assert "score_vs_random" not in paired_score(
+        "batch_env/Trace-v0", g["per_seed"], g["seeds"], low
+    )

@@ -111,6 +111,12 @@ def score_ci(task: str, label: str) -> tuple[float, float]:
     return float(r["normalized_score"]), float(r["normalized_score_ci95"])
 
 
+def random_ci(task: str, label: str) -> tuple[float, float]:
+    """A reference's score above random play and its paired CI (``score_vs_random``)."""
+    r = _scores()[(task, label)]
+    return float(r["score_vs_random"]), float(r["score_vs_random_ci95"])
+
+
 def gain_ci(task: str, label: str) -> tuple[float, float]:
     """A reference's gain over the task's best constant action (% of its cost) and its
     paired CI, as ``batch-env benchmark`` reports it."""
@@ -1236,10 +1242,11 @@ FIGURES: list[Figure] = [
         ),
         (
             "| batch_env/Trace-v0 | smdp-adaptive | {:.3f} +- {:.3f} | {:.3f} +- {:.3f} | "
-            "{:+.2f}% +- {:.2f} | {} x 19,366 requests |",
+            "{:.3f} +- {:.3f} | {:+.2f}% +- {:.2f} | {} x 19,366 requests |",
             lambda: (
                 *rate_ci("Trace-v0", "smdp-adaptive"),
                 *score_ci("Trace-v0", "smdp-adaptive"),
+                *random_ci("Trace-v0", "smdp-adaptive"),
                 *gain_ci("Trace-v0", "smdp-adaptive"),
                 300,
             ),
@@ -2542,3 +2549,34 @@ def test_validation_page_quotes_the_cache_aware_routing_run(capsys):
         f"throughput within {abs(err[0]):.1f}%; its round-robin baseline's\n{err[1]:.1f}% high"
     )
     assert want in page, f"{VALIDATION} should say {want!r}"
+
+
+def test_benchmark_page_quotes_both_zero_points_of_the_stored_references():
+    """docs/benchmark.md's table of the score's zero points (issue 65): greedy's and the
+    best constant action's normalized score and score above random, and random's score,
+    as ``batch_env.scoring.paired_score`` gives them from the stored references."""
+    from batch_env.scoring import paired_score
+
+    page = page_text("docs/benchmark.md")
+    refs = load(REFERENCES)
+    for tid, ref in refs.items():
+        pols = ref["policies"]
+        if "random" not in pols or "best-constant" not in pols:
+            continue  # (the superseded LLMMemoryPressure-v0)
+
+        def sc(label, ref=ref, tid=tid):
+            f = ref["policies"][label]
+            return paired_score(tid, f["per_seed"], f["seeds"], ref)
+
+        g, c, r = sc("greedy"), sc("best-constant"), sc("random")
+        name = tid.removeprefix("batch_env/")
+        const = (
+            "(no score)"
+            if "ratio_to_bound" in c
+            else f"{c['normalized_score']:.3f}".replace("-0.000", "0.000")
+        )
+        want = (
+            f"| {name} | 0 / {g['score_vs_random']:.3f} | {const} / "
+            f"{c['score_vs_random']:.3f} | {r['normalized_score']:.3f} |"
+        )
+        assert want in page, f"docs/benchmark.md should say {want!r}"
