@@ -300,8 +300,10 @@ class Replica(LLMServer):
                 # every setting runs the same decodes: those before the next arrival that
                 # could come here, in one loop (exact, as on a lone server)
                 k, _it = run_decodes(self)
-                if k:
+                if k and not self.stretch_at_bound:
                     return self.now  # a boundary: its event runs begin() again
+                # (at the bound the next iteration runs through the scheduler, here: what
+                # the event at this boundary would do, without trying a stretch again)
             started = self.begin_iteration(self.cap, self.budget)
             if not started.outcome.iteration.empty:
                 self.in_flight = started

@@ -43,6 +43,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     result identical to running each iteration through the scheduler.
     """
     srv = server.state
+    server.stretch_at_bound = False
     R = srv.running
     kv = srv.kv
     bs, total = srv.block_size, kv.total
@@ -95,6 +96,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         energy = d * pw
         t = now + d
         if t >= t_next:
+            server.stretch_at_bound = True  # (so its caller need not try again here)
             break  # this iteration admits an arrival: the usual path
         if j:  # the rate estimate at that boundary (update_rate; no arrival came)
             rate = rate * exp(-(now - rate_t) / tau) + 0.0

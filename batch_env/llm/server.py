@@ -207,6 +207,10 @@ class LLMServer(ServingLoop):
         #: whether decode-only stretches run in one loop (:func:`~batch_env.llm.decode_runs.run_decodes`): with the
         #: chunked scheduler on the profile executor, outside the frame modes (whose
         #: timeline logs each iteration)
+        #: whether the last decode stretch stopped because its next iteration would end
+        #: at or after the next arrival (or clock change): that iteration runs through
+        #: the scheduler, and a caller at the same boundary need not try a stretch again
+        self.stretch_at_bound = False
         self.decode_runs = (
             isinstance(self.scheduler, ChunkedScheduler)
             and isinstance(self.executor, LLMProfileExecutor)
