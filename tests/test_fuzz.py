@@ -30,6 +30,7 @@ The number of examples is ``BATCH_ENV_FUZZ_EXAMPLES`` when set.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -583,6 +584,48 @@ def test_fuzz_llm_batching_v2(kw, seed, kind):
 @given(kw=routing_kwargs(), seed=SEEDS, kind=POLICIES)
 def test_fuzz_llm_routing(kw, seed, kind):
     fuzz_env(LLMRoutingEnv, kw, seed, kind)
+
+
+def _lazy_run(kw: dict, seed: int, read_all: bool) -> tuple:
+    """A cluster's episode at random unmasked routes, its replicas read at every arrival
+    (all brought up to it) or never (lazy): the summary, the routes, the end."""
+    env = make(LLMRoutingEnv, kw)  # (the kwargs are valid; the env is not used)
+    cluster = env.cluster
+    rng = np.random.default_rng(seed)
+    cluster.reset(seed=seed)
+    for _ in range(MAX_FUZZ_ARRIVALS):
+        g = cluster.next_arrival()
+        if g is None:
+            break
+        if read_all:
+            cluster.flush()
+        ok = np.flatnonzero(cluster.mask(g))
+        cluster.route(int(ok[rng.integers(len(ok))]))
+    else:
+        raise AssertionError(f"no end after {MAX_FUZZ_ARRIVALS} arrivals")
+    return cluster.summary(), tuple(cluster.routed), cluster.now
+
+
+#: arrivals a lazy-cluster fuzz episode may route (a bound: its episodes are short)
+MAX_FUZZ_ARRIVALS = 100_000
+
+
+@FUZZ
+@given(kw=routing_kwargs(), seed=SEEDS)
+def test_fuzz_lazy_replicas_give_the_episode_of_replicas_read_at_every_arrival(kw, seed):
+    """Lazy replicas (``batch_env.llm.cluster``: each runs only when routed to, read or
+    marked; the end found replica by replica) give the episode that bringing every
+    replica up to every arrival gives: summary, routes and end time, on any settings
+    (horizons, windows, classes, prefix caching, masks, heterogeneous replicas)."""
+    lazy = _lazy_run(kw, seed, read_all=False)
+    read = _lazy_run(kw, seed, read_all=True)
+    assert lazy[1:] == read[1:]
+    a, b = (json.dumps(x[0], sort_keys=True, default=repr) for x in (lazy, read))  # (NaNs)
+    assert a == b, [
+        k
+        for k in lazy[0]
+        if json.dumps(lazy[0][k], default=repr) != json.dumps(read[0][k], default=repr)
+    ]
 
 
 @pytest.mark.slow
