@@ -14,7 +14,7 @@ batching and LazyBatching for
 SLA-feedback batch sizing for ``LLMBatching-v0``; token budgets for the chunked
 scheduler; admission orders for ``LLMBatching-v2``, with the oracle ``oracle-srpt``),
 ``routers`` (which replica takes each request on ``LLMRouting-v0``: vidur's, SGLang's,
-Dynamo's and llm-d's rules); shared pieces in ``common``.
+Dynamo's, llm-d's and LVS's rules); shared pieces in ``common``.
 """
 
 from __future__ import annotations

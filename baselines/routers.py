@@ -24,7 +24,13 @@ that ``docs/routers.md`` names (where its sources and the deviations below are g
   smallest cache then at random;
 * ``llm-d``: llm-d's default scheduling profile, scorers ``queue`` (weight 2),
   ``kv-cache-utilization`` (2) and ``prefix-cache`` (3), max-score picker (ties at
-  random).
+  random);
+* ``sed``: the Linux Virtual Server's shortest expected delay (``ip_vs_sed.c``): the
+  fewest ``(requests in flight + 1) / weight``, each replica's weight its nominal decode
+  rate (``info["replicas"]["speed"]``: what an operator configures for a GPU; ties to
+  the lowest index). Not one of issue 66's list: the load balancers' own rule for
+  servers of different speeds, added because on a cluster of A100s and H200s it beats
+  every router above by 6-8% (``docs/results/routing-candidates.md``).
 
 Deviations, all documented: the cache-aware rules read each replica's actual prefix
 cache (the quantity SGLang's router-side character tree and llm-d's approximate
@@ -295,6 +301,16 @@ class LLMDRouter(_Router):
         return self._random_among(score == score.max())
 
 
+class SEDRouter(_Router):
+    """The Linux Virtual Server's ``sed`` (shortest expected delay; module docstring):
+    the fewest ``(in_flight + 1) / speed`` among the unmasked replicas."""
+
+    name = "sed"
+
+    def choose(self, v: dict[str, np.ndarray], mask: np.ndarray, info: dict[str, Any]) -> int:
+        return self._first_min((v["in_flight"] + 1.0) / np.maximum(v["speed"], 1e-12), mask)
+
+
 #: the routers by name (``baselines.make``)
 ROUTERS: dict[str, type[_Router]] = {
     cls.name: cls
@@ -307,5 +323,6 @@ ROUTERS: dict[str, type[_Router]] = {
         SGLangCacheAwareRouter,
         DynamoKVRouter,
         LLMDRouter,
+        SEDRouter,
     )
 }

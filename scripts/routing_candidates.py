@@ -1,13 +1,14 @@
 """The first numbers behind issue 66's item 4: how the shipped routers compare on
-candidate routing tasks on the Mooncake conversation trace, and how far a tuned
-parameter of the best one moves it.
+candidate routing tasks (three on the Mooncake conversation trace, one with Poisson
+arrivals on a cluster of A100s and H200s), and how far a tuned parameter of the best
+one moves it.
 
 A routing task is to be registered only where a realizable policy that reads the state
 beats the best router baseline by at least 5% on held-out seeds. This script measures
-the baselines' side: for each candidate setting (replicas, the trace's rate:
-``target_rate_per_s``, each seed replaying the trace from its own offset; 500 warm-up
-and 2,000 summary requests) every router of ``baselines.routers`` with its source's
-defaults, and two tuned variants (SGLang's ``cache_threshold`` 0.1, Dynamo's
+the baselines' side: for each candidate setting (replicas, the rate: a trace's
+``target_rate_per_s``, each seed replaying the trace from its own offset, or a Poisson
+``rate_per_s``; 500 warm-up and 2,000 summary requests) every router of
+``baselines.routers`` with its source's defaults, and two tuned variants (SGLang's ``cache_threshold`` 0.1, Dynamo's
 ``overlap_score_weight`` 16), each on the same seeds; the table gives each one's cost
 per second (minus the summary's reward rate), mean TTFT, prefix hit rate and its cost
 above the best default router, paired per seed with a 95% Student-t CI::
@@ -45,11 +46,15 @@ COMMON = {
     "warmup_requests": 500,
 }
 H100, A100 = {"profile": "llama-3.1-8b-h100"}, {"profile": "llama-3.1-8b-a100"}
-#: the candidate settings: name, replicas, trace rate (requests/s)
-SETTINGS: tuple[tuple[str, list[dict[str, Any]], float], ...] = (
-    ("4 x 8B/H100, 4.0/s", [H100] * 4, 4.0),
-    ("4 x 8B/H100, 5.5/s (overload)", [H100] * 4, 5.5),
-    ("2 x 8B/A100 + 2 x 8B/H100, 3.5/s", [A100, A100, H100, H100], 3.5),
+H200 = {"profile": "llama-3.1-8b-h200"}
+#: Poisson arrivals with the default (Azure conversation) lengths, no prefixes
+POISSON: dict[str, Any] = {"kind": "poisson"}
+#: the candidate settings: name, replicas, workload, rate (requests/s)
+SETTINGS: tuple[tuple[str, list[dict[str, Any]], dict[str, Any], float], ...] = (
+    ("4 x 8B/H100, 4.0/s", [H100] * 4, MOONCAKE, 4.0),
+    ("4 x 8B/H100, 5.5/s (overload)", [H100] * 4, MOONCAKE, 5.5),
+    ("2 x 8B/A100 + 2 x 8B/H100, 3.5/s", [A100, A100, H100, H100], MOONCAKE, 3.5),
+    ("2 x 8B/A100 + 2 x 8B/H200, Poisson 8/s", [A100, A100, H200, H200], POISSON, 8.0),
 )
 TUNED = ("sglang-cache-aware:cache_threshold=0.1", "dynamo-kv:overlap_score_weight=16")
 
@@ -94,13 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         "| setting | router | cost per s | TTFT ms | prefix hits | vs the best default |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for name, replicas, rate in SETTINGS:
+    for name, replicas, workload, rate in SETTINGS:
+        key = "target_rate_per_s" if workload.get("kind") == "trace" else "rate_per_s"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             env = gym.make(
                 "batch_env/LLMRouting-v0",
                 replicas=replicas,
-                workload={**MOONCAKE, "target_rate_per_s": rate},
+                workload={**workload, key: rate},
                 horizon_requests=args.requests,
                 **COMMON,
             )

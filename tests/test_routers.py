@@ -33,6 +33,7 @@ def view(n=4, **cols):
         "block_size": np.full(n, 16),
         "prefill_tokens": np.zeros(n, int),
         "ttft_recent_s": np.zeros(n),
+        "speed": np.full(n, 1000.0),
         "max_num_seqs": np.full(n, 256),
         "mask": np.ones(n, bool),
     }
@@ -178,6 +179,20 @@ def test_llm_d_adds_weighted_scores():
     # half a hit (1.5) does not beat the queue score (2)
     v = view(prefix_blocks=[0, 50, 0, 0], waiting=[0, 4, 4, 4])
     assert r.act(None, v) == 0
+
+
+def test_sed_weighs_the_requests_in_flight_by_speed():
+    """LVS's shortest expected delay: (in flight + 1) / weight, the weight the replica's
+    nominal decode rate; ties to the lowest index."""
+    r = router("sed")
+    speed = [1000.0, 1000.0, 2400.0, 2400.0]
+    # (3+1)/1000 = 0.004 against (10+1)/2400 = 0.0046: the slow idle-ish replica
+    assert r.act(None, view(in_flight=[3, 5, 10, 10], speed=speed)) == 0
+    # (3+1)/1000 = 0.004 against (8+1)/2400 = 0.00375: the fast one, busier
+    assert r.act(None, view(in_flight=[3, 5, 8, 10], speed=speed)) == 2
+    # equal speeds: the shortest queue, ties to the lowest index; the mask holds
+    assert r.act(None, view(in_flight=[2, 1, 1, 5])) == 1
+    assert r.act(None, view(in_flight=[2, 1, 1, 5], mask=[1, 0, 1, 1])) == 2
 
 
 @pytest.mark.parametrize("name", sorted(ROUTERS))

@@ -160,6 +160,7 @@ class Replica(LLMServer):
         self._end_pending = False
         #: the last :data:`RECENT_TTFT` first tokens' TTFTs (s), what a router reads
         self.recent_ttft: deque[float] = deque(maxlen=RECENT_TTFT)
+        self.nominal_speed = self._nominal_speed()
 
     # -- the loop's hooks: arrivals come from the cluster ------------------------------
     def to_first_arrival(self) -> None:
@@ -179,6 +180,8 @@ class Replica(LLMServer):
         self.recent_ttft.clear()
         cap, budget, order, clock = self.setting
         self.set(cap, budget, order, clock)
+        #: its nominal decode rate at its setting's clock (tokens/s; ``_nominal_speed``)
+        self.nominal_speed = self._nominal_speed()
 
     def absorb(self, t_end: float, j: int, power_w: float) -> None:
         """The server's, and the end mark once the cluster's arrivals have ended and what
@@ -270,6 +273,14 @@ class Replica(LLMServer):
         if m <= 0:
             return 0
         return cast("PrefixKVCache", self.state.kv).match(units, m)[0]
+
+    def _nominal_speed(self) -> float:
+        """Its nominal decode rate (tokens/s): one decode step of 32 running requests
+        with 1,024-token contexts, from its profile at its clock; the static weight an
+        operator gives a load balancer for this replica (``sed``)."""
+        p = self.profile
+        b = min(32, p.max_batch_size or 32)
+        return b / p.decode_time_s(b, b * 1024)
 
     def prefill_tokens(self) -> int:
         """Prompt tokens it has still to prefill: the waiting requests' (their prompts
@@ -668,7 +679,8 @@ class LLMCluster:
           not: :mod:`batch_env.llm.router_tree`), and ``routed_tokens``: that tree's
           size there (0 without prefix hashes);
         * ``ttft_recent_s``: the mean TTFT of its last :data:`RECENT_TTFT` first tokens
-          (0 before any); ``max_num_seqs``; ``mask`` (:meth:`mask`).
+          (0 before any); ``speed``: its nominal decode rate (``Replica.nominal_speed``,
+          tokens/s); ``max_num_seqs``; ``mask`` (:meth:`mask`).
 
         ``g=None`` (no arrival: the episode's end): the request's columns are 0, no
         replica masked.
@@ -696,6 +708,7 @@ class LLMCluster:
                 ("block_size", bs),
                 ("prefill_tokens", rep.prefill_tokens()),
                 ("ttft_recent_s", sum(rt) / len(rt) if rt else 0.0),
+                ("speed", rep.nominal_speed),
                 ("max_num_seqs", rep.config.max_num_seqs),
             ):
                 cols[k].append(v)
@@ -794,6 +807,7 @@ _VIEW_KEYS = (
     "block_size",
     "prefill_tokens",
     "ttft_recent_s",
+    "speed",
     "max_num_seqs",
 )
 
