@@ -2537,7 +2537,12 @@ def test_validation_page_quotes_the_cache_aware_routing_run(capsys):
     seconds), the ratio is within 15%, and the page's summary quotes its errors."""
     mod = script("validate_cache_aware_routing")
     assert mod.main([]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ")]
+    own = out.strip().splitlines()[-1]  # the default rule, reading the caches
+    tps = own.split(": ")[1].split(" prompt")[0]
+    assert f"({tps} prompt" in (ROOT / VALIDATION).read_text(), own
+    assert own.endswith("+0.0% against round robin"), own
     assert len(rows) == 2 + len(mod.PUBLISHED) + 1
     page = (ROOT / VALIDATION).read_text()
     for row in rows:
