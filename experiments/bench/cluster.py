@@ -33,6 +33,18 @@ CLUSTER_BENCH_SETTINGS: dict[str, Any] = {
 }
 
 
+def _round_robin(n: int, view: bool) -> Callable[[LLMCluster, int], int]:
+    """Round robin over ``n`` replicas for :meth:`LLMCluster.run` (arrival ``g`` to
+    replica ``g % n``), building the router's view of every replica first if ``view``."""
+
+    def route(cluster: LLMCluster, g: int) -> int:
+        if view:
+            cluster.replica_view(g)
+        return g % n
+
+    return route
+
+
 def cluster_cost(n: int, requests: int, seed: int = 0, view: bool = True) -> dict[str, float]:
     """One episode of ``requests`` summary requests on ``n`` replicas behind round robin
     (:data:`CLUSTER_BENCH_SETTINGS`): CPU seconds, requests routed, the summary's mean
@@ -47,16 +59,10 @@ def cluster_cost(n: int, requests: int, seed: int = 0, view: bool = True) -> dic
         )
     t0 = time.process_time()
     cluster.reset(seed=seed)
-    k = 0
-    while (g := cluster.next_arrival()) is not None:
-        if view:
-            cluster.replica_view(g)
-        cluster.route(k % n)
-        k += 1
-    s = cluster.summary()
+    s = cluster.run(_round_robin(n, view))
     return {
         "cpu_s": time.process_time() - t0,
-        "routed": float(k),
+        "routed": float(len(cluster.routed)),
         "completed": float(s["completed"]),
         "latency_mean_ms": float(s["latency_mean_ms"]),
     }
@@ -82,16 +88,12 @@ def simulated_minute(n: int, seed: int = 0) -> dict[str, float]:
         )
     t0 = time.process_time()
     cluster.reset(seed=seed)
-    k = 0
-    while cluster.next_arrival() is not None:
-        cluster.route(k % n)
-        k += 1
-    s = cluster.summary()
+    s = cluster.run(_round_robin(n, False))
     cpu = time.process_time() - t0
     return {
         "replicas": float(n),
         "summary_requests": float(requests),
-        "routed": float(k),
+        "routed": float(len(cluster.routed)),
         "cpu_s": cpu,
         "cpu_us_per_request": 1e6 * cpu / requests,
         "simulated_s": float(s["elapsed_s"]),
