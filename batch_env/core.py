@@ -612,6 +612,14 @@ class ServingLoop:
         """Buffered arrivals not yet admitted or dropped."""
         return len(self._buf) - self.arrival_index
 
+    def pending_latency(self, t: float) -> float:
+        """The latency its requests accrue from its clock to ``t`` (>= the clock), not yet
+        integrated: those in the system for the whole span, each buffered arrival not yet
+        admitted from its arrival time (counted until it is admitted or dropped)."""
+        i = self.arrival_index
+        j = bisect_right(self._buf, t, i)
+        return self.in_system * (t - self.now) + (j - i) * t - math.fsum(self._buf[i:j])
+
     def next_unadmitted(self) -> float:
         """The first buffered arrival not yet admitted (``inf``: none), drawing nothing."""
         i = self.arrival_index

@@ -338,3 +338,37 @@ def test_a_realizable_fork_keeps_what_has_come_and_redraws_the_rest():
             done = t1 or t2
     assert futures[0] != futures[1]
     assert env.cluster.times[:n] == before[0] and env.request_counts() == before[2]
+
+
+def test_accrued_rewards_add_up_to_the_same_cost_charged_as_it_is_incurred():
+    """``reward_timing="accrue"``: each step is charged the latency and energy accrued in
+    its span (the iterations in progress included), so the energy a step is charged is
+    its span times the cluster's power, never negative; the episode's rewards add up to
+    the committed cost, as with the default; the two differ step by step."""
+    kw = dict(replicas=3, workload={"kind": "poisson", "rate_per_s": 9.0}, horizon_requests=150)
+    runs = {}
+    for timing in ("commit", "accrue"):
+        env = make(reward_timing=timing, **kw)
+        pol = baselines.make("power-of-two", env)
+        pol.reset(seed=2)
+        obs, info = env.reset(seed=2)
+        rewards, energy, done = [], [], False
+        while not done:
+            obs, r, term, trunc, info = env.step(pol.act(obs, info))
+            rewards.append(r)
+            energy.append(info["reward_components"]["energy"])
+            done = term or trunc
+        cl = env.unwrapped.cluster
+        L, E, M, D = cl.costs()
+        w = env.unwrapped.config.reward_weights
+        assert sum(rewards) == pytest.approx(
+            -(w.latency * L + w.energy * E + w.sla * M + w.drop * D), rel=1e-9
+        )
+        runs[timing] = (rewards, energy, info["serving"])
+    (rc, ec, sc), (ra, ea, sa) = runs["commit"], runs["accrue"]
+    assert sc == sa  # the same episode
+    assert min(ea) >= 0.0 and ea != ec and ra != rc
+    zero_c = sum(e == 0.0 for e in ec)
+    assert sum(e == 0.0 for e in ea) < zero_c  # committed: steps with no iteration end
+    with pytest.raises(ValueError, match="reward_timing='soon'"):
+        make(reward_timing="soon", **kw)

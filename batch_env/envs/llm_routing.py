@@ -60,6 +60,7 @@ class LLMRoutingEnv(ServingEnv):
     * ``render_mode``: ``None``, ``"ansi"`` (a line of text per replica), ``"rgb_array"``
       or ``"human"`` (a row per replica: waiting, running, KV use; the last routed
       replica marked: :class:`batch_env.render.ClusterView`).
+    * ``reward_timing``: ``"commit"`` (default) or ``"accrue"`` (Reward, below).
 
     ## Action space
 
@@ -79,7 +80,12 @@ class LLMRoutingEnv(ServingEnv):
     Minus the cost the replicas committed between two decisions: the weighted sum of the
     latency integral, energy, SLA misses and drops summed over the replicas (each
     commits at its iteration boundaries, so a step's cost is that of the iterations that
-    ended in it); over an episode the rewards add up to its cost.
+    ended in it); over an episode the rewards add up to its cost. With
+    ``reward_timing="accrue"`` a step is charged the latency and energy accrued in its
+    own span instead, the iterations in progress included
+    (:meth:`~batch_env.llm.cluster.LLMCluster.accrued_costs`): the same sum over an
+    episode, spread in time as the cost is incurred (misses and drops are charged when
+    they happen, in both).
 
     ## Info
 
@@ -111,9 +117,16 @@ class LLMRoutingEnv(ServingEnv):
         *,
         render_mode: str | None = None,
         task: str | None = None,
+        reward_timing: str = "commit",
         **settings: Any,
     ) -> None:
         """The env (class docstring: Arguments)."""
+        if reward_timing not in ("commit", "accrue"):
+            raise ValueError(
+                f"reward_timing={reward_timing!r} is invalid: 'commit' (the cost committed "
+                "between decisions) or 'accrue' (the cost accrued in each step's span)"
+            )
+        self._accrue = reward_timing == "accrue"
         self.task = task
         self._set_render_mode(render_mode)
         if isinstance(replicas, bool) or not isinstance(replicas, (int, list, tuple)):
@@ -175,7 +188,7 @@ class LLMRoutingEnv(ServingEnv):
         super().reset(seed=seed)
         cl = self.cluster
         cl.reset(self._episode_seed(seed), options)
-        self._base = cl.costs()
+        self._base = cl.costs()  # (every replica at 0: nothing accrued)
         self._g = cl.next_arrival()
         if self._g is None:
             raise ValueError(
@@ -200,7 +213,7 @@ class LLMRoutingEnv(ServingEnv):
         t0 = cl.now
         self._g = cl.next_arrival()
         dt = cl.now - t0
-        L, E, M, D = cl.costs()
+        L, E, M, D = cl.accrued_costs() if self._accrue and self._g is not None else cl.costs()
         L0, E0, M0, D0 = self._base
         self._base = (L, E, M, D)
         comps = {"latency": L - L0, "energy": E - E0, "sla": M - M0, "drop": float(D - D0)}
@@ -308,7 +321,7 @@ def _signature() -> inspect.Signature:
     for f in fields(LLMConfigV2):
         default = None if f.default is MISSING else f.default
         params.append(inspect.Parameter(f.name, keyword, default=default))
-    return inspect.Signature([*params, *own[3:5]], return_annotation=None)
+    return inspect.Signature([*params, *own[3:6]], return_annotation=None)
 
 
 def _features(n: int) -> tuple[ObsFeature, ...]:

@@ -779,6 +779,20 @@ class LLMCluster:
             D += rep.drops
         return L, E, M, D
 
+    def accrued_costs(self) -> tuple[float, float, float, int]:
+        """:meth:`costs` and what each replica has accrued since its clock up to the
+        cluster's (the iteration in progress, or idle time): its requests' latency
+        (:meth:`batch_env.core.ServingLoop.pending_latency`) and its power's energy. The
+        next commits take it back in, so the two agree once every replica is at the
+        cluster's clock (an arrival that is then dropped counts until its drop)."""
+        L, E, M, D = self.costs()
+        t = self.now
+        for rep in self.replicas:
+            if t > rep.now:
+                L += rep.pending_latency(t)
+                E += rep.power_w * (t - rep.now)
+        return L, E, M, D
+
     def summary(self) -> dict[str, Any]:
         """The episode summary, the replicas' at the cluster's clock: the cluster's own
         keys (:func:`batch_env.metrics.llm_episode_summary` over every replica's summary
