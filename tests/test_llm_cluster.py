@@ -359,3 +359,38 @@ def test_the_vidur_comparison_runs_this_side_and_refuses_bad_input(capsys):
         assert cells[6].endswith("x") and float(cells[3]) > 0, row
     assert mod.main(["--requests", "5"]) == 2
     assert "--requests must be >= 100" in capsys.readouterr().err
+
+
+def test_the_episode_ends_at_its_last_summary_requests_completion(tmp_path):
+    """After the end mark no replica runs past the episode's end: on a finite trace,
+    where the arrivals end while replicas still hold requests outside the window, the
+    cluster's clock stops at the last summary request's completion (a replica whose own
+    summary requests are done may not run a decode stretch then)."""
+    rng = np.random.default_rng(0)
+    rows, t = ["t,ContextTokens,GeneratedTokens"], 0.0
+    for _ in range(120):
+        t += rng.exponential(0.15)
+        rows.append(f"{t:.4f},{int(rng.integers(50, 800))},{int(rng.integers(20, 600))}")
+    path = tmp_path / "trace.csv"
+    path.write_text("\n".join(rows) + "\n")
+    workload = {
+        "kind": "trace",
+        "path": str(path),
+        "timestamp_column": "t",
+        "prompt_tokens_column": "ContextTokens",
+        "output_tokens_column": "GeneratedTokens",
+        "loop": False,
+    }
+    for n in (1, 3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = LLMCluster.build([{}] * n, workload, horizon_requests=100, warmup_requests=10)
+        c.reset(seed=0)
+        s = c.run(lambda _c, g, n=n: g % n)
+        assert s["completed"] == 100
+        last = 0.0
+        for rep in c.replicas:
+            hi = rep.window_end if rep.window_end is not None else len(rep.arrivals)
+            done = [x for x in rep.finished_at[rep.window.entry : hi] if x is not None]
+            last = max([last, *done])
+        assert c.now == last, (n, c.now, last)

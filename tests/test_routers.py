@@ -352,11 +352,12 @@ def test_accrued_rewards_add_up_to_the_same_cost_charged_as_it_is_incurred():
         pol = baselines.make("power-of-two", env)
         pol.reset(seed=2)
         obs, info = env.reset(seed=2)
-        rewards, energy, done = [], [], False
+        rewards, energy, latency, done = [], [], [], False
         while not done:
             obs, r, term, trunc, info = env.step(pol.act(obs, info))
             rewards.append(r)
             energy.append(info["reward_components"]["energy"])
+            latency.append(info["reward_components"]["latency"])
             done = term or trunc
         cl = env.unwrapped.cluster
         L, E, M, D = cl.costs()
@@ -364,11 +365,13 @@ def test_accrued_rewards_add_up_to_the_same_cost_charged_as_it_is_incurred():
         assert sum(rewards) == pytest.approx(
             -(w.latency * L + w.energy * E + w.sla * M + w.drop * D), rel=1e-9
         )
-        runs[timing] = (rewards, energy, info["serving"])
-    (rc, ec, sc), (ra, ea, sa) = runs["commit"], runs["accrue"]
+        runs[timing] = (rewards, energy, latency, info["serving"])
+    (rc, ec, lc, sc), (ra, ea, la, sa) = runs["commit"], runs["accrue"]
     assert sc == sa  # the same episode
     assert min(ea) >= 0.0 and ea != ec and ra != rc
     zero_c = sum(e == 0.0 for e in ec)
     assert sum(e == 0.0 for e in ea) < zero_c  # committed: steps with no iteration end
+    # the requests' latency accrues at every step they are in the system (no drops here)
+    assert min(la) >= 0.0 and sum(x == 0.0 for x in la) < sum(x == 0.0 for x in lc)
     with pytest.raises(ValueError, match="reward_timing='soon'"):
         make(reward_timing="soon", **kw)
