@@ -20,6 +20,30 @@ import batch_env  # noqa: F401 (registers the ids)
 MAX_STEPS = 100_000_000
 
 
+def trace_workload(
+    path: Path,
+    columns: tuple[str, str, str],
+    time_unit: str = "s",
+    prefix_block_tokens: int | None = None,
+) -> dict[str, Any]:
+    """The workload of the trace file at ``path``, played once: its timestamp,
+    prompt-tokens and output-tokens ``columns``, the timestamps' ``time_unit``, and with
+    ``prefix_block_tokens`` a JSONL trace's ``hash_ids`` at that many tokens a block."""
+    ts, prompt, output = columns
+    workload: dict[str, Any] = {
+        "kind": "trace",
+        "path": str(path),
+        "timestamp_column": ts,
+        "time_unit": time_unit,
+        "prompt_tokens_column": prompt,
+        "output_tokens_column": output,
+        "loop": False,
+    }
+    if prefix_block_tokens is not None:
+        workload.update(prefix_hashes_column="hash_ids", prefix_block_tokens=prefix_block_tokens)
+    return workload
+
+
 def replay(
     path: Path,
     n: int,
@@ -45,18 +69,7 @@ def replay(
     :param env_kwargs: ``LLMBatching-v1``'s other arguments (``profile``, ``max_num_seqs``,
         ``max_num_batched_tokens``, ``max_model_len``, ``prefix_caching``, ...).
     """
-    ts, prompt, output = columns
-    workload: dict[str, Any] = {
-        "kind": "trace",
-        "path": str(path),
-        "timestamp_column": ts,
-        "time_unit": time_unit,
-        "prompt_tokens_column": prompt,
-        "output_tokens_column": output,
-        "loop": False,
-    }
-    if prefix_block_tokens is not None:
-        workload.update(prefix_hashes_column="hash_ids", prefix_block_tokens=prefix_block_tokens)
+    workload = trace_workload(path, columns, time_unit, prefix_block_tokens)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = gym.make(

@@ -55,6 +55,9 @@ import numpy as np
 from baselines.routers import RoundRobinRouter, SGLangCacheAwareRouter
 from batch_env.llm.cluster import LLMCluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_replay import trace_workload  # noqa: E402 (one trace workload, shared)
+
 CITATION = (
     'The SGLang Team, "SGLang v0.4: Zero-Overhead Batch Scheduler, Cache-Aware Load '
     'Balancer, Faster Structured Outputs", LMSYS blog, 2024-12-04 '
@@ -98,17 +101,9 @@ def router_v04() -> SGLangCacheAwareRouter:
 def simulate(trace: Path, router: Any, order: str = "longest-prefix") -> dict[str, Any]:
     """One run of the 1,024 prompts on the eight replicas at the admission ``order``: the
     cluster's summary."""
-    workload = {
-        "kind": "trace",
-        "path": str(trace),
-        "timestamp_column": "timestamp",
-        "time_unit": "ms",
-        "prompt_tokens_column": "input_length",
-        "output_tokens_column": "output_length",
-        "prefix_hashes_column": "hash_ids",
-        "prefix_block_tokens": HASH_BLOCK,
-        "loop": False,
-    }
+    workload = trace_workload(
+        trace, ("timestamp", "input_length", "output_length"), "ms", HASH_BLOCK
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # (a trace draws nothing from the seed)
         cluster = LLMCluster.build(

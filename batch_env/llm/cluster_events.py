@@ -51,30 +51,12 @@ class ReplicaEvents:
             if self.eager:
                 heapq.heappush(self._heap, (t, r))
 
-    def _run(self, r: int, te: float) -> None:
-        self.ev[r] = _INF
-        rep = self.replicas[r]
-        rep.on_event(te)
-        self.schedule(r, rep.begin())
-
-    def advance(self, r: int, t: float) -> None:
-        """Run replica ``r``'s events before ``t``, in its own time order."""
-        ev = self.ev
-        for _ in range(MAX_EVENTS):
-            te = ev[r]
-            if te >= t:
-                return
-            self._run(r, te)
-        raise RuntimeError(
-            f"LLMCluster: replica {r} ran {MAX_EVENTS} events without reaching t={t} "
-            "(bound MAX_EVENTS)"
-        )
-
-    def done_by(self, r: int, t: float) -> bool:
-        """Run replica ``r``'s events before ``t`` until its summary requests are all done
-        (stopping at that instant, its clock there); whether they are."""
+    def advance(self, r: int, t: float, until_done: bool = False) -> bool:
+        """Run replica ``r``'s events before ``t``, in its own time order; with
+        ``until_done``, stop as soon as its summary requests are all done (at that
+        instant, its clock there). Returns whether they are (with ``until_done``)."""
         rep, ev = self.replicas[r], self.ev
-        if rep.summary_done():
+        if until_done and rep.summary_done():
             return True
         for _ in range(MAX_EVENTS):
             te = ev[r]
@@ -82,11 +64,11 @@ class ReplicaEvents:
                 return False
             ev[r] = _INF
             rep.on_event(te)
-            if rep.summary_done():
+            if until_done and rep.summary_done():
                 ev[r] = te  # its begin() at te is left to its next run (a no-op event first)
                 return True
             self.schedule(r, rep.begin())
-            if rep.summary_done():  # (a decode stretch ended at its last completion)
+            if until_done and rep.summary_done():  # (a stretch ended at its last completion)
                 return True
         raise RuntimeError(
             f"LLMCluster: replica {r} ran {MAX_EVENTS} events without reaching t={t} "
@@ -98,7 +80,7 @@ class ReplicaEvents:
         (the replicas known done are not run; the first one found not done answers)."""
         left = self.not_done
         while left:
-            if not self.done_by(left[-1], t):
+            if not self.advance(left[-1], t, until_done=True):
                 return True
             left.pop()
         return False
