@@ -542,6 +542,13 @@ def run_episode(env, seed: int, kind: str, policy_seed: int, invalid_every: int 
 
 def fuzz_env(cls, kw: dict, seed: int, kind: str) -> None:
     env = make(cls, kw)
+    if cls is LLMRoutingEnv:  # a routing episode needs an arrival to route: refused at reset
+        try:
+            env.reset(seed=seed)
+        except ValueError as e:
+            assert "ended before its first arrival" in str(e), e
+            event("refused at reset: no arrival")
+            assume(False)
     event(f"workload {env.workload.kind}")
     env.workload = _CountingWorkload(env.workload)
     if hasattr(env, "cluster"):  # the cluster draws its arrivals from replica 0's workload

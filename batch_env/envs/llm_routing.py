@@ -191,10 +191,14 @@ class LLMRoutingEnv(ServingEnv):
         self._base = cl.costs()  # (every replica at 0: nothing accrued)
         self._g = cl.next_arrival()
         if self._g is None:
-            raise ValueError(
-                "LLMRouting-v0: the episode ended before its first arrival (a horizon_s "
-                "shorter than the first arrival, or a workload without arrivals)"
+            rejected = len(cl.intake.rejected_at)
+            why = (
+                f"every one of its {rejected} arrivals was rejected: no prompt fits any "
+                f"replica's max_model_len (the largest {self._max_model_len})"
+                if rejected
+                else "a horizon_s shorter than the first arrival, or a workload without arrivals"
             )
+            raise ValueError(f"LLMRouting-v0: the episode ended before its first arrival ({why})")
         self._episode_started()
         out = self._obs(), self._info(dict(_NO_COSTS), 0.0)
         if self.render_mode == "human":
