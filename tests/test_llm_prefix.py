@@ -223,6 +223,43 @@ def test_v2s_trajectory_is_v1s_with_prefix_caching(workload, scheduler):
         assert summary2["cascade_iterations"] > steps2, summary2  # in decode runs too
 
 
+def test_decode_stretches_are_exact_where_evictions_reorder_the_longest_prefix_queue():
+    """Requests wait on a small cache while the running ones decode: the decodes' blocks
+    evict cached ones, which can make another waiting request the longest-prefix order's
+    first and let it fit with no completion, so a decode stretch must not run past such a
+    boundary (nor begin the iteration that admits the next arrival there). v2 with its
+    stretches gives, step for step, what it gives running every iteration through the
+    scheduler. Seed 3 found stretches that ran on past such a boundary (6 of 30 seeds
+    did, before stretches stopped running while requests wait with prefix caching);
+    seed 1, a stretch that began the decode past it (``scripts/llm_outputs.py``'s
+    runs)."""
+    kw = {
+        "workload": {"kind": "sessions", "rate_per_s": 12.0, "system_prompts": 4},
+        "orders": ["fcfs", "longest-prefix"],
+        "budget_grid": [512, 2048],
+        "gpu_memory_utilization": 0.3,
+        "horizon_requests": 60,
+        "warmup_requests": 10,
+    }
+
+    def episode(decode_runs, seed):
+        env = make(V2, **kw)
+        env.unwrapped.server.decode_runs = decode_runs
+        rng = np.random.default_rng(seed)
+        obs, _ = env.reset(seed=seed)
+        out = [obs.tobytes()]
+        while True:
+            obs, r, _, trunc, info = env.step(int(rng.integers(env.action_space.n)))
+            out.append((obs.tobytes(), repr(r), env.unwrapped.server.iterations))
+            if trunc:
+                return out, json.dumps(info["serving"])
+
+    for seed in (1, 3):
+        runs, stepwise = episode(True, seed), episode(False, seed)
+        assert runs == stepwise
+        assert json.loads(runs[1])["prefix_evictions"] > 0
+
+
 def test_longest_prefix_admits_the_longest_cached_prefix_first_and_fcfs_above_its_switch():
     """The order's first candidate has the most cached blocks (ties: the queue's order);
     with more than longest_prefix_fcfs_above waiting it is the queue itself."""

@@ -309,12 +309,14 @@ class Replica(LLMServer):
                 and not (self.end_marked and self.summary_done() and not self.may_stretch_done())
             ):
                 # every setting runs the same decodes: those before the next arrival that
-                # could come here, in one loop (exact, as on a lone server)
-                k, _it = run_decodes(self)
-                if k and not self.stretch_at_bound:
+                # could come here, in one loop (exact, as on a lone server), and the one
+                # that ends after it, begun
+                k, _it, crossing = run_decodes(self)
+                if crossing is not None:
+                    self.in_flight = crossing
+                    return crossing.end_s
+                if k:
                     return self.now  # a boundary: its event runs begin() again
-                # (at the bound the next iteration runs through the scheduler, here: what
-                # the event at this boundary would do, without trying a stretch again)
             started = self.begin_iteration(self.cap, self.budget)
             if not started.outcome.iteration.empty:
                 self.in_flight = started

@@ -3,8 +3,12 @@
 Where no prefill is in progress and every setting runs the same decode (nothing waits, or
 no setting admits anything), the coming iterations are decode steps of every running
 request until the next arrival, a decode that needs a KV block not free, the episode's
-end, or (when requests wait) the first completion. :func:`run_decodes` runs them without
-the scheduler, to the bit as it would: the same times, energy, latency and KV-use
+end, or (when requests wait) the first completion; the one that ends after the next
+arrival is begun too, for the caller to end as it ends the scheduler's (it admits the
+arrival). With prefix caching no stretch runs while requests wait: the decodes' blocks
+evict cached ones, which can change the request the longest-prefix order offers first,
+and let it fit with no completion. :func:`run_decodes` runs them without the scheduler,
+to the bit as it would: the same times, energy, latency and KV-use
 integrals summed in the same order, the same completions, the rate estimate brought up
 to every boundary; each request's tokens and blocks, the recent windows and the counters
 are brought up to date once, at the end (:func:`catch_up`), and the loop's clock and
@@ -18,17 +22,28 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection
 from typing import Any
 
 from .orders import candidates
-from .scheduler import Iteration, new_iteration
+from .scheduler import Iteration, Started, new_iteration, new_outcome
 
 
-def run_decodes(server: Any) -> tuple[int, Iteration | None]:
+def run_decodes(server: Any) -> tuple[int, Iteration | None, Started | None]:
     """Run the coming decode-only iterations in one loop: those before the next
     arrival, while no decode needs a KV block that is not free, and until the episode
-    ends (or, when requests wait, the first completion). Returns how many ran and the
-    last.
+    ends (or, when requests wait, the first completion). Returns how many ran, the last,
+    and the decode that ends after the next arrival, begun (``None`` where the stretch
+    stopped for another reason, or where its first iteration would end after it).
+
+    That last decode begins before the arrival, where no setting admits a waiting
+    request, so it is a decode of every running request, as the scheduler would begin
+    it: the caller ends it
+    (:meth:`~batch_env.llm.LLMServer.end_iteration`, which admits the arrival) as it
+    would end the scheduler's. Begun here, it is planned, started and applied to the
+    bit as :meth:`~batch_env.llm.LLMServer.begin_iteration` does: its blocks taken, its
+    tokens generated, its completions out of the running list with their blocks held,
+    its figures the loop's.
 
     Called at a boundary where no prefill is in progress and every setting runs the
     same decode (nothing waits, or no setting admits anything), with the profile
@@ -43,7 +58,6 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     result identical to running each iteration through the scheduler.
     """
     srv = server.state
-    server.stretch_at_bound = False
     R = srv.running
     kv = srv.kv
     bs, total = srv.block_size, kv.total
@@ -51,10 +65,14 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     used = kv.used  # kv.used + the decodes' blocks not yet taken from it
     counts = [len(bucket) for bucket in srv.block_phase]
     b = len(R)
-    if not b or counts[(1 - K) % bs] > total - used:
-        return 0, None  # a decode must preempt: the scheduler's own path
+    if not b or counts[(1 - K) % bs] > total - used or (kv.prefix and srv.waiting):
+        # a decode must preempt: the scheduler's own path; and with prefix caching while
+        # requests wait, the decodes' blocks evict cached ones, which can change the
+        # request an order offers first (longest-prefix) and let it fit with no
+        # completion: each iteration runs through the scheduler, which checks
+        return 0, None, None
     # the next arrival, or a pending clock change (the iteration that would end after it
-    # runs through the usual path, at the clock it starts at: batch_env/llm/clock.py)
+    # runs at the clock it starts at: batch_env/llm/clock.py)
     t_next = min(server.peek_arrival(), server.sm_clock.switch_at)
     prof = server.profile
     rule = server.scheduler.cascade  # cascade attention: the prefix all hold read once
@@ -62,10 +80,11 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     seg0 = cascades = 0  # the iteration the current step's figures began at; cascade ones
     ctx = srv.decode_context
     if server.now + (base + per_ctx * ctx) >= t_next:
-        return 0, None  # the first iteration admits an arrival (before any setup)
+        return 0, None, None  # the first iteration admits an arrival (before any setup)
     # requests wait, but no setting admits any (the plan was forced, without chunks);
     # without a completion none will (the cap's room and the budget left stay, the
-    # free blocks only shrink), so after a completion the queue's head is tried
+    # free blocks only shrink), so after a completion the queue's head is tried (without
+    # prefix caching: above)
     blocked = bool(srv.waiting)
     P, out = srv.prompt, srv.output
     finishing = _completions(R, out, srv.generated)
@@ -80,6 +99,7 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
     n_sys = server.in_system
     exp = math.exp
     finished_now: list[int] | None = None
+    crossing: Started | None = None
     while True:
         if j:  # the boundary before iteration j: what run_to_epoch checks there
             if now >= horizon or not b:
@@ -96,8 +116,17 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
         energy = d * pw
         t = now + d
         if t >= t_next:
-            server.stretch_at_bound = True  # (so its caller need not try again here)
-            break  # this iteration admits an arrival: the usual path
+            # this iteration admits an arrival; it is a decode of every running request (no
+            # setting admits a waiting one here): begun here, ended by the caller
+            used += need
+            ctx += b
+            K += 1
+            leaving = finishing[j] if j == nxt else []
+            for e in leaving:
+                ctx -= P[e] + out[e]
+            it = new_iteration((d, "decode", False, b, 0, 0, False))
+            crossing = Started(new_outcome((it, [], leaving, 0)), energy / d if d > 0.0 else 0.0, t)
+            break
         if j:  # the rate estimate at that boundary (update_rate; no arrival came)
             rate = rate * exp(-(now - rate_t) / tau) + 0.0
             rate_t = now
@@ -135,15 +164,18 @@ def run_decodes(server: Any) -> tuple[int, Iteration | None]:
                 base, per_ctx, pw, shared = _step(prof, srv, rule, R, done, b)
         j += 1
     if not j:
-        return 0, None
-    srv.cascade_iterations += cascades + (j - seg0 if shared else 0)
+        return 0, None, None
+    steps = j + 1 if crossing else j  # the decode steps each running request took
+    srv.cascade_iterations += cascades + (steps - seg0 if shared else 0)
     server.kv_integral = kv_int
     server.commit_stretch(now, L, E, rate, (rate_t, rate_n))
     kv.take(used - kv.used)
     srv.decode_context, srv.decode_steps = ctx, K
-    srv.tokens_out += tokens
-    catch_up(server, done, j, K0, tokens, recent)
-    return j, new_iteration((recent[-1][0], "decode", False, recent[-1][1], 0, 0, False))
+    srv.tokens_out += tokens + (b if crossing else 0)
+    catch_up(
+        server, done, j, K0, tokens, recent, steps, crossing.outcome.finished if crossing else ()
+    )
+    return j, new_iteration((recent[-1][0], "decode", False, recent[-1][1], 0, 0, False)), crossing
 
 
 def head_fits(server: Any, decodes: int, used: int) -> bool:
@@ -179,10 +211,15 @@ def catch_up(
     k0: int,
     tokens: int,
     recent: deque[tuple[float, int]],
+    steps: int | None = None,
+    leaving: Collection[int] = (),
 ) -> None:
     """After :func:`run_decodes`' ``j`` iterations from decode step ``k0``: each
     request's tokens and blocks (``done``: those that completed), the running list,
-    the counters and the recent windows, which no boundary read in between."""
+    the counters and the recent windows, which no boundary read in between. With the
+    decode begun after them (``steps`` = ``j + 1``), each request has its token too, and
+    those it completes (``leaving``) are out of the running list, their blocks held."""
+    steps = j if steps is None else steps
     srv = server.state
     P, G, out, kv, phase, bs = (
         srv.prompt,
@@ -193,6 +230,7 @@ def catch_up(
         srv.block_size,
     )
     keep = []
+    held = []  # the entries given blocks: those kept, and those leaving
     grown = []
     for e in srv.running:
         r = (P[e] + G[e] - k0) % bs
@@ -200,11 +238,15 @@ def catch_up(
             G[e] = out[e]
             phase[r].remove(e)
         else:
-            G[e] += j
-            j0 = (1 - k0 - r) % bs  # _grown(k0, r, j, bs), written out (one per request)
-            grown.append(0 if j0 >= j else (j - 1 - j0) // bs + 1)
-            keep.append(e)
-    kv.attach_many(keep, grown)
+            G[e] += steps
+            j0 = (1 - k0 - r) % bs  # _grown(k0, r, steps, bs), written out (one per request)
+            grown.append(0 if j0 >= steps else (steps - 1 - j0) // bs + 1)
+            held.append(e)
+            if leaving and e in leaving:
+                phase[r].remove(e)
+            else:
+                keep.append(e)
+    kv.attach_many(held, grown)
     srv.running = keep
     server.iterations += j
     server.count_batches(j, tokens)

@@ -82,10 +82,14 @@ def run_to_epoch(
             and not plan.victims
             and not server.state.prefilling
         ):
-            k, it = run_decodes(server)
+            k, it, crossing = run_decodes(server)
             if k:
                 ran += k
                 last = it
+                if crossing is not None:  # the decode that admits the arrival, begun
+                    server.update_rate()  # at its boundary, as below
+                    last = server.end_iteration(crossing)
+                    ran += 1
                 server.idle_while_empty()  # the last requests may have completed
                 continue
         server.last_preempted = 0

@@ -150,6 +150,16 @@ class Outcome(NamedTuple):
     tokens_at_end: int = 0
 
 
+class Started(NamedTuple):
+    """An iteration begun (:meth:`batch_env.llm.LLMServer.begin_iteration`, or the
+    decode that ends a stretch, :func:`batch_env.llm.decode_runs.run_decodes`): its
+    :class:`Outcome`, the power it runs at (W; 0 for an empty one) and when it ends (s)."""
+
+    outcome: Outcome
+    power_w: float
+    end_s: float
+
+
 #: Constructors of the records from one tuple of all their fields, in one C call:
 #: ``new_plan((victims, grown, decodes, chunks, prefill))`` is ``Plan(victims, grown,
 #: decodes, chunks, prefill)`` without the named tuple's Python-level ``__new__`` (the

@@ -64,7 +64,7 @@ from .intake import RequestIntake
 from .orders import FCFS
 from .prefixes import counters, prefix_summary
 from .registry import make_scheduler
-from .scheduler import Iteration, Outcome, Plan, execute
+from .scheduler import Iteration, Plan, Started, execute
 from .sla import SLABooks
 from .state import LLMServerState
 from .views import class_counts
@@ -73,16 +73,6 @@ if TYPE_CHECKING:
     from ..profiles.llm_profile import LLMProfile
     from ..render import Timeline
     from ..workload import Workload
-
-
-class Started(NamedTuple):
-    """An iteration begun (:meth:`LLMServer.begin_iteration`): the scheduler's
-    :class:`~batch_env.llm.scheduler.Outcome` of it, the power it runs at (W; 0 for an
-    empty one) and when it ends (s)."""
-
-    outcome: Outcome
-    power_w: float
-    end_s: float
 
 
 class WindowBooks(NamedTuple):
@@ -207,10 +197,6 @@ class LLMServer(ServingLoop):
         #: whether decode-only stretches run in one loop (:func:`~batch_env.llm.decode_runs.run_decodes`): with the
         #: chunked scheduler on the profile executor, outside the frame modes (whose
         #: timeline logs each iteration)
-        #: whether the last decode stretch stopped because its next iteration would end
-        #: at or after the next arrival (or clock change): that iteration runs through
-        #: the scheduler, and a caller at the same boundary need not try a stretch again
-        self.stretch_at_bound = False
         self.decode_runs = (
             isinstance(self.scheduler, ChunkedScheduler)
             and isinstance(self.executor, LLMProfileExecutor)
