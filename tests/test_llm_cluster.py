@@ -326,6 +326,34 @@ def test_lazy_replicas_run_the_episode_a_router_reading_every_replica_sees(
             assert a == b, (seed, random, [k for k in a if a[k] != b[k]])
 
 
+@pytest.mark.parametrize("replicas,workload,settings", LAZY_CASES[:3] + LAZY_CASES[4:])
+def test_a_clusters_decode_stretches_run_what_its_schedulers_would(replicas, workload, settings):
+    """Each replica runs its decode-only stretches in one loop, and begins there the decode
+    under way when the next arrival comes (the cluster's event at its end ends it): the
+    episode is the one of every iteration run through the replicas' schedulers, summary
+    for summary, with routes that read nothing and routes that read every replica."""
+
+    def run(stretches, seed, view):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = LLMCluster.build(replicas, workload, **settings)
+        for rep in c.replicas:
+            rep.decode_runs = rep.decode_runs and stretches
+        c.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        while (g := c.next_arrival()) is not None:
+            if view:
+                c.replica_view(g)
+            c.route(int(rng.integers(c.n)))
+        return c.summary(), sum(rep.iterations for rep in c.replicas)
+
+    assert LLMCluster.build(replicas, workload, **settings).replicas[0].decode_runs
+    for seed, view in ((0, False), (1, True)):
+        (a, n), (b, _) = run(True, seed, view), run(False, seed, view)
+        assert a == b, (seed, [k for k in a if a[k] != b[k]])
+        assert n > 1000  # (many iterations, most of them in stretches)
+
+
 def test_a_replica_nothing_is_routed_to_is_not_run_until_it_is_read():
     """Laziness itself: with every arrival routed to replica 0, replica 1's clock stays
     where it was until a reader (``flush``, ``replica_view``, ``costs``) brings it up."""
