@@ -211,15 +211,15 @@ def catch_up(
     k0: int,
     tokens: int,
     recent: deque[tuple[float, int]],
-    steps: int | None = None,
-    leaving: Collection[int] = (),
+    steps: int,
+    leaving: Collection[int],
 ) -> None:
     """After :func:`run_decodes`' ``j`` iterations from decode step ``k0``: each
     request's tokens and blocks (``done``: those that completed), the running list,
-    the counters and the recent windows, which no boundary read in between. With the
-    decode begun after them (``steps`` = ``j + 1``), each request has its token too, and
-    those it completes (``leaving``) are out of the running list, their blocks held."""
-    steps = j if steps is None else steps
+    the counters and the recent windows, which no boundary read in between. Each
+    running request took ``steps`` decode steps: ``j``, or ``j + 1`` with the decode
+    begun after them, whose completions (``leaving``) are out of the running list with
+    their blocks held."""
     srv = server.state
     P, G, out, kv, phase, bs = (
         srv.prompt,
