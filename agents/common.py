@@ -25,7 +25,7 @@ import yaml
 #: the shipped hyperparameter files (package data of ``agents.hyperparams``, found through
 #: ``importlib.resources``, so that a wheel install has them too)
 HYPERPARAMS_DIR = Path(str(importlib.resources.files("agents.hyperparams")))
-ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm", "ppo_input")
+ALGO_NAMES = ("ppo", "a2c", "dqn", "ppo_mask", "ppo_lstm", "ppo_input", "ppo_crn")
 #: keys of a hyperparameter entry that are not constructor arguments of the algorithm
 #: (``callback`` names rl-zoo3's callbacks; ``batch-env train`` adds its own and ignores it;
 #: ``env_kwargs``, rl-zoo3's too, are the training env's kwargs, under those a run gives)
@@ -59,6 +59,10 @@ def algo_class(algo: str) -> Any:
         from .input_critic import InputPPO
 
         return InputPPO
+    if algo == "ppo_crn":  # PPO whose advantages compare actions on one input
+        from .crn import CRNPPO
+
+        return CRNPPO
     import stable_baselines3 as sb3
 
     classes = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}
@@ -362,6 +366,8 @@ def model_file_info(path: str | Path) -> tuple[str | None, int]:
     if module == "stable_baselines3.dqn.policies":
         return "dqn", steps
     if module == "stable_baselines3.common.policies":
+        if "window_s" in data and "branches" in data:  # agents.crn.CRNPPO's own settings
+            return "ppo_crn", steps
         return ("ppo" if "clip_range" in data else "a2c"), steps
     return None, steps
 

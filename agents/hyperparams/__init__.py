@@ -31,7 +31,7 @@ def path(algo: str) -> Path:
 
 
 #: algorithms whose shipped hyperparameters are another's, changed by :func:`derive`
-DERIVED_ALGOS = {"ppo_input": "ppo"}
+DERIVED_ALGOS = {"ppo_input": "ppo", "ppo_crn": "ppo"}
 
 
 def read(algo: str) -> dict[str, Any]:
@@ -48,6 +48,10 @@ def read(algo: str) -> dict[str, Any]:
 def derive(algo: str, entry: dict[str, Any]) -> dict[str, Any]:
     """A derived algorithm's entry from its base's entry for the same env (``ppo_input``:
     :func:`agents.input_critic.input_entry`)."""
+    if algo == "ppo_crn":
+        from ..crn import crn_entry
+
+        return crn_entry(entry)
     if algo != "ppo_input":
         raise ValueError(f"algo={algo!r} is not derived from another's hyperparameters")
     from ..input_critic import input_entry
