@@ -61,6 +61,10 @@ class CRNPPO(stable_baselines3.PPO):
     :param shared_input: True: the branches replay the env's own future input. False:
         each branch draws a future input of its own (the ablation: the comparison then
         carries the input's noise).
+    :param bootstrap: add the value head's estimate of each branch's state at the
+        window's end to its return (what the window leaves out: a backlog one action
+        left behind), and fit the value head to those returns; False: the window's
+        return alone (the value head fitted but unread).
     :param kwargs: PPO's other arguments (``stable_baselines3.PPO``).
     """
 
@@ -72,6 +76,7 @@ class CRNPPO(stable_baselines3.PPO):
         root_every: int = 16,
         window_s: float = 5.0,
         shared_input: bool = True,
+        bootstrap: bool = False,
         **kwargs: Any,
     ) -> None:
         for name, value in (("branches", branches), ("root_every", root_every)):
@@ -82,10 +87,12 @@ class CRNPPO(stable_baselines3.PPO):
             raise ValueError(f"window_s={window_s!r} is invalid: expected a number > 0")
         if not (math.isfinite(window_s) and window_s > 0):
             raise ValueError(f"window_s={window_s!r} is invalid: expected a number > 0")
-        if not isinstance(shared_input, bool):
-            raise ValueError(f"shared_input={shared_input!r} is invalid: expected true or false")
+        for name, flag in (("shared_input", shared_input), ("bootstrap", bootstrap)):
+            if not isinstance(flag, bool):
+                raise ValueError(f"{name}={flag!r} is invalid: expected true or false")
         self.branches, self.root_every = int(branches), int(root_every)
         self.window_s, self.shared_input = float(window_s), shared_input
+        self.bootstrap = bootstrap
         super().__init__(policy, env, **kwargs)
 
     def _setup_model(self) -> None:
@@ -153,7 +160,11 @@ class CRNPPO(stable_baselines3.PPO):
         self.num_timesteps += steps
         adv = returns - (returns.sum() - returns) / (k - 1)  # leave-one-out baseline
         v, lp = values.cpu().numpy().ravel(), log_probs.cpu().numpy().ravel()
-        return [(obs, first[j], float(v[j]), float(lp[j]), float(adv[j])) for j in range(k)]
+        target = returns  # the value head's, where it bootstraps
+        return [
+            (obs, first[j], float(v[j]), float(lp[j]), float(adv[j]), float(target[j]))
+            for j in range(k)
+        ]
 
     def _branch_returns(
         self, lane: Any, first: np.ndarray, rng: np.random.Generator
@@ -170,13 +181,17 @@ class CRNPPO(stable_baselines3.PPO):
         alive = list(range(len(copies)))
         steps = 0
         norm = self._vec_normalize_env
+        ends: list[tuple[int, np.ndarray]] = []  # the branches the window ended, at its end
         while alive:
             obs_next = []
             for j in alive:
                 o, r, term, trunc, _info = copies[j].step(acts[j])
                 ret[j] += float(r)
                 steps += 1
-                if term or trunc or copies[j].unwrapped.engine.now >= t_end:
+                if term or trunc:
+                    continue
+                if copies[j].unwrapped.engine.now >= t_end:
+                    ends.append((j, o))
                     continue
                 obs_next.append((j, o))
             alive = [j for j, _ in obs_next]
@@ -190,13 +205,22 @@ class CRNPPO(stable_baselines3.PPO):
             chosen = _shared_sample(dist, rng.random(_heads(self.action_space)))
             for row, j in enumerate(alive):
                 acts[j] = chosen[row]
+        if self.bootstrap and ends:
+            batch = np.stack([o for _, o in ends])
+            if norm is not None:
+                batch = np.asarray(norm.normalize_obs(batch))
+            with th.no_grad():
+                tail = self.policy.predict_values(obs_as_tensor(batch, self.device))
+            for row, (j, _o) in enumerate(ends):
+                ret[j] += float(tail[row, 0])
         return ret, steps
 
     def _fill(self, buffer: RolloutBuffer, samples: list[Any]) -> None:
         """The roots' samples into the buffer, ``n_envs`` at a time, with their
-        advantages (and returns = value + advantage: the value head's target)."""
+        advantages and the value head's targets."""
         n = buffer.n_envs
         adv = np.zeros((buffer.buffer_size, n), dtype=np.float32)
+        target = np.zeros((buffer.buffer_size, n), dtype=np.float32)
         for t in range(buffer.buffer_size):
             rows = samples[t * n : (t + 1) * n]
             obs = np.stack([r[0] for r in rows])
@@ -209,8 +233,9 @@ class CRNPPO(stable_baselines3.PPO):
                 obs, act, np.zeros(n, np.float32), np.zeros(n, np.float32), values, log_probs
             )
             adv[t] = [r[4] for r in rows]
+            target[t] = [r[5] for r in rows]
         buffer.advantages = adv
-        buffer.returns = adv + buffer.values
+        buffer.returns = target if self.bootstrap else adv + buffer.values
 
 
 def _lanes(env: VecEnv) -> list[Any]:

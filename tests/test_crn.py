@@ -62,6 +62,7 @@ def test_a_rollout_holds_whole_roots_and_trains():
         ("window_s", 0.0),
         ("window_s", float("nan")),
         ("shared_input", "yes"),
+        ("bootstrap", 1),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(field, value):
