@@ -53,6 +53,7 @@ FIRST = (
     "tests/test_docs.py",
     "tests/test_tasks.py::test_stored_references_reproduce[batch_env/LLMMemoryPressure-v0",
     "tests/test_reproducibility.py::test_the_thread_count",
+    "tests/test_crn.py::test_a_short_run_beats_every_constant_action_on_a_small_clock_task",
 )
 
 

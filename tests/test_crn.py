@@ -170,7 +170,7 @@ def _cost_per_s(act, seeds):
     return cost
 
 
-HELD_OUT = range(5000, 5005)
+HELD_OUT = range(5000, 5003)
 
 
 @pytest.mark.slow
@@ -187,4 +187,4 @@ def test_a_short_run_beats_every_constant_action_on_a_small_clock_task():
     constants = [_cost_per_s(lambda obs, a=a: [a] * len(obs), HELD_OUT) for a in range(4)]
     best = min(constants, key=np.mean)
     assert learned.mean() < 0.97 * best.mean(), (learned.mean(), [c.mean() for c in constants])
-    assert np.mean(learned < best) >= 0.8  # paired: cheaper on (nearly) every seed
+    assert (learned < best).all()  # paired: cheaper on every seed

@@ -128,3 +128,24 @@ def test_provenance_names_the_machine_versions_and_commit():
     unknown = provenance_line({"machine": {"cpu": "X"}, "versions": {}, "source": {}})
     # outside a git checkout (an installed wheel): said once, not "commit unknown commit"
     assert "not from a git checkout" in unknown and "commit unknown commit" not in unknown
+
+
+@pytest.mark.slow
+def test_ppo_crn_training_is_bit_identical_across_fresh_processes(tmp_path):
+    """Issue 65's from-scratch method too: its roots' shared uniforms come from the seed
+    and the step count, its first actions from the seeded policy (a factored action
+    here, so every head's draw is shared). Small rollouts, so that a run is seconds."""
+    from agents import hyperparams
+
+    env_id = "batch_env/LLMClockBursts-v0"
+    entry = hyperparams.read("ppo_crn")[env_id]
+    small = {"n_envs": 1, "n_steps": 16, "batch_size": 16, "branches": 4, "window_s": 1.0}
+    hp = tmp_path / "hp.yml"
+    hp.write_text(yaml.safe_dump({env_id: {**entry, **small}}))
+    extra = [*LLM_SHORT, "--algo", "ppo_crn", "--hyperparams", str(hp)]
+    a, b = tmp_path / "a", tmp_path / "b"
+    _train(a, env_id, 1, 1024, extra)
+    _train(b, env_id, 1, 1024, extra)
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys() and len(wa) > 4
+    assert all(wa[k] == wb[k] for k in wa), [k for k in wa if wa[k] != wb[k]]
