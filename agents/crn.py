@@ -6,8 +6,9 @@ long they are) as by the policy, so an advantage estimated from one trajectory i
 noise about the future input (Mao et al., "Variance Reduction for Reinforcement
 Learning in Input-Driven Environments", ICLR 2019). Here no critic estimates it. At
 states the policy visits (a *root* every ``root_every`` steps of each training env), the
-env is copied ``branches`` times with its whole future (``copy.deepcopy`` of the lane:
-the same arrivals, lengths and random streams, ``docs/input_replay.md``); each copy takes
+env is copied ``branches`` times with its whole future
+(:func:`batch_env.planning.planning_copy` of the lane, wrappers and all: a deep copy that
+shares only what nothing changes; the same arrivals, lengths and random streams, ``docs/input_replay.md``); each copy takes
 its own first action, drawn from the policy, and then follows the policy, every copy
 drawing its actions with the same uniform numbers, until ``window_s`` seconds of
 simulated time have passed (or the episode ends). The copies differ only through their
@@ -20,7 +21,9 @@ that the env replays exactly.
 
 The policy is updated with PPO's clipped objective on those samples (``n_steps x
 n_envs`` of them a rollout: ``/ branches`` roots). ``gamma`` and ``gae_lambda`` are not
-used (no bootstrapping); the value head is fitted but nothing reads it. Every env step
+used; the value head is fitted but nothing reads it, unless ``bootstrap`` adds its
+estimate of each branch's state at the window's end to that branch's return (and the
+head is then fitted to those returns). Every env step
 counts toward ``n_timesteps``: the training envs' and the branches'. Where the entry
 centres the reward (``agents.wrappers.CenteredReward``), each branch's return is its
 cost less the gain times its duration, so the branches that end a little past the
@@ -121,7 +124,7 @@ class CRNPPO(stable_baselines3.PPO):
         callback.on_rollout_start()
         lanes = _lanes(env)
         roots_needed = n_rollout_steps * env.num_envs // self.branches
-        samples: list[tuple[np.ndarray, np.ndarray, float, float, float]] = []
+        samples: list[tuple[np.ndarray, np.ndarray, float, float, float, float]] = []
         since = np.zeros(env.num_envs, dtype=int)
         while len(samples) < roots_needed * self.branches:
             for i in np.flatnonzero(since % self.root_every == 0):
@@ -149,7 +152,7 @@ class CRNPPO(stable_baselines3.PPO):
 
     def _root(self, lane: Any, obs: np.ndarray, i: int) -> list[Any]:
         """The ``branches`` samples of one root: ``(obs, action, value, log_prob,
-        advantage)`` each."""
+        advantage, the value head's target)`` each."""
         k = self.branches
         with th.no_grad():
             rep = obs_as_tensor(np.repeat(obs[None], k, axis=0), self.device)

@@ -22,7 +22,11 @@ are shared, and only the rest goes through ``deepcopy``. The scan passes through
 wrappers (``gymnasium.Wrapper``, any library's) without counting them as a level: a
 training env's lane under reward and summary wrappers copies in about 1 ms where a
 plain ``deepcopy`` of it took about 30 ms (1,500 steps into an episode of
-``LLMBatching-v2``, 2026-12-07).
+``LLMBatching-v2``, 2026-12-07). The sharing rules then apply to those wrappers' own
+attributes too: a wrapper's action or observation space (with its random generator) is
+shared with the original, as a batch_env env's is, so a wrapper that draws from
+``self.action_space.sample()`` would draw from the original's generator; no shipped
+wrapper does (``tests/test_crn.py`` checks a wrapped lane against ``deepcopy``).
 
 Decisions recorded here (docs/decisions.md, "Planners"): the model of the future is the
 workload itself where it is a stationary process a server operator would know (Poisson,
