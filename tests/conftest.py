@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from suite_parts import RACING_FILES, SERIAL_FILES
 
 import batch_env  # noqa: F401 (registers the ids for every test module, in every worker)
 
@@ -24,24 +25,6 @@ settings.register_profile(
     "dev", deadline=None, max_examples=60, suppress_health_check=[HealthCheck.too_slow]
 )
 settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
-
-#: Test files that time real work or race processes against the clock: ``make test`` runs
-#: them after the others, one at a time (marker ``serial``), so that the parallel workers
-#: do not load the machine under them; everything else runs on ``-n 2`` workers.
-SERIAL_FILES = {
-    "test_real_mode.py",
-    "test_torch_executor.py",
-    "test_llm_real_mode.py",
-    "test_energy.py",
-    "test_profiling.py",
-    "test_reliability.py",
-    "test_faults.py",
-    "test_bench_wallclock.py",
-    "test_backends.py",
-    "test_ray_backend.py",
-    "test_sweep.py",
-}
-
 
 #: The longest tests (20-50 s each on this project's VM), collected first, so that a worker
 #: takes each at the start instead of the last minute, when the other worker would wait
@@ -63,11 +46,14 @@ def _rank(nodeid: str) -> int:
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-    """Mark the tests of :data:`SERIAL_FILES` ``serial``; put :data:`FIRST` first (the
-    same order on every xdist worker: a stable sort on the node id's start)."""
+    """Mark the tests of :data:`SERIAL_FILES` ``serial`` and those of :data:`RACING_FILES`
+    ``racing``; put :data:`FIRST` first (the same order on every xdist worker: a stable
+    sort on the node id's start)."""
     for item in items:
         if item.path.name in SERIAL_FILES:
             item.add_marker(pytest.mark.serial)
+        elif item.path.name in RACING_FILES:
+            item.add_marker(pytest.mark.racing)
     items.sort(key=lambda item: _rank(item.nodeid))
 
 
