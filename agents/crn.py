@@ -8,8 +8,9 @@ Learning in Input-Driven Environments", ICLR 2019). Here no critic estimates it.
 states the policy visits (a *root* every ``root_every`` steps of each training env), the
 env is copied ``branches`` times with its whole future
 (:func:`batch_env.planning.planning_copy` of the lane, wrappers and all: a deep copy that
-shares only what nothing changes; the same arrivals, lengths and random streams, ``docs/input_replay.md``); each copy takes
-its own first action, drawn from the policy, and then follows the policy, every copy
+shares only what nothing changes; the same arrivals, lengths and random streams,
+``docs/input_replay.md``); each copy takes its own first action, drawn from the policy,
+and then follows the policy, every copy
 drawing its actions with the same uniform numbers, until ``window_s`` seconds of
 simulated time have passed (or the episode ends). The copies differ only through their
 first action, so the difference of their returns over the window is that action's
@@ -23,8 +24,7 @@ The policy is updated with PPO's clipped objective on those samples (``n_steps x
 n_envs`` of them a rollout: ``/ branches`` roots). ``gamma`` and ``gae_lambda`` are not
 used; the value head is fitted but nothing reads it, unless ``bootstrap`` adds its
 estimate of each branch's state at the window's end to that branch's return (and the
-head is then fitted to those returns). Every env step
-counts toward ``n_timesteps``: the training envs' and the branches'. Where the entry
+head is then fitted to those returns). Every env step counts toward ``n_timesteps``: the training envs' and the branches'. Where the entry
 centres the reward (``agents.wrappers.CenteredReward``), each branch's return is its
 cost less the gain times its duration, so the branches that end a little past the
 window are compared fairly. What it measured, and the ablation without the shared

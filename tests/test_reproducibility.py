@@ -57,6 +57,13 @@ def _weights(run: Path) -> dict[str, bytes]:
     return {k: v.numpy().tobytes() for k, v in state.items()}
 
 
+def _assert_same_weights(a: Path, b: Path) -> None:
+    """The two runs' saved policies agree bit for bit (and have more than a few tensors)."""
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys() and len(wa) > 4
+    assert all(wa[k] == wb[k] for k in wa), [k for k in wa if wa[k] != wb[k]]
+
+
 LLM_SHORT = ["--env-kwargs", "{horizon_requests: 300, warmup_requests: 30}"]
 
 
@@ -67,9 +74,7 @@ def test_training_is_bit_identical_across_fresh_processes(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     _train(a, "batch_env/LowLoadEnergy-v0", 1, 1024, [])
     _train(b, "batch_env/LowLoadEnergy-v0", 1, 1024, [])
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys() and len(wa) > 4
-    assert all(wa[k] == wb[k] for k in wa), [k for k in wa if wa[k] != wb[k]]
+    _assert_same_weights(a, b)
     ca = yaml.safe_load((a / "config.yaml").read_text())
     cb = yaml.safe_load((b / "config.yaml").read_text())
     for c in (ca, cb):
@@ -96,8 +101,7 @@ def test_the_thread_count_changes_no_initial_weight_and_training_only_in_roundin
             _train(runs[steps, t], "batch_env/LLMClockBursts-v0", t, steps, LLM_SHORT + clone)
     again = tmp_path / "s1024-t1-again"
     _train(again, "batch_env/LLMClockBursts-v0", 1, 1024, LLM_SHORT)
-    ta, tb = _weights(runs[1024, 1]), _weights(again)
-    assert ta.keys() == tb.keys() and all(ta[k] == tb[k] for k in ta)
+    _assert_same_weights(runs[1024, 1], again)
     w1, w2 = _weights(runs[0, 1]), _weights(runs[0, 2])
     assert all(w1[k] == w2[k] for k in w1)
     import numpy as np
@@ -148,6 +152,4 @@ def test_ppo_crn_training_is_bit_identical_across_fresh_processes(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     _train(a, env_id, 1, 1024, extra)
     _train(b, env_id, 1, 1024, extra)
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys() and len(wa) > 4
-    assert all(wa[k] == wb[k] for k in wa), [k for k in wa if wa[k] != wb[k]]
+    _assert_same_weights(a, b)
