@@ -140,7 +140,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "centering_gain",
         DEFAULT_CENTERING_GAIN,
-        "g of average-reward centring: greedy (greedy's measured cost rate), smdp, online "
+        "g of average-reward centring: greedy (greedy's measured cost rate), best-constant "
+        "(a benchmark task's stored best constant action's cost rate), smdp, online "
         "or a number (cost per second); on an env that draws its load per episode "
         "(batch_env/AnyLoad-v0, NodeAnyLoad-v0) also greedy-by-load, lazy-by-load "
         "(node-level) or smdp-by-load, a gain per load read at the policy's load estimate "

@@ -2,7 +2,8 @@
 
 * :class:`CenteredReward`: :class:`batch_env.wrappers.AverageRewardCentering` whose gain
   may be given as a mode: ``greedy`` (the measured cost rate of the greedy baseline on the
-  same env configuration), ``smdp`` (the SMDP optimum's gain), ``online`` (estimated
+  same env configuration), ``best-constant`` (a benchmark task's stored best constant
+  action's cost rate, :func:`stored_best_constant_gain`), ``smdp`` (the SMDP optimum's gain), ``online`` (estimated
   while training) or a number. The default is :data:`DEFAULT_CENTERING_GAIN`, the one
   default of ``batch-env train --centering-gain`` too. A mode is resolved by
   :func:`resolve_gain` once per env configuration and process (cached), at the first step,
@@ -44,6 +45,7 @@ DEFAULT_CENTERING_GAIN = "greedy"
 #: the gain modes besides a number
 GAIN_MODES = (
     "greedy",
+    "best-constant",
     "smdp",
     "online",
     "greedy-by-load",
@@ -100,7 +102,9 @@ def resolve_gain(
     baseline's cost rate (on a benchmark task's problem the figure stored with its
     references, :func:`stored_greedy_gain`; elsewhere measured in 3 episodes, seeds
     ``seed + GAIN_SEED`` on; on LLMBatching-v0, which has no batch size to fill, the
-    static cap at ``max_num_seqs``, vLLM's default), ``smdp`` = the SMDP optimum's gain, ``online`` or ``None`` = None
+    static cap at ``max_num_seqs``, vLLM's default), ``best-constant`` = a benchmark task's
+    stored best constant action's cost rate (:func:`stored_best_constant_gain`), ``smdp`` =
+    the SMDP optimum's gain, ``online`` or ``None`` = None
     (estimated while training), a number = itself. On an env that draws its load per
     episode (a ``load_range`` workload) ``greedy-by-load``, ``lazy-by-load`` (node-level
     envs) and ``smdp-by-load`` give a gain curve instead, ``[[load, g], ...]`` at
@@ -243,6 +247,29 @@ def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
     return -float(ref["policies"]["greedy"]["reward_rate_per_s"])
 
 
+def stored_best_constant_gain(env_id: str, env_kwargs: dict[str, Any]) -> float:
+    """The cost rate per second of a benchmark task's best constant action on its protocol
+    (its stored ``best-constant`` reference, ``batch-env headroom``'s), when ``env_id``
+    with ``env_kwargs`` is that task's problem.
+
+    :raises ValueError: naming ``centering_gain`` where there is none (not a task's problem,
+        or a task without a stored best constant action).
+    """
+    from batch_env import tasks
+
+    found = tasks.task_of(env_id, env_kwargs)
+    ref = tasks.references().get(found[0]) if found is not None else None
+    policies = (ref or {}).get("policies", {})
+    if "best-constant" not in policies:
+        has = sorted(t for t, r in tasks.references().items() if "best-constant" in r["policies"])
+        raise ValueError(
+            f"centering_gain='best-constant' needs a benchmark task with a stored best constant "
+            f"action ({', '.join(has)}); {env_id} with these kwargs has none: give greedy, "
+            "online or a number"
+        )
+    return -float(policies["best-constant"]["reward_rate_per_s"])
+
+
 def _measure_gain(
     mode: str, env_id: str, env_kwargs: dict[str, Any], seed: int
 ) -> float | list[list[float]]:
@@ -253,6 +280,8 @@ def _measure_gain(
         stored = stored_greedy_gain(env_id, env_kwargs)
         if stored is not None:
             return stored
+    if mode == "best-constant":
+        return stored_best_constant_gain(env_id, env_kwargs)
     env = gym.make(env_id, **env_kwargs)
     horizon = int(env_config(env).horizon_requests)
     if horizon > GAIN_HORIZON_REQUESTS:  # shorter episodes of the same problem
@@ -338,8 +367,9 @@ class CenteredReward(AverageRewardCentering):
                 self.curve_index = 2  # the load estimate (rate / max throughput)
                 self.online = False
                 self.relative = check_relative(self._relative_asked, None, got)
-            else:
+            else:  # a number from now on: no longer the online estimate
                 self.gain = float(cast("float", got))
+                self.online = False
                 self.relative = check_relative(self._relative_asked, self.gain, None)
             self._resolved = True
         return None if self.online or self.curve is not None else self.gain

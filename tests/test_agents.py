@@ -216,6 +216,30 @@ def test_smdp_by_rate_centres_a_trace_at_the_observed_rate():
         resolve_gain("smdp-by-rate", "batch_env/NodeBatching-v0", kw)
 
 
+def test_best_constant_gain_is_the_tasks_stored_figure():
+    """``best-constant`` centres on the task's stored best constant action's cost rate
+    (any episode length of the task's problem; a wrapper resolves it at its first step);
+    an env that is no task's problem is refused, naming the mode and what to give. A
+    wrapper given a mode centres on the resolved number throughout."""
+    from agents.wrappers import CenteredReward, resolve_gain
+    from batch_env import tasks
+
+    task = "batch_env/LLMClockBursts-v0"
+    want = -tasks.references()[task]["policies"]["best-constant"]["reward_rate_per_s"]
+    kw = {"horizon_requests": 300, "warmup_requests": 20}
+    assert resolve_gain("best-constant", task, kw) == want
+    greedy = resolve_gain("greedy", task, kw)
+    assert 0 < want < greedy  # the best constant action serves cheaper than vLLM's defaults
+    for mode, gain in (("best-constant", want), ("greedy", greedy)):
+        wrapped = CenteredReward(gym.make(task, **kw), gain=mode)
+        wrapped.reset(seed=0)
+        # the resolved number at every step (it once stayed the online estimate, which
+        # followed the policy's own cost from the first step on)
+        assert [wrapped.step(a)[-1]["centering_gain"] for a in (0, 1, 2)] == [gain] * 3
+    with pytest.raises(ValueError, match="centering_gain='best-constant' needs a benchmark task"):
+        resolve_gain("best-constant", ENV_ID, {"horizon_requests": 300})
+
+
 def test_arrival_features_follow_the_arrivals():
     """Load estimates over short windows follow the env's own estimator from the arrivals
     in ``info["arrived_total"]``, starting at the env's estimate; the time since the last
