@@ -10,11 +10,10 @@ env is copied ``branches`` times with its whole future
 (:func:`batch_env.planning.planning_copy` of the lane, wrappers and all: a deep copy that
 shares only what nothing changes; the same arrivals, lengths and random streams,
 ``docs/input_replay.md``); each copy takes its own first action, drawn from the policy,
-and then follows the policy, every copy
-drawing its actions with the same uniform numbers, until ``window_s`` seconds of
-simulated time have passed (or the episode ends). The copies differ only through their
-first action, so the difference of their returns over the window is that action's
-doing: the advantage of branch ``k`` is its return less the mean of the other
+and then follows the policy, every copy drawing its actions with the same uniform
+numbers, until ``window_s`` seconds of simulated time have passed (or the episode ends).
+The copies differ only through their first action, so the difference of their returns
+over the window is that action's doing: the advantage of branch ``k`` is its return less the mean of the other
 branches' (a leave-one-out baseline, unbiased because the first actions are drawn
 independently from the policy). This is the "vine" estimator of TRPO (Schulman et al.,
 ICML 2015), which also shares random numbers between its rollouts, applied to an input
@@ -24,10 +23,11 @@ The policy is updated with PPO's clipped objective on those samples (``n_steps x
 n_envs`` of them a rollout: ``/ branches`` roots). ``gamma`` and ``gae_lambda`` are not
 used; the value head is fitted but nothing reads it, unless ``bootstrap`` adds its
 estimate of each branch's state at the window's end to that branch's return (and the
-head is then fitted to those returns). Every env step counts toward ``n_timesteps``: the training envs' and the branches'. Where the entry
-centres the reward (``agents.wrappers.CenteredReward``), each branch's return is its
-cost less the gain times its duration, so the branches that end a little past the
-window are compared fairly. What it measured, and the ablation without the shared
+head is then fitted to those returns). Every env step counts toward ``n_timesteps``:
+the training envs' and the branches'. Where the entry centres the reward
+(``agents.wrappers.CenteredReward``), each branch's return is its cost less the gain
+times its duration, so the branches that end a little past the window are compared
+fairly. What it measured, and the ablation without the shared
 input (each branch given a future of its own), is in
 ``docs/results/agents-llm-scratch.md``.
 """

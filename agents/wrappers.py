@@ -1,14 +1,14 @@
 """Wrappers that the hyperparameter files name for rl-zoo3 (and ``batch-env train``).
 
-* :class:`CenteredReward`: :class:`batch_env.wrappers.AverageRewardCentering` whose gain
-  may be given as a mode: ``greedy`` (the measured cost rate of the greedy baseline on the
-  same env configuration), ``best-constant`` (a benchmark task's stored best constant
-  action's cost rate, :func:`stored_best_constant_gain`), ``smdp`` (the SMDP optimum's gain), ``online`` (estimated
-  while training) or a number. The default is :data:`DEFAULT_CENTERING_GAIN`, the one
-  default of ``batch-env train --centering-gain`` too. A mode is resolved by
-  :func:`resolve_gain` once per env configuration and process (cached), at the first step,
-  so that building the env (rl-zoo3 builds several, and ``evaluate`` one to read the
-  wrappers) costs nothing.
+* :class:`CenteredReward`: :class:`batch_env.wrappers.AverageRewardCentering` whose
+  gain may be given as a mode: ``greedy`` (the measured cost rate of the greedy baseline
+  on the same env configuration), ``best-constant`` (a benchmark task's stored best
+  constant action's cost rate, :func:`stored_best_constant_gain`), ``smdp`` (the SMDP
+  optimum's gain), ``online`` (estimated while training) or a number. The default is
+  :data:`DEFAULT_CENTERING_GAIN`, the one default of ``batch-env train
+  --centering-gain`` too. A mode is resolved by :func:`resolve_gain` once per env
+  configuration and process (cached), at the first step, so that building the env
+  (rl-zoo3 builds several, and ``evaluate`` one to read the wrappers) costs nothing.
 * :class:`ServingSummary`: prints the serving summary of each episode (the cost rate per
   second, latency, power, SLA attainment) when the env renders for a person
   (``render_mode="human"``, what ``python -m rl_zoo3.enjoy`` asks for), and their mean at
@@ -233,18 +233,24 @@ def reference_baseline(env: gym.Env) -> str:
     return "greedy"
 
 
-def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
-    """Greedy's cost rate per second on a benchmark task's protocol, as stored with the
-    task's references (``batch_env.tasks.references``), when ``env_id`` with
-    ``env_kwargs`` is that task's problem (its episodes may be shorter: a rate per second
-    does not depend on them); None otherwise."""
+def _stored_rate(env_id: str, env_kwargs: dict[str, Any], label: str) -> float | None:
+    """The cost rate per second of the reference ``label`` stored with a benchmark task's
+    references (``batch_env.tasks.references``), when ``env_id`` with ``env_kwargs`` is
+    that task's problem (its episodes may be shorter: a rate per second does not depend
+    on them); None where there is none."""
     from batch_env import tasks
 
     found = tasks.task_of(env_id, env_kwargs)
     ref = tasks.references().get(found[0]) if found is not None else None
-    if ref is None:
-        return None
-    return -float(ref["policies"]["greedy"]["reward_rate_per_s"])
+    policy = (ref or {}).get("policies", {}).get(label)
+    return None if policy is None else -float(policy["reward_rate_per_s"])
+
+
+def stored_greedy_gain(env_id: str, env_kwargs: dict[str, Any]) -> float | None:
+    """Greedy's cost rate per second on a benchmark task's protocol, as stored with the
+    task's references, when ``env_id`` with ``env_kwargs`` is that task's problem; None
+    otherwise (:func:`_stored_rate`)."""
+    return _stored_rate(env_id, env_kwargs, "greedy")
 
 
 def stored_best_constant_gain(env_id: str, env_kwargs: dict[str, Any]) -> float:
@@ -255,19 +261,17 @@ def stored_best_constant_gain(env_id: str, env_kwargs: dict[str, Any]) -> float:
     :raises ValueError: naming ``centering_gain`` where there is none (not a task's problem,
         or a task without a stored best constant action).
     """
-    from batch_env import tasks
+    rate = _stored_rate(env_id, env_kwargs, "best-constant")
+    if rate is None:
+        from batch_env import tasks
 
-    found = tasks.task_of(env_id, env_kwargs)
-    ref = tasks.references().get(found[0]) if found is not None else None
-    policies = (ref or {}).get("policies", {})
-    if "best-constant" not in policies:
         has = sorted(t for t, r in tasks.references().items() if "best-constant" in r["policies"])
         raise ValueError(
             f"centering_gain='best-constant' needs a benchmark task with a stored best constant "
             f"action ({', '.join(has)}); {env_id} with these kwargs has none: give greedy, "
             "online or a number"
         )
-    return -float(policies["best-constant"]["reward_rate_per_s"])
+    return rate
 
 
 def _measure_gain(
