@@ -13,9 +13,9 @@ shares only what nothing changes; the same arrivals, lengths and random streams,
 and then follows the policy, every copy drawing its actions with the same uniform
 numbers, until ``window_s`` seconds of simulated time have passed (or the episode ends).
 The copies differ only through their first action, so the difference of their returns
-over the window is that action's doing: the advantage of branch ``k`` is its return less the mean of the other
-branches' (a leave-one-out baseline, unbiased because the first actions are drawn
-independently from the policy). This is the "vine" estimator of TRPO (Schulman et al.,
+over the window is that action's doing: the advantage of branch ``k`` is its return
+less the mean of the other branches' (a leave-one-out baseline, unbiased because the
+first actions are drawn independently from the policy). This is the "vine" estimator of TRPO (Schulman et al.,
 ICML 2015), which also shares random numbers between its rollouts, applied to an input
 that the env replays exactly.
 
