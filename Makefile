@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast demo bench docs fuzz lint lint-static format clean
+.PHONY: setup test test-fast test-long demo bench docs fuzz lint lint-static format clean
 
 setup: $(STAMP)
 
@@ -36,17 +36,29 @@ $(STAMP): pyproject.toml
 # time real work (marker `serial`) one at a time, on a machine nothing else loads. The
 # last two parts collect only their files (tests/suite_parts.py). Each part names its ten
 # slowest tests.
+# PYTHONDONTWRITEBYTECODE (set on this project's machines) is cleared for the tests: the
+# suite starts hundreds of Python processes (xdist workers, training subprocesses, pool and
+# Ray workers), and with it each one compiles the project's modules again and pytest
+# rewrites every test module's asserts again; the caches go to __pycache__ (git-ignored).
+test test-fast test-long: export PYTHONDONTWRITEBYTECODE :=
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not serial and not racing" --durations=10
+	$(PY) -m pytest -n 2 -m "not serial and not racing and not long" --durations=10
 	$(PY) -m pytest -n 2 --dist loadfile -m racing --durations=10 $$($(PY) tests/suite_parts.py racing)
 	$(PY) -m pytest -m serial --durations=10 $$($(PY) tests/suite_parts.py serial)
 
 # The quick loop while editing: every test not marked `slow` (training runs, rl-zoo3,
 # the wheel build, long simulations; see pyproject's pytest markers).
 test-fast: $(STAMP)
-	$(PY) -m pytest -n 2 -m "not slow and not serial and not racing"
+	$(PY) -m pytest -n 2 -m "not slow and not serial and not racing and not long"
 	$(PY) -m pytest -n 2 --dist loadfile -m "not slow and racing" $$($(PY) tests/suite_parts.py racing)
 	$(PY) -m pytest -m "not slow and serial" $$($(PY) tests/suite_parts.py serial)
+
+# The full reproductions `make test` leaves out for time (marker `long`: the superseded
+# LLMMemoryPressure-v0's greedy figure and the LLM tasks' oracle figures, under two
+# minutes): run them after a change to an LLM engine. `make test` reproduces each current
+# task's score ends (greedy and the best reference) on full episodes.
+test-long: $(STAMP)
+	$(PY) -m pytest -m long --durations=10 tests/test_tasks.py
 
 demo: $(STAMP)
 	$(VENV)/bin/batch-env demo

@@ -13,6 +13,7 @@ too: its model ``<env name>.zip`` (the env id with ``/`` replaced by ``-``), and
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,10 @@ def load_policy(
         (False, seeded by each episode's seed); default: the run's own acting mode
         (:func:`run_acting_mode`), the one its final evaluation scored better
         (deterministic for a ``model_file``).
-    :param model_file: a checkpoint to load instead of ``model.zip``.
+    :param model_file: a checkpoint to load instead of ``model.zip``, with the
+        observation statistics saved beside it (``<prefix>_vecnormalize_<N>_steps.pkl``
+        next to ``<prefix>_<N>_steps.zip``, as ``batch-env train`` and rl-zoo3 save them)
+        where they exist, else the run's final ones.
     :param device: torch device for inference.
     :param name: label (default: ``<algo>:<run_dir>``).
     """
@@ -229,7 +233,9 @@ def load_policy(
             f"model file {str(path)!r} is corrupt or not a {cfg['algo']} model: {exc}"
         ) from None
     norm = None
-    norm_path = Path(cfg.get("normalizer_file", run / "vecnormalize.pkl"))
+    norm_path = _checkpoint_normalizer(model_file) or Path(
+        cfg.get("normalizer_file", run / "vecnormalize.pkl")
+    )
     if cfg.get("normalize"):
         if not norm_path.exists():
             raise FileNotFoundError(
@@ -249,6 +255,19 @@ def load_policy(
         deterministic=deterministic,
         name=name or f"{cfg['algo']}:{run}",
     )
+
+
+def _checkpoint_normalizer(model_file: str | Path | None) -> Path | None:
+    """The observation statistics saved with a checkpoint (``<prefix>_<N>_steps.zip``:
+    ``<prefix>_vecnormalize_<N>_steps.pkl`` in the same folder), where the file exists."""
+    if model_file is None:
+        return None
+    path = Path(model_file)
+    m = re.fullmatch(r"(.+)_(\d+)_steps\.zip", path.name)
+    if m is None:
+        return None
+    twin = path.with_name(f"{m.group(1)}_vecnormalize_{m.group(2)}_steps.pkl")
+    return twin if twin.exists() else None
 
 
 def parse_policy_spec(spec: str) -> tuple[str, str]:

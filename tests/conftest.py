@@ -34,7 +34,7 @@ settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHES
 FIRST = (
     "tests/test_wheel.py",
     "tests/test_docs.py",
-    "tests/test_tasks.py::test_stored_references_reproduce[batch_env/LLMMemoryPressure-v0",
+    "tests/test_roundtrip.py",
     "tests/test_reproducibility.py::test_the_thread_count",
     "tests/test_crn.py::test_a_short_run_beats_every_constant_action_on_a_small_clock_task",
 )

@@ -422,6 +422,37 @@ def test_resume_continues_the_step_count(tmp_path):
         train(args)
 
 
+def test_a_checkpoint_loads_with_its_own_observation_statistics(tmp_path):
+    """``load_policy(run, model_file=<checkpoint>)`` normalizes observations with the
+    statistics saved beside that checkpoint, not the run's final ones (which a model of
+    an earlier step never saw); a model file without them beside it takes the run's."""
+    import shutil
+
+    from agents.common import load_normalizer
+
+    run = train(
+        TrainArgs(
+            env_id="batch_env/LLMClockBursts-v0",  # its entry normalizes observations
+            env_kwargs={"horizon_requests": 30, "warmup_requests": 0},
+            n_timesteps=2048,
+            num_envs=1,
+            run_dir=str(tmp_path / "run"),
+            eval_freq=0,
+            checkpoint_freq=1024,
+            progress=False,
+        )
+    )
+    ck = run / "checkpoints"
+    early = load_normalizer(ck / "model_vecnormalize_1024_steps.pkl").obs_rms.mean
+    final = load_normalizer(run / "vecnormalize.pkl").obs_rms.mean
+    assert not np.array_equal(early, final)  # the statistics moved after step 1,024
+    pol = load_policy(run, model_file=ck / "model_1024_steps.zip")
+    assert np.array_equal(pol.obs_normalizer.obs_rms.mean, early)
+    alone = tmp_path / "model-copy.zip"
+    shutil.copy(ck / "model_1024_steps.zip", alone)
+    assert np.array_equal(load_policy(run, model_file=alone).obs_normalizer.obs_rms.mean, final)
+
+
 @pytest.mark.slow
 def test_binary_ppo_beats_random_policy(tmp_path):
     """On a fixed seed and one thread, a short binary-mode PPO run beats random valid actions

@@ -142,13 +142,17 @@ def test_stored_reference_cis_are_under_one_percent():
                 assert fig["loads"][:n] == list(task.eval_loads)
 
 
-# greedy's first seeds, full length; the long ones run in the slow suite
+# greedy's first seeds, full length; the long ones run in the slow suite. The superseded
+# LLMMemoryPressure-v0 decides at every iteration (2.2 million steps in its first episode,
+# about 55 s): marked `long`, `make test-long` reruns it, `make test` does not (its
+# successor LLMMemoryPressure-v1 runs the same problem on the engine every current LLM task
+# uses, and its figures reproduce here).
 _REPRODUCE = [
     ("batch_env/LowLoadEnergy-v0", 10),
     ("batch_env/AnyLoad-v0", 2),
     ("batch_env/Trace-v0", 2),
     ("batch_env/NodeAnyLoad-v0", 2),
-    pytest.param("batch_env/LLMMemoryPressure-v0", 1, marks=pytest.mark.slow),
+    pytest.param("batch_env/LLMMemoryPressure-v0", 1, marks=[pytest.mark.slow, pytest.mark.long]),
     ("batch_env/LLMMemoryPressure-v1", 1),
     ("batch_env/LLMBurstyLongPrompts-v0", 1),
     ("batch_env/LLMTwoClasses-v0", 1),
@@ -176,28 +180,48 @@ def test_stored_references_reproduce(task_id, n):
 LLM_TASKS = [t for t in tasks.current() if "LLM" in t]
 
 
+def _oracle_tasks() -> list[str]:
+    """The current LLM tasks with a stored oracle reference (``oracle-srpt``)."""
+    from experiments.benchmark import REFERENCE_POLICIES
+
+    return [t for t in LLM_TASKS if "oracle-srpt" in REFERENCE_POLICIES[t]]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task_id", LLM_TASKS)
-def test_the_llm_tasks_top_and_oracle_reproduce(task_id):
+def test_the_llm_tasks_top_reproduces(task_id):
     """On every current LLM task the best realizable reference (the score's 1; tuned,
-    with its stored setting) and the oracle, where the task has one, rerun on the first
-    held-out seed to their stored figures; the score is defined (the top beats greedy by
-    more than the paired CI) and the oracle's figure is stored beside it, never as the
-    top."""
+    with its stored setting) reruns on the first held-out seed to its stored figure; the
+    score is defined (the top beats greedy by more than the paired CI) and an oracle's
+    figure, where the task has one, is stored beside it, never as the top."""
     from experiments.benchmark import REFERENCE_POLICIES, run_protocol
 
     ref = tasks.references()[task_id]
     assert "score_undefined" not in ref and "bound_reward_rate_per_s" not in ref
     low, top = tasks.score_span(ref, task_id)
     assert top > low and ref["best_policy"] != "greedy"
-    oracle = ["oracle-srpt"] if "oracle-srpt" in REFERENCE_POLICIES[task_id] else []
-    for label in (ref["best_policy"], *oracle):
-        fig = ref["policies"][label]
-        name, _ = REFERENCE_POLICIES[task_id][label]
-        got = run_protocol(task_id, name, seeds=fig["seeds"][:1], params=fig["params"])
-        assert got["per_seed"] == pytest.approx(fig["per_seed"][:1], rel=1e-12), label
-    for label in oracle:
-        assert ref["policies"][label]["oracle"] and ref["best_policy"] != label
+    fig = ref["policies"][ref["best_policy"]]
+    name, _ = REFERENCE_POLICIES[task_id][ref["best_policy"]]
+    got = run_protocol(task_id, name, seeds=fig["seeds"][:1], params=fig["params"])
+    assert got["per_seed"] == pytest.approx(fig["per_seed"][:1], rel=1e-12)
+    if "oracle-srpt" in REFERENCE_POLICIES[task_id]:
+        assert ref["policies"]["oracle-srpt"]["oracle"] and ref["best_policy"] != "oracle-srpt"
+
+
+@pytest.mark.slow
+@pytest.mark.long
+@pytest.mark.parametrize("task_id", _oracle_tasks())
+def test_the_llm_tasks_oracle_reproduces(task_id):
+    """The oracle reference (``oracle-srpt``, told each request's output length; never the
+    score's 1) reruns on the first held-out seed to its stored figure. Marked ``long``
+    (8-11 s a task): ``make test-long`` runs it, ``make test`` reproduces the score's two
+    ends (greedy and the top) instead."""
+    from experiments.benchmark import REFERENCE_POLICIES, run_protocol
+
+    fig = tasks.references()[task_id]["policies"]["oracle-srpt"]
+    name, _ = REFERENCE_POLICIES[task_id]["oracle-srpt"]
+    got = run_protocol(task_id, name, seeds=fig["seeds"][:1], params=fig["params"])
+    assert got["per_seed"] == pytest.approx(fig["per_seed"][:1], rel=1e-12)
 
 
 def test_extra_reference_episodes_reproduce():
