@@ -54,8 +54,8 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow and serial" $$($(PY) tests/suite_parts.py serial)
 
 # The full reproductions `make test` leaves out for time (marker `long`: the superseded
-# LLMMemoryPressure-v0's greedy figure and the LLM tasks' oracle figures, under two
-# minutes): run them after a change to an LLM engine. `make test` reproduces each current
+# LLMMemoryPressure-v0's greedy figure, the LLM tasks' oracle figures and
+# LLMMemoryPressure-v1's extra episodes, about two minutes): run them after a change to an LLM engine. `make test` reproduces each current
 # task's score ends (greedy and the best reference) on full episodes.
 test-long: $(STAMP)
 	$(PY) -m pytest -m long --durations=10 tests/test_tasks.py

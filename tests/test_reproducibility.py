@@ -69,8 +69,9 @@ LLM_SHORT = ["--env-kwargs", "{horizon_requests: 300, warmup_requests: 30}"]
 
 def test_training_is_bit_identical_across_fresh_processes(tmp_path):
     """One seed, two fresh processes on this machine: the two models agree bit for bit,
-    and their run folders record the same machine and commit (an LLM env's case is in
-    the thread-count test below, which trains it twice on one thread)."""
+    and their run folders record the same machine and commit (an LLM env's case, with
+    its observation and reward normalization, is ``ppo_crn``'s test below: its entries
+    are PPO's on ``LLMClockBursts-v0`` with the input replay added)."""
     a, b = tmp_path / "a", tmp_path / "b"
     _train(a, "batch_env/LowLoadEnergy-v0", 1, 1024, [])
     _train(b, "batch_env/LowLoadEnergy-v0", 1, 1024, [])
@@ -85,8 +86,7 @@ def test_training_is_bit_identical_across_fresh_processes(tmp_path):
 
 
 def test_the_thread_count_changes_no_initial_weight_and_training_only_in_rounding(tmp_path):
-    """Two fresh processes on one thread train bit-identical models on an LLM task, and
-    --threads 1 and 2 start from the same weights bit for bit (the orthogonal
+    """--threads 1 and 2 start from the same weights bit for bit (the orthogonal
     initialization runs on one thread whatever --threads says; checked after a clone of
     8 samples, as a run of 0 steps keeps its model only with a warm start); after an
     update they
@@ -99,9 +99,6 @@ def test_the_thread_count_changes_no_initial_weight_and_training_only_in_roundin
             # 0 steps: the initial weights after a clone of 8 samples (too few to split)
             clone = ["--warm-start", "{policy: greedy, steps: 8, epochs: 1}"] if not steps else []
             _train(runs[steps, t], "batch_env/LLMClockBursts-v0", t, steps, LLM_SHORT + clone)
-    again = tmp_path / "s1024-t1-again"
-    _train(again, "batch_env/LLMClockBursts-v0", 1, 1024, LLM_SHORT)
-    _assert_same_weights(runs[1024, 1], again)
     w1, w2 = _weights(runs[0, 1]), _weights(runs[0, 2])
     assert all(w1[k] == w2[k] for k in w1)
     import numpy as np
