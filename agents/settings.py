@@ -189,6 +189,17 @@ SETTINGS: tuple[Setting, ...] = (
         sweep="(a trial takes the default)",
     ),
     Setting(
+        "eval_horizon_requests",
+        None,
+        "requests in each evaluation episode (the periodic ones, --keep-best's choice and the "
+        "final one), e.g. longer than training's, so that a checkpoint is judged on more of "
+        "the input",
+        default_text="the training env's horizon_requests",
+        low=1,
+        sweep="(a trial evaluates on the training env's episodes)",
+        metavar="N",
+    ),
+    Setting(
         "warm_start",
         None,
         "clone a baseline before RL (agents.warm_start): '{policy: <baseline>, params: "

@@ -133,6 +133,7 @@ class TrainArgs:
     eval_freq: int | None = None
     eval_episodes: int | None = None
     eval_seed: int | None = None
+    eval_horizon_requests: int | None = None
     warm_start: dict[str, Any] | None = None
     keep_best: bool | None = None
     run_dir: str | None = None
@@ -703,9 +704,12 @@ def train(args: TrainArgs, *, stop_when: Callable[[dict[str, Any]], bool] | None
     ]
     evaluator = None
     if st["eval_freq"] > 0:
+        horizon = st["eval_horizon_requests"]
         evaluator = PeriodicEvaluation(
             cfg["env_id"],
-            cfg["env_kwargs"],
+            cfg["env_kwargs"]
+            if horizon is None
+            else {**cfg["env_kwargs"], "horizon_requests": horizon},
             specs,
             st["eval_freq"],
             st["eval_episodes"],

@@ -422,6 +422,33 @@ def test_resume_continues_the_step_count(tmp_path):
         train(args)
 
 
+def test_evaluation_episodes_take_their_own_length(tmp_path):
+    """``eval_horizon_requests``: the run's evaluations (here the final one) run episodes of
+    that many requests on the held-out seeds, whatever the training episodes' length; the
+    run records the setting."""
+    run = train(
+        TrainArgs(
+            env_kwargs=SMALL_ENV,  # 300-request training episodes
+            n_timesteps=512,
+            run_dir=str(tmp_path / "run"),
+            centering_gain="100",
+            eval_freq=100_000,  # the final evaluation only
+            eval_episodes=2,
+            eval_horizon_requests=120,
+            progress=False,
+        )
+    )
+    final = json.loads((run / "final_evaluation.json").read_text())
+    policy = load_policy(run, deterministic=True)
+    rates = {
+        n: evaluate(policy, gym.make(ENV_ID, **{**SMALL_ENV, "horizon_requests": n}), 2, 100_000)
+        for n in (120, 300)
+    }
+    got = final["deterministic"]["reward_rate_per_s"][0]
+    assert got == rates[120].mean("reward_rate_per_s") != rates[300].mean("reward_rate_per_s")
+    assert yaml.safe_load((run / "config.yaml").read_text())["args"]["eval_horizon_requests"] == 120
+
+
 def test_a_checkpoint_loads_with_its_own_observation_statistics(tmp_path):
     """``load_policy(run, model_file=<checkpoint>)`` normalizes observations with the
     statistics saved beside that checkpoint, not the run's final ones (which a model of
